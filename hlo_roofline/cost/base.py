@@ -1,0 +1,235 @@
+"""The cost of an op, the rule registry, and the context rules read shapes and callees through.
+
+A rule is a function ``(instr, ctx) -> Cost`` registered for one or more opcodes with :func:`rule`.
+Rules never walk the module themselves: nested computations are priced through
+``ctx.computation(comp)``, and shape sizes through ``ctx.size`` / ``ctx.output_bytes`` so both cost
+models share one place that decides how many bytes a shape occupies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+
+from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape
+
+COST_MODELS = ("roofline", "xla")
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """FLOPs, transcendentals and bytes of one op (or a sum of ops), per execution.
+
+    ``bytes_accessed`` is HBM traffic (operands read + results written); ``comm_bytes`` is what one
+    device sends over its links. ``unknown`` marks a cost that could not be priced (an opaque
+    kernel): its FLOPs are not claimed, and its bytes are at most a lower bound.
+    """
+
+    flops: float = 0.0
+    transcendentals: float = 0.0
+    bytes_accessed: float = 0.0
+    comm_bytes: float = 0.0
+    unknown: bool = False
+    notes: tuple[str, ...] = ()
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            self.flops + other.flops,
+            self.transcendentals + other.transcendentals,
+            self.bytes_accessed + other.bytes_accessed,
+            self.comm_bytes + other.comm_bytes,
+            self.unknown or other.unknown,
+            _merge_notes(self.notes, other.notes),
+        )
+
+    def scaled(self, factor: float) -> Cost:
+        """This cost executed ``factor`` times."""
+        return Cost(
+            self.flops * factor,
+            self.transcendentals * factor,
+            self.bytes_accessed * factor,
+            self.comm_bytes * factor,
+            self.unknown,
+            self.notes,
+        )
+
+    def maximum(self, other: Cost) -> Cost:
+        """Per-quantity maximum (XLA's rule for a conditional's branches)."""
+        return Cost(
+            max(self.flops, other.flops),
+            max(self.transcendentals, other.transcendentals),
+            max(self.bytes_accessed, other.bytes_accessed),
+            max(self.comm_bytes, other.comm_bytes),
+            self.unknown or other.unknown,
+            _merge_notes(self.notes, other.notes),
+        )
+
+    def with_note(self, note: str) -> Cost:
+        return self.replace(notes=_merge_notes(self.notes, (note,)))
+
+    def replace(self, **changes) -> Cost:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Cost(**values)
+
+
+ZERO = Cost()
+
+
+def _merge_notes(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    if not b:
+        return a
+    if not a:
+        return b
+    return a + tuple(n for n in b if n not in a)
+
+
+Rule = Callable[[Instruction, "CostContext"], Cost]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*opcodes: str) -> Callable[[Rule], Rule]:
+    """Register a cost rule for the given opcodes."""
+
+    def register(fn: Rule) -> Rule:
+        for opcode in opcodes:
+            if opcode in RULES:
+                raise ValueError(f"two cost rules for '{opcode}'")
+            RULES[opcode] = fn
+        return fn
+
+    return register
+
+
+def rule_for(opcode: str) -> Rule | None:
+    """The rule registered for an opcode; async wrappers ("<op>-start", "-update", "-done") share one."""
+    fn = RULES.get(opcode)
+    if fn is None and "-" in opcode:
+        fn = RULES.get("*-" + opcode.rsplit("-", 1)[1])
+    return fn
+
+
+# Bytes per element as XLA's shape-size function sees them (sub-byte types occupy a byte unless the
+# layout packs them with E(bits)).
+_ELEMENT_BYTES = {
+    "pred": 1, "s1": 1, "s2": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8,
+    "u1": 1, "u2": 1, "u4": 1, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
+    "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16, "f4e2m1fn": 1,
+    "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1,
+    "f8e5m2": 1, "f8e5m2fnuz": 1, "f8e8m0fnu": 1,
+}  # fmt: skip
+POINTER_BYTES = 8
+
+
+def array_bytes(shape: Shape, pad_to_tiles: bool = False) -> int:
+    """Bytes of one array: elements × element size, packed sub-byte types, dynamic-size metadata.
+
+    With ``pad_to_tiles`` the minor dimensions are rounded up to the layout's first tile, which is
+    what a TPU actually stores and moves.
+    """
+    layout = shape.layout
+    elements = math.prod(shape.dims)
+    if pad_to_tiles and layout is not None and layout.tiles:
+        elements = _padded_elements(shape)
+    bits = layout.element_size_bits if layout is not None else 0
+    size = -(-elements * bits // 8) if bits else elements * _ELEMENT_BYTES[shape.dtype]
+    if shape.dynamic:
+        size += 4 * len(shape.dims)
+    return size
+
+
+def _padded_elements(shape: Shape) -> int:
+    layout = shape.layout
+    assert layout is not None
+    order = layout.minor_to_major or tuple(range(len(shape.dims) - 1, -1, -1))
+    physical = [shape.dims[d] for d in reversed(order)]  # major → minor
+    tile = layout.tiles[0]
+    physical = [1] * max(len(tile) - len(physical), 0) + physical
+    for k, t in enumerate(reversed(tile)):
+        i = len(physical) - 1 - k
+        physical[i] = -(-physical[i] // t) * t
+    return math.prod(physical)
+
+
+@dataclass
+class CostContext:
+    """What a rule may consult: the module, the model, shape sizes and callee costs."""
+
+    module: Module
+    model: str = "roofline"
+    pad_to_tiles: bool = False
+    _computation_costs: dict[str, Cost] = field(default_factory=dict)
+    _sizes: dict[int, int] = field(default_factory=dict)
+    _users: dict[str, dict[int, list[Instruction]]] = field(default_factory=dict)
+
+    @property
+    def roofline(self) -> bool:
+        return self.model == "roofline"
+
+    def size(self, shape: Shape) -> int:
+        """XLA's GetShapeSize: a tuple is its pointer table, a token 0, an opaque 8."""
+        key = id(shape)
+        size = self._sizes.get(key)
+        if size is None:
+            if shape.dtype == "tuple":
+                size = POINTER_BYTES * len(shape.tuple_shapes)
+            elif shape.dtype == "token":
+                size = 0
+            elif shape.dtype == "opaque":
+                size = POINTER_BYTES
+            else:
+                size = array_bytes(shape, self.pad_to_tiles)
+            self._sizes[key] = size
+        return size
+
+    def output_bytes(self, shape: Shape) -> int:
+        """Bytes written for a result: the sum of its array leaves."""
+        if shape.dtype != "tuple":
+            return self.size(shape)
+        return sum(self.size(leaf) for leaf in shape.leaves())
+
+    def operand_bytes(self, instr: Instruction) -> int:
+        return sum(self.size(op.shape) for op in instr.operands)
+
+    def default_bytes(self, instr: Instruction) -> int:
+        """XLA's default: every operand read once (a tuple operand is its pointer table) + outputs."""
+        return self.output_bytes(instr.shape) + self.operand_bytes(instr)
+
+    def cost(self, instr: Instruction) -> Cost:
+        """The cost of one execution of ``instr`` (callees included)."""
+        fn = rule_for(instr.opcode)
+        if fn is None:
+            return Cost(
+                bytes_accessed=self.default_bytes(instr) if self.roofline else 0.0,
+                unknown=True,
+                notes=(f"no cost rule for opcode '{instr.opcode}'",),
+            )
+        return fn(instr, self)
+
+    def users(self, comp: Computation) -> dict[int, list[Instruction]]:
+        """``id(instruction) -> its distinct users`` within one computation (memoized)."""
+        users = self._users.get(comp.name)
+        if users is None:
+            users = {}
+            for instr in comp.instructions:
+                for op in dict.fromkeys(instr.operands):
+                    users.setdefault(id(op), []).append(instr)
+            self._users[comp.name] = users
+        return users
+
+    def computation(self, comp: Computation) -> Cost:
+        """Sum of the costs of every instruction of a computation (memoized)."""
+        cached = self._computation_costs.get(comp.name)
+        if cached is None:
+            cached = ZERO
+            for instr in comp.instructions:
+                cached = cached + self.cost(instr)
+            self._computation_costs[comp.name] = cached
+        return cached
+
+
+def callee(instr: Instruction, ctx: CostContext, key: str):
+    """The computation an attribute such as ``to_apply=`` or ``body=`` names."""
+    value = instr.attrs[key]
+    return ctx.module.computations[value.strip("{} ").split(",")[0].strip().lstrip("%")]

@@ -1,0 +1,108 @@
+"""Loops, branches, calls and async wrappers: the cost of what they run.
+
+XLA counts a while body once and a conditional as the per-quantity maximum of its branches. The
+roofline model multiplies a body by the trip count XLA proved, and takes the branch with the most
+work; either way the container's own bookkeeping (tuples passed in and out) costs nothing.
+"""
+
+from __future__ import annotations
+
+from hlo_roofline.cost.base import ZERO, Cost, CostContext, callee, rule
+from hlo_roofline.hlo import attrs
+from hlo_roofline.hlo.ir import Computation, Instruction
+
+UNKNOWN_TRIP_COUNT = "unknown trip count: loop body counted once (lower bound)"
+
+
+
+def trip_count(instr: Instruction) -> int | None:
+    return attrs.known_trip_count(instr)
+
+
+def loop_multipliers(instr: Instruction, ctx: CostContext) -> tuple[float, float, str | None]:
+    """(body executions, condition executions, note) of a while loop under the context's model."""
+    if not ctx.roofline:
+        return 1, 1, None
+    n = trip_count(instr)
+    if n is None:
+        return 1, 1, UNKNOWN_TRIP_COUNT
+    return n, n + 1, None
+
+
+@rule("while")
+def while_(instr: Instruction, ctx: CostContext) -> Cost:
+    body_times, cond_times, note = loop_multipliers(instr, ctx)
+    body = ctx.computation(callee(instr, ctx, "body")).scaled(body_times)
+    cost = body + ctx.computation(callee(instr, ctx, "condition")).scaled(cond_times)
+    return cost.with_note(note) if note else cost
+
+
+def branches(instr: Instruction, ctx: CostContext) -> list[Computation]:
+    if "branch_computations" in instr.attrs:
+        return [c for c in instr.called]
+    return [callee(instr, ctx, "true_computation"), callee(instr, ctx, "false_computation")]
+
+
+def heaviest_branch(instr: Instruction, ctx: CostContext) -> int:
+    """The branch with the most work (FLOPs + transcendentals + bytes): the roofline model's pick."""
+    costs = [ctx.computation(b) for b in branches(instr, ctx)]
+    work = [c.flops + c.transcendentals + c.bytes_accessed for c in costs]
+    return max(range(len(work)), key=work.__getitem__)
+
+
+@rule("conditional")
+def conditional(instr: Instruction, ctx: CostContext) -> Cost:
+    comps = branches(instr, ctx)
+    if ctx.roofline:
+        return ctx.computation(comps[heaviest_branch(instr, ctx)])
+    cost = ctx.computation(comps[0])
+    for comp in comps[1:]:
+        cost = cost.maximum(ctx.computation(comp))
+    return cost
+
+
+@rule("call")
+def call(instr: Instruction, ctx: CostContext) -> Cost:
+    return ctx.computation(callee(instr, ctx, "to_apply"))
+
+
+def wrapped_op(instr: Instruction) -> Instruction:
+    """The op a sugared ``X-start`` wraps, e.g. the reduce-scatter inside ``reduce-scatter-start``."""
+    shape = instr.shape
+    result = shape.tuple_shapes[1] if shape.is_tuple and len(shape.tuple_shapes) > 1 else shape
+    return Instruction(
+        name=instr.name,
+        opcode=instr.opcode.removesuffix("-start"),
+        shape=result,
+        operands=instr.operands,
+        attrs=instr.attrs,
+        computation=instr.computation,
+        line=instr.line,
+        called=instr.called,
+    )
+
+
+def async_start(instr: Instruction, ctx: CostContext) -> Cost:
+    """An async wrapper costs what it wraps: a called computation, or the sugared op."""
+    if instr.opcode == "async-start" or "calls" in instr.attrs:
+        return ctx.computation(instr.called[0])
+    return ctx.cost(wrapped_op(instr))
+
+
+def async_done(instr: Instruction, ctx: CostContext) -> Cost:
+    """XLA charges an async done (or update) its operand table and result again; the roofline
+    model counts the pair once, at the start."""
+    return ZERO if ctx.roofline else Cost(bytes_accessed=ctx.default_bytes(instr))
+
+
+rule("async-start", "*-start")(async_start)
+rule("async-update", "async-done", "*-update", "*-done")(async_done)
+
+
+@rule("copy-start")
+def copy_start(instr: Instruction, ctx: CostContext) -> Cost:
+    """A prefetch: XLA's default counts the (dst, src, context) result; roofline reads and writes once."""
+    if not ctx.roofline:
+        return Cost(bytes_accessed=ctx.default_bytes(instr))
+    destination = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
+    return Cost(bytes_accessed=ctx.operand_bytes(instr) + ctx.output_bytes(destination))

@@ -1,0 +1,29 @@
+"""Elementwise ops: one FLOP (or one transcendental) per output element, default bytes."""
+
+from __future__ import annotations
+
+from hlo_roofline.cost.base import Cost, CostContext, rule
+from hlo_roofline.hlo.ir import Instruction
+
+TRANSCENDENTAL = (
+    "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "power", "sqrt",
+    "cbrt", "rsqrt", "tanh", "tan", "sine", "cosine", "atan2", "erf",
+    "acos", "acosh", "asin", "asinh", "atanh", "cosh", "sinh",
+)  # fmt: skip
+ARITHMETIC = (
+    "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "abs", "negate",
+    "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "compare", "select",
+    "clamp", "convert", "and", "or", "xor", "not", "shift-left", "shift-right-arithmetic",
+    "shift-right-logical", "popcnt", "count-leading-zeros", "clz", "is-finite", "real", "imag",
+    "complex", "reduce-precision", "stochastic-convert", "bitcast-convert",
+)  # fmt: skip
+
+
+@rule(*TRANSCENDENTAL)
+def transcendental(instr: Instruction, ctx: CostContext) -> Cost:
+    return Cost(transcendentals=instr.shape.elements, bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule(*ARITHMETIC)
+def arithmetic(instr: Instruction, ctx: CostContext) -> Cost:
+    return Cost(flops=instr.shape.elements, bytes_accessed=ctx.default_bytes(instr))

@@ -1,0 +1,105 @@
+"""Dots, convolutions and other dense linear algebra: 2 FLOPs per multiply-add."""
+
+from __future__ import annotations
+
+import math
+
+from hlo_roofline.cost.base import Cost, CostContext, rule
+from hlo_roofline.hlo import attrs
+from hlo_roofline.hlo.ir import Instruction, Shape
+
+FMA_FLOPS = 2
+
+
+def dot_flops(lhs: Shape, out: Shape, lhs_contracting: tuple[int, ...]) -> int:
+    """2 · (output elements) · (contracted size) = 2·batch·M·N·K."""
+    return FMA_FLOPS * out.elements * math.prod(lhs.dims[d] for d in lhs_contracting)
+
+
+@rule("dot", "scaled-dot", "ragged-dot")
+def dot(instr: Instruction, ctx: CostContext) -> Cost:
+    lhs = instr.operands[0].shape
+    flops = dot_flops(lhs, instr.shape, attrs.dot_dims(instr).lhs_contracting)
+    return Cost(flops=flops, bytes_accessed=ctx.default_bytes(instr))
+
+
+def _valid_positions(
+    w: attrs.WindowDim, kernel: int, output: int, input_: int
+) -> int:
+    """(kernel tap, output position) pairs that land on a real input element (padding excluded)."""
+    count = 0
+    for k in range(kernel):
+        offset = k * w.window_dilation - w.pad_low
+        if w.base_dilation == 1:  # closed form: 0 <= o·stride + offset < input
+            lo = max(0, (-offset + w.stride - 1) // w.stride)
+            hi = min(output - 1, (input_ - 1 - offset) // w.stride)
+            count += max(0, hi - lo + 1)
+            continue
+        for o in range(output):
+            index = o * w.stride + offset
+            if index % w.base_dilation == 0 and 0 <= index // w.base_dilation < input_:
+                count += 1
+    return count
+
+
+def conv_flops(
+    instr: Instruction, lhs: Shape, rhs: Shape, out: Shape
+) -> int:
+    """XLA's convolution count: multiply-adds over valid (tap, output) pairs, grouped features."""
+    dims = attrs.conv_dims(instr)
+    window = attrs.window(instr)
+    positions = 1
+    for i, w in enumerate(window):
+        kernel = rhs.dims[dims.kernel_spatial[i]]
+        output = out.dims[dims.output_spatial[i]]
+        input_ = lhs.dims[dims.input_spatial[i]]
+        positions *= _valid_positions(w, kernel, output, input_)
+    feature_groups = attrs.int_attr(instr, "feature_group_count", 1)
+    batch_groups = attrs.int_attr(instr, "batch_group_count", 1)
+    fmas = (
+        (lhs.dims[dims.input_feature] // feature_groups)
+        * out.dims[dims.output_feature]
+        * (lhs.dims[dims.input_batch] // batch_groups)
+        * positions
+    )
+    return FMA_FLOPS * fmas
+
+
+@rule("convolution")
+def convolution(instr: Instruction, ctx: CostContext) -> Cost:
+    flops = conv_flops(instr, instr.operands[0].shape, instr.operands[1].shape, instr.shape)
+    return Cost(flops=flops, bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule("fft")
+def fft(instr: Instruction, ctx: CostContext) -> Cost:
+    """8 · Π floor(log2 length) · elements (4 multiply-adds per complex multiply)."""
+    operand = instr.operands[0].shape
+    if operand.is_tuple:
+        operand = operand.tuple_shapes[0]
+    log_factors = math.prod(max(n, 1).bit_length() - 1 for n in attrs.ints(instr, "fft_length"))
+    flops = FMA_FLOPS * 4 * log_factors * operand.elements
+    return Cost(flops=flops, bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule("triangular-solve")
+def triangular_solve(instr: Instruction, ctx: CostContext) -> Cost:
+    """Half of the triangular matrix is read; 2 · n · elements(b) FLOPs."""
+    a, b = instr.operands[0].shape, instr.operands[1].shape
+    flops = FMA_FLOPS * a.dims[-1] * b.elements
+    size = ctx.size(instr.shape) + ctx.size(a) / 2 + ctx.size(b)
+    return Cost(flops=flops, bytes_accessed=size)
+
+
+@rule("cholesky")
+def cholesky(instr: Instruction, ctx: CostContext) -> Cost:
+    """n³/3 per matrix; half of the input read and half of the output written."""
+    a = instr.operands[0].shape
+    return Cost(flops=a.dims[-1] * a.elements // 3, bytes_accessed=ctx.size(a))
+
+
+@rule("sort")
+def sort(instr: Instruction, ctx: CostContext) -> Cost:
+    """A comparison sort: n · ceil(log2 n) FLOPs over the first operand."""
+    n = instr.operands[0].shape.elements
+    return Cost(flops=n * (n - 1).bit_length() if n > 1 else 0, bytes_accessed=ctx.default_bytes(instr))

@@ -1,0 +1,82 @@
+"""Ops that apply a small computation many times: reduce, reduce-window, map, select-and-scatter."""
+
+from __future__ import annotations
+
+import math
+
+from hlo_roofline.cost.base import Cost, CostContext, callee, rule
+from hlo_roofline.hlo import attrs
+from hlo_roofline.hlo.ir import Instruction
+
+
+def _applied(instr: Instruction, ctx: CostContext, key: str, times: float) -> Cost:
+    """The FLOPs of the ``key=`` computation applied ``times`` times (its bytes are not copied)."""
+    sub = ctx.computation(callee(instr, ctx, key))
+    return Cost(flops=sub.flops * times, transcendentals=sub.transcendentals * times)
+
+
+def _first_array(instr: Instruction):
+    return instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
+
+
+@rule("reduce")
+def reduce(instr: Instruction, ctx: CostContext) -> Cost:
+    """The reducer runs once per input element that is folded away: E(in) − E(out)."""
+    times = instr.operands[0].shape.elements - _first_array(instr).elements
+    return _applied(instr, ctx, "to_apply", times).replace(bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule("reduce-window")
+def reduce_window(instr: Instruction, ctx: CostContext) -> Cost:
+    """(window size − 1) reductions per output element, padding included (as XLA counts).
+
+    A window that spans a whole padded dimension (a reduce followed by a broadcast, as XLA emits for
+    cumulative sums) is counted as that reduce instead.
+    """
+    window = attrs.window(instr)
+    out = _first_array(instr)
+    window_elements = math.prod(w.size for w in window)
+    times = (window_elements - 1) * out.elements
+    reduced = [w for w in window if w.size != 1]
+    padded = [w for w in window if w.pad_low or w.pad_high]
+    if len(reduced) == 1 and len(padded) == 1 and not instr.shape.is_tuple:
+        for i, w in enumerate(window):
+            if (
+                w.size != 1
+                and w.pad_low
+                and w.pad_low == w.pad_high
+                and w.size == 2 * w.pad_low + 1
+                and w.pad_low == out.dims[i] - 1
+            ):
+                span = out.dims[i]
+                times = out.elements // span + span - 1
+    return _applied(instr, ctx, "to_apply", times).replace(bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule("select-and-scatter")
+def select_and_scatter(instr: Instruction, ctx: CostContext) -> Cost:
+    """Per source element: (window − 1) selects and one scatter."""
+    source = instr.operands[1].shape.elements
+    window_elements = math.prod(w.size for w in attrs.window(instr))
+    cost = _applied(instr, ctx, "select", source * (window_elements - 1)) + _applied(
+        instr, ctx, "scatter", source
+    )
+    return cost.replace(bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule("map")
+def map_(instr: Instruction, ctx: CostContext) -> Cost:
+    times = instr.shape.elements
+    return _applied(instr, ctx, "to_apply", times).replace(bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule("rng")
+def rng(instr: Instruction, ctx: CostContext) -> Cost:
+    """XLA prices a random number like one transcendental."""
+    return Cost(transcendentals=instr.shape.elements, bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule("rng-bit-generator")
+def rng_bit_generator(instr: Instruction, ctx: CostContext) -> Cost:
+    elements = sum(leaf.elements for leaf in instr.shape.leaves())
+    return Cost(transcendentals=elements, bytes_accessed=ctx.default_bytes(instr))

@@ -1,0 +1,249 @@
+"""On-demand decoders for instruction attributes (dimension numbers, windows, groups, configs).
+
+The parser keeps attributes as raw text; these helpers decode the few that a rule needs and cache the
+result on the instruction, so a 100k-instruction module pays only for what its cost rules read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+from hlo_roofline.hlo.ir import Instruction, Metadata, Module
+
+_INT = re.compile(r"-?\d+")
+_META_FIELD = re.compile(r'(\w+)=(?:"((?:[^"\\]++|\\.)*+)"|(-?\d+))')
+
+
+def _cached(instr: Instruction, key: str, compute):
+    cache = instr._cache
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
+
+
+def ints(instr: Instruction, key: str) -> tuple[int, ...]:
+    """An attribute such as ``dimensions={0,2}`` as a tuple of ints (empty if absent)."""
+    value = instr.attrs.get(key)
+    return tuple(int(v) for v in _INT.findall(value)) if value else ()
+
+
+def int_attr(instr: Instruction, key: str, default: int) -> int:
+    value = instr.attrs.get(key)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True, slots=True)
+class DotDims:
+    lhs_batch: tuple[int, ...]
+    lhs_contracting: tuple[int, ...]
+    rhs_batch: tuple[int, ...]
+    rhs_contracting: tuple[int, ...]
+
+
+def dot_dims(instr: Instruction) -> DotDims:
+    return _cached(
+        instr,
+        "dot_dims",
+        lambda: DotDims(
+            ints(instr, "lhs_batch_dims"),
+            ints(instr, "lhs_contracting_dims"),
+            ints(instr, "rhs_batch_dims"),
+            ints(instr, "rhs_contracting_dims"),
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDim:
+    size: int = 1
+    stride: int = 1
+    pad_low: int = 0
+    pad_high: int = 0
+    base_dilation: int = 1  # lhs_dilate
+    window_dilation: int = 1  # rhs_dilate
+
+
+def window(instr: Instruction) -> tuple[WindowDim, ...]:
+    """``window={size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=.. rhs_dilate=..}`` decoded per dimension."""
+    return _cached(instr, "window", lambda: _parse_window(instr.attrs.get("window", "")))
+
+
+def _parse_window(text: str) -> tuple[WindowDim, ...]:
+    fields: dict[str, list[str]] = {}
+    for item in text.strip("{} ").split():
+        key, _, value = item.partition("=")
+        fields[key] = value.split("x")
+    n = len(fields.get("size", []))
+
+    def get(key: str, default: int) -> list[int]:
+        values = fields.get(key)
+        return [int(v) for v in values] if values else [default] * n
+
+    pads = [p.split("_") for p in fields.get("pad", [])] or [["0", "0"]] * n
+    sizes, strides = get("size", 1), get("stride", 1)
+    lhs, rhs = get("lhs_dilate", 1), get("rhs_dilate", 1)
+    return tuple(
+        WindowDim(sizes[i], strides[i], int(pads[i][0]), int(pads[i][1]), lhs[i], rhs[i])
+        for i in range(n)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConvDims:
+    input_batch: int
+    input_feature: int
+    input_spatial: tuple[int, ...]
+    kernel_input_feature: int
+    kernel_output_feature: int
+    kernel_spatial: tuple[int, ...]
+    output_batch: int
+    output_feature: int
+    output_spatial: tuple[int, ...]
+
+
+def conv_dims(instr: Instruction) -> ConvDims:
+    """``dim_labels=b01f_01io->b01f`` decoded into dimension numbers."""
+    return _cached(instr, "conv_dims", lambda: _parse_dim_labels(instr.attrs.get("dim_labels", "")))
+
+
+def _spatial(labels: str) -> tuple[int, ...]:
+    digits = sorted((c, i) for i, c in enumerate(labels) if c.isdigit())
+    return tuple(i for _, i in digits)
+
+
+def _parse_dim_labels(text: str) -> ConvDims:
+    lhs, _, rest = text.partition("_")
+    rhs, _, out = rest.partition("->")
+    if not (lhs and rhs and out):
+        raise ValueError(f"bad dim_labels '{text}'")
+    return ConvDims(
+        lhs.index("b"), lhs.index("f"), _spatial(lhs),
+        rhs.index("i"), rhs.index("o"), _spatial(rhs),
+        out.index("b"), out.index("f"), _spatial(out),
+    )  # fmt: skip
+
+
+def backend_config(instr: Instruction) -> dict:
+    """The ``backend_config`` JSON as a dict ({} when absent or not JSON)."""
+    return _cached(instr, "backend_config", lambda: _parse_json(instr.attrs.get("backend_config")))
+
+
+def _parse_json(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        if text.startswith('"'):
+            text = json.loads(text)
+        value = json.loads(text)
+    except (ValueError, TypeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def known_trip_count(instr: Instruction) -> int | None:
+    """The loop trip count XLA proved (``backend_config.known_trip_count.n``), if any."""
+    n = backend_config(instr).get("known_trip_count", {}).get("n")
+    try:
+        return int(n) if n is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def metadata(instr: Instruction) -> Metadata:
+    return _cached(instr, "metadata", lambda: _parse_metadata(instr.attrs.get("metadata", "")))
+
+
+def _parse_metadata(text: str) -> Metadata:
+    if not text:
+        return Metadata()
+    fields = {key: (_unescape(string) if number == "" else int(number))
+              for key, string, number in _META_FIELD.findall(text)}  # fmt: skip
+    return Metadata(
+        op_name=_text(fields.get("op_name")),
+        op_type=_text(fields.get("op_type")),
+        source_file=_text(fields.get("source_file")),
+        source_line=_number(fields.get("source_line")),
+        stack_frame_id=_number(fields.get("stack_frame_id")),
+    )
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _number(value) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    try:
+        return json.loads(f'"{text}"')
+    except ValueError:
+        return text
+
+
+def source(instr: Instruction, module: Module) -> str:
+    """``file:line`` of the Python code that produced the op ('' if unknown)."""
+    meta = metadata(instr)
+    if meta.source_file:
+        return f"{meta.source_file}:{meta.source_line}"
+    frame = module.frames.get(meta.stack_frame_id)
+    return f"{frame.file}:{frame.line}" if frame else ""
+
+
+def stack(instr: Instruction, module: Module) -> list[str]:
+    """The Python call stack of an op, innermost first, as ``file:line (function)`` strings."""
+    out: list[str] = []
+    frame_id = metadata(instr).stack_frame_id
+    seen: set[int] = set()
+    while frame_id and frame_id in module.frames and frame_id not in seen:
+        seen.add(frame_id)
+        frame = module.frames[frame_id]
+        out.append(f"{frame.file}:{frame.line} ({frame.function})")
+        frame_id = frame.parent
+    return out
+
+
+def fusion_kind(instr: Instruction) -> str:
+    """``kLoop``/``kInput``/``kOutput``/``kCustom``, refined by a backend sub-kind when present."""
+    kind = instr.attrs.get("kind", "")
+    config = backend_config(instr)
+    sub = config.get("fusion_backend_config", {}).get("kind") or config.get(
+        "fusion_config", {}
+    ).get("kind")
+    return f"{kind}:{sub}" if sub else kind
+
+
+def replica_group_size(instr: Instruction, module: Module) -> int:
+    """Devices in one group of a collective, from any of the three ``replica_groups`` forms."""
+    return _cached(instr, "group_size", lambda: _group_size(instr, module))
+
+
+def _group_size(instr: Instruction, module: Module) -> int:
+    text = instr.attrs.get("replica_groups", "").strip()
+    if text.startswith("["):  # iota form [groups,size]<=[devices]
+        dims = [int(d) for d in _INT.findall(text.partition("<=")[0])]
+        return dims[-1] if dims else 1
+    if text.startswith("mesh"):  # mesh['a'=8,'b'=2] {'a'}
+        axes, _, chosen = text.partition("]")
+        sizes = dict(re.findall(r"'([^']+)'=(\d+)", axes))
+        picked = re.findall(r"'([^']+)'", chosen)
+        return math.prod(int(sizes[a]) for a in picked if a in sizes) or 1
+    groups = re.findall(r"\{([^{}]*)\}", text)
+    first = next((g for g in groups if g.strip()), None)
+    if first is not None:
+        return len(_INT.findall(first))
+    # Empty groups: every participant of the collective's mode.
+    if "use_global_device_ids" in instr.attrs:
+        return module.replica_count * module.num_partitions
+    return module.num_partitions if "channel_id" in instr.attrs else module.replica_count

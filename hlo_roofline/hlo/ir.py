@@ -1,0 +1,156 @@
+"""The parsed form of an HLO module: Module → Computation → Instruction.
+
+Only what the cost rules and reports need is decoded eagerly (names, opcodes, shapes, operands, called
+computations). Every other attribute is kept as its raw text in ``Instruction.attrs`` and decoded on
+demand by the helpers in :mod:`hlo_roofline.hlo.attrs`, which keeps parsing of large modules fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# Bytes per element of every HLO primitive type; sub-byte types are given as fractions.
+DTYPE_BYTES: dict[str, float] = {
+    "pred": 1, "s1": 0.125, "s2": 0.25, "s4": 0.5, "s8": 1, "s16": 2, "s32": 4, "s64": 8,
+    "u1": 0.125, "u2": 0.25, "u4": 0.5, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
+    "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
+    "f4e2m1fn": 0.5, "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3fnuz": 1,
+    "f8e4m3b11fnuz": 1, "f8e5m2": 1, "f8e5m2fnuz": 1, "f8e8m0fnu": 1,
+}  # fmt: skip
+NON_ARRAY_TYPES = frozenset({"token", "opaque"})
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A layout ``{minor_to_major:T(..)..S(n)..}``; only the parts that change a size are decoded."""
+
+    minor_to_major: tuple[int, ...]
+    tiles: tuple[tuple[int, ...], ...] = ()
+    memory_space: int = 0
+    element_size_bits: int = 0
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """An array, tuple, token or opaque shape. ``dims`` of a dynamic dimension is its bound."""
+
+    dtype: str  # primitive type, "tuple", "token" or "opaque"
+    dims: tuple[int, ...] = ()
+    layout: Layout | None = None
+    tuple_shapes: tuple[Shape, ...] = ()
+    dynamic: tuple[bool, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.dtype == "tuple"
+
+    @property
+    def is_array(self) -> bool:
+        return self.dtype not in NON_ARRAY_TYPES and self.dtype != "tuple"
+
+    @property
+    def elements(self) -> int:
+        """Element count of an array (1 for a scalar); 0 for tuples, tokens and opaques."""
+        return math.prod(self.dims) if self.is_array else 0
+
+    def leaves(self) -> list[Shape]:
+        """Array leaves in order (nested tuples flattened; tokens dropped)."""
+        if self.dtype == "tuple":
+            out: list[Shape] = []
+            for s in self.tuple_shapes:
+                out.extend(s.leaves())
+            return out
+        return [self] if self.is_array else []
+
+    def __str__(self) -> str:
+        if self.dtype == "tuple":
+            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        if not self.is_array:
+            return f"{self.dtype}[]"
+        dims = ",".join(
+            f"<={d}" if self.dynamic and self.dynamic[i] else str(d) for i, d in enumerate(self.dims)
+        )
+        layout = "{" + self.layout.text + "}" if self.layout is not None else ""
+        return f"{self.dtype}[{dims}]{layout}"
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """``metadata={...}`` decoded: the JAX name scope and the Python source line of an op."""
+
+    op_name: str = ""
+    op_type: str = ""
+    source_file: str = ""
+    source_line: int = 0
+    stack_frame_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StackFrame:
+    file: str
+    function: str
+    line: int
+    parent: int  # frame id of the caller, 0 for none
+
+
+@dataclass(slots=True, eq=False)
+class Instruction:
+    """One HLO instruction. ``attrs`` maps attribute names to their unparsed text."""
+
+    name: str
+    opcode: str
+    shape: Shape
+    operands: list[Instruction]
+    attrs: dict[str, str]
+    computation: Computation
+    line: int
+    is_root: bool = False
+    called: list[Computation] = field(default_factory=list)
+    payload: str = ""  # text inside the parentheses of constant(...) / parameter(...)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        return f"<{self.opcode} %{self.name} {self.shape}>"
+
+
+@dataclass(slots=True, eq=False)
+class Computation:
+    name: str
+    instructions: list[Instruction] = field(default_factory=list)
+    root: Instruction | None = None
+    is_entry: bool = False
+    is_fusion: bool = False  # called by a fusion: its ops are not rows of a report
+    line: int = 0
+
+    def __repr__(self) -> str:
+        return f"<computation %{self.name} ({len(self.instructions)} instructions)>"
+
+    @property
+    def parameters(self) -> list[Instruction]:
+        params = [i for i in self.instructions if i.opcode == "parameter"]
+        return sorted(params, key=lambda p: int(p.payload or 0))
+
+
+@dataclass(slots=True, eq=False)
+class Module:
+    name: str
+    computations: dict[str, Computation]
+    entry: Computation
+    attrs: dict[str, str] = field(default_factory=dict)
+    frames: dict[int, StackFrame] = field(default_factory=dict)
+    source_text: str = field(default="", repr=False)
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.attrs.get("num_partitions", "1"))
+
+    @property
+    def replica_count(self) -> int:
+        return int(self.attrs.get("replica_count", "1"))
+
+    def instructions(self):
+        """All instructions of all computations, callees before callers."""
+        for comp in self.computations.values():
+            yield from comp.instructions

@@ -1,0 +1,191 @@
+"""Compile-only targets: every supported target compiles a real program on this CPU-only machine.
+
+Nothing here is skipped: a missing libtpu or CUDA plugin must fail the suite (it installs both).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_targets():
+    try:
+        from hlo_roofline import targets
+
+        return targets
+    except Exception:  # package __init__ in flux: load the module file directly
+        spec = importlib.util.spec_from_file_location(
+            "hlo_roofline_targets", REPO / "hlo_roofline" / "targets.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+        return module
+
+
+T = _load_targets()
+
+import jax  # noqa: E402  (after targets: it must set its environment first)
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+# spec -> (canonical spec, platform, chip, number of devices, device_kind)
+CASES = {
+    "v5e:2x2": ("v5e:2x2", "tpu", "v5e", 4, "TPU v5 lite"),
+    "v5p:2x2x1": ("v5p:2x2x1", "tpu", "v5p", 4, "TPU v5"),
+    "v6e:2x2": ("v6e:2x2", "tpu", "v6e", 4, "TPU v6 lite"),
+    "7x:2x2x1": ("7x:2x2x1", "tpu", "7x", 8, "TPU7x"),
+    "v4:2x2x1": ("v4:2x2x1", "tpu", "v4", 8, "TPU v4"),
+    "h100:1x1x8": ("h100-sxm:1x1x8", "cuda", "h100-sxm", 8, "NVIDIA H100 80GB HBM3"),
+    "h100": ("h100-sxm:1x1x1", "cuda", "h100-sxm", 1, "NVIDIA H100 80GB HBM3"),
+    "a100": ("a100-80gb:1x1x1", "cuda", "a100-80gb", 1, "NVIDIA A100-SXM4-80GB"),
+    "b200": ("b200:1x1x1", "cuda", "b200", 1, "NVIDIA B200"),
+    "h100:4x2x8": ("h100-sxm:4x2x8", "cuda", "h100-sxm", 64, "NVIDIA H100 80GB HBM3"),
+}
+
+
+@pytest.mark.parametrize("spec", list(CASES))
+def test_compile_only(spec: str) -> None:
+    canonical, platform, chip, n, kind = CASES[spec]
+    target = T.parse_target(spec)
+    assert (target.spec, target.platform, target.chip) == (canonical, platform, chip)
+
+    devs = T.devices(spec)
+    assert len(devs) == n
+    assert {d.platform for d in devs} == {"tpu" if platform == "tpu" else "gpu"}
+    assert {d.device_kind for d in devs} == {kind}
+
+    mesh = T.make_mesh(spec)
+    assert mesh.devices.size == n and mesh.axis_names == ("data",)
+    x = jax.ShapeDtypeStruct((8 * n, 128), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+    compiled = jax.jit(lambda x: jnp.tanh(x @ x.T).sum()).lower(x).compile()
+    text = compiled.as_text()
+    assert text.startswith("HloModule ")
+    assert "ENTRY" in text
+    if n > 1:
+        assert f"num_partitions={n}" in text
+    if platform == "tpu":
+        assert ":T(" in text  # TPU tiled layouts: this really is TPU-optimized HLO
+
+
+def test_topology_is_cached() -> None:
+    assert T.get_topology("v5e:2x2") is T.get_topology("v5e")
+    assert T.get_topology("h100") is T.get_topology("h100-sxm:1x1x1")
+
+
+def test_multi_axis_mesh_v4_and_7x() -> None:
+    """v4 (refused by topologies.make_mesh) and TPU7x expose 2 devices per chip."""
+    for spec in ("v4:2x2x1", "7x:2x2x1"):
+        mesh = T.make_mesh(spec, (2, 4), ("data", "model"))
+        assert mesh.devices.shape == (2, 4)
+    with pytest.raises(ValueError, match="needs 4 devices"):
+        T.make_mesh("v4:2x2x1", (4,), ("data",))
+
+
+def test_unknown_target_lists_close_matches() -> None:
+    with pytest.raises(T.TargetError) as err:
+        T.parse_target("v5x:2x2")
+    message = str(err.value)
+    assert "v5e" in message and "v5p" in message and "Did you mean" in message
+    with pytest.raises(T.TargetError, match="h100"):
+        T.parse_target("h200")
+    assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize("spec", ["v5e:2x", "h100:8", "h100:1x8", ""])
+def test_bad_topology_string(spec: str) -> None:
+    with pytest.raises(T.TargetError):
+        T.parse_target(spec)
+
+
+def test_libtpu_rejects_topology() -> None:
+    with pytest.raises(T.TargetError, match="libtpu rejected"):
+        T.get_topology("v5e:1x1")
+
+
+def test_aliases() -> None:
+    assert T.parse_target("TPU7x:2x2x1").spec == "7x:2x2x1"
+    assert T.parse_target("tpu7x").topology_name == "TPU7x:2x2x1"
+    assert T.parse_target("A100:1x1x2").spec == "a100-80gb:1x1x2"
+
+
+def test_gpu_loader_drops_unknown_fields() -> None:
+    """Fields newer than this jaxlib's proto are stripped (named on stderr only) and retried."""
+    config = T.gpu_target_config("h100-sxm")
+    config = config.replace(
+        "  core_count: 132",
+        "  core_count: 132\n  collective_memory_granularity: 4096\n"
+        '  some_future_block { a: 1 b { c: "}" } }',
+    )
+    config += '\nfuture_top_level_field: "x"\n'
+    topo, dropped = T.create_gpu_topology(config, "1x1x2")
+    assert dropped == ["collective_memory_granularity", "some_future_block", "future_top_level_field"]
+    assert len(topo.devices) == 2
+    assert topo.devices[0].device_kind == "NVIDIA H100 80GB HBM3"
+
+
+def test_gpu_loader_reports_other_errors() -> None:
+    with pytest.raises(T.TargetUnavailableError, match="could not create CUDA topology"):
+        T.create_gpu_topology("gpu_device_info { core_count: }", "1x1x1")
+
+
+def test_strip_field() -> None:
+    text = 'a { b: 1  # b { in a comment\n  c { d: "x}" } }\nc: 2\ne: 3'
+    assert T._strip_field(text, "c").split() == ["a", "{", "b:", "1", "}", "e:", "3"]
+
+
+def test_packaged_gpu_configs_cite_sources() -> None:
+    """Every field of our own GPU configs (down to gpu_device_info's fields and each rate) has a
+    comment line right above it; the comment covers the sub-fields of a block."""
+    for chip in ("h100-sxm", "a100-80gb", "b200"):
+        lines = T.gpu_target_config(chip).splitlines()
+        depth = 0
+        for i, line in enumerate(lines):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            is_rate = stripped.startswith("rate_infos")
+            if (depth <= 1 or is_rate) and not stripped.startswith("}"):
+                assert lines[i - 1].strip().startswith("#"), f"{chip}: no source for {stripped!r}"
+            depth += stripped.count("{") - stripped.count("}")
+            assert depth >= 0
+        assert depth == 0
+
+
+def test_missing_libtpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "libtpu" else real(name, *a)
+    )
+    with pytest.raises(T.TargetUnavailableError, match="pip install 'hlo_roofline\\[tpu\\]'"):
+        T.get_topology("v6e:4x4")
+
+
+def test_cuda_plugin_not_registered_is_explained() -> None:
+    """If JAX initialised its backends before targets could set its variable, say so clearly."""
+    code = (
+        "import jax; jax.devices()\n"
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('t', {str(REPO / 'hlo_roofline' / 'targets.py')!r})\n"
+        "import sys; t = sys.modules['t'] = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(t)\n"
+        "try:\n    t.get_topology('h100')\nexcept t.TargetUnavailableError as e:\n    print('CLEAR:', e)\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("JAX_PLATFORMS", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK")
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert "CLEAR: JAX's CUDA plugin is installed but not registered" in out.stdout, out.stderr

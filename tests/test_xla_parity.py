@@ -1,0 +1,104 @@
+"""cost_model="xla" against XLA's own HloCostAnalysis on real compiled programs.
+
+The oracle numbers were produced by ``fixtures/generate.py`` with jaxlib (module totals, and every
+instruction costed standalone by XLA); nothing here is computed by the code under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import fixture_files, fixture_id, load_fixture
+
+from hlo_roofline import analyze_hlo
+from hlo_roofline.cost import CostContext
+from hlo_roofline.cost.base import rule_for
+from hlo_roofline.hlo import parse
+
+FILES = fixture_files()
+KEYS = (("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes accessed", "bytes_accessed"))
+
+
+def test_fixtures_exist():
+    programs = {p.parent.name for p in FILES}
+    targets = {p.name.removesuffix(".xla.json") for p in FILES}
+    assert len(programs) >= 12, programs
+    assert {"cpu", "tpu_v5e", "tpu_v5p", "h100"} <= targets
+
+
+def _xla_minus_ones(module, report) -> tuple[int, int]:
+    """(FLOPs, bytes) XLA subtracts: -1 per custom call; one inside a fusion costs only FLOPs."""
+
+    def inside(fusion) -> int:
+        body = fusion.called[0].instructions
+        if fusion.attrs.get("kind") == "kCustom" and any(
+            i.opcode in ("gather", "scatter") for i in body
+        ):
+            return 0  # XLA prices such a fusion as its gather/scatter alone
+        return sum(
+            1 if i.opcode == "custom-call" else inside(i) if i.opcode == "fusion" else 0
+            for i in body
+        )
+
+    computations = module.computations
+    flops = bytes_ = 0
+    for row in report.ops.itertuples():
+        if row.opcode == "custom-call":
+            flops, bytes_ = flops + row.count, bytes_ + row.count
+        elif row.opcode == "fusion":
+            fusion = next(i for i in computations[row.computation].instructions if i.name == row.name)
+            flops += row.count * inside(fusion)
+    return int(flops), int(bytes_)
+
+
+@pytest.mark.parametrize("path", FILES, ids=fixture_id)
+def test_module_totals_equal_xla(path):
+    text, oracle = load_fixture(path)
+    module = parse(text)
+    report = analyze_hlo(module, cost_model="xla")
+    # XLA adds -1 for every custom call; we report those ops as "unknown" instead.
+    minus_flops, minus_bytes = _xla_minus_ones(module, report)
+    expected = {
+        "flops": oracle["xla_totals"]["flops"] + minus_flops,
+        "transcendentals": oracle["xla_totals"]["transcendentals"],
+        "bytes_accessed": oracle["xla_totals"]["bytes accessed"] + minus_bytes,
+    }
+    for key, want in expected.items():
+        assert report.summary[key] == pytest.approx(want, rel=1e-6, abs=1e-3), key
+
+
+@pytest.mark.parametrize("path", FILES, ids=fixture_id)
+def test_every_instruction_equals_xla_standalone(path):
+    text, oracle = load_fixture(path)
+    module = parse(text)
+    ctx = CostContext(module, "xla")
+    index = {(c.name, i.name): i for c in module.computations.values() for i in c.instructions}
+    mismatches = []
+    checked = 0
+    for entry in oracle["per_instruction"]:
+        if "error" in entry:
+            continue
+        instr = index[(entry["computation"], entry["name"])]
+        cost = ctx.cost(instr)
+        checked += 1
+        keys = KEYS
+        if entry["flops"] < 0:  # XLA's "unknown": a custom call, or a fusion around one
+            if not cost.unknown:
+                mismatches.append(f"{instr.name}: XLA unknown (-1), ours {cost}")
+            keys = () if instr.opcode == "custom-call" else KEYS[1:]
+        for xla_key, our_key in keys:
+            want, got = entry[xla_key], getattr(cost, our_key)
+            if got != pytest.approx(want, rel=1e-6, abs=1e-3):
+                mismatches.append(
+                    f"{entry['computation']}/{instr.name} ({instr.opcode}) {our_key}: "
+                    f"XLA {want}, ours {got}"
+                )
+    assert checked > 0
+    assert not mismatches, "\n".join(mismatches[:40])
+
+
+def test_every_fixture_opcode_has_a_rule():
+    opcodes = set()
+    for path in FILES:
+        text, _ = load_fixture(path)
+        opcodes |= {i.opcode for i in parse(text).instructions()}
+    assert {op for op in opcodes if rule_for(op) is None} == set()
