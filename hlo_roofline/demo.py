@@ -51,7 +51,9 @@ def main() -> None:
         report = analyze_hlo(compiled_text(target))
         s = report.summary
         print(f"\n== MLP train step on {label}: {len(report.ops)} ops ==")
-        print(f"FLOPs {s['flops']:.4g}  bytes {s['bytes_accessed']:.4g}  coverage {s['coverage']:.0%}")
+        print(
+            f"FLOPs {s['flops']:.4g}  bytes {s['bytes_accessed']:.4g}  coverage {s['coverage']:.0%}"
+        )
         top = report.ops.nlargest(8, "flops")[columns]
         print(top.to_string(index=False, max_colwidth=48))
 

@@ -15,14 +15,15 @@ Typical use::
     x = jax.ShapeDtypeStruct((1024, 512), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))
     text = jax.jit(f).lower(x).compile().as_text()
 
-Environment: the CUDA plugin validates the locally installed CUDA libraries when JAX first initialises
-its backends and, on a machine without them, silently never registers itself ("topology not implemented
-for cuda"). Importing this module therefore sets ``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1`` (unless already
-set). That variable only skips the library-version check, so it does not hide a real GPU, unlike
-``JAX_PLATFORMS=cpu``. It must be in effect before anything initialises JAX's backends (the first
-``jax.devices()``/``jit``), so import this module early, or export ``JAX_PLATFORMS=cpu`` (which also
-skips the check and keeps libtpu from probing for local TPUs). If it comes too late, ``get_topology``
-raises ``TargetUnavailableError`` saying so.
+Environment: the CUDA plugin validates the locally installed CUDA libraries when JAX first
+initialises its backends and, on a machine without them, silently never registers itself ("topology
+not implemented for cuda"). Importing this module therefore sets
+``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1`` (unless already set). That variable only skips the
+library-version check, so unlike ``JAX_PLATFORMS=cpu`` it does not hide a real GPU. It must be in
+effect before anything initialises JAX's backends (the first ``jax.devices()`` or ``jit``), so
+import this module early, or export ``JAX_PLATFORMS=cpu`` (which also skips the check and keeps
+libtpu from probing for local TPUs). If it comes too late, ``get_topology`` raises
+``TargetUnavailableError`` saying so.
 """
 
 from __future__ import annotations
@@ -189,10 +190,10 @@ def create_gpu_topology(
 ) -> tuple[topologies.TopologyDescription, list[str]]:
     """Create a deviceless CUDA topology; returns it and the config fields that had to be dropped.
 
-    Why the retry loop: a field newer than this jaxlib's proto fails the whole parse, and the field's
-    name is only printed by the C++ logger on stderr. So fd 2 is captured while creating the topology,
-    a field named in ``has no field named "X"`` (or a bad enum value for field "X") is removed from the
-    text, and the call is retried. Dropped fields are logged as warnings.
+    Why the retry loop: a field newer than this jaxlib's proto fails the whole parse, and the
+    field's name is only printed by the C++ logger on stderr. So fd 2 is captured while creating the
+    topology, a field named in ``has no field named "X"`` (or a bad enum value for field "X") is
+    removed from the text, and the call is retried. Dropped fields are logged as warnings.
     """
     _require_cuda_plugin()
     dropped: list[str] = []
@@ -278,10 +279,10 @@ def _strip_field(text: str, field: str) -> str:
 # Topologies, devices, meshes
 
 _CUDA_NOT_REGISTERED = (
-    "JAX's CUDA plugin is installed but not registered. On a machine without CUDA libraries it only "
-    "registers if JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 or JAX_PLATFORMS=cpu is set before JAX initialises "
-    "its backends: import hlo_roofline.targets before the first jax.devices()/jit, or export "
-    "JAX_PLATFORMS=cpu."
+    "JAX's CUDA plugin is installed but not registered. On a machine without CUDA libraries it "
+    "only registers if JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 or JAX_PLATFORMS=cpu is set before JAX "
+    "initialises its backends: import hlo_roofline.targets before the first jax.devices()/jit, "
+    "or export JAX_PLATFORMS=cpu."
 )
 
 
@@ -289,7 +290,8 @@ def _require_cuda_plugin() -> None:
     if importlib.util.find_spec("jax_plugins.xla_cuda13") is None:
         raise TargetUnavailableError(
             "NVIDIA targets need JAX's CUDA plugin (no CUDA libraries, no GPU): "
-            "pip install 'hlo_roofline[gpu]'  (jax-cuda13-plugin==0.10.2, nvidia-cuda-nvcc, nvidia-nvvm)"
+            "pip install 'hlo_roofline[gpu]'  "
+            "(jax-cuda13-plugin==0.10.2, nvidia-cuda-nvcc, nvidia-nvvm)"
         )
 
 
@@ -302,7 +304,7 @@ def _require_libtpu() -> None:
 
 
 def get_topology(spec: str | TargetSpec) -> topologies.TopologyDescription:
-    """The deviceless topology for a target (cached: creating one loads libtpu / the CUDA plugin)."""
+    """The deviceless topology for a target (cached: creating one loads libtpu or the plugin)."""
     return _topology(parse_target(spec))
 
 
@@ -330,9 +332,9 @@ def make_mesh(
 ) -> jax.sharding.Mesh:
     """A mesh over all of the target's devices; default one axis ``"data"`` of every device.
 
-    Why not always ``topologies.make_mesh``: it refuses TPU v4 (two TensorCores per chip exposed as
-    devices, "requires one device per chip ('megacore' mode)"), so v4 gets a plain device-order mesh.
-    TPU7x also exposes 2 devices per chip but ``topologies.make_mesh`` handles it.
+    Why not always ``topologies.make_mesh``: it refuses TPU v4 (two TensorCores per chip exposed
+    as devices: "requires one device per chip ('megacore' mode)"), so v4 gets a plain mesh in
+    device order. TPU7x also exposes 2 devices per chip, but ``topologies.make_mesh`` handles it.
     """
     target = parse_target(spec)
     topo = get_topology(target)
@@ -341,9 +343,8 @@ def make_mesh(
     if len(shape) != len(axis_names):
         raise ValueError(f"axis_shape {shape} and axis_names {tuple(axis_names)} differ in length")
     if int(np.prod(shape)) != len(devs):
-        raise ValueError(
-            f"mesh {shape} needs {int(np.prod(shape))} devices; target {target.spec} has {len(devs)}"
-        )
+        need = int(np.prod(shape))
+        raise ValueError(f"mesh {shape} needs {need} devices; {target.spec} has {len(devs)}")
     if target.chip == "v4":
         return jax.sharding.Mesh(np.array(devs).reshape(shape), tuple(axis_names))
     return topologies.make_mesh(topo, shape, tuple(axis_names))

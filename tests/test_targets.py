@@ -128,7 +128,11 @@ def test_gpu_loader_drops_unknown_fields() -> None:
     )
     config += '\nfuture_top_level_field: "x"\n'
     topo, dropped = T.create_gpu_topology(config, "1x1x2")
-    assert dropped == ["collective_memory_granularity", "some_future_block", "future_top_level_field"]
+    assert dropped == [
+        "collective_memory_granularity",
+        "some_future_block",
+        "future_top_level_field",
+    ]
     assert len(topo.devices) == 2
     assert topo.devices[0].device_kind == "NVIDIA H100 80GB HBM3"
 
@@ -144,21 +148,24 @@ def test_strip_field() -> None:
 
 
 def test_packaged_gpu_configs_cite_sources() -> None:
-    """Every field of our own GPU configs (down to gpu_device_info's fields and each rate) has a
-    comment line right above it; the comment covers the sub-fields of a block."""
+    """Each top-level field, each gpu_device_info field and each rate has a comment line right above
+    it naming its source (a block's comment covers its sub-fields)."""
     for chip in ("h100-sxm", "a100-80gb", "b200"):
         lines = T.gpu_target_config(chip).splitlines()
-        depth = 0
+        blocks: list[str] = []  # names of the enclosing blocks
         for i, line in enumerate(lines):
             stripped = line.strip()
             if not stripped or stripped.startswith("#"):
                 continue
-            is_rate = stripped.startswith("rate_infos")
-            if (depth <= 1 or is_rate) and not stripped.startswith("}"):
+            if stripped == "}":
+                blocks.pop()
+                continue
+            name = stripped.split()[0].rstrip(":")
+            if blocks in ([], ["gpu_device_info"]) or name == "rate_infos":
                 assert lines[i - 1].strip().startswith("#"), f"{chip}: no source for {stripped!r}"
-            depth += stripped.count("{") - stripped.count("}")
-            assert depth >= 0
-        assert depth == 0
+            if stripped.endswith("{"):
+                blocks.append(name)
+        assert blocks == []
 
 
 def test_missing_libtpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,13 +179,17 @@ def test_missing_libtpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_cuda_plugin_not_registered_is_explained() -> None:
     """If JAX initialised its backends before targets could set its variable, say so clearly."""
+    path = str(REPO / "hlo_roofline" / "targets.py")
     code = (
         "import jax; jax.devices()\n"
-        "import importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('t', {str(REPO / 'hlo_roofline' / 'targets.py')!r})\n"
-        "import sys; t = sys.modules['t'] = importlib.util.module_from_spec(spec)\n"
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('t', {path!r})\n"
+        "t = sys.modules['t'] = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(t)\n"
-        "try:\n    t.get_topology('h100')\nexcept t.TargetUnavailableError as e:\n    print('CLEAR:', e)\n"
+        "try:\n"
+        "    t.get_topology('h100')\n"
+        "except t.TargetUnavailableError as e:\n"
+        "    print('CLEAR:', e)\n"
     )
     env = {
         k: v

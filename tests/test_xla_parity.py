@@ -15,7 +15,11 @@ from hlo_roofline.cost.base import rule_for
 from hlo_roofline.hlo import parse
 
 FILES = fixture_files()
-KEYS = (("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes accessed", "bytes_accessed"))
+KEYS = (
+    ("flops", "flops"),
+    ("transcendentals", "transcendentals"),
+    ("bytes accessed", "bytes_accessed"),
+)
 
 
 def test_fixtures_exist():
@@ -45,7 +49,9 @@ def _xla_minus_ones(module, report) -> tuple[int, int]:
         if row.opcode == "custom-call":
             flops, bytes_ = flops + row.count, bytes_ + row.count
         elif row.opcode == "fusion":
-            fusion = next(i for i in computations[row.computation].instructions if i.name == row.name)
+            fusion = next(
+                i for i in computations[row.computation].instructions if i.name == row.name
+            )
             flops += row.count * inside(fusion)
     return int(flops), int(bytes_)
 

@@ -45,7 +45,9 @@ def price(instr: Instruction, ctx: CostContext) -> Cost:
         return Cost(unknown=True, notes=(f"could not price {instr.opcode}: {exc!r}",))
 
 
-def walk(module: Module, cost_model: str = "roofline", pad_to_tiles: bool = False) -> list[PricedOp]:
+def walk(
+    module: Module, cost_model: str = "roofline", pad_to_tiles: bool = False
+) -> list[PricedOp]:
     """Every executed op of the module's entry, with nested bodies opened."""
     if cost_model not in COST_MODELS:
         raise ValueError(f"cost_model must be one of {COST_MODELS}, not {cost_model!r}")
@@ -73,7 +75,11 @@ def walk(module: Module, cost_model: str = "roofline", pad_to_tiles: bool = Fals
             if instr.opcode == "conditional" and ctx.roofline:
                 taken = heaviest_branch(instr, ctx)
                 for i, comp in enumerate(branches(instr, ctx)):
-                    branch_note = None if i == taken else f"branch {i} not counted (branch {taken} does the most work)"
+                    branch_note = (
+                        None
+                        if i == taken
+                        else f"branch {i} not counted (branch {taken} does the most work)"
+                    )
                     visit(comp, count if i == taken else 0, branch_note or note, depth + 1)
                 return True
         except _RULE_ERRORS:

@@ -12,21 +12,96 @@ from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction
 
 UNKNOWN_TRIP_COUNT = "unknown trip count: loop body counted once (lower bound)"
+INFERRED_TRIP_COUNT = "trip count inferred from the loop's counter"
+_VIEWS = ("copy", "bitcast", "convert", "reshape")
 
 
+def trip_count(instr: Instruction, ctx: CostContext) -> tuple[int | None, bool]:
+    """(trip count, inferred?): XLA's proven count, else one read off a simple counted loop."""
+    n = attrs.known_trip_count(instr)
+    if n is not None:
+        return n, False
+    try:
+        n = _infer_trip_count(instr, callee(instr, ctx, "body"), callee(instr, ctx, "condition"))
+    except (ValueError, IndexError, KeyError):
+        n = None
+    return n, n is not None
 
-def trip_count(instr: Instruction) -> int | None:
-    return attrs.known_trip_count(instr)
+
+def _through_views(instr: Instruction) -> Instruction:
+    while instr.opcode in _VIEWS and len(instr.operands) == 1:
+        instr = instr.operands[0]
+    return instr
+
+
+def _int_constant(instr: Instruction) -> int | None:
+    instr = _through_views(instr)
+    if instr.opcode != "constant" or instr.shape.dims:
+        return None
+    try:
+        return int(instr.payload)
+    except ValueError:
+        return None
+
+
+def _counter_index(instr: Instruction) -> int | None:
+    """The tuple index ``instr`` reads from its computation's parameter, if it is such a read."""
+    instr = _through_views(instr)
+    if instr.opcode == "get-tuple-element" and instr.operands[0].opcode == "parameter":
+        return attrs.int_attr(instr, "index", -1)
+    return None
+
+
+def _infer_trip_count(loop: Instruction, body: Computation, cond: Computation) -> int | None:
+    """Trip count of ``for (i = a; i < b; i += s)`` as XLA lays it out (when it left it unstated)."""
+    if cond.root.opcode != "compare" or not loop.operands:
+        return None
+    direction = cond.root.attrs.get("direction", "")
+    lhs, rhs = cond.root.operands
+    index, limit = _counter_index(lhs), _int_constant(rhs)
+    if index is None or limit is None:
+        index, limit = _counter_index(rhs), _int_constant(lhs)
+        direction = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(direction, direction)
+    init_tuple = _through_views(loop.operands[0])
+    if (
+        index is None
+        or limit is None
+        or init_tuple.opcode != "tuple"
+        or body.root.opcode != "tuple"
+    ):
+        return None
+    start = _int_constant(init_tuple.operands[index])
+    update = _through_views(body.root.operands[index])
+    if start is None or update.opcode not in ("add", "subtract"):
+        return None
+    a, b = update.operands
+    step = _int_constant(b) if _counter_index(a) == index else None
+    if step is None and update.opcode == "add" and _counter_index(b) == index:
+        step = _int_constant(a)
+    if not step:
+        return None
+    step = step if update.opcode == "add" else -step
+    span = {
+        "LT": limit - start,
+        "LE": limit - start + 1,
+        "GT": limit - start,
+        "GE": limit - start - 1,
+    }
+    if direction in ("LT", "LE") and step > 0:
+        return max(0, -(-span[direction] // step))
+    if direction in ("GT", "GE") and step < 0:
+        return max(0, -(-span[direction] // step))
+    return None
 
 
 def loop_multipliers(instr: Instruction, ctx: CostContext) -> tuple[float, float, str | None]:
     """(body executions, condition executions, note) of a while loop under the context's model."""
     if not ctx.roofline:
         return 1, 1, None
-    n = trip_count(instr)
+    n, inferred = trip_count(instr, ctx)
     if n is None:
         return 1, 1, UNKNOWN_TRIP_COUNT
-    return n, n + 1, None
+    return n, n + 1, INFERRED_TRIP_COUNT if inferred else None
 
 
 @rule("while")

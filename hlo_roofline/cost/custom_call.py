@@ -14,12 +14,16 @@ CONV_TARGETS = (
     "__cudnn$convForward", "__cudnn$convBiasActivationForward", "__cudnn$convBackwardInput",
     "__cudnn$convBackwardFilter", "__cudnn$convForwardGraph",
 )  # fmt: skip
-# Targets that only reserve memory, annotate or synchronize: no work of their own.
+# Targets that only reserve memory, annotate, view or synchronize: no work of their own.
 NO_WORK_TARGETS = (
     "AllocateBuffer", "PrepareAsyncCallStart", "PrepareAsyncCallDone", "Sharding",
     "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice",
     "annotate_device_placement", "LayoutConstraint", "InspectSharding",
+    "AsyncCollectiveStart", "AsyncCollectiveDone", "ConcatBitcast", "AssumeGatherIndicesInBound",
 )  # fmt: skip
+# Library selections whose work is reading the input once and writing the result (comparisons
+# are not counted as FLOPs, as for XLA's own topk opcode).
+SELECTION_TARGETS = ("TopK", "__gpu$TopK", "GatherScatterIndicesBitpacked")
 
 
 def target(instr: Instruction) -> str:
@@ -37,8 +41,8 @@ def _boundary_bytes(instr: Instruction, ctx: CostContext, result: Shape) -> floa
 
 
 def _gemm(instr: Instruction, ctx: CostContext) -> Cost:
-    numbers = attrs.backend_config(instr).get("gemm_backend_config", {}).get(
-        "dot_dimension_numbers", {}
+    numbers = (
+        attrs.backend_config(instr).get("gemm_backend_config", {}).get("dot_dimension_numbers", {})
     )
     contracting = tuple(int(d) for d in numbers.get("lhs_contracting_dimensions", []))
     result = _main_result(instr)
@@ -79,6 +83,8 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
         return Cost(unknown=True, notes=(f"custom call '{name}': XLA reports -1 (unknown)",))
     if name in NO_WORK_TARGETS:
         return ZERO
+    if name in SELECTION_TARGETS:
+        return Cost(bytes_accessed=_boundary_bytes(instr, ctx, instr.shape))
     if name in GEMM_TARGETS:
         return _gemm(instr, ctx)
     if name in CONV_TARGETS:

@@ -19,6 +19,10 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
             if inner.opcode == "scatter":
                 return scatter(inner, ctx)
     inner = ctx.computation(body)
+    if ctx.roofline and body.root.opcode == "custom-call":
+        marker = body.root.attrs.get("custom_call_target", "").strip('"')
+        if marker in ASYNC_MARKERS:  # a TPU async collective split into start/done fusions
+            return _async_collective_half(instr, inner, marker, ctx)
     written = _output_bytes(instr, body, ctx)
     constants = sum(
         ctx.size(i.shape)
@@ -46,6 +50,17 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
         unknown=inner.unknown,
         notes=inner.notes,
     )
+
+
+ASYNC_MARKERS = ("AsyncCollectiveStart", "AsyncCollectiveDone")
+
+
+def _async_collective_half(instr: Instruction, inner: Cost, marker: str, ctx: CostContext) -> Cost:
+    """Count the pair once, at the start: its operands read and the collective's result written."""
+    if marker == "AsyncCollectiveDone":
+        return Cost()
+    result = instr.shape.tuple_shapes[1] if instr.shape.is_tuple else instr.shape
+    return inner.replace(bytes_accessed=ctx.operand_bytes(instr) + ctx.output_bytes(result))
 
 
 def _output_bytes(instr: Instruction, body: Computation, ctx: CostContext) -> float:
@@ -140,4 +155,3 @@ def _tuple_leaf(param: Instruction, index: tuple[int, ...]) -> Instruction:
                 node = user
                 break
     return node
-

@@ -23,9 +23,7 @@ def dot(instr: Instruction, ctx: CostContext) -> Cost:
     return Cost(flops=flops, bytes_accessed=ctx.default_bytes(instr))
 
 
-def _valid_positions(
-    w: attrs.WindowDim, kernel: int, output: int, input_: int
-) -> int:
+def _valid_positions(w: attrs.WindowDim, kernel: int, output: int, input_: int) -> int:
     """(kernel tap, output position) pairs that land on a real input element (padding excluded)."""
     count = 0
     for k in range(kernel):
@@ -42,9 +40,7 @@ def _valid_positions(
     return count
 
 
-def conv_flops(
-    instr: Instruction, lhs: Shape, rhs: Shape, out: Shape
-) -> int:
+def conv_flops(instr: Instruction, lhs: Shape, rhs: Shape, out: Shape) -> int:
     """XLA's convolution count: multiply-adds over valid (tap, output) pairs, grouped features."""
     dims = attrs.conv_dims(instr)
     window = attrs.window(instr)
@@ -102,4 +98,6 @@ def cholesky(instr: Instruction, ctx: CostContext) -> Cost:
 def sort(instr: Instruction, ctx: CostContext) -> Cost:
     """A comparison sort: n · ceil(log2 n) FLOPs over the first operand."""
     n = instr.operands[0].shape.elements
-    return Cost(flops=n * (n - 1).bit_length() if n > 1 else 0, bytes_accessed=ctx.default_bytes(instr))
+    return Cost(
+        flops=n * (n - 1).bit_length() if n > 1 else 0, bytes_accessed=ctx.default_bytes(instr)
+    )

@@ -70,7 +70,8 @@ class Shape:
         if not self.is_array:
             return f"{self.dtype}[]"
         dims = ",".join(
-            f"<={d}" if self.dynamic and self.dynamic[i] else str(d) for i, d in enumerate(self.dims)
+            f"<={d}" if self.dynamic and self.dynamic[i] else str(d)
+            for i, d in enumerate(self.dims)
         )
         layout = "{" + self.layout.text + "}" if self.layout is not None else ""
         return f"{self.dtype}[{dims}]{layout}"

@@ -9,6 +9,7 @@ once per distinct spelling (they repeat a lot). Anything it does not understand 
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -140,7 +141,7 @@ def _split_top_level(line: _Line, start: int) -> list[tuple[int, int]]:
     """Split ``line.text[start:]`` on commas outside brackets and quotes; return (begin, end) spans."""
     _, _, commas = _scan(line, start, grouped=False)
     bounds = [start - 1, *commas, len(line.text)]
-    return [(a + 1, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [(a + 1, b) for a, b in itertools.pairwise(bounds)]
 
 
 _shape_cache: dict[str, Shape] = {}
@@ -335,7 +336,7 @@ def _slow_operands_and_attrs(
             raise line.error("parameter needs its number", open_pos + 1)
     elif close > open_pos + 1:
         bounds = [open_pos, *commas, close]
-        for a, b in zip(bounds, bounds[1:], strict=False):
+        for a, b in itertools.pairwise(bounds):
             segment = text[a + 1 : b]
             if "/*" in segment:
                 segment = _COMMENT.sub("", segment)
@@ -349,7 +350,7 @@ def _slow_operands_and_attrs(
         if text[close + 1 : first].strip():
             raise line.error("expected ',' before attributes", close + 1)
         bounds = [*attr_commas, len(text)]
-        for a, b in zip(bounds, bounds[1:], strict=False):
+        for a, b in itertools.pairwise(bounds):
             key, eq, value = text[a + 1 : b].partition("=")
             key = key.strip()
             if not eq or not key or " " in key:
@@ -471,12 +472,9 @@ def _parse_module(text: str) -> Module:
             current.root = instr
         current_pending.append(_Pending(instr, line, operands))
     if current is not None:
-        raise HloParseError(
-            f"computation '{current.name}' is not closed with '}}'",
-            len(lines),
-            1,
-            lines[-1] if lines else "",
-        )
+        last = max((n for n, raw in enumerate(lines) if raw.strip()), default=0)
+        message = f"computation '{current.name}' is not closed with '}}'"
+        raise HloParseError(message, last + 1, 1, lines[last])
     if not computations:
         raise HloParseError("no computations found", header.number, 1, header.text)
     if entry is None:  # XLA's rule: without an ENTRY marker the last computation is the entry
@@ -533,6 +531,7 @@ def parse(path_or_text: str | Path) -> Module:
     """Parse HLO given either as text or as the path of a text file."""
     if isinstance(path_or_text, Path):
         return parse_file(path_or_text)
-    if isinstance(path_or_text, str) and "\n" not in path_or_text and "HloModule" not in path_or_text:
-        return parse_file(path_or_text)
+    text = path_or_text
+    if isinstance(text, str) and text.strip() and "\n" not in text and "HloModule" not in text:
+        return parse_file(text)
     return parse_module(path_or_text)

@@ -1,0 +1,217 @@
+"""cost_model="roofline": where it departs from XLA, checked against XLA's own numbers and facts
+fixed by the program (a scan's length, the number of devices, XLA's known_trip_count)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, load_fixture
+
+from hlo_roofline import analyze_hlo
+from hlo_roofline.hlo import parse
+
+TARGETS = ("cpu", "h100", "tpu_v5e", "tpu_v5p")
+
+
+def fixture(program: str, target: str):
+    return load_fixture(FIXTURES / program / f"{target}.xla.json")
+
+
+def xla_per_computation(oracle: dict, computation: str, key: str = "flops") -> float:
+    return sum(e[key] for e in oracle["per_instruction"] if e["computation"] == computation)
+
+
+def shape_bytes(shape) -> int:
+    """Array bytes computed independently of the code under test (numpy item sizes)."""
+    itemsize = {"bf16": 2, "f16": 2, "f32": 4, "s32": 4, "u32": 4, "s8": 1, "pred": 1}
+    return sum(math.prod(leaf.dims) * itemsize[leaf.dtype] for leaf in shape.leaves())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("program", "trips"), [("scan10", 10), ("fori_loop", 7)])
+def test_loop_body_counted_once_per_iteration(program, trips, target):
+    text, oracle = fixture(program, target)
+    module = parse(text)
+    (loop,) = [i for i in module.instructions() if i.opcode == "while"]
+    body = loop.attrs["body"].lstrip("%")
+    cond = loop.attrs["condition"].lstrip("%")
+    report = analyze_hlo(text)
+    # XLA counts body and condition once; a loop of n trips runs the body n times, the test n + 1.
+    expected = (
+        oracle["xla_totals"]["flops"]
+        + (trips - 1) * xla_per_computation(oracle, body)
+        + trips * xla_per_computation(oracle, cond)
+    )
+    assert report.summary["flops"] == pytest.approx(expected, rel=1e-6)
+    assert set(report.ops[report.ops.computation == body]["count"]) == {trips}
+    assert not report.summary["lower_bound"]
+
+
+@pytest.mark.parametrize("program", ["scan10", "fori_loop"])
+def test_inferred_trip_count_matches_xla_known_trip_count(program):
+    """libtpu does not annotate loops; the count we infer equals the one XLA proved on CPU."""
+    cpu_text, _ = fixture(program, "cpu")
+    known = int(re.search(r'"known_trip_count":\{"n":"(\d+)"\}', cpu_text).group(1))
+    for target in ("tpu_v5e", "tpu_v5p"):
+        text, _ = fixture(program, target)
+        assert "known_trip_count" not in text
+        report = analyze_hlo(text)
+        body_counts = set(report.ops["count"]) - {1, known + 1}
+        assert body_counts == {known}
+        assert "trip count inferred from the loop's counter" in report.summary["notes"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_unknown_trip_count_is_a_flagged_lower_bound(target):
+    text, oracle = fixture("while_dynamic", target)
+    report = analyze_hlo(text)
+    assert report.summary["lower_bound"]
+    assert report.summary["flops"] == pytest.approx(oracle["xla_totals"]["flops"], rel=1e-6)
+    assert report.ops["note"].str.contains("lower bound").any()
+
+
+def test_async_pairs_counted_once():
+    """An async start/done pair moves its data once; XLA charges the done again."""
+    checked = 0
+    for program in ("dp_train_step", "fsdp_train_step", "ppermute", "all_to_all"):
+        text, oracle = fixture(program, "h100")
+        xla = {e["name"]: e for e in oracle["per_instruction"] if "error" not in e}
+        module = parse(text)
+        report = analyze_hlo(module).ops.set_index("name")
+        for instr in module.entry.instructions:
+            if instr.opcode.endswith("-done"):
+                assert report.loc[instr.name, "bytes_accessed"] == 0, instr.name
+                assert xla[instr.name]["bytes accessed"] > 0
+            if instr.opcode in ("all-reduce-start", "all-gather-start"):
+                operands = sum(shape_bytes(op.shape) for op in instr.operands)
+                echo = operands if instr.opcode == "all-gather-start" else 0
+                want = xla[instr.name]["bytes accessed"] - echo
+                assert report.loc[instr.name, "bytes_accessed"] == want, instr.name
+                checked += 1
+    assert checked >= 4
+
+
+def _dot_flops_from_xla(oracle: dict, opcode: str) -> float:
+    return sum(e["flops"] for e in oracle["per_instruction"] if e.get("opcode") == opcode)
+
+
+@pytest.mark.parametrize("program", ["mlp_f32", "mlp_bf16"])
+def test_cublas_gemm_priced_like_xla_prices_the_dot(program):
+    """XLA prices a cuBLAS call at -1; we count 2·M·N·K·batch, as XLA does for the same dots."""
+    text, oracle = fixture(program, "h100_cublas")
+    assert all(
+        e["flops"] == -1 for e in oracle["per_instruction"] if e.get("opcode") == "custom-call"
+    )
+    report = analyze_hlo(text)
+    gemms = report.ops[report.ops.opcode == "custom-call"]
+    assert len(gemms) >= 3 and not gemms.unknown.any()
+    _, cpu_oracle = fixture(program, "cpu")
+    assert gemms.flops.sum() == pytest.approx(_dot_flops_from_xla(cpu_oracle, "dot"), rel=1e-9)
+
+
+def test_cudnn_convolutions_priced_like_xla_prices_the_convolutions():
+    text, _ = fixture("convnet", "h100")
+    report = analyze_hlo(text)
+    convs = report.ops[report.ops.opcode == "custom-call"]
+    assert len(convs) >= 3 and not convs.unknown.any()
+    _, cpu_oracle = fixture("convnet", "cpu")
+    cpu_convs = _dot_flops_from_xla(cpu_oracle, "convolution")
+    assert convs.flops.sum() == pytest.approx(cpu_convs, rel=1e-9)
+
+
+def _group(oracle: dict) -> int:
+    return oracle["num_devices"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_all_reduce_sends_twice_its_bytes_times_n_minus_1_over_n(target):
+    text, oracle = fixture("dp_train_step", target)
+    n = _group(oracle)
+    module = parse(text)
+    report = analyze_hlo(module).ops.set_index("name")
+    reduces = [i for i in module.instructions() if i.opcode in ("all-reduce", "all-reduce-start")]
+    assert reduces
+    for instr in reduces:
+        payload = sum(shape_bytes(op.shape) for op in instr.operands)
+        assert report.loc[instr.name, "comm_bytes"] == pytest.approx(2 * payload * (n - 1) / n)
+
+
+def test_fsdp_collectives_follow_group_size():
+    text, oracle = fixture("fsdp_train_step", "h100")
+    n = _group(oracle)
+    module = parse(text)
+    report = analyze_hlo(module).ops.set_index("name")
+    seen = set()
+    for instr in module.entry.instructions:
+        comm = report.loc[instr.name, "comm_bytes"] if instr.name in report.index else None
+        if instr.opcode == "all-gather-start":
+            gathered = instr.shape.tuple_shapes[1]
+            assert comm == pytest.approx(shape_bytes(gathered) * (n - 1) / n)
+        elif instr.opcode in ("reduce-scatter-start", "all-to-all-start"):
+            sent = sum(shape_bytes(op.shape) for op in instr.operands)
+            assert comm == pytest.approx(sent * (n - 1) / n)
+        else:
+            continue
+        seen.add(instr.opcode)
+    assert seen == {"all-gather-start", "reduce-scatter-start", "all-to-all-start"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_permute_sends_its_whole_buffer(target):
+    text, _ = fixture("ppermute", target)
+    module = parse(text)
+    report = analyze_hlo(module).ops.set_index("name")
+    (permute,) = [
+        i
+        for i in module.instructions()
+        if i.opcode.startswith("collective-permute") and not i.opcode.endswith("done")
+    ]
+    assert report.loc[permute.name, "comm_bytes"] == shape_bytes(permute.operands[0].shape)
+
+
+@pytest.mark.parametrize(
+    ("groups", "n"),
+    [
+        ("replica_groups={{0,1,2,3},{4,5,6,7}}", 4),
+        ("replica_groups=[2,4]<=[8]", 4),
+        ("replica_groups=[4,2]<=[2,4]T(1,0)", 2),
+        ("replica_groups=mesh['x'=2,'y'=4] {'y'}", 4),
+        ("replica_groups=mesh['x'=2,'y'=4] {'x','y'}", 8),
+    ],
+)
+def test_replica_group_forms(groups, n):
+    text = f"""HloModule m, num_partitions=8
+
+%sum (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+ENTRY %e (p: f32[1024]) -> f32[1024] {{
+  %p = f32[1024]{{0}} parameter(0)
+  ROOT %r = f32[1024]{{0}} all-reduce(%p), channel_id=1, {groups}, use_global_device_ids=true, to_apply=%sum
+}}
+"""
+    row = analyze_hlo(text).ops.set_index("name").loc["r"]
+    assert row.comm_bytes == pytest.approx(2 * 4096 * (n - 1) / n)
+    assert row.flops == pytest.approx(1024 * (n - 1) / n)
+
+
+def test_pallas_kernel_cost_estimate_is_used_and_opaque_kernel_is_flagged():
+    text, _ = fixture("pallas_tpu_cost", "tpu_v5e")
+    declared = re.search(r'cost_estimate[^{]*\{[^}]*"flops":"?(\d+)', text.replace('\\"', '"'))
+    report = analyze_hlo(text)
+    kernel = report.ops[report.ops.opcode == "custom-call"]
+    assert not kernel.unknown.any() and report.summary["coverage"] == 1.0
+    assert declared, "the fixture's kernel carries a cost_estimate"
+    assert kernel.flops.sum() == float(declared.group(1))
+    opaque = analyze_hlo(fixture("pallas_tpu", "tpu_v5e")[0])
+    assert opaque.summary["coverage"] < 1.0
+    assert opaque.summary["unknown_ops"]
+    row = opaque.ops[opaque.ops.unknown].iloc[0]
+    assert row.flops == 0 and row.bytes_accessed > 0 and "opaque" in row.note
+    assert np.isfinite(opaque.summary["bytes_accessed"])
