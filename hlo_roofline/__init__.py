@@ -1,7 +1,22 @@
-"""hlo_roofline: per-op roofline analysis of XLA's optimized HLO."""
+"""hlo_roofline: per-op roofline analysis of XLA's optimized HLO.
 
-from hlo_roofline.api import analyze_hlo
+``analyze(fn, *args, chip=...)`` compiles a JAX step (locally or compile-only for a TPU/GPU target)
+and returns a :class:`Report`; ``analyze_hlo(text_or_path)`` does the same from HLO text;
+``roofline(...)`` wraps a training step so its first call writes the report.
+"""
+
+from hlo_roofline import chips
+from hlo_roofline.api import analyze, analyze_dump, analyze_hlo, roofline
 from hlo_roofline.hlo import HloParseError
-from hlo_roofline.report import Report
+from hlo_roofline.report import Report, ReportError
 
-__all__ = ["HloParseError", "Report", "analyze_hlo"]
+__all__ = [
+    "HloParseError",
+    "Report",
+    "ReportError",
+    "analyze",
+    "analyze_dump",
+    "analyze_hlo",
+    "chips",
+    "roofline",
+]

@@ -1,27 +1,203 @@
-"""The Python entry points: HLO text (or a file) in, :class:`Report` out."""
+"""The Python entry points: HLO text, a dump directory, or a JAX function in; :class:`Report` out."""
 
 from __future__ import annotations
 
+import functools
+import logging
+import warnings
 from pathlib import Path
 
-from hlo_roofline import cost
+from hlo_roofline import chips, cost
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.hlo import Module, parse
 from hlo_roofline.report import Report
 
+log = logging.getLogger(__name__)
+DUMP_SUFFIX = "after_optimizations.txt"
 
-def analyze_hlo(path_or_text: str | Path | Module, cost_model: str = "roofline") -> Report:
-    """Price every executed op of an optimized HLO module.
+
+def analyze_hlo(
+    path_or_text: str | Path | Module, cost_model: str = "roofline", chip=None
+) -> Report | dict[str, Report]:
+    """Price every executed op of an optimized HLO module (text, file, or parsed module).
 
     ``cost_model="xla"`` reproduces XLA's HloCostAnalysis op by op (its module totals, except that a
     custom call is "unknown" rather than −1); ``"roofline"`` (default) corrects it: loop bodies ×
     trip count, async pairs once, library calls priced from their shapes, and bytes on the wire for
-    collectives. Raises :class:`~hlo_roofline.HloParseError` for malformed text.
+    collectives. With ``chip`` the report is classified against it. An ``--xla_dump_to`` directory
+    gives one report per optimized module, keyed by file name. Malformed text raises
+    :class:`~hlo_roofline.HloParseError`.
     """
     if cost_model not in cost.COST_MODELS:
         raise ValueError(f"cost_model must be one of {cost.COST_MODELS}, not {cost_model!r}")
+    is_path = isinstance(path_or_text, (str, Path)) and "\n" not in str(path_or_text)
+    if is_path and Path(path_or_text).is_dir():
+        return analyze_dump(path_or_text, cost_model, chip)
     module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
     with gc_paused():
         ops = cost.walk(module, cost_model)
-        columns = cost.rows(module, ops)
-        return Report.from_columns(columns, cost.summarize(ops, cost_model), module.name)
+        report = Report.from_columns(
+            cost.rows(module, ops), cost.summarize(ops, cost_model), module.name
+        )
+    return report.classify(chip) if chip is not None else report
+
+
+def dump_files(directory: str | Path) -> list[Path]:
+    """The optimized modules of an ``--xla_dump_to`` directory (``*after_optimizations.txt``)."""
+    return sorted(p for p in Path(directory).rglob(f"*{DUMP_SUFFIX}") if p.is_file())
+
+
+def analyze_dump(
+    directory: str | Path, cost_model: str = "roofline", chip=None
+) -> dict[str, Report]:
+    """One report per optimized module of an ``--xla_dump_to`` directory."""
+    files = dump_files(directory)
+    if not files:
+        raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
+    return {f.name.removesuffix("." + DUMP_SUFFIX): analyze_hlo(f, cost_model, chip) for f in files}
+
+
+# -- JAX functions ------------------------------------------------------------------------------
+
+
+def _local_chip():
+    """The chip of the local default device, when the database knows it (None on a CPU)."""
+    import jax
+
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return None
+    try:
+        return chips.get(device.device_kind)
+    except chips.UnknownChipError:
+        log.warning("local device %r is not in the chip database", device.device_kind)
+        return None
+
+
+def _default_target(chip) -> str | None:
+    """The compile-only target that produces this chip's HLO, if there is one."""
+    from hlo_roofline import targets
+
+    try:
+        return targets.parse_target(chip.key).spec
+    except targets.TargetError:
+        return None
+
+
+def _place(args, target: str | None):
+    """Abstract array arguments, placed on the target's first device unless already sharded on it."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if target is None:
+        return args
+    from hlo_roofline import targets
+
+    devices = targets.devices(target)
+    own = {d.id for d in devices}
+    default = NamedSharding(jax.sharding.Mesh([devices[0]], ("_",)), PartitionSpec())
+
+    def place(x):
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            return x
+        sharding = getattr(x, "sharding", None)
+        on_target = (
+            isinstance(sharding, NamedSharding)
+            and {d.id for d in sharding.mesh.devices.flat} <= own
+            and sharding.mesh.devices.flat[0].platform == devices[0].platform
+        )
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if on_target else default)
+
+    return jax.tree_util.tree_map(place, args)
+
+
+def _jitted(fn, jit_kwargs: dict):
+    import jax
+
+    if hasattr(fn, "lower"):
+        if jit_kwargs:
+            raise TypeError(f"{fn} is already jitted: pass {sorted(jit_kwargs)} to jax.jit instead")
+        return fn
+    return jax.jit(fn, **jit_kwargs)
+
+
+def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, str]:
+    """(chip, compile-only target or None for local, a sentence saying what is compiled for what)."""
+    chip = chips.get(chip) if isinstance(chip, str) else chip
+    if target == "local":
+        chip = chip or _local_chip()
+        return chip, None, "compiled for the local backend"
+    if target is not None:
+        from hlo_roofline import targets
+
+        spec = targets.parse_target(target)
+        chip = chip or chips.get(spec.chip)
+        return chip, spec.spec, f"compiled compile-only for {spec.spec}"
+    if chip is not None and chip.kind in ("tpu", "gpu"):
+        target = _default_target(chip)
+        if target is not None:
+            return (
+                chip,
+                target,
+                (
+                    f"compiled compile-only for {target} because chip={chip.key!r} "
+                    "(the local CPU's HLO differs; pass target='local' to use it)"
+                ),
+            )
+        warnings.warn(
+            f"no compile-only target produces {chip.name} HLO; judging the local backend's HLO "
+            f"against {chip.name}",
+            stacklevel=3,
+        )
+    return chip or _local_chip(), None, "compiled for the local backend"
+
+
+def analyze(
+    fn, *args, chip=None, target: str | None = None, cost_model: str = "roofline", **jit_kwargs
+):
+    """Compile ``fn(*args)`` and return its classified :class:`Report`.
+
+    ``fn`` may be plain or jitted; ``args`` are arrays, ``jax.ShapeDtypeStruct`` (with or without
+    shardings) or pytrees of them; ``jit_kwargs`` (``static_argnums``, ``in_shardings``, …) go to
+    ``jax.jit``. ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that
+    accelerator; ``chip`` defaults to the target's chip (or the local device's). Naming an
+    accelerator ``chip`` without a target compiles for that chip, not for the local CPU.
+    """
+    chip, target, how = resolve(chip, target)
+    log.info("%s", how)
+    compiled = _jitted(fn, jit_kwargs).lower(*_place(args, target)).compile()
+    report = analyze_hlo(compiled.as_text(), cost_model, chip)
+    report.summary["compiled_for"] = target or "local"
+    report.summary["how"] = how
+    return report
+
+
+def roofline(
+    fn=None, *, chip=None, logdir=None, run: str | None = None, cost_model: str = "roofline"
+):
+    """Wrap a (jitted) training step: its first call analyzes the program jax compiled for it.
+
+    The analysis reuses that compilation (jax caches it), writes the report to TensorBoard when
+    ``logdir`` is given, and is kept as ``step.report``; later calls go straight to the jitted step.
+    Usable as ``@roofline(chip="v5e", logdir="runs")`` or ``step = roofline(step, chip="v5e")``.
+    """
+
+    def wrap(step):
+        jitted = _jitted(step, {})
+
+        @functools.wraps(step)
+        def wrapper(*args, **kwargs):
+            if wrapper.report is None:
+                compiled = jitted.lower(*args, **kwargs).compile()
+                target_chip = chips.get(chip) if isinstance(chip, str) else chip
+                report = analyze_hlo(compiled.as_text(), cost_model, target_chip or _local_chip())
+                report.summary["compiled_for"] = "local"
+                wrapper.report = report
+                if logdir is not None:
+                    report.write_tensorboard(logdir, run or getattr(step, "__name__", "step"))
+            return jitted(*args, **kwargs)
+
+        wrapper.report = None
+        return wrapper
+
+    return wrap(fn) if fn is not None else wrap

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import COST_MODELS, Cost, CostContext, callee
+from hlo_roofline.cost.collectives import find_collective
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
+from hlo_roofline.cost.linalg import matmul_geometry
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction, Module
 
@@ -22,7 +25,9 @@ BOOKKEEPING = frozenset(
 ROW_COLUMNS = (
     "name", "opcode", "computation", "count", "flops", "transcendentals", "bytes_accessed",
     "comm_bytes", "unknown", "fusion_kind", "dtype", "shape", "op_name", "source", "note",
+    "fused_ops", "collective", "group_size", "mm_batch", "mm_m", "mm_n", "mm_k",
 )  # fmt: skip
+_NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _RULE_ERRORS = (ValueError, IndexError, KeyError, ZeroDivisionError, AttributeError, TypeError)
 
 
@@ -109,7 +114,8 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list]:
     shape_text: dict[int, str] = {}
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
     (name, opcode, computation, count_, flops, transcendentals, bytes_accessed, comm_bytes,
-     unknown, fusion_kind, dtype, shape, op_name, source, note) = columns.values()  # fmt: skip
+     unknown, fusion_kind, dtype, shape, op_name, source, note, fused_ops, collective,
+     group_size, mm_batch, mm_m, mm_n, mm_k) = columns.values()  # fmt: skip
     for op in ops:
         instr, count, cost = op.instr, op.count, op.cost
         meta = attrs.metadata(instr)
@@ -120,7 +126,7 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list]:
         name.append(instr.name)
         opcode.append(instr.opcode)
         computation.append(instr.computation.name)
-        count_.append(count)
+        count_.append(float(count))
         flops.append(cost.flops * count)
         transcendentals.append(cost.transcendentals * count)
         bytes_accessed.append(cost.bytes_accessed * count)
@@ -132,7 +138,34 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list]:
         op_name.append(meta.op_name)
         source.append(attrs.source(instr, module))
         note.append("; ".join(cost.notes))
+        fused_ops.append(_fused_ops(instr) if instr.opcode == "fusion" else "")
+        found = find_collective(instr) if not instr.opcode.endswith("-done") else None
+        collective.append(found.opcode.removesuffix("-start") if found is not None else "")
+        group_size.append(attrs.replica_group_size(found, module) if found is not None else 0)
+        geometry = _geometry(instr)
+        for column, value in zip(
+            (mm_batch, mm_m, mm_n, mm_k), geometry or (0, 0, 0, 0), strict=True
+        ):
+            column.append(value)
     return columns
+
+
+def _geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
+    try:
+        if instr.opcode == "custom-call":
+            return custom_call.geometry(instr)
+        return matmul_geometry(instr)
+    except _RULE_ERRORS:
+        return None
+
+
+def _fused_ops(fusion: Instruction) -> str:
+    """What a fusion computes, e.g. "dot, add, exponential ×2" (views and plumbing left out)."""
+    counts: dict[str, int] = {}
+    for inner in fusion.called[0].instructions:
+        if inner.opcode not in _NOT_LISTED:
+            counts[inner.opcode] = counts.get(inner.opcode, 0) + 1
+    return ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
 
 
 def summarize(ops: list[PricedOp], cost_model: str) -> dict:

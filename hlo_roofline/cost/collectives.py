@@ -101,3 +101,21 @@ def recv(instr: Instruction, ctx: CostContext) -> Cost:
         return Cost(bytes_accessed=ctx.default_bytes(instr))
     data = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
     return Cost(bytes_accessed=ctx.output_bytes(data))
+
+
+COLLECTIVES = (
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+    "collective-permute", "collective-broadcast", "send", "recv",
+)  # fmt: skip
+
+
+def find_collective(instr: Instruction) -> Instruction | None:
+    """The collective an op performs: itself, the op an async start wraps, or one fused inside."""
+    if instr.opcode.removesuffix("-start") in COLLECTIVES:
+        return instr
+    if instr.opcode in ("fusion", "async-start") and instr.called:
+        for inner in instr.called[0].instructions:
+            found = find_collective(inner)
+            if found is not None:
+                return found
+    return None

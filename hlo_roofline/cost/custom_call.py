@@ -5,7 +5,7 @@ cost estimate when it carries one (Pallas ``cost_estimate``), and flags the rest
 from __future__ import annotations
 
 from hlo_roofline.cost.base import ZERO, Cost, CostContext, rule
-from hlo_roofline.cost.linalg import conv_flops, dot_flops
+from hlo_roofline.cost.linalg import conv_flops, conv_geometry, dot_flops, dot_geometry
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
 
@@ -40,30 +40,54 @@ def _boundary_bytes(instr: Instruction, ctx: CostContext, result: Shape) -> floa
     return ctx.operand_bytes(instr) + ctx.output_bytes(result)
 
 
-def _gemm(instr: Instruction, ctx: CostContext) -> Cost:
-    numbers = (
-        attrs.backend_config(instr).get("gemm_backend_config", {}).get("dot_dimension_numbers", {})
+def _gemm_dims(instr: Instruction) -> attrs.DotDims:
+    config = attrs.backend_config(instr).get("gemm_backend_config", {})
+    numbers = config.get("dot_dimension_numbers", {})
+
+    def dims(key: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in numbers.get(key, []))
+
+    return attrs.DotDims(
+        dims("lhs_batch_dimensions"),
+        dims("lhs_contracting_dimensions"),
+        dims("rhs_batch_dimensions"),
+        dims("rhs_contracting_dimensions"),
     )
-    contracting = tuple(int(d) for d in numbers.get("lhs_contracting_dimensions", []))
+
+
+def _cudnn_operands(instr: Instruction) -> tuple[Shape, Shape, Shape]:
+    """(input, filter, output) of a cuDNN convolution, whatever direction it runs in."""
     result = _main_result(instr)
-    flops = dot_flops(instr.operands[0].shape, result, contracting)
+    a, b = instr.operands[0].shape, instr.operands[1].shape
+    kind = target(instr)
+    if kind == "__cudnn$convBackwardInput":  # (d_output, filter) -> d_input
+        return result, b, a
+    if kind == "__cudnn$convBackwardFilter":  # (input, d_output) -> d_filter
+        return a, result, b
+    return a, b, result
+
+
+def geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a library gemm or convolution call."""
+    name = target(instr)
+    if name in GEMM_TARGETS:
+        return dot_geometry(instr.operands[0].shape, instr.operands[1].shape, _gemm_dims(instr))
+    if name in CONV_TARGETS:
+        return conv_geometry(instr, *_cudnn_operands(instr))
+    return None
+
+
+def _gemm(instr: Instruction, ctx: CostContext) -> Cost:
+    result = _main_result(instr)
+    flops = dot_flops(instr.operands[0].shape, result, _gemm_dims(instr).lhs_contracting)
     return Cost(flops=flops, bytes_accessed=_boundary_bytes(instr, ctx, result))
 
 
 def _cudnn_conv(instr: Instruction, ctx: CostContext) -> Cost:
     """cuDNN's operands follow the convolution kind; dim_labels describe (input, filter, output)."""
-    result = _main_result(instr)
-    a, b = instr.operands[0].shape, instr.operands[1].shape
-    kind = target(instr)
-    if kind == "__cudnn$convBackwardInput":  # (d_output, filter) -> d_input
-        lhs, rhs, out = result, b, a
-    elif kind == "__cudnn$convBackwardFilter":  # (input, d_output) -> d_filter
-        lhs, rhs, out = a, result, b
-    else:
-        lhs, rhs, out = a, b, result
-    return Cost(
-        flops=conv_flops(instr, lhs, rhs, out), bytes_accessed=_boundary_bytes(instr, ctx, result)
-    )
+    lhs, rhs, out = _cudnn_operands(instr)
+    boundary = _boundary_bytes(instr, ctx, _main_result(instr))
+    return Cost(flops=conv_flops(instr, lhs, rhs, out), bytes_accessed=boundary)
 
 
 def _declared_estimate(instr: Instruction) -> dict | None:

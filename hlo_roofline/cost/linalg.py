@@ -101,3 +101,40 @@ def sort(instr: Instruction, ctx: CostContext) -> Cost:
     return Cost(
         flops=n * (n - 1).bit_length() if n > 1 else 0, bytes_accessed=ctx.default_bytes(instr)
     )
+
+
+def dot_geometry(lhs: Shape, rhs: Shape, numbers: attrs.DotDims) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of a dot: M and N are the free sizes of lhs and rhs."""
+    batch = math.prod(lhs.dims[d] for d in numbers.lhs_batch)
+    k = math.prod(lhs.dims[d] for d in numbers.lhs_contracting)
+    m = lhs.elements // max(batch * k, 1)
+    rhs_batch = math.prod(rhs.dims[d] for d in numbers.rhs_batch)
+    n = rhs.elements // max(rhs_batch * k, 1)
+    return batch, m, n, k
+
+
+def conv_geometry(
+    instr: Instruction, lhs: Shape, rhs: Shape, out: Shape
+) -> tuple[int, int, int, int]:
+    """A convolution as a matmul: M = images × output positions, N = output features,
+    K = input features per group × kernel taps."""
+    dims = attrs.conv_dims(instr)
+    groups = attrs.int_attr(instr, "feature_group_count", 1)
+    m = out.dims[dims.output_batch] * math.prod(out.dims[d] for d in dims.output_spatial)
+    k = (lhs.dims[dims.input_feature] // groups) * math.prod(
+        rhs.dims[d] for d in dims.kernel_spatial
+    )
+    return 1, m, out.dims[dims.output_feature], k
+
+
+def matmul_geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a dot or convolution, or of the largest one inside a fusion."""
+    if instr.opcode in ("dot", "scaled-dot", "ragged-dot"):
+        return dot_geometry(instr.operands[0].shape, instr.operands[1].shape, attrs.dot_dims(instr))
+    if instr.opcode == "convolution":
+        lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
+        return conv_geometry(instr, lhs, rhs, instr.shape)
+    if instr.opcode == "fusion" and instr.called:
+        found = [g for i in instr.called[0].instructions if (g := matmul_geometry(i)) is not None]
+        return max(found, key=math.prod, default=None)
+    return None

@@ -85,6 +85,13 @@ _CALLED_ATTRS = (
     "calls", "to_apply", "body", "condition", "select", "scatter",
     "true_computation", "false_computation", "branch_computations",
 )  # fmt: skip
+# Attributes an opcode cannot do without: XLA's parser rejects the op when they are missing.
+_REQUIRED_CALLEES = {
+    "fusion": ("calls",), "while": ("body", "condition"), "call": ("to_apply",),
+    "reduce": ("to_apply",), "reduce-window": ("to_apply",), "map": ("to_apply",),
+    "scatter": ("to_apply",), "select-and-scatter": ("select", "scatter"),
+    "all-reduce": ("to_apply",), "reduce-scatter": ("to_apply",), "async-start": ("calls",),
+}  # fmt: skip
 _FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _KV = re.compile(r"(\w+)=(-?\d+)")
 
@@ -508,6 +515,11 @@ def _resolve_callees(pending: list[_Pending], computations: dict[str, Computatio
                     col = p.line.text.find(key + "=")
                     raise p.line.error(f"unknown computation '%{name}' in {key}=", max(col, 0))
                 instr.called.append(callee)
+        for key in _REQUIRED_CALLEES.get(instr.opcode, ()):
+            if key not in attrs:
+                raise p.line.error(f"{instr.opcode} needs {key}=", 0)
+        if instr.opcode == "conditional" and not instr.called:
+            raise p.line.error("conditional needs branch_computations=", 0)
         if instr.opcode == "fusion":
             for callee in instr.called:
                 callee.is_fusion = True

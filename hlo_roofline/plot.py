@@ -1,0 +1,58 @@
+"""The roofline chart: roofs per dtype, one point per op at (intensity, predicted FLOP/s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+COLORS = {
+    "compute": "#1f77b4",
+    "memory": "#d62728",
+    "communication": "#2ca02c",
+    "unknown": "#7f7f7f",
+}
+
+
+def roofline_chart(report, path: Path, title: str | None = None) -> Path:
+    """Draw a classified report to ``path`` (.png or .svg); ops are sized by their share of the step."""
+    if "t_roofline_s" not in report.ops:
+        raise ValueError("plot needs a classified report: call report.classify(chip) first")
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"plot writes .png or .svg, not {path.suffix!r}")
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    summary = report.summary
+    ops = report.ops[(report.ops.t_roofline_s > 0) & (report.ops.flops > 0)]
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    intensity = ops["intensity"].to_numpy(dtype=float)
+    achieved = (ops["flops"] / ops["t_roofline_s"]).to_numpy(dtype=float)
+    finite = np.isfinite(intensity) & (intensity > 0)
+    low = min(0.05, float(np.nanmin(intensity[finite])) / 2) if finite.any() else 0.05
+    high = max(1e4, float(np.nanmax(intensity[finite])) * 2) if finite.any() else 1e4
+    x = np.logspace(np.log10(low), np.log10(high), 256)
+    bandwidth = summary["hbm_bandwidth"]
+    for dtype, roof in summary.get("roofs", {}).items():
+        ax.plot(x, np.minimum(roof["peak_flops"], x * bandwidth), lw=1.2, label=f"{dtype} roof")
+        ax.axvline(roof["critical_intensity"], ls=":", lw=0.8, color="0.6")
+    for bound, color in COLORS.items():
+        sel = (ops["bound"] == bound).to_numpy() & finite
+        if sel.any():
+            sizes = 20 + 600 * ops["share"].to_numpy()[sel]
+            ax.scatter(intensity[sel], achieved[sel], s=sizes, c=color, alpha=0.6, label=bound)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of HBM traffic)")
+    ax.set_ylabel("predicted FLOP/s")
+    chip = summary.get("chip_name", summary.get("chip", ""))
+    ax.set_title(title or f"{report.module} on {chip}")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, which="major", ls="-", lw=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

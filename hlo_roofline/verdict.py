@@ -1,0 +1,179 @@
+"""Roofline verdicts: each op's FLOPs and bytes against one chip's peaks, links and ridge.
+
+For every op: ``intensity = flops / bytes``; the peak it runs at (matmul-class ops at the rate of
+their input dtype, other ops at the vector rate); ``t_compute = (flops + transcendentals) / peak``,
+``t_memory = bytes / HBM bandwidth``, ``t_comm`` from the book's collective model;
+``t_roofline = max`` of the three (perfect overlap) and the bound that sets it. The step is predicted
+between Σ max (lower bound) and Σ sum (no overlap at all), as in "How to Scale Your Model".
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from hlo_roofline import chips
+from hlo_roofline.chips import Chip
+
+BOUNDS = ("compute", "memory", "communication", "unknown", "none")
+VERDICT_COLUMNS = (
+    "intensity", "critical_intensity", "bound", "t_compute_s", "t_memory_s", "t_comm_s",
+    "t_roofline_s", "share", "hint",
+)  # fmt: skip
+RIDGE_DTYPES = ("bf16", "fp8", "int8", "fp32")
+
+
+def _peak(chip: Chip, dtype: str) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", chips.RateFallbackWarning)
+        return chip.peak_flops(dtype)
+
+
+def vector_peak(chip: Chip) -> float:
+    """Where elementwise work runs: the VPU where published, else CUDA-core fp32, else the MXU."""
+    if chip.vpu_flops:
+        return chip.vpu_flops
+    if chip.kind == "gpu" and chip.has_rate("f32"):
+        return _peak(chip, "f32")
+    return _peak(chip, "bf16")
+
+
+def _link_time(chip: Chip, collective: str, comm_bytes: float, group: int) -> float:
+    """Seconds to move ``comm_bytes`` per device for one collective (book §2; 1 torus axis)."""
+    if comm_bytes <= 0:
+        return 0.0
+    n = max(group, 2)
+    if chip.ici is not None and chip.ici.link_bidirectional:
+        bandwidth = chip.ici.link_bidirectional
+        latency = (chip.ici.hop_latency or 0.0) * (
+            1 if collective == "collective-permute" else n / 2
+        )
+        if collective in ("all-to-all", "ragged-all-to-all"):  # a quarter of an all-gather of N·B
+            return max(latency, comm_bytes * n * n / (4 * (n - 1)) / bandwidth)
+        if collective in ("collective-permute", "send", "collective-broadcast"):
+            return latency + comm_bytes / (chip.ici.link_oneway or bandwidth / 2)
+        return max(latency, comm_bytes / bandwidth)
+    if chip.scaleup is not None and chip.scaleup.oneway:
+        bandwidth = chip.scaleup.oneway
+        domain = chip.scaleup.domain or n
+        if n > domain and chip.scaleout_per_node:  # crosses nodes: the node's egress is shared
+            bandwidth = min(bandwidth, chip.scaleout_per_node / domain)
+        return comm_bytes / bandwidth
+    return math.nan
+
+
+def _mxu_width(chip: Chip) -> int:
+    return chip.mxu[0] if chip.mxu else 0
+
+
+def _hint(row, critical: float, chip: Chip) -> str:
+    """What would move a matmul: the lhs rows (M) at which it reaches the ridge; MXU padding."""
+    m, n, k = int(row.mm_m), int(row.mm_n), int(row.mm_k)
+    if not k:
+        return ""
+    b = max(row.bytes_accessed / row.count, 1.0) if row.count else 1.0
+    elements = row.mm_batch * (m * k + k * n + m * n)
+    per_element = b / elements if elements else 2.0  # bytes per element of the op's tensors
+    denominator = 2 * n * k - critical * per_element * (k + n)
+    parts = []
+    if row.mm_batch > 1:  # batch dims on both operands: each batch element brings its own weights
+        state = "compute-bound" if row.intensity >= critical else "memory-bound"
+        parts.append(
+            f"{state}: batched weights keep intensity at {row.intensity:.3g} FLOP/B whatever the "
+            f"batch (ridge {critical:.0f}); cannot reach the ridge by growing the batch"
+            if state == "memory-bound"
+            else f"{state}: batched matmul at {row.intensity:.3g} FLOP/B (ridge {critical:.0f})"
+        )
+    elif denominator <= 0:
+        parts.append(f"cannot reach the ridge ({critical:.0f} FLOP/B) at any M: N·K too small")
+    else:
+        ridge_m = critical * per_element * k * n / denominator
+        state = "compute-bound" if m >= ridge_m else "memory-bound"
+        parts.append(f"{state} at M={m}; ridge at M≈{ridge_m:.0f}")
+    width = _mxu_width(chip)
+    if width:
+        padded = [-(-d // width) * width for d in (m, n, k)]
+        waste = 1 - (m * n * k) / math.prod(padded) if all(padded) else 0.0
+        if waste > 0.01:
+            parts.append(f"MXU {width}-padding wastes {waste:.0%} (M,N,K={m},{n},{k})")
+    return "; ".join(parts)
+
+
+def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
+    """Add the verdict columns for ``chip`` to a report's ops; return them and summary entries."""
+    chip = chips.get(chip) if isinstance(chip, str) else chip
+    ops = ops.drop(columns=[c for c in VERDICT_COLUMNS if c in ops.columns])
+    hbm = chip.hbm_bandwidth
+    vector = vector_peak(chip)
+    matmul = ops["mm_k"].to_numpy() > 0
+    peaks = np.array(
+        [_peak(chip, d) if mm else vector for d, mm in zip(ops["dtype"], matmul, strict=True)],
+        dtype=float,
+    )
+    flops = ops["flops"].to_numpy(dtype=float)
+    work = flops + ops["transcendentals"].to_numpy(dtype=float)
+    data = ops["bytes_accessed"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = np.where(data > 0, flops / data, np.nan)
+    t_compute = work / peaks
+    t_memory = data / hbm
+    t_comm = np.array(
+        [
+            _link_time(chip, c, b, g)
+            for c, b, g in zip(ops["collective"], ops["comm_bytes"], ops["group_size"], strict=True)
+        ],
+        dtype=float,
+    )
+    t_comm = np.nan_to_num(t_comm)
+    times = np.stack([t_compute, t_memory, t_comm])
+    t_roofline = times.max(axis=0)
+    bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
+    bound[t_roofline == 0] = "none"
+    bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
+    step = float(t_roofline.sum())
+    ops = ops.assign(
+        intensity=intensity,
+        critical_intensity=peaks / hbm,
+        bound=bound,
+        t_compute_s=t_compute,
+        t_memory_s=t_memory,
+        t_comm_s=t_comm,
+        t_roofline_s=t_roofline,
+        share=t_roofline / step if step else 0.0,
+    )
+    ops["hint"] = [
+        _hint(row, ci, chip) if mm else ""
+        for row, ci, mm in zip(ops.itertuples(), ops["critical_intensity"], matmul, strict=True)
+    ]
+    return ops, _summary(ops, chip, step, float(times.sum()))
+
+
+def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
+    time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
+    peak = _peak(chip, "bf16")
+    flops = float(ops["flops"].sum())
+    roofs = {}
+    for dtype in RIDGE_DTYPES:
+        if chip.has_rate(dtype):
+            rate = _peak(chip, dtype)
+            roofs[dtype] = {"peak_flops": rate, "critical_intensity": rate / chip.hbm_bandwidth}
+    roofs["vector"] = {
+        "peak_flops": vector_peak(chip),
+        "critical_intensity": vector_peak(chip) / chip.hbm_bandwidth,
+    }
+    return {
+        "chip": chip.key,
+        "chip_name": chip.name,
+        "chip_profile": chip.profile,
+        "step_time_lower_s": step,
+        "step_time_upper_s": upper,
+        "mfu_upper_bound": flops / (peak * step) if step else 0.0,
+        "time_share": {
+            b: float(time_by_bound.get(b, 0.0)) / step if step else 0.0 for b in BOUNDS[:4]
+        },
+        "hbm_bandwidth": chip.hbm_bandwidth,
+        "roofs": roofs,
+    }

@@ -1,0 +1,1 @@
+"""TensorBoard tab "HLO Roofline" for hlo_roofline reports (entry point: ``plugin:HloRooflineLoader``)."""

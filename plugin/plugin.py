@@ -1,0 +1,266 @@
+"""The TensorBoard plugin: routes under ``/data/plugin/hlo_roofline/`` and the static frontend.
+
+Runs are directories ``<logdir>/<run>/plugins/hlo_roofline/`` holding ``report.json`` (written by
+``Report.write_tensorboard``); the run name is ``<run>`` relative to the logdir, ``"."`` at the top.
+No event file is needed: the plugin walks the logdir itself.
+
+This module is what TensorBoard imports at startup, so it imports only the standard library,
+tensorboard and werkzeug. Reading, re-classifying and comparing reports (hlo_roofline, pandas)
+happens in :mod:`hlo_roofline_tensorboard._data`, imported by the first request that needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_NAME = "hlo_roofline"
+TAB_NAME = "HLO Roofline"
+REPORT_JSON = "report.json"
+REPORT_CSV = "report.csv"
+TOP_RUN = "."
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+# Every file the frontend may load, served at ``/<name>``; nothing else under static/ is reachable.
+STATIC_FILES = {
+    "index.js": "text/javascript",
+    "chart.js": "text/javascript",
+    "table.js": "text/javascript",
+    "util.js": "text/javascript",
+    "style.css": "text/css",
+}
+
+_MAX_RUN_CHARS = 1024
+_INACTIVE_RECHECK_S = 5.0  # a negative is_active() is re-checked at most this often
+_CHIP_RE = re.compile(r"^[A-Za-z0-9 ._()+/-]{1,100}$")
+
+
+class BadRequest(ValueError):
+    """A malformed query parameter (answered with 400)."""
+
+
+class NotFound(LookupError):
+    """A well-formed run that has no report (answered with 404)."""
+
+
+def _json_safe(value):
+    """``value`` with NaN and ±inf replaced by None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def dumps(value) -> str:
+    """Strict JSON (no NaN tokens, which ``JSON.parse`` rejects)."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        return json.dumps(_json_safe(value), allow_nan=False, separators=(",", ":"))
+
+
+def _json_response(request, value, code: int = 200):
+    body = value if isinstance(value, str | bytes) else dumps(value)
+    return http_util.Respond(request, body, "application/json", code=code)
+
+
+def _error(request, message: str, code: int):
+    return _json_response(request, {"error": message}, code)
+
+
+class RunIndex:
+    """Finds runs under one logdir and maps a run name to its report directory, safely."""
+
+    def __init__(self, logdir: str) -> None:
+        self.logdir = logdir or ""
+        self.root = os.path.realpath(self.logdir) if self.logdir else ""
+
+    def iter_runs(self):
+        """Run names in walk order (lazy, so "is there any run?" stops at the first)."""
+        if not self.root or not os.path.isdir(self.root):
+            return
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames.sort()
+            if (
+                os.path.basename(dirpath) == PLUGIN_NAME
+                and os.path.basename(os.path.dirname(dirpath)) == "plugins"
+                and REPORT_JSON in filenames
+            ):
+                run_dir = os.path.dirname(os.path.dirname(dirpath))
+                yield os.path.relpath(run_dir, self.root).replace(os.sep, "/")
+                dirnames[:] = []  # nothing below a report directory is a run
+
+    def runs(self) -> list[str]:
+        return sorted(self.iter_runs())
+
+    def report_dir(self, run: str | None) -> str:
+        """The directory holding ``run``'s report; BadRequest for a name that is not a run path."""
+        if not run or len(run) > _MAX_RUN_CHARS:
+            raise BadRequest("missing or overlong run name")
+        if "\x00" in run or "\\" in run or run.startswith("/") or re.match(r"^[A-Za-z]:", run):
+            raise BadRequest(f"invalid run name {run!r}")
+        parts = run.split("/")
+        if run != TOP_RUN and any(p in ("", ".", "..") for p in parts):
+            raise BadRequest(f"invalid run name {run!r}")
+        if not self.root:
+            raise NotFound("no logdir")
+        rel = [] if run == TOP_RUN else parts
+        path = os.path.realpath(os.path.join(self.root, *rel, "plugins", PLUGIN_NAME))
+        if os.path.commonpath([self.root, path]) != self.root:
+            raise BadRequest(f"run {run!r} leaves the logdir")
+        if not os.path.isfile(os.path.join(path, REPORT_JSON)):
+            raise NotFound(f"no report for run {run!r}")
+        return path
+
+
+def _chip_param(request) -> str | None:
+    chip = request.args.get("chip") or None
+    if chip is not None and not _CHIP_RE.match(chip):
+        raise BadRequest(f"invalid chip name {chip!r}")
+    return chip
+
+
+class HloRooflinePlugin(base_plugin.TBPlugin):
+    """Serves hlo_roofline reports found under the logdir as the "HLO Roofline" tab."""
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._index = RunIndex(context.logdir)
+        self._active = False
+        self._checked_at = -math.inf
+        self._lock = threading.Lock()
+
+    # -- TBPlugin ---------------------------------------------------------------------------
+
+    def is_active(self) -> bool:
+        """True once a report exists; a True answer is cached, a False one re-checked every 5 s."""
+        if self._active:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked_at < _INACTIVE_RECHECK_S:
+                return False
+            self._checked_at = now
+        try:
+            self._active = next(self._index.iter_runs(), None) is not None
+        except OSError:
+            return False
+        return self._active
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(
+            es_module_path="/index.js", tab_name=TAB_NAME, disable_reload=True
+        )
+
+    def get_plugin_apps(self) -> dict:
+        apps = {f"/{name}": self._serve_static for name in STATIC_FILES}
+        apps.update(
+            {
+                "/runs": self._serve_runs,
+                "/chips": self._serve_chips,
+                "/report": self._serve_report,
+                "/csv": self._serve_csv,
+                "/compare": self._serve_compare,
+            }
+        )
+        return apps
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    @wrappers.Request.application
+    def _serve_static(self, request):
+        name = request.path.rsplit("/", 1)[-1]
+        content_type = STATIC_FILES.get(name)
+        if content_type is None:
+            return http_util.Respond(request, "not found", "text/plain", code=404)
+        body = (STATIC_DIR / name).read_bytes()
+        return http_util.Respond(request, body, content_type)
+
+    @wrappers.Request.application
+    def _serve_runs(self, request):
+        runs = self._index.runs()
+        if runs:
+            self._active = True
+        return _json_response(request, runs)
+
+    @wrappers.Request.application
+    def _serve_chips(self, request):
+        return self._guarded(request, lambda _data: _json_response(request, _data.chip_list()))
+
+    @wrappers.Request.application
+    def _serve_report(self, request):
+        def answer(_data):
+            path = self._index.report_dir(request.args.get("run"))
+            return _json_response(request, _data.report_json(path, _chip_param(request)))
+
+        return self._guarded(request, answer)
+
+    @wrappers.Request.application
+    def _serve_csv(self, request):
+        def answer(_data):
+            run = request.args.get("run")
+            path = self._index.report_dir(run)
+            body = _data.report_csv(path, _chip_param(request))
+            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", run).strip("._") or "report"
+            return http_util.Respond(
+                request,
+                body,
+                "text/csv",
+                headers=[
+                    ("Content-Disposition", f'attachment; filename="{stem}.hlo_roofline.csv"')
+                ],
+            )
+
+        return self._guarded(request, answer)
+
+    @wrappers.Request.application
+    def _serve_compare(self, request):
+        def answer(_data):
+            run, other = request.args.get("run"), request.args.get("other")
+            path_a = self._index.report_dir(run)
+            path_b = self._index.report_dir(other)
+            result = _data.compare(path_a, path_b, _chip_param(request))
+            return _json_response(request, {"run": run, "other": other, **result})
+
+        return self._guarded(request, answer)
+
+    def _guarded(self, request, answer):
+        """Run ``answer(_data)``; turn every failure into a JSON error for this request only."""
+        from hlo_roofline_tensorboard import _data
+
+        try:
+            return answer(_data)
+        except BadRequest as exc:
+            return _error(request, str(exc), 400)
+        except NotFound as exc:
+            return _error(request, str(exc), 404)
+        except _data.UnknownChipError as exc:
+            return _error(request, str(exc), 400)
+        except _data.ReportError as exc:
+            return _error(request, f"corrupt report: {exc}", 422)
+        except Exception as exc:  # a report this version cannot handle: say so, keep serving
+            logger.exception("hlo_roofline: %s failed", request.full_path)
+            return _error(request, f"{type(exc).__name__}: {exc}", 500)
+
+
+class HloRooflineLoader(base_plugin.TBLoader):
+    """Entry point of the ``tensorboard_plugins`` group."""
+
+    def load(self, context: base_plugin.TBContext) -> HloRooflinePlugin:
+        return HloRooflinePlugin(context)

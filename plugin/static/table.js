@@ -1,0 +1,145 @@
+// A virtualized, sortable table: only the rows in view exist in the DOM, so 20k ops scroll freely.
+//
+// columns: [{key, label, width (CSS grid track), num (right-aligned, numeric sort),
+//            value(id) -> sort value, text(id) -> displayed string, cls(id) -> extra class}]
+// Rows are opaque ids (row indices of the report); the caller supplies the filtered id list.
+
+import { el } from "./util.js";
+
+export class VirtualTable {
+  constructor(container, columns, { rowHeight = 26, height = 420, onSelect, sort, label }) {
+    this.columns = columns;
+    this.rowHeight = rowHeight;
+    this.onSelect = onSelect || (() => {});
+    this.sort = sort || { key: columns[0].key, dir: 1 };
+    this.ids = [];
+    this.selected = -1;
+    const template = columns.map((c) => c.width || "minmax(80px, 1fr)").join(" ");
+    this.header = el("div", { className: "hr-row hr-head", attrs: { role: "row" } });
+    this.header.style.gridTemplateColumns = template;
+    this.template = template;
+    for (const c of columns) {
+      const cell = el("div", {
+        className: `hr-cell${c.num ? " hr-num" : ""}`,
+        text: c.label,
+        title: c.title || `Sort by ${c.label}`,
+        attrs: { role: "columnheader", "data-key": c.key, tabindex: 0 },
+        on: {
+          click: () => this.sortBy(c.key),
+          keydown: (e) => (e.key === "Enter" || e.key === " ") && this.sortBy(c.key),
+        },
+      });
+      this.header.append(cell);
+    }
+    this.sizer = el("div", { className: "hr-sizer" });
+    this.body = el("div", { className: "hr-body", attrs: { role: "rowgroup" } }, this.sizer);
+    this.body.style.height = `${height}px`;
+    this.root = el(
+      "div",
+      { className: "hr-table", attrs: { role: "grid", "aria-label": label || "table" } },
+      this.header,
+      this.body,
+    );
+    container.append(this.root);
+    this.body.addEventListener("scroll", () => this._schedule());
+    new ResizeObserver(() => this._schedule()).observe(this.body);
+  }
+
+  /** Show these row ids (sorted by the current sort). */
+  setRows(ids) {
+    this.ids = ids.slice();
+    this._sort();
+    this.body.scrollTop = 0;
+    this.render();
+  }
+
+  sortBy(key) {
+    this.sort = { key, dir: this.sort.key === key ? -this.sort.dir : this.columns.find((c) => c.key === key)?.num ? -1 : 1 };
+    this._sort();
+    this.render();
+  }
+
+  _sort() {
+    const col = this.columns.find((c) => c.key === this.sort.key);
+    if (!col) return;
+    const dir = this.sort.dir;
+    const value = col.value || col.text;
+    const keyed = this.ids.map((id) => [value(id), id]);
+    const missing = (v) => v === null || v === undefined || (typeof v === "number" && Number.isNaN(v));
+    keyed.sort((a, b) => {
+      const va = a[0];
+      const vb = b[0];
+      if (missing(va) || missing(vb)) return missing(va) - missing(vb) || a[1] - b[1];
+      if (va < vb) return -dir;
+      if (va > vb) return dir;
+      return a[1] - b[1];
+    });
+    this.ids = keyed.map((k) => k[1]);
+    for (const cell of this.header.children) {
+      const on = cell.dataset.key === this.sort.key;
+      cell.classList.toggle("hr-sorted", on);
+      cell.setAttribute("aria-sort", on ? (dir > 0 ? "ascending" : "descending") : "none");
+    }
+  }
+
+  /** Highlight a row and scroll it into view (if it is shown). */
+  select(id, scroll = true) {
+    this.selected = id;
+    const pos = this.ids.indexOf(id);
+    if (scroll && pos >= 0) {
+      const top = pos * this.rowHeight;
+      const view = this.body.clientHeight;
+      if (top < this.body.scrollTop || top + this.rowHeight > this.body.scrollTop + view) {
+        this.body.scrollTop = Math.max(0, top - view / 2);
+      }
+    }
+    this.render();
+  }
+
+  has(id) {
+    return this.ids.includes(id);
+  }
+
+  _schedule() {
+    if (this._pending) return;
+    this._pending = true;
+    requestAnimationFrame(() => {
+      this._pending = false;
+      this.render();
+    });
+  }
+
+  render() {
+    const h = this.rowHeight;
+    this.sizer.style.height = `${this.ids.length * h}px`;
+    const view = this.body.clientHeight || 420;
+    const first = Math.max(0, Math.floor(this.body.scrollTop / h) - 5);
+    const last = Math.min(this.ids.length, Math.ceil((this.body.scrollTop + view) / h) + 5);
+    const rows = [];
+    for (let pos = first; pos < last; pos++) {
+      const id = this.ids[pos];
+      const row = el("div", {
+        className: `hr-row${id === this.selected ? " hr-selected" : ""}`,
+        attrs: { role: "row", "aria-selected": id === this.selected, "data-row": id },
+        on: { click: () => this.onSelect(id) },
+      });
+      row.style.gridTemplateColumns = this.template;
+      row.style.transform = `translateY(${pos * h}px)`;
+      row.style.height = `${h}px`;
+      for (const c of this.columns) {
+        const text = c.text(id);
+        const extra = c.cls ? c.cls(id) : "";
+        row.append(
+          el("div", {
+            className: `hr-cell${c.num ? " hr-num" : ""}${extra ? " " + extra : ""}`,
+            text,
+            title: c.num ? null : text,
+            attrs: { role: "gridcell", "data-key": c.key },
+          }),
+        );
+      }
+      rows.push(row);
+    }
+    this.sizer.replaceChildren(...rows);
+  }
+}

@@ -1,0 +1,342 @@
+"""Roofline verdicts through the public API, against the book's worked answers
+(../shared/reference/book_cases.md) and real programs compiled for TPU and GPU targets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pandas as pd
+import pytest
+
+import hlo_roofline as hr
+from hlo_roofline import chips
+
+V5E_BOOK = chips.get("v5e", profile="book")
+
+
+def dot_module(
+    b: int, d: int, f: int, lhs="bf16", rhs="bf16", out="bf16", fuse_convert=False
+) -> str:
+    """X[b,d] · W[d,f] as XLA would emit it (optionally with the weight convert fused in)."""
+    if not fuse_convert:
+        return f"""HloModule book
+ENTRY %e (x: {lhs}[{b},{d}], w: {rhs}[{d},{f}]) -> {out}[{b},{f}] {{
+  %x = {lhs}[{b},{d}]{{1,0}} parameter(0)
+  %w = {rhs}[{d},{f}]{{1,0}} parameter(1)
+  ROOT %dot = {out}[{b},{f}]{{1,0}} dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+    return f"""HloModule book
+%fused (p0: {lhs}[{b},{d}], p1: {rhs}[{d},{f}]) -> {out}[{b},{f}] {{
+  %p0 = {lhs}[{b},{d}]{{1,0}} parameter(0)
+  %p1 = {rhs}[{d},{f}]{{1,0}} parameter(1)
+  %c = {lhs}[{d},{f}]{{1,0}} convert(%p1)
+  ROOT %dot = {out}[{b},{f}]{{1,0}} dot(%p0, %c), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+ENTRY %e (x: {lhs}[{b},{d}], w: {rhs}[{d},{f}]) -> {out}[{b},{f}] {{
+  %x = {lhs}[{b},{d}]{{1,0}} parameter(0)
+  %w = {rhs}[{d},{f}]{{1,0}} parameter(1)
+  ROOT %fusion = {out}[{b},{f}]{{1,0}} fusion(%x, %w), kind=kOutput, calls=%fused
+}}
+"""
+
+
+def row(report, name):
+    return report.ops.set_index("name").loc[name]
+
+
+def test_r1_dot_product_is_memory_bound_at_intensity_one_half():
+    n = 1_000_000
+    text = f"""HloModule r1
+ENTRY %e (x: bf16[{n}], y: bf16[{n}]) -> bf16[] {{
+  %x = bf16[{n}]{{0}} parameter(0)
+  %y = bf16[{n}]{{0}} parameter(1)
+  ROOT %d = bf16[] dot(%x, %y), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+}}
+"""
+    r = row(hr.analyze_hlo(text, chip=V5E_BOOK), "d")
+    assert (r.flops, r.bytes_accessed) == (2_000_000, 4_000_002)
+    assert r.intensity == pytest.approx(0.49999975)
+    assert r.bound == "memory"
+
+
+def test_r2_v5e_critical_intensity_is_240():
+    r = row(hr.analyze_hlo(dot_module(8, 8, 8), chip=V5E_BOOK), "dot")
+    assert r.critical_intensity == pytest.approx(240.24, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("batch", "bound"), [(128, "memory"), (240, "memory"), (272, "compute"), (1024, "compute")]
+)
+def test_r3_bf16_matmul_is_compute_bound_iff_batch_above_about_240(batch, bound):
+    r = row(hr.analyze_hlo(dot_module(batch, 8192, 8192), chip=V5E_BOOK), "dot")
+    assert r.bound == bound
+    assert r.t_roofline_s == max(r.t_compute_s, r.t_memory_s)
+
+
+def test_r3_exact_crossover_for_d_f_8192_is_255():
+    hint = row(hr.analyze_hlo(dot_module(64, 8192, 8192), chip=V5E_BOOK), "dot").hint
+    ridge = float(hint.split("ridge at M≈")[1].split()[0].rstrip(";"))
+    assert ridge == pytest.approx(255.2, abs=0.6)
+
+
+def test_r4_int8_matmul_worked_vector():
+    report = hr.analyze_hlo(dot_module(256, 8192, 8192, "s8", "s8", "s8"), chip=V5E_BOOK)
+    r = row(report, "dot")
+    assert r.flops == 34_359_738_368 and r.bytes_accessed == 71_303_168
+    assert r.intensity == pytest.approx(481.9, abs=0.05)
+    assert r.critical_intensity == pytest.approx(480.5, abs=0.1)  # 3.94e14 / 8.2e11
+    assert r.t_compute_s == pytest.approx(87.21e-6, rel=1e-3)
+    assert r.t_memory_s == pytest.approx(86.96e-6, rel=1e-3)
+    assert r.bound == "compute"  # barely
+    assert report.summary["step_time_lower_s"] == pytest.approx(max(r.t_compute_s, r.t_memory_s))
+    assert report.summary["step_time_upper_s"] == pytest.approx(r.t_compute_s + r.t_memory_s)
+
+
+@pytest.mark.parametrize(
+    ("batch", "int8_bound", "bf16_bound"),
+    [
+        (112, "memory", "memory"),
+        (144, "compute", "memory"),
+        (200, "compute", "memory"),
+        (300, "compute", "compute"),
+    ],
+)
+def test_r5_int8_weights_halve_the_critical_batch(batch, int8_bound, bf16_bound):
+    """bf16 activations × int8 weights (convert fused): compute-bound above B ≈ 127.6 (book: > 120)."""
+    int8 = row(
+        hr.analyze_hlo(dot_module(batch, 8192, 8192, rhs="s8", fuse_convert=True), chip=V5E_BOOK),
+        "fusion",
+    )
+    assert int8.bytes_accessed == 2 * batch * 8192 + 8192 * 8192 + 2 * batch * 8192
+    assert int8.bound == int8_bound
+    bf16 = row(hr.analyze_hlo(dot_module(batch, 8192, 8192), chip=V5E_BOOK), "dot")
+    assert bf16.bound == bf16_bound
+
+
+def test_r6_per_batch_weights_stay_memory_bound():
+    text = """HloModule r6
+ENTRY %e (x: s8[128,8192], w: s8[128,8192,8192]) -> s8[128,8192] {
+  %x = s8[128,8192]{1,0} parameter(0)
+  %w = s8[128,8192,8192]{2,1,0} parameter(1)
+  ROOT %d = s8[128,8192]{1,0} dot(%x, %w), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+"""
+    r = row(hr.analyze_hlo(text, chip=V5E_BOOK), "d")
+    assert (r.flops, r.bytes_accessed) == (17_179_869_184, 8_592_031_744)
+    assert r.intensity == pytest.approx(1.99951, abs=1e-5)
+    assert r.bound == "memory" and "cannot reach the ridge" in r.hint
+
+
+def test_r7_h100_ridge_is_295():
+    r = row(hr.analyze_hlo(dot_module(8, 8, 8), chip="h100"), "dot")
+    assert r.critical_intensity == pytest.approx(295.2, abs=0.1)
+
+
+def test_unknown_chip_lists_close_matches():
+    with pytest.raises(chips.UnknownChipError, match="v5e"):
+        hr.analyze_hlo(dot_module(8, 8, 8), chip="v5f")
+
+
+# -- real programs compiled for accelerators we do not have ----------------------------------
+
+
+def transformer_step(params, tokens):
+    """One block (attention + MLP) forward and backward, bf16."""
+
+    def loss(params):
+        x = params["embed"][tokens]
+        q, k, v = (x @ params[n] for n in ("wq", "wk", "wv"))
+        att = jax.nn.softmax(q @ k.swapaxes(-1, -2) / 8.0, axis=-1)
+        x = x + (att @ v) @ params["wo"]
+        x = x + jax.nn.gelu(x @ params["w1"]) @ params["w2"]
+        return jnp.mean(x.astype(jnp.float32) ** 2)
+
+    grads = jax.grad(loss)(params)
+    return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads)
+
+
+def transformer_inputs(batch: int, seq: int = 128, d: int = 2048, ff: int = 8192):
+    def s(*shape, dtype=jnp.bfloat16):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    params = {"embed": s(1024, d), "wq": s(d, d), "wk": s(d, d), "wv": s(d, d), "wo": s(d, d),
+              "w1": s(d, ff), "w2": s(ff, d)}  # fmt: skip
+    return params, s(batch, seq, dtype=jnp.int32)
+
+
+def _big_matmuls(report):
+    ops = report.ops
+    mm = ops[(ops.mm_k > 0) & ops.op_name.str.contains("dot_general")]
+    return mm[mm.flops >= 0.05 * mm.flops.max()]
+
+
+def test_transformer_matmuls_compute_bound_at_large_batch_memory_bound_at_batch_1():
+    big = hr.analyze(transformer_step, *transformer_inputs(batch=16), chip="v5e")
+    assert big.summary["compiled_for"] == "v5e:2x2"
+    mm = _big_matmuls(big)
+    assert len(mm) >= 6 and (mm.bound == "compute").all(), mm[["name", "bound", "intensity"]]
+    small = hr.analyze(transformer_step, *transformer_inputs(batch=1, seq=1), chip="v5e")
+    weights = small.ops[small.ops.op_name.str.contains("dot_general") & (small.ops.flops > 0)]
+    heavy = weights[weights.bytes_accessed >= 2 * 2048 * 2048 * 0.9]  # ops that read a weight
+    assert len(heavy) >= 4 and (heavy.bound == "memory").all(), heavy[["name", "bound"]]
+
+
+def test_int8_weights_change_the_verdict_on_v5e():
+    def matmul(x, w):
+        return (x @ w.astype(jnp.bfloat16)).astype(jnp.bfloat16)
+
+    x = jax.ShapeDtypeStruct((192, 8192), jnp.bfloat16)
+    verdicts = {}
+    for dtype in (jnp.bfloat16, jnp.int8):
+        report = hr.analyze(matmul, x, jax.ShapeDtypeStruct((8192, 8192), dtype), chip="v5e")
+        (mm,) = [r for r in report.ops.itertuples() if r.mm_k > 0]
+        verdicts[dtype.__name__] = mm.bound
+    assert verdicts == {"bfloat16": "memory", "int8": "compute"}
+
+
+@pytest.mark.parametrize(
+    "target", ["v5p:2x2x1", "v6e:2x2", "7x:2x2x1", "h100:1x1x8", "a100", "b200"]
+)
+def test_compile_only_targets_give_classified_reports(target):
+    def step(w, x):
+        return jax.nn.relu(x @ w).sum()
+
+    w = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)
+    x = jax.ShapeDtypeStruct((512, 1024), jnp.bfloat16)
+    report = hr.analyze(step, w, x, target=target)
+    assert report.summary["compiled_for"] == hr.targets.parse_target(target).spec
+    assert report.summary["chip"] == hr.targets.parse_target(target).chip
+    assert report.summary["flops"] >= 2 * 512 * 1024 * 1024
+    assert report.summary["step_time_lower_s"] > 0
+    assert set(report.ops.bound) <= {"compute", "memory", "communication", "unknown", "none"}
+
+
+def test_sharded_data_parallel_step_on_h100x8_has_communication():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = hr.targets.make_mesh("h100:1x1x8", (8,), ("data",))
+    w = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+    x = jax.ShapeDtypeStruct((8 * 64, 2048), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))
+
+    def step(w, x):
+        g = jax.grad(lambda w: jnp.mean((x @ w).astype(jnp.float32) ** 2))(w)
+        return w - 1e-3 * g
+
+    report = hr.analyze(step, w, x, target="h100:1x1x8")
+    comm = report.ops[report.ops.comm_bytes > 0]
+    assert len(comm) and (comm.group_size == 8).all()
+    # a gradient all-reduce moves 2·B·(N−1)/N per device over NVLink (450 GB/s one way)
+    ar = comm[comm.collective == "all-reduce"].iloc[0]
+    assert ar.t_comm_s == pytest.approx(ar.comm_bytes / 450e9)
+
+
+def test_chip_without_compile_target_says_so():
+    with pytest.warns(UserWarning, match="no compile-only target"):
+        report = hr.analyze(lambda x: x @ x, jnp.ones((64, 64)), chip="mi300x")
+    assert report.summary["chip"] == "mi300x" and report.summary["compiled_for"] == "local"
+
+
+# -- the report as a file ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def classified():
+    return hr.analyze_hlo("fixtures/attention/h100.hlo.txt", chip="h100")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_report_round_trips_losslessly(classified, tmp_path, suffix):
+    path = tmp_path / f"r{suffix}"
+    getattr(classified, f"to_{suffix[1:]}")(path)
+    back = hr.Report.read(path)
+    pd.testing.assert_frame_equal(back.ops, classified.ops)
+    assert back.summary == json.loads(json.dumps(classified.summary))
+    assert back.module == classified.module
+
+
+def test_hostile_text_round_trips(classified, tmp_path):
+    hostile = classified.ops.copy()
+    hostile.loc[0, "op_name"] = 'a,"b"\n<img src=x onerror=alert(1)>#c'
+    report = hr.Report(hostile, classified.summary, classified.module)
+    for suffix in (".csv", ".json"):
+        report_path = tmp_path / f"h{suffix}"
+        getattr(report, f"to_{suffix[1:]}")(report_path)
+        assert hr.Report.read(report_path).ops.loc[0, "op_name"] == hostile.loc[0, "op_name"]
+    assert "<img" not in report._repr_html_()
+
+
+@pytest.mark.parametrize(
+    "content", ["", "{", '{"format": "other"}', "#hlo_roofline.report {}\nname\n", "\x00\x01"]
+)
+def test_corrupt_report_is_a_clear_error(tmp_path, content):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    with pytest.raises(hr.ReportError, match="bad.json"):
+        hr.Report.read(bad)
+
+
+def test_write_tensorboard_layout(classified, tmp_path):
+    where = classified.write_tensorboard(tmp_path, "run1")
+    assert where == tmp_path / "run1" / "plugins" / "hlo_roofline"
+    assert sorted(p.name for p in where.iterdir()) == ["report.csv", "report.json"]
+    assert (
+        hr.Report.read(tmp_path / "run1").summary == hr.Report.read(where / "report.json").summary
+    )
+
+
+def test_rollup_sums_to_the_totals(classified):
+    for by in ("source", "op_name"):
+        rolled = classified.rollup(by)
+        assert rolled.flops.sum() == pytest.approx(classified.ops.flops.sum())
+        assert rolled.t_roofline_s.sum() == pytest.approx(classified.summary["step_time_lower_s"])
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_plot(classified, tmp_path, suffix):
+    path = classified.plot(tmp_path / f"roofline{suffix}")
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") if suffix == ".png" else b"<svg" in data[:2000]
+    svg = classified.plot(tmp_path / "r.svg").read_text()
+    assert "roof" in svg
+
+
+def test_roofline_wrapper_compiles_once_and_writes_the_report(tmp_path):
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, *_, **__: (
+            compiles.append(name) if name.endswith("backend_compile_duration") else None
+        )
+    )
+    w, x = jnp.ones((128, 128)), jnp.ones((32, 128))
+    jnp.zeros(1).block_until_ready()
+
+    @hr.roofline(chip="v5e", logdir=tmp_path, run="train")
+    @jax.jit
+    def step(w, x):
+        return w - 0.1 * jax.grad(lambda w: jnp.sum((x @ w) ** 2))(w)
+
+    before = len(compiles)
+    for _ in range(3):
+        w = step(w, x)
+    assert len(compiles) - before == 1
+    assert step.report is not None and step.report.summary["chip"] == "v5e"
+    assert hr.Report.read(tmp_path / "train").module == step.report.module
+
+
+def test_xla_dump_directory_gives_one_report_per_module(tmp_path):
+    code = "import jax, jax.numpy as jnp; jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((16, 16)))"
+    env = {
+        "XLA_FLAGS": f"--xla_dump_to={tmp_path} --xla_dump_hlo_as_text",
+        "JAX_PLATFORMS": "cpu",
+        "PATH": "",
+    }
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    reports = hr.analyze_hlo(tmp_path)
+    assert isinstance(reports, dict) and any("lambda" in k for k in reports)
+    assert all(isinstance(r, hr.Report) for r in reports.values())
