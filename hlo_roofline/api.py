@@ -30,16 +30,25 @@ def analyze_hlo(
     """
     if cost_model not in cost.COST_MODELS:
         raise ValueError(f"cost_model must be one of {cost.COST_MODELS}, not {cost_model!r}")
-    is_path = isinstance(path_or_text, (str, Path)) and "\n" not in str(path_or_text)
-    if is_path and Path(path_or_text).is_dir():
+    if _is_directory(path_or_text):
         return analyze_dump(path_or_text, cost_model, chip)
     module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
     with gc_paused():
-        ops = cost.walk(module, cost_model)
+        # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.
+        ops = cost.walk(module, cost_model, pad_to_tiles=cost_model == "roofline")
         report = Report.from_columns(
             cost.rows(module, ops), cost.summarize(ops, cost_model), module.name
         )
     return report.classify(chip) if chip is not None else report
+
+
+def _is_directory(path_or_text) -> bool:
+    if not isinstance(path_or_text, (str, Path)) or "\n" in str(path_or_text):
+        return False
+    try:
+        return Path(path_or_text).is_dir()
+    except (OSError, ValueError):  # text too long or odd to be a path
+        return False
 
 
 def dump_files(directory: str | Path) -> list[Path]:

@@ -277,7 +277,7 @@ def test_hostile_text_round_trips(classified, tmp_path):
 def test_corrupt_report_is_a_clear_error(tmp_path, content):
     bad = tmp_path / "bad.json"
     bad.write_text(content)
-    with pytest.raises(hr.ReportError, match="bad.json"):
+    with pytest.raises(hr.ReportError, match=r"bad\.json"):
         hr.Report.read(bad)
 
 

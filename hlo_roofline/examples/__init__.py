@@ -1,0 +1,1 @@
+"""Example training steps (filled by the examples issue)."""
