@@ -1,11 +1,14 @@
-# One-command setup: every target creates .venv/ (if needed) with the project and all extras.
+# One-command setup: `make demo` and `make test` create .venv/ with the project and all extras,
+# and `make test` also installs Debian's chromium for the browser tests of the TensorBoard tab.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: install demo test lint fixtures clean
+.PHONY: install browser demo test lint fixtures bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,17 +18,27 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Debian's chromium (Playwright drives it; it never downloads a browser of its own).
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+
+browser: $(CHROMIUM)
+
 demo: install
 	$(PY) -m hlo_roofline.demo
 
 lint: install
-	$(PY) -m ruff check hlo_roofline tests fixtures
+	$(PY) -m ruff check hlo_roofline plugin tests fixtures benchmarks
 
-test: install lint
-	$(PY) -m pytest -q -n 2 --durations=15
+test: install browser lint
+	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(PY) -m pytest -q -n 2 --durations=20
 
 fixtures: install
 	$(PY) fixtures/generate.py
 
+bench: install
+	$(PY) benchmarks/run.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache out test-artifacts

@@ -223,3 +223,48 @@ def test_pallas_kernel_cost_estimate_is_used_and_opaque_kernel_is_flagged():
     row = opaque.ops[opaque.ops.unknown].iloc[0]
     assert row.flops == 0 and row.bytes_accessed > 0 and "opaque" in row.note
     assert np.isfinite(opaque.summary["bytes_accessed"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_conditional_counts_the_branch_with_the_most_work(target):
+    """XLA takes a per-quantity max over branches; we count one whole branch, the heaviest by XLA's
+    own per-instruction numbers, and list the others with count 0."""
+    text, oracle = fixture("cond_switch", target)
+    module = parse(text)
+    conditionals = [i for i in module.instructions() if i.opcode == "conditional"]
+    assert conditionals
+    report = unpadded_roofline(module)
+    for cond in conditionals:
+        branches = [c.name for c in cond.called]
+
+        def work(comp):
+            return sum(
+                xla_per_computation(oracle, comp, key)
+                for key in ("flops", "transcendentals", "bytes accessed")
+            )
+
+        heaviest = max(branches, key=work)
+        for branch in branches:
+            counts = set(report[report.computation == branch]["count"])
+            assert counts == ({1.0} if branch == heaviest else {0.0}), (branch, heaviest)
+        counted = report[report.computation == heaviest]
+        assert counted.flops.sum() == pytest.approx(xla_per_computation(oracle, heaviest))
+
+
+@pytest.mark.parametrize("cost_model", ["roofline", "xla"])
+def test_unknown_opcode_is_a_flagged_row_not_a_crash(cost_model):
+    text = """HloModule m
+ENTRY %e (p: f32[1024]) -> f32[1024] {
+  %p = f32[1024]{0} parameter(0)
+  %n = f32[1024]{0} negate(%p)
+  ROOT %x = f32[1024]{0} frobnicate(%n), some_attr={1,2}
+}
+"""
+    report = analyze_hlo(text, cost_model=cost_model)
+    row = report.ops.set_index("name").loc["x"]
+    assert row.unknown and "no cost rule for opcode 'frobnicate'" in row.note
+    assert row.flops == 0
+    assert report.summary["unknown_ops"] == ["x"]
+    assert report.summary["coverage"] == pytest.approx(0.5)
+    classified = report.classify("v5e").ops.set_index("name")
+    assert classified.loc["x", "bound"] == "unknown" and classified.loc["n", "bound"] == "memory"
