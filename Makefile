@@ -32,7 +32,7 @@ lint: install
 	$(PY) -m ruff check hlo_roofline plugin tests fixtures benchmarks
 
 test: install browser lint
-	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(PY) -m pytest -q -n 2 --durations=20
+	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=20
 
 fixtures: install
 	$(PY) fixtures/generate.py

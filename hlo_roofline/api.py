@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import warnings
 from pathlib import Path
 
@@ -63,7 +64,12 @@ def analyze_dump(
     files = dump_files(directory)
     if not files:
         raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
-    return {f.name.removesuffix("." + DUMP_SUFFIX): analyze_hlo(f, cost_model, chip) for f in files}
+    return {module_key(f): analyze_hlo(f, cost_model, chip) for f in files}
+
+
+def module_key(path: Path) -> str:
+    """``module_0000.jit_f.cpu_after_optimizations.txt`` → ``module_0000.jit_f.cpu``; ``a.txt`` → ``a``."""
+    return re.sub(r"[._]?after_optimizations\.txt$|\.txt$", "", path.name)
 
 
 # -- JAX functions ------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from collections import OrderedDict, defaultdict, deque
 from hlo_roofline import chips
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.report import Report, ReportError
-
 from hlo_roofline_tensorboard.plugin import REPORT_CSV, REPORT_JSON, dumps
 
 __all__ = [
@@ -134,9 +133,9 @@ def _time(row: dict | None) -> float:
 def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
     """Match the ops of two runs by identity and report flipped verdicts and time deltas.
 
-    Ops are paired on (op_name, source, opcode, shape without layout), the k-th occurrence with the k-th; ops left
-    over are then paired on (op_name, source, opcode) when they carry an op_name or a source (the
-    same program at another size). Rows are sorted flipped first, then by |delta|. With ``chip``
+    Ops are paired on (op_name, source, opcode, shape without layout), the k-th occurrence with the
+    k-th; ops left over are then paired on (op_name, source, opcode) when they carry an op_name or a
+    source (the same program at another size). Rows are sorted flipped first, then by |delta|. With ``chip``
     both runs are re-classified for that chip; without it each keeps its own.
     """
     payload_a, payload_b = load(dir_a, chip)[0], load(dir_b, chip)[0]

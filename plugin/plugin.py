@@ -253,10 +253,18 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         except _data.UnknownChipError as exc:
             return _error(request, str(exc), 400)
         except _data.ReportError as exc:
-            return _error(request, f"corrupt report: {exc}", 422)
+            return _error(request, f"corrupt report: {self._redact(exc)}", 422)
         except Exception as exc:  # a report this version cannot handle: say so, keep serving
             logger.exception("hlo_roofline: %s failed", request.full_path)
-            return _error(request, f"{type(exc).__name__}: {exc}", 500)
+            return _error(request, f"{type(exc).__name__}: {self._redact(exc)}", 500)
+
+    def _redact(self, exc: Exception) -> str:
+        """The message with the server's logdir path replaced by ``<logdir>``."""
+        text = str(exc)
+        for path in {self._index.root, self._index.logdir}:
+            if path:
+                text = text.replace(path, "<logdir>")
+        return text
 
 
 class HloRooflineLoader(base_plugin.TBLoader):

@@ -8,12 +8,20 @@
 
 import { BOUND_COLORS, el, fmtBytes, fmtPct, fmtSI, fmtTime } from "./util.js";
 
-const MARGIN = { left: 70, right: 118, top: 14, bottom: 44 };
+const MARGIN = { left: 58, right: 170, top: 14, bottom: 44 };
 const GUTTER = 34; // width of the "no FLOP/B" strip, left of the x axis
 const HEIGHT = 400;
 
 function log10(x) {
   return Math.log(x) / Math.LN10;
+}
+
+/** A power of ten as a short label: 0.01, 0.1, 1, 10, 100, 1k, 10k, ..., 1P. */
+function decade(k, unit = "") {
+  if (k < 0) return `${(10 ** k).toFixed(-k)}${unit}`;
+  const prefixes = ["", "k", "M", "G", "T", "P", "E", "Z"];
+  const p = Math.min(prefixes.length - 1, Math.floor(k / 3));
+  return `${10 ** (k - 3 * p)}${prefixes[p]}${unit}`;
 }
 
 /** Deterministic jitter in [0, 1) from an integer (keeps the gutter stable across redraws). */
@@ -191,7 +199,7 @@ export class RooflineChart {
       ctx.moveTo(x, plot.top);
       ctx.lineTo(x, plot.bottom);
       ctx.stroke();
-      ctx.fillText(fmtSI(10 ** k).replace(" ", ""), x, plot.bottom + 5);
+      ctx.fillText(decade(k), x, plot.bottom + 5);
     }
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
@@ -201,7 +209,7 @@ export class RooflineChart {
       ctx.moveTo(plot.left, y);
       ctx.lineTo(plot.right, y);
       ctx.stroke();
-      ctx.fillText(fmtSI(10 ** k, "FLOP/s"), MARGIN.left - 4, y);
+      ctx.fillText(decade(k), MARGIN.left - 4, y);
     }
     ctx.strokeStyle = muted;
     ctx.strokeRect(plot.left + 0.5, plot.top + 0.5, plot.right - plot.left, plot.bottom - plot.top);
@@ -209,6 +217,12 @@ export class RooflineChart {
     ctx.textAlign = "center";
     ctx.textBaseline = "bottom";
     ctx.fillText("arithmetic intensity (FLOP/byte)", (plot.left + plot.right) / 2, HEIGHT - 4);
+    ctx.save();
+    ctx.translate(12, (plot.top + plot.bottom) / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textBaseline = "middle";
+    ctx.fillText("attained FLOP/s (FLOPs / predicted time)", 0, 0);
+    ctx.restore();
 
     // Gutter for ops without FLOPs.
     const g0 = MARGIN.left + 4;
@@ -260,19 +274,23 @@ export class RooflineChart {
       }
     }
     ctx.restore();
+    // Roof labels at the right, pushed apart so close peaks stay readable.
     ctx.textAlign = "left";
     ctx.textBaseline = "middle";
-    for (const r of roofs.roofs) {
-      const y = Y(r.peak);
-      if (y < plot.top - 2 || y > plot.bottom) continue;
+    const labels = roofs.roofs
+      .map((r) => ({ r, y: Y(r.peak) }))
+      .filter((l) => l.y >= plot.top - 2 && l.y <= plot.bottom)
+      .sort((a, b) => a.y - b.y);
+    let floor = -Infinity;
+    for (const l of labels) {
+      l.y = Math.max(l.y, floor + 26);
+      floor = l.y;
+    }
+    for (const { r, y } of labels) {
       ctx.fillStyle = fg;
-      ctx.fillText(`${r.labels.join(", ")}`, plot.right + 6, y - 7);
+      ctx.fillText(`${r.labels.join(", ")}  ${fmtSI(r.peak, "FLOP/s")}`, plot.right + 6, y - 6);
       ctx.fillStyle = muted;
-      ctx.fillText(
-        `${fmtSI(r.peak, "FLOP/s")}${r.ridge > 0 ? ` · ridge ${fmtSI(r.ridge)}` : ""}`,
-        plot.right + 6,
-        y + 7,
-      );
+      if (r.ridge > 0) ctx.fillText(`ridge ${fmtSI(r.ridge)} FLOP/B`, plot.right + 6, y + 7);
     }
     if (roofs.bw) {
       ctx.fillStyle = muted;

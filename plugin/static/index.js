@@ -111,7 +111,9 @@ function buildLayout() {
   ui.compareBox.hidden = true;
 
   ui.boundFilter = el("select", { attrs: { id: "hr-filter-bound", "aria-label": "Bound filter" } });
-  ui.opcodeFilter = el("select", { attrs: { id: "hr-filter-opcode", "aria-label": "Opcode filter" } });
+  ui.opcodeFilter = el("select", {
+    attrs: { id: "hr-filter-opcode", "aria-label": "Opcode filter" },
+  });
   ui.search = el("input", {
     attrs: {
       id: "hr-search",
@@ -141,7 +143,14 @@ function buildLayout() {
     ui.count,
   );
   ui.tableBox = el("section", { className: "hr-ops", attrs: { "aria-label": "Ops" } }, filters);
-  ui.content = el("div", { className: "hr-content" }, ui.summary, ui.main, ui.compareBox, ui.tableBox);
+  ui.content = el(
+    "div",
+    { className: "hr-content" },
+    ui.summary,
+    ui.main,
+    ui.compareBox,
+    ui.tableBox,
+  );
   ui.root = el("div", { className: "hr-app" }, toolbar, ui.error, ui.content);
   document.body.append(ui.root);
 
@@ -151,6 +160,11 @@ function buildLayout() {
     sort: { key: "t_roofline_s", dir: -1 },
     label: "Ops",
   });
+}
+
+/** Table cell class for a bound ("" when the op has none, e.g. only in one compared run). */
+function pill(bound) {
+  return bound ? `hr-pill hr-bound-${bound}` : "";
 }
 
 function opColumns() {
@@ -164,10 +178,17 @@ function opColumns() {
       label: "bound",
       width: "104px",
       text: text("bound"),
-      cls: (row) => `hr-pill hr-bound-${state.model.get(row, "bound")}`,
+      cls: (row) => pill(state.model.get(row, "bound")),
     },
     { key: "dtype", label: "dtype", width: "60px", text: text("dtype") },
-    { key: "flops", label: "FLOPs", width: "78px", num: true, value: g("flops"), text: (r) => fmtSI(g("flops")(r)) },
+    {
+      key: "flops",
+      label: "FLOPs",
+      width: "78px",
+      num: true,
+      value: g("flops"),
+      text: (r) => fmtSI(g("flops")(r)),
+    },
     {
       key: "bytes_accessed",
       label: "bytes",
@@ -192,7 +213,14 @@ function opColumns() {
       value: g("t_roofline_s"),
       text: (r) => fmtTime(g("t_roofline_s")(r)),
     },
-    { key: "share", label: "share", width: "62px", num: true, value: g("share"), text: (r) => fmtPct(g("share")(r)) },
+    {
+      key: "share",
+      label: "share",
+      width: "62px",
+      num: true,
+      value: g("share"),
+      text: (r) => fmtPct(g("share")(r)),
+    },
     { key: "op_name", label: "op_name", width: "minmax(160px, 2fr)", text: text("op_name") },
     { key: "hint", label: "hint", width: "minmax(120px, 1.2fr)", text: text("hint") },
   ];
@@ -213,7 +241,10 @@ async function init() {
   buildLayout();
   setStatus("loading…");
   try {
-    [state.runs, state.chips] = await Promise.all([getJSON(route("runs")), getJSON(route("chips")).catch(() => [])]);
+    [state.runs, state.chips] = await Promise.all([
+      getJSON(route("runs")),
+      getJSON(route("chips")).catch(() => []),
+    ]);
   } catch (err) {
     showError(`cannot list runs: ${err.message}`);
     return;
@@ -228,11 +259,14 @@ async function init() {
     return;
   }
   setChildren(ui.run, ...state.runs.map((r) => option(r, r)));
-  await selectRun(state.runs[0]);
+  // Opened directly (data/plugin_entry.html?name=hlo_roofline&run=NAME), start on that run.
+  const wanted = new URLSearchParams(window.location.search).get("run");
+  await selectRun(state.runs.includes(wanted) ? wanted : state.runs[0]);
 }
 
 async function selectRun(run) {
   state.run = run;
+  state.selected = -1;
   ui.run.value = run;
   if (state.other === run) state.other = "";
   setChildren(
@@ -248,13 +282,15 @@ function fillChips() {
   const ownName = state.model ? state.model.summary.chip_name : null;
   const label = own ? `as written (${ownName || own})` : "as written (no chip)";
   const options = [option("", label, state.chip === "")];
-  for (const c of state.chips) options.push(option(c.key, `${c.name} (${c.key})`, c.key === state.chip));
+  for (const c of state.chips)
+    options.push(option(c.key, `${c.name} (${c.key})`, c.key === state.chip));
   setChildren(ui.chip, ...options);
 }
 
 async function loadReport() {
   const id = ++state.requestId;
   setStatus("loading…");
+  ui.root.dataset.state = "loading";
   ui.csv.href = route("csv", { run: state.run, chip: state.chip });
   let payload;
   try {
@@ -262,14 +298,19 @@ async function loadReport() {
   } catch (err) {
     if (id !== state.requestId) return;
     state.model = null;
+    ui.table.setRows([]);
+    ui.chart.setModel(null);
     fillChips();
     showError(err.message);
     setStatus("");
+    ui.root.dataset.state = "error";
+    ui.root.dataset.run = state.run;
     return;
   }
   if (id !== state.requestId) return;
   showError("");
-  const previous = state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : null;
+  const previous =
+    state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : null;
   state.model = new Model(payload);
   fillChips();
   state.selected = -1;
@@ -284,6 +325,10 @@ async function loadReport() {
   renderDetails();
   if (state.selected >= 0) selectOp(state.selected, true);
   setStatus("");
+  // For tests and scripts: which run and chip the page shows, and that it is done loading.
+  ui.root.dataset.run = state.run;
+  ui.root.dataset.chip = state.model.summary.chip || "";
+  ui.root.dataset.state = "ready";
   if (state.other) await loadCompare();
 }
 
@@ -307,23 +352,50 @@ function renderSummary() {
     const seg = el("span", { className: `hr-bound-${b}`, title: `${b}: ${fmtPct(f)}` });
     seg.style.width = `${Math.max(0.5, f * 100)}%`;
     bar.append(seg);
-    legend.append(el("span", { className: "hr-legend-item" }, el("span", { className: `hr-swatch hr-bound-${b}` }), `${b} ${fmtPct(f)}`));
+    legend.append(
+      el(
+        "span",
+        { className: "hr-legend-item" },
+        el("span", { className: `hr-swatch hr-bound-${b}` }),
+        `${b} ${fmtPct(f)}`,
+      ),
+    );
   }
   const classified = s.step_time_lower_s !== undefined && s.step_time_lower_s !== null;
-  const timeBox = el("div", { className: "hr-card hr-card-wide" }, el("div", { className: "hr-card-label", text: "time per bound" }), bar, legend);
+  const timeBox = el(
+    "div",
+    { className: "hr-card hr-card-wide" },
+    el("div", { className: "hr-card-label", text: "time per bound" }),
+    bar,
+    legend,
+  );
   const unknown = Array.isArray(s.unknown_ops) ? s.unknown_ops.length : 0;
   setChildren(
     ui.summary,
     card(
       "predicted step time",
-      classified ? `${fmtTime(s.step_time_lower_s)} – ${fmtTime(s.step_time_upper_s)}` : "not classified",
+      classified
+        ? `${fmtTime(s.step_time_lower_s)} – ${fmtTime(s.step_time_upper_s)}`
+        : "not classified",
       classified ? "perfect overlap – no overlap" : "choose a chip above",
     ),
     card("MFU upper bound", fmtPct(s.mfu_upper_bound), s.chip_name || s.chip || ""),
     classified ? timeBox : null,
-    card("coverage", fmtPct(s.coverage), unknown ? `${unknown} op(s) not priced` : "every op priced"),
-    card("FLOPs / bytes", `${fmtSI(s.flops)} / ${fmtBytes(s.bytes_accessed)}`, s.comm_bytes ? `comm ${fmtBytes(s.comm_bytes)}` : null),
-    card("module", m.module || "–", `${m.rows.length} ops${s.cost_model ? ` · ${s.cost_model} model` : ""}`),
+    card(
+      "coverage",
+      fmtPct(s.coverage),
+      unknown ? `${unknown} op(s) not priced` : "every op priced",
+    ),
+    card(
+      "FLOPs / bytes",
+      `${fmtSI(s.flops)} / ${fmtBytes(s.bytes_accessed)}`,
+      s.comm_bytes ? `comm ${fmtBytes(s.comm_bytes)}` : null,
+    ),
+    card(
+      "module",
+      m.module || "–",
+      `${m.rows.length} ops${s.cost_model ? ` · ${s.cost_model} model` : ""}`,
+    ),
   );
 }
 
@@ -334,14 +406,20 @@ function fillFilters() {
     const op = m.get(i, "opcode");
     counts.set(op, (counts.get(op) || 0) + 1);
   }
-  const opcodes = [...counts.entries()].sort((a, b) => b[1] - a[1] || String(a[0]).localeCompare(String(b[0])));
+  const opcodes = [...counts.entries()].sort(
+    (a, b) => b[1] - a[1] || String(a[0]).localeCompare(String(b[0])),
+  );
   if (state.filter.opcode && !counts.has(state.filter.opcode)) state.filter.opcode = "";
   setChildren(
     ui.opcodeFilter,
     option("", "all"),
     ...opcodes.map(([op, n]) => option(op, `${op} (${n})`, op === state.filter.opcode)),
   );
-  setChildren(ui.boundFilter, option("", "all"), ...BOUNDS.map((b) => option(b, b, b === state.filter.bound)));
+  setChildren(
+    ui.boundFilter,
+    option("", "all"),
+    ...BOUNDS.map((b) => option(b, b, b === state.filter.bound)),
+  );
 }
 
 function setFilter(change) {
@@ -390,7 +468,10 @@ function renderDetails() {
   const m = state.model;
   const row = state.selected;
   if (!m || row < 0) {
-    setChildren(ui.details, el("p", { className: "hr-muted", text: "Click a point or a row to see the op." }));
+    setChildren(
+      ui.details,
+      el("p", { className: "hr-muted", text: "Click a point or a row to see the op." }),
+    );
     return;
   }
   const g = (c) => m.get(row, c);
@@ -442,18 +523,29 @@ async function loadCompare() {
   }
   const id = state.requestId;
   ui.compareBox.hidden = false;
-  setChildren(ui.compareBox, el("p", { className: "hr-muted", text: `comparing with ${state.other}…` }));
+  ui.compareBox.dataset.state = "loading";
+  setChildren(
+    ui.compareBox,
+    el("p", { className: "hr-muted", text: `comparing with ${state.other}…` }),
+  );
   let payload;
   try {
-    payload = await getJSON(route("compare", { run: state.run, other: state.other, chip: state.chip }));
+    payload = await getJSON(
+      route("compare", { run: state.run, other: state.other, chip: state.chip }),
+    );
   } catch (err) {
     if (id !== state.requestId) return;
-    setChildren(ui.compareBox, el("div", { className: "hr-error", text: `Compare with “${state.other}”: ${err.message}` }));
+    setChildren(
+      ui.compareBox,
+      el("div", { className: "hr-error", text: `Compare with “${state.other}”: ${err.message}` }),
+    );
+    ui.compareBox.dataset.state = "error";
     return;
   }
   if (id !== state.requestId) return;
   state.compare = payload;
   renderCompare();
+  ui.compareBox.dataset.state = "ready";
 }
 
 function renderCompare() {
@@ -462,7 +554,8 @@ function renderCompare() {
   const get = (row, col) => c.data[row][idx[col]];
   const a = c.summary.run;
   const b = c.summary.other;
-  const delta = (x, y) => (x > 0 && y !== null && y !== undefined ? ` (${y >= x ? "+" : ""}${fmtPct((y - x) / x)})` : "");
+  const delta = (x, y) =>
+    x > 0 && y !== null && y !== undefined ? ` (${y >= x ? "+" : ""}${fmtPct((y - x) / x)})` : "";
   const head = el(
     "div",
     { className: "hr-compare-head" },
@@ -470,7 +563,8 @@ function renderCompare() {
     el("div", {
       text:
         `step ≥ ${fmtTime(a.step_time_lower_s)} (${a.chip || "no chip"}) → ` +
-        `${fmtTime(b.step_time_lower_s)} (${b.chip || "no chip"})${delta(a.step_time_lower_s, b.step_time_lower_s)}`,
+        `${fmtTime(b.step_time_lower_s)} (${b.chip || "no chip"})` +
+        delta(a.step_time_lower_s, b.step_time_lower_s),
     }),
     el("div", {
       className: "hr-muted",
@@ -483,25 +577,88 @@ function renderCompare() {
   const only = el("input", { attrs: { type: "checkbox", id: "hr-only-flipped" } });
   only.checked = state.onlyFlipped;
   const count = el("span", { className: "hr-count", attrs: { id: "hr-compare-count" } });
-  const box = el("div", { className: "hr-filters" }, el("label", {}, only, " only flipped verdicts"), count);
+  const box = el(
+    "div",
+    { className: "hr-filters" },
+    el("label", {}, only, " only flipped verdicts"),
+    count,
+  );
   const tableBox = el("div", {});
   setChildren(ui.compareBox, head, box, tableBox);
   const text = (col) => (row) => String(get(row, col) ?? "");
   const table = new VirtualTable(
     tableBox,
     [
-      { key: "flipped", label: "⇄", width: "34px", value: (r) => (get(r, "flipped") ? 0 : 1), text: (r) => (get(r, "flipped") ? "⇄" : ""), title: "verdict flipped" },
+      {
+        key: "flipped",
+        label: "⇄",
+        width: "34px",
+        value: (r) => (get(r, "flipped") ? 0 : 1),
+        text: (r) => (get(r, "flipped") ? "⇄" : ""),
+        title: "verdict flipped",
+      },
       { key: "op_name", label: "op_name", width: "minmax(180px, 2fr)", text: text("op_name") },
       { key: "opcode", label: "opcode", width: "100px", text: text("opcode") },
-      { key: "bound", label: `bound (${c.run})`, width: "minmax(110px, 0.8fr)", text: text("bound"), cls: (r) => `hr-pill hr-bound-${get(r, "bound")}` },
-      { key: "bound_other", label: `bound (${c.other})`, width: "minmax(110px, 0.8fr)", text: text("bound_other"), cls: (r) => `hr-pill hr-bound-${get(r, "bound_other")}` },
-      { key: "t_roofline_s", label: "time", width: "78px", num: true, value: (r) => get(r, "t_roofline_s"), text: (r) => fmtTime(get(r, "t_roofline_s")) },
-      { key: "t_roofline_s_other", label: "time (other)", width: "90px", num: true, value: (r) => get(r, "t_roofline_s_other"), text: (r) => fmtTime(get(r, "t_roofline_s_other")) },
-      { key: "delta_s", label: "Δ time", width: "84px", num: true, value: (r) => Math.abs(get(r, "delta_s")), text: (r) => fmtTime(get(r, "delta_s")) },
+      {
+        key: "bound",
+        label: `bound (${c.run})`,
+        width: "minmax(110px, 0.8fr)",
+        text: text("bound"),
+        cls: (r) => pill(get(r, "bound")),
+      },
+      {
+        key: "bound_other",
+        label: `bound (${c.other})`,
+        width: "minmax(110px, 0.8fr)",
+        text: text("bound_other"),
+        cls: (r) => pill(get(r, "bound_other")),
+      },
+      {
+        key: "t_roofline_s",
+        label: "time",
+        width: "78px",
+        num: true,
+        value: (r) => get(r, "t_roofline_s"),
+        text: (r) => fmtTime(get(r, "t_roofline_s")),
+      },
+      {
+        key: "t_roofline_s_other",
+        label: "time (other)",
+        width: "90px",
+        num: true,
+        value: (r) => get(r, "t_roofline_s_other"),
+        text: (r) => fmtTime(get(r, "t_roofline_s_other")),
+      },
+      {
+        key: "delta_s",
+        label: "Δ time",
+        width: "84px",
+        num: true,
+        value: (r) => Math.abs(get(r, "delta_s")),
+        text: (r) => fmtTime(get(r, "delta_s")),
+      },
       { key: "match", label: "match", width: "86px", text: text("match") },
-      { key: "name", label: "names", width: "minmax(140px, 1fr)", text: (r) => [get(r, "name"), get(r, "name_other")].filter(Boolean).join(" → ") },
+      {
+        key: "name",
+        label: "names",
+        width: "minmax(140px, 1fr)",
+        text: (r) => [get(r, "name"), get(r, "name_other")].filter(Boolean).join(" → "),
+      },
     ],
-    { height: 260, sort: { key: "flipped", dir: 1 }, label: "Comparison", onSelect: () => {} },
+    {
+      height: 260,
+      sort: { key: "flipped", dir: 1 },
+      label: "Comparison",
+      // Clicking a row shows the op of the current run (if it has one) in the chart and panel.
+      onSelect: (r) => {
+        const name = get(r, "name");
+        const row =
+          name === null
+            ? -1
+            : state.model.rows.findIndex((_, i) => state.model.get(i, "name") === name);
+        if (row >= 0) selectOp(row, true);
+      },
+    },
   );
   const show = () => {
     state.onlyFlipped = only.checked;

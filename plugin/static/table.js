@@ -33,6 +33,7 @@ export class VirtualTable {
     }
     this.sizer = el("div", { className: "hr-sizer" });
     this.body = el("div", { className: "hr-body", attrs: { role: "rowgroup" } }, this.sizer);
+    this.maxHeight = height;
     this.body.style.height = `${height}px`;
     this.root = el(
       "div",
@@ -48,13 +49,19 @@ export class VirtualTable {
   /** Show these row ids (sorted by the current sort). */
   setRows(ids) {
     this.ids = ids.slice();
+    // Short lists get a short table; long ones scroll inside maxHeight.
+    const fit = Math.max(3, this.ids.length) * this.rowHeight + 2;
+    this.body.style.height = `${Math.min(this.maxHeight, fit)}px`;
     this._sort();
     this.body.scrollTop = 0;
     this.render();
   }
 
   sortBy(key) {
-    this.sort = { key, dir: this.sort.key === key ? -this.sort.dir : this.columns.find((c) => c.key === key)?.num ? -1 : 1 };
+    // A new numeric column sorts largest first; clicking the sorted column reverses it.
+    const numeric = this.columns.find((c) => c.key === key)?.num;
+    const dir = this.sort.key === key ? -this.sort.dir : numeric ? -1 : 1;
+    this.sort = { key, dir };
     this._sort();
     this.render();
   }
@@ -65,7 +72,8 @@ export class VirtualTable {
     const dir = this.sort.dir;
     const value = col.value || col.text;
     const keyed = this.ids.map((id) => [value(id), id]);
-    const missing = (v) => v === null || v === undefined || (typeof v === "number" && Number.isNaN(v));
+    const missing = (v) =>
+      v === null || v === undefined || (typeof v === "number" && Number.isNaN(v));
     keyed.sort((a, b) => {
       const va = a[0];
       const vb = b[0];
@@ -120,7 +128,7 @@ export class VirtualTable {
       const id = this.ids[pos];
       const row = el("div", {
         className: `hr-row${id === this.selected ? " hr-selected" : ""}`,
-        attrs: { role: "row", "aria-selected": id === this.selected, "data-row": id },
+        attrs: { role: "row", "aria-selected": String(id === this.selected), "data-row": id },
         on: { click: () => this.onSelect(id) },
       });
       row.style.gridTemplateColumns = this.template;

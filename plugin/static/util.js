@@ -1,7 +1,7 @@
 // Small helpers shared by the HLO Roofline tab: safe DOM building, number formatting, fetching.
 //
 // Every string that comes from a report (op names, metadata, source paths) reaches the page through
-// textContent or an attribute value set with setAttribute: never through innerHTML.
+// textContent or an attribute value set with setAttribute: never parsed as markup.
 
 export const BOUNDS = ["compute", "memory", "communication", "unknown", "none"];
 
@@ -28,7 +28,8 @@ export function el(tag, props = {}, ...children) {
     }
   }
   for (const [key, value] of Object.entries(props.dataset || {})) node.dataset[key] = String(value);
-  for (const [event, handler] of Object.entries(props.on || {})) node.addEventListener(event, handler);
+  for (const [event, handler] of Object.entries(props.on || {}))
+    node.addEventListener(event, handler);
   for (const child of children) {
     if (child === null || child === undefined || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));

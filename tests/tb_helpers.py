@@ -1,0 +1,203 @@
+"""Helpers for the TensorBoard plugin tests: reports from fixtures, a live `tensorboard`, Chromium."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from hlo_roofline import Report, analyze_hlo
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+# Flags for Chromium in a container. Playwright itself gives each launch a fresh temporary profile
+# (it rejects --user-data-dir in args).
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+HOSTILE = "<img src=x onerror=alert(1)>\"'&<script>alert(2)</script>"
+_URL_RE = re.compile(r"TensorBoard \S+ at (http://\S+?)/? \(Press CTRL\+C to quit\)")
+
+
+def fixture_report(program: str, target: str, chip: str) -> Report:
+    """A real report: the committed fixture ``fixtures/<program>/<target>.hlo.txt`` on ``chip``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return analyze_hlo(FIXTURES / program / f"{target}.hlo.txt").classify(chip)
+
+
+def hostile_report() -> Report:
+    """A real report whose longest op carries HTML/script in its op_name and source."""
+    report = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
+    ops = report.ops.copy()
+    row = ops["t_roofline_s"].idxmax()
+    ops.loc[row, "op_name"] = f"jit(step)/{HOSTILE}"
+    ops.loc[row, "source"] = f"{HOSTILE}.py:1"
+    return Report(ops, dict(report.summary), report.module)
+
+
+def big_report(n: int = 20_000) -> Report:
+    """``n`` ops: a real report's rows repeated (renamed), re-classified so shares add up."""
+    base = fixture_report("fsdp_train_step", "tpu_v5e", "v5e")
+    copies = -(-n // len(base.ops))
+    ops = pd.concat(
+        [base.ops.assign(name=base.ops["name"] + f".x{i}") for i in range(copies)],
+        ignore_index=True,
+    ).iloc[:n]
+    return Report(ops.reset_index(drop=True), dict(base.summary), "big").classify("v5e")
+
+
+def write_corrupt(logdir: Path, run: str) -> Path:
+    """A truncated report.json (what a crash mid-write without os.replace would leave)."""
+    directory = logdir / run / "plugins" / "hlo_roofline"
+    directory.mkdir(parents=True, exist_ok=True)
+    good = fixture_report("mlp_bf16", "tpu_v5e", "v5e").to_json()
+    (directory / "report.json").write_text(good[: len(good) // 2])
+    return directory
+
+
+def timed_rows(report: Report) -> int:
+    """Ops the chart draws: one point per op with a nonzero predicted time."""
+    return int((report.ops["t_roofline_s"] > 0).sum())
+
+
+def first_chip_flip(report: Report, chips: list[str]) -> tuple[str, str, str, str]:
+    """(chip, op name, bound before, bound after) for the first chip that flips a timed op."""
+    before = report.ops
+    for chip in chips:
+        after = report.classify(chip).ops
+        flipped = (
+            (before["bound"] != after["bound"])
+            & (before["t_roofline_s"] > 0)
+            & (after["t_roofline_s"] > 0)
+        )
+        if flipped.any():
+            i = flipped.idxmax()
+            return chip, before.loc[i, "name"], before.loc[i, "bound"], after.loc[i, "bound"]
+    raise AssertionError(f"no chip of {chips} changes a verdict of {report.module}")
+
+
+# The same program compiled for two targets, each judged on its own chip: candidates for a compare
+# that flips a verdict (the first that does is used; chip data and fixtures evolve).
+COMPARE_CANDIDATES = [
+    ("random", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
+    ("reductions", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
+    ("fsdp_train_step", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
+    ("attention", ("h100", "h100-sxm"), ("tpu_v5e", "v5e")),
+]
+
+
+def _verdicts(report: Report) -> dict[tuple[str, str], set[str]]:
+    ops = report.ops[(report.ops["t_roofline_s"] > 0) & (report.ops["op_name"] != "")]
+    out: dict[tuple[str, str], set[str]] = {}
+    for op_name, opcode, bound in zip(ops["op_name"], ops["opcode"], ops["bound"], strict=True):
+        out.setdefault((op_name, opcode), set()).add(bound)
+    return out
+
+
+def write_flipping_pair(logdir: Path) -> tuple[str, str]:
+    """Write the first candidate pair where an op (same op_name and opcode, one verdict on each
+    side) changes its verdict; return the two run names."""
+    for program, (target_a, chip_a), (target_b, chip_b) in COMPARE_CANDIDATES:
+        a = fixture_report(program, target_a, chip_a)
+        b = fixture_report(program, target_b, chip_b)
+        va, vb = _verdicts(a), _verdicts(b)
+        if any(len(va[k]) == len(vb[k]) == 1 and va[k] != vb[k] for k in va.keys() & vb.keys()):
+            runs = f"{program}/{target_a}", f"{program}/{target_b}"
+            a.write_tensorboard(logdir, runs[0])
+            b.write_tensorboard(logdir, runs[1])
+            return runs
+    raise AssertionError(f"no candidate pair flips a verdict: {COMPARE_CANDIDATES}")
+
+
+@contextlib.contextmanager
+def tensorboard(logdir: Path, timeout: float = 60.0):
+    """A real ``tensorboard --logdir`` on a free loopback port; yields its base URL (no slash)."""
+    script = Path(sys.executable).with_name("tensorboard")
+    program = [str(script)] if script.exists() else [sys.executable, "-m", "tensorboard.main"]
+    cmd = [
+        *program,
+        "--logdir",
+        str(logdir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    found = threading.Event()
+    url: list[str] = []
+
+    def pump() -> None:  # keep draining stderr so the server never blocks on a full pipe
+        for line in proc.stderr:
+            lines.append(line)
+            if not url and (m := _URL_RE.search(line)):
+                url.append(m.group(1))
+                found.set()
+        found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        found.wait(timeout)
+        if not url:
+            raise RuntimeError("tensorboard did not start:\n" + "".join(lines[-40:]))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(url[0] + "/data/plugins_listing", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("tensorboard not ready:\n" + "".join(lines[-40:])) from None
+                time.sleep(0.1)
+        yield url[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@contextlib.contextmanager
+def chromium():
+    """Playwright's Chromium API driving Debian's /usr/bin/chromium (no browser download)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

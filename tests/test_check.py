@@ -1,0 +1,210 @@
+"""Gate rules (hlo_roofline.check) and the pytest helper (hlo_roofline.testing)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from test_diff import report, step_hlo
+
+import hlo_roofline as hr
+from hlo_roofline.check import (
+    RuleError,
+    Rules,
+    check,
+    format_seconds,
+    pyproject_rules,
+    read_rules,
+    select,
+    violation_table,
+)
+from hlo_roofline.diff import NotClassifiedError
+from hlo_roofline.testing import assert_roofline
+
+# -- rules -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"select": "dot("}, "bad select regex 'dot\\('"),
+        ({"require": "fast"}, "require must be one of compute, memory, communication"),
+        ({"min_share": 120}, "min-share must be a percent in \\[0, 100\\]"),
+        ({"max_memory_share": -1}, "max-memory-share must be a percent"),
+        ({"min_coverage": "95"}, "min-coverage must be a number"),
+        ({"max_regression": 5}, "max-regression and baseline go together"),
+        ({"baseline": "base.json"}, "max-regression and baseline go together"),
+    ],
+)
+def test_bad_rules_are_rule_errors(kwargs, message):
+    with pytest.raises(RuleError, match=message):
+        Rules(**kwargs)
+
+
+def test_from_mapping_accepts_dashes_and_suggests_close_keys(tmp_path):
+    rules = Rules.from_mapping(
+        {"require": "compute", "max-memory-share": 40, "baseline": "b.json", "max_regression": 5},
+        base_dir=tmp_path,
+    )
+    assert rules.max_memory_share == 40
+    assert rules.baseline == str(tmp_path / "b.json")
+    with pytest.raises(RuleError, match=r"unknown rule 'requre' \(did you mean require\?\)"):
+        Rules.from_mapping({"requre": "compute"}, origin="x.toml")
+
+
+def test_merged_flags_override_file_rules():
+    base = Rules(select="dot", require="compute", min_coverage=90)
+    merged = base.merged(require="memory", select=None, min_share=5.0)
+    assert (merged.select, merged.require, merged.min_share) == ("dot", "memory", 5.0)
+    assert merged.describe() == "select=dot, min-share=5, require=memory, min-coverage=90"
+    assert Rules().empty and not merged.empty
+
+
+def test_read_rules_top_level_or_tool_table(tmp_path):
+    flat = tmp_path / "rules.toml"
+    flat.write_text('select = "dot"\nrequire = "compute"\n')
+    assert read_rules(flat) == Rules(select="dot", require="compute")
+    nested = tmp_path / "nested.toml"
+    nested.write_text('[tool.hlo-roofline.check]\nmin-coverage = 99\nbaseline = "base.json"\n'
+                      "max-regression = 3\n")  # fmt: skip
+    rules = read_rules(nested)
+    assert rules.min_coverage == 99 and rules.baseline == str(tmp_path / "base.json")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("require = \n")
+    with pytest.raises(RuleError, match="not valid TOML"):
+        read_rules(broken)
+    with pytest.raises(RuleError, match="cannot read rules"):
+        read_rules(tmp_path / "missing.toml")
+
+
+def test_pyproject_rules_come_from_the_nearest_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.hlo-roofline.check]\nrequire = "compute"\n')
+    deep = tmp_path / "src" / "pkg"
+    deep.mkdir(parents=True)
+    rules, path = pyproject_rules(deep)
+    assert rules.require == "compute" and path == tmp_path / "pyproject.toml"
+    (deep / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert pyproject_rules(deep) is None  # the nearest pyproject has no table: no rules
+
+
+# -- applying rules --------------------------------------------------------------------------------
+
+
+def test_select_searches_name_opcode_op_name_and_source():
+    r = report(64)
+    assert list(select(r, Rules(select="dot_general"))["name"]) == ["dot.1"]  # op_name
+    assert list(select(r, Rules(select="^tanh$"))["name"]) == ["tanh.2"]  # opcode
+    assert list(select(r, Rules(select=r"model\.py:13"))["name"]) == ["tanh.2"]  # source
+    assert list(select(r, Rules(select="copy.3"))["name"]) == ["copy.3"]  # name
+    assert select(r, Rules(select="^w$")).empty  # parameters take no time: never selected
+    assert list(select(r, Rules(min_share=50))["name"]) == ["dot.1"]
+
+
+def test_require_compute_fails_below_the_ridge_and_passes_above():
+    failed = check(report(64), Rules(select="dot_general", require="compute"))
+    assert not failed.passed
+    (v,) = failed.violations
+    assert (v.rule, v.op, v.opcode, v.bound) == ("require compute", "dot.1", "dot", "memory")
+    assert "vs ridge 241 FLOP/B" in v.detail and "ridge at M≈" in v.detail
+    passed = check(report(1024), Rules(select="dot_general", require="compute"))
+    assert passed.passed and len(passed.selected) == 1
+
+
+def test_require_without_selection_means_every_timed_op():
+    result = check(report(1024), Rules(require="compute"))
+    assert {v.op for v in result.violations} == {"tanh.2", "copy.3", "out"}
+
+
+def test_a_select_that_matches_nothing_is_a_violation():
+    result = check(report(1024), Rules(select="attention", require="compute"))
+    assert [v.rule for v in result.violations] == ["select"]
+    assert "matches no timed op" in result.violations[0].detail
+    # min_share alone may select nothing: no op is big enough, nothing to complain about
+    assert check(report(1024), Rules(min_share=99, require="compute")).passed
+
+
+def test_max_memory_share_over_the_step_or_the_selection():
+    small, large = report(64), report(1024)
+    assert not check(small, Rules(max_memory_share=50)).passed
+    assert check(large, Rules(max_memory_share=50)).passed
+    (v,) = check(small, Rules(max_memory_share=50)).violations
+    assert v.op == "(step)" and v.share == pytest.approx(1.0)
+    assert "largest: dot.1" in v.detail
+    # over a selection: only the tanh, a sliver of the step
+    assert check(small, Rules(select="tanh", max_memory_share=5)).passed
+
+
+def test_min_coverage():
+    r = report(64)
+    assert check(r, Rules(min_coverage=100)).passed
+    r.summary.update(coverage=0.8, unknown_ops=["custom-call.7"])
+    (v,) = check(r, Rules(min_coverage=95)).violations
+    assert v.rule == "min-coverage" and "80.0% of ops priced" in v.detail
+    assert "custom-call.7" in v.detail
+
+
+def test_max_regression_against_a_baseline():
+    small, large = report(64), report(1024)
+    result = check(large, Rules(max_regression=10, baseline="unused"), baseline=small)
+    assert [v.op for v in result.violations][:2] == ["(step)", "dot.1"]
+    assert "+3" in result.violations[0].detail  # +33x%
+    assert "flipped" in result.violations[1].detail
+    assert check(small, Rules(max_regression=0, baseline="unused"), baseline=large).passed
+
+
+def test_max_regression_reads_the_baseline_file_and_rejudges_it(tmp_path):
+    path = tmp_path / "base.csv"
+    report(64, chip="v6e").to_csv(path)
+    result = check(report(1024), Rules(max_regression=10, baseline=str(path)))
+    assert "baseline re-judged against v5e (was v6e)" in result.violations[0].detail
+
+
+def test_rules_on_verdicts_need_a_classified_report():
+    with pytest.raises(NotClassifiedError, match="not classified"):
+        check(report(64, chip=None), Rules(require="compute"))
+    assert check(report(64, chip=None), Rules(min_coverage=90)).passed
+
+
+def test_violation_table_lists_rule_op_and_why():
+    result = check(hr.analyze_hlo(step_hlo(64), chip="v5e"), Rules(require="compute"))
+    lines = violation_table(result.violations).splitlines()
+    assert lines[0].split() == ["rule", "op", "opcode", "bound", "share", "detail"]
+    assert lines[2].startswith("require compute  dot.1")
+    assert len(lines) == 2 + len(result.violations)
+
+
+def test_format_seconds():
+    assert format_seconds(1.5e-3) == "1.5 ms"
+    assert format_seconds(2.34e-7) == "234 ns"
+    assert format_seconds(float("nan")) == "—"
+
+
+# -- assert_roofline -------------------------------------------------------------------------------
+
+
+def scaled_tanh(x):
+    return jnp.tanh(x) * 2 + jnp.sin(x)
+
+
+X = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)
+
+
+def test_assert_roofline_passes_and_returns_the_report():
+    r = assert_roofline(scaled_tanh, X, chip="v5e", require="memory", min_coverage=100)
+    assert r.chip == "v5e" and r.summary["compiled_for"] == "v5e:2x2"
+
+
+def test_assert_roofline_message_is_the_violation_table():
+    with pytest.raises(AssertionError) as info:
+        assert_roofline(scaled_tanh, X, chip="v5e", select="sin|tanh", require="compute")
+    message = str(info.value)
+    assert message.startswith("roofline check failed on TPU v5e (select=sin|tanh, require=compute)")
+    assert "require compute" in message and "memory" in message
+    assert "rule" in message.splitlines()[1]
+
+
+def test_assert_roofline_rejects_unknown_or_missing_rules():
+    with pytest.raises(RuleError, match="did you mean require"):
+        assert_roofline(scaled_tanh, X, chip="v5e", requires="compute")
+    with pytest.raises(TypeError, match="at least one rule"):
+        assert_roofline(scaled_tanh, X, chip="v5e")

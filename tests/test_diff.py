@@ -1,0 +1,131 @@
+"""Run comparison (hlo_roofline.diff): ops matched across compiles by a stable identity."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import hlo_roofline as hr
+from hlo_roofline import chips
+from hlo_roofline.diff import NotClassifiedError, compare, shape_key
+
+
+def step_hlo(
+    batch: int, dot: str = "dot.1", tanh: str = "tanh.2", copy: bool = True, dots: int = 1
+) -> str:
+    """X[batch, 8192] · W[8192, 8192] (memory-bound at 64, compute-bound at 1024 on v5e) + tanh."""
+    b = batch
+    row = f"bf16[{b},8192]"
+    body = [
+        f'  %x = {row}{{1,0}} parameter(0), metadata={{op_name="x"}}',
+        '  %w = bf16[8192,8192]{1,0} parameter(1), metadata={op_name="w"}',
+    ]
+    names = []
+    for i in range(dots):
+        name = dot if i == 0 else f"{dot}_{i}"
+        names.append(name)
+        body.append(
+            f"  %{name} = {row}{{1,0}} dot(%x, %w), lhs_contracting_dims={{1}}, "
+            'rhs_contracting_dims={0}, metadata={op_name="jit(step)/dot_general" '
+            'source_file="/src/model.py" source_line=12}'
+        )
+    body.append(
+        f'  %{tanh} = {row}{{1,0}} tanh(%x), metadata={{op_name="jit(step)/tanh" '
+        'source_file="/src/model.py" source_line=13}'
+    )
+    names.append(tanh)
+    if copy:
+        body.append(f"  %copy.3 = {row}{{0,1}} copy(%x)")
+        names.append("copy.3")
+    shape = "(" + ", ".join([row] * len(names)) + ")"
+    body.append(f"  ROOT %out = {shape} tuple({', '.join('%' + n for n in names)})")
+    params = f"(x: {row}, w: bf16[8192,8192])"
+    return "HloModule step\nENTRY %main " + params + f" -> {shape} {{\n" + "\n".join(body) + "\n}\n"
+
+
+def report(batch: int, chip: str | None = "v5e", **kwargs) -> hr.Report:
+    return hr.analyze_hlo(step_hlo(batch, **kwargs), chip=chip)
+
+
+def by_op_name(diff, op_name: str):
+    rows = diff.ops[diff.ops["op_name"] == op_name]
+    assert len(rows) == 1, rows
+    return rows.iloc[0]
+
+
+def test_identical_reports_change_nothing():
+    diff = compare(report(64), report(64))
+    assert set(diff.ops["change"]) == {"same"}
+    assert diff.step_change == 0
+    assert diff.flipped.empty and diff.added.empty and diff.removed.empty
+
+
+def test_batch_size_across_the_ridge_flips_the_matmul():
+    diff = compare(report(64), report(1024))
+    dot = by_op_name(diff, "jit(step)/dot_general")
+    assert dot["change"] == "flipped"
+    assert (dot["bound_a"], dot["bound_b"]) == ("memory", "compute")
+    assert (dot["shape_a"], dot["shape_b"]) == ("bf16[64,8192]", "bf16[1024,8192]")
+    assert dot["delta_s"] > 0
+    assert by_op_name(diff, "jit(step)/tanh")["change"] == "changed"
+    assert diff.added.empty and diff.removed.empty  # the copy matched by opcode
+    assert diff.step_change > 1
+    assert list(diff.flipped["name_a"]) == ["dot.1"]
+
+
+def test_renamed_fusions_still_match():
+    diff = compare(report(64), report(64, dot="fusion.77", tanh="tanh_fusion"))
+    assert set(diff.ops["change"]) == {"same"}
+    dot = by_op_name(diff, "jit(step)/dot_general")
+    assert (dot["name_a"], dot["name_b"]) == ("dot.1", "fusion.77")
+
+
+def test_added_and_removed_ops():
+    diff = compare(report(64, copy=True), report(64, copy=False))
+    assert list(diff.removed["opcode"]) == ["copy"]
+    assert diff.added.empty
+    back = compare(report(64, copy=False), report(64, copy=True))
+    assert list(back.added["name_b"]) == ["copy.3"]
+    assert back.added["t_roofline_s_a"].isna().all()
+
+
+def test_duplicates_of_one_identity_pair_in_program_order():
+    diff = compare(report(64, dots=3), report(64, dots=2, dot="fusion"))
+    dots = diff.ops[diff.ops["opcode"] == "dot"]
+    matched = dots[dots["change"] == "same"]
+    assert list(matched["name_a"]) == ["dot.1", "dot.1_1"]
+    assert list(matched["name_b"]) == ["fusion", "fusion_1"]
+    assert list(diff.removed["name_a"]) == ["dot.1_2"]
+
+
+def test_b_is_judged_against_a_chip():
+    diff = compare(report(1024), report(1024, chip="v6e"))
+    assert diff.chip == "v5e"
+    assert "re-judged against v5e (was v6e)" in diff.note
+    assert set(diff.ops["change"]) == {"same"}
+    unclassified = compare(report(1024), report(1024, chip=None))
+    assert unclassified.note == "re-judged against v5e"
+
+
+def test_a_must_be_classified():
+    with pytest.raises(NotClassifiedError, match="not classified"):
+        compare(report(64, chip=None), report(64))
+
+
+def test_profiles_count_as_different_judgements():
+    book = report(64).classify(chips.get("v5e", profile="book"))
+    diff = compare(book, report(64))
+    assert "re-judged" in diff.note
+
+
+def test_shape_key_drops_layouts_and_tiling():
+    assert shape_key("bf16[8,128]{1,0:T(8,128)(2,1)}") == "bf16[8,128]"
+    assert shape_key("(f32[2]{0}, u32[]{:S(2)})") == "(f32[2], u32[])"
+
+
+def test_to_dict_is_json():
+    data = compare(report(64), report(1024)).to_dict()
+    text = json.dumps(data, allow_nan=False)
+    assert json.loads(text)["flipped"] == 1
+    assert data["step_change"] > 1

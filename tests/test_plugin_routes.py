@@ -1,0 +1,315 @@
+"""Backend of the "HLO Roofline" TensorBoard tab: its routes through werkzeug's test client."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pandas as pd
+import pytest
+from tb_helpers import (
+    HOSTILE,
+    fixture_report,
+    hostile_report,
+    write_corrupt,
+    write_flipping_pair,
+)
+from tensorboard.backend import application
+from tensorboard.plugins import base_plugin
+from werkzeug.test import Client
+
+from hlo_roofline import Report
+from hlo_roofline_tensorboard import plugin as tb_plugin
+
+PREFIX = "/data/plugin/hlo_roofline"
+PAIR: list[str] = []  # the two runs (under pair/) of write_flipping_pair
+
+
+def _strict_json(text: str):
+    """JSON as a browser parses it: NaN/Infinity tokens are errors."""
+
+    def reject(token):
+        raise ValueError(f"non-JSON token {token}")
+
+    return json.loads(text, parse_constant=reject)
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("logdir")
+    fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(root, "mlp/v5e")
+    fixture_report("random", "tpu_v5e", "v5e").write_tensorboard(root, "random/tpu_v5e")
+    fixture_report("random", "tpu_v5p", "v5p").write_tensorboard(root, "random/tpu_v5p")
+    PAIR.extend(write_flipping_pair(root / "pair"))
+    hostile_report().write_tensorboard(root, "hostile")
+    write_corrupt(root, "broken")
+    (root / "events_only").mkdir()  # not a run: no plugins/hlo_roofline/report.json
+    (root / "events_only" / "plugins" / "hlo_roofline").mkdir(parents=True)
+    return root
+
+
+def make_plugin(logdir) -> tb_plugin.HloRooflinePlugin:
+    return tb_plugin.HloRooflineLoader().load(base_plugin.TBContext(logdir=str(logdir)))
+
+
+@pytest.fixture(scope="module")
+def client(logdir):
+    return Client(application.TensorBoardWSGI([make_plugin(logdir)]))
+
+
+def get_json(client, path, code=200):
+    response = client.get(PREFIX + path)
+    assert response.status_code == code, response.get_data(as_text=True)
+    assert response.headers["Content-Type"].startswith("application/json")
+    return _strict_json(response.get_data(as_text=True))
+
+
+# -- registration --------------------------------------------------------------------------------
+
+
+def test_entry_point_resolves_to_the_loader():
+    found = [e for e in entry_points(group="tensorboard_plugins") if e.name == "hlo_roofline"]
+    assert found, "pip install -e . (the tensorboard_plugins entry point is not installed)"
+    assert all(e.load() is tb_plugin.HloRooflineLoader for e in found)
+
+
+def test_plugin_module_imports_light():
+    code = (
+        "import sys, hlo_roofline_tensorboard.plugin as p; "
+        "print(sorted(m for m in ('pandas', 'numpy', 'jax', 'hlo_roofline') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_listing_shows_an_iframe_tab(client):
+    listing = _strict_json(client.get("/data/plugins_listing").get_data(as_text=True))
+    entry = listing["hlo_roofline"]
+    assert entry["enabled"] is True
+    assert entry["tab_name"] == "HLO Roofline"
+    assert entry["loading_mechanism"] == {
+        "type": "IFRAME",
+        "module_path": f"{PREFIX}/index.js",
+    }
+
+
+def test_is_active_follows_the_logdir(tmp_path, monkeypatch):
+    monkeypatch.setattr(tb_plugin, "_INACTIVE_RECHECK_S", 0.0)
+    plugin = make_plugin(tmp_path)
+    assert plugin.is_active() is False
+    fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path / "a" / "b", ".")
+    assert plugin.is_active() is True
+    assert make_plugin(tmp_path / "missing").is_active() is False
+
+
+def test_static_assets(client):
+    for name, kind in (("index.js", "text/javascript"), ("chart.js", "text/javascript"),
+                       ("table.js", "text/javascript"), ("util.js", "text/javascript"),
+                       ("style.css", "text/css")):  # fmt: skip
+        response = client.get(f"{PREFIX}/{name}")
+        assert response.status_code == 200
+        assert response.headers["Content-Type"].startswith(kind)
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert "export function render()" in client.get(f"{PREFIX}/index.js").get_data(as_text=True)
+    assert client.get(f"{PREFIX}/plugin.py").status_code == 404
+    assert client.get(f"{PREFIX}/static/../plugin.py").status_code == 404
+
+
+def test_static_code_never_injects_html():
+    """Report text reaches the DOM through textContent only (see util.el)."""
+    for path in tb_plugin.STATIC_DIR.glob("*.js"):
+        text = path.read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+            assert sink not in text, f"{path.name} uses {sink}"
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+def test_runs_lists_every_report_directory(client):
+    runs = get_json(client, "/runs")
+    pair = [f"pair/{run}" for run in PAIR]
+    assert runs == sorted(
+        ["broken", "hostile", "mlp/v5e", *pair, "random/tpu_v5e", "random/tpu_v5p"]
+    )
+
+
+def test_top_level_run_is_dot(tmp_path):
+    fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, ".")
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    assert get_json(c, "/runs") == ["."]
+    assert len(get_json(c, "/report?run=.")["data"]) > 0
+
+
+@pytest.mark.parametrize(
+    "run",
+    ["", "..", "../x", "mlp/../../etc", "/etc/passwd", "mlp//v5e", "./mlp/v5e", "mlp/./v5e",
+     "mlp\\v5e", "mlp/v5e\x00", "C:/x", "x" * 2000],
+)  # fmt: skip
+def test_bad_run_names_are_400(client, run):
+    for route in ("/report", "/csv"):
+        response = client.get(PREFIX + route, query_string={"run": run})
+        assert response.status_code == 400, (route, run)
+        assert "error" in _strict_json(response.get_data(as_text=True))
+    response = client.get(PREFIX + "/compare", query_string={"run": "mlp/v5e", "other": run})
+    assert response.status_code == 400
+
+
+def test_missing_run_param_is_400_and_unknown_run_404(client):
+    assert client.get(PREFIX + "/report").status_code == 400
+    assert client.get(PREFIX + "/report?run=nope").status_code == 404
+    assert client.get(PREFIX + "/report?run=events_only").status_code == 404
+
+
+def test_symlink_out_of_the_logdir_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(outside, "secret")
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    os.symlink(outside / "secret", logdir / "link")
+    c = Client(application.TensorBoardWSGI([make_plugin(logdir)]))
+    assert get_json(c, "/runs") == []  # the walk does not follow links out
+    assert c.get(PREFIX + "/report?run=link").status_code == 400
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def test_report_is_the_written_report(client, logdir):
+    body = get_json(client, "/report?run=mlp/v5e")
+    expected = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json").to_dict()
+    assert body["columns"] == expected["columns"]
+    assert body["data"] == _strict_json(json.dumps(expected["data"]))
+    assert body["summary"]["chip"] == "v5e"
+    assert {"step_time_lower_s", "step_time_upper_s", "mfu_upper_bound", "roofs"} <= set(
+        body["summary"]
+    )
+
+
+def test_chip_param_reclassifies_through_report_classify(client, logdir):
+    written = Report.read(logdir / "random/tpu_v5e/plugins/hlo_roofline/report.json")
+    for chip in ("v5p", "h100-sxm"):
+        body = get_json(client, f"/report?run=random/tpu_v5e&chip={chip}")
+        expected = written.classify(chip)
+        assert body["summary"]["chip"] == chip
+        bound = body["columns"].index("bound")
+        assert [row[bound] for row in body["data"]] == list(expected.ops["bound"])
+        assert body["summary"]["step_time_lower_s"] == pytest.approx(
+            expected.summary["step_time_lower_s"]
+        )
+    alias = get_json(client, "/report?run=random/tpu_v5e&chip=TPU v5p")
+    assert alias["summary"]["chip"] == "v5p"
+
+
+def test_unknown_chip_is_400_with_close_matches(client):
+    body = get_json(client, "/report?run=mlp/v5e&chip=v5ee", code=400)
+    assert "v5e" in body["error"]
+    get_json(client, "/report?run=mlp/v5e&chip=<script>", code=400)
+
+
+def test_chips_lists_the_database(client):
+    from hlo_roofline import chips
+
+    listed = get_json(client, "/chips")
+    assert [c["key"] for c in listed] == chips.names()
+    assert all(c["name"] for c in listed)
+
+
+def test_corrupt_report_fails_alone(client, logdir):
+    body = get_json(client, "/report?run=broken", code=422)
+    assert "corrupt" in body["error"]
+    assert str(logdir) not in body["error"]  # no server paths in messages
+    assert client.get(PREFIX + "/csv?run=broken").status_code == 422
+    assert client.get(PREFIX + "/compare?run=broken&other=mlp/v5e").status_code == 422
+    get_json(client, "/report?run=mlp/v5e")  # the others still serve
+
+
+def test_report_is_reread_after_a_rewrite(tmp_path):
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "r")
+    assert get_json(c, "/report?run=r")["summary"]["chip"] == "v5e"
+    fixture_report("mlp_bf16", "tpu_v5e", "h100-sxm").write_tensorboard(tmp_path, "r")
+    assert get_json(c, "/report?run=r")["summary"]["chip"] == "h100-sxm"
+
+
+def test_hostile_text_is_data(client):
+    """The JSON carries the op_name verbatim; escaping is the page's job (tested in the browser)."""
+    body = get_json(client, "/report?run=hostile")
+    op_name = body["columns"].index("op_name")
+    assert any(HOSTILE in row[op_name] for row in body["data"])
+
+
+# -- csv -----------------------------------------------------------------------------------------
+
+
+def test_csv_download(client, logdir):
+    response = client.get(PREFIX + "/csv?run=mlp/v5e")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/csv")
+    assert response.headers["Content-Disposition"] == (
+        'attachment; filename="mlp_v5e.hlo_roofline.csv"'
+    )
+    written = (logdir / "mlp/v5e/plugins/hlo_roofline/report.csv").read_bytes()
+    assert response.get_data() == written
+
+
+def test_csv_for_another_chip(client, logdir):
+    response = client.get(PREFIX + "/csv?run=random/tpu_v5e&chip=v5p")
+    assert response.status_code == 200
+    frame = pd.read_csv(io.BytesIO(response.get_data()), keep_default_na=False)
+    expected = Report.read(logdir / "random/tpu_v5e/plugins/hlo_roofline/report.json")
+    assert list(frame["bound"]) == list(expected.classify("v5p").ops["bound"])
+
+
+# -- compare -------------------------------------------------------------------------------------
+
+
+def _compare_rows(body):
+    return [dict(zip(body["columns"], row, strict=True)) for row in body["data"]]
+
+
+def test_compare_with_itself_is_all_matched(client, logdir):
+    body = get_json(client, "/compare?run=mlp/v5e&other=mlp/v5e")
+    report = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json")
+    assert body["counts"] == {
+        "matched": len(report.ops),
+        "flipped": 0,
+        "only_run": 0,
+        "only_other": 0,
+    }
+    rows = _compare_rows(body)
+    assert len(rows) == int((report.ops["t_roofline_s"] > 0).sum())
+    assert all(r["delta_s"] == 0 and r["name"] == r["name_other"] for r in rows)
+
+
+def test_compare_two_targets_lists_flipped_ops(client, logdir):
+    """One program compiled for two targets, each judged on its own chip: some verdicts flip."""
+    run_a, run_b = (f"pair/{run}" for run in PAIR)
+    report_a = Report.read(logdir / run_a / "plugins/hlo_roofline/report.json")
+    report_b = Report.read(logdir / run_b / "plugins/hlo_roofline/report.json")
+    a, b = report_a.ops, report_b.ops
+    body = get_json(client, f"/compare?run={run_a}&other={run_b}")
+    rows = _compare_rows(body)
+    flipped = [r for r in rows if r["flipped"]]
+    assert flipped and body["counts"]["flipped"] == len(flipped)
+    assert rows[: len(flipped)] == flipped  # listed first
+    for r in flipped:  # each claim checked against the two reports themselves
+        op_a = a[a["name"] == r["name"]].iloc[0]
+        op_b = b[b["name"] == r["name_other"]].iloc[0]
+        assert (op_a["bound"], op_b["bound"]) == (r["bound"], r["bound_other"])
+        assert op_a["bound"] != op_b["bound"]
+        assert op_a["op_name"] == op_b["op_name"] == r["op_name"]
+        assert op_a["opcode"] == op_b["opcode"] == r["opcode"]
+        assert r["delta_s"] == pytest.approx(op_b["t_roofline_s"] - op_a["t_roofline_s"])
+    assert body["summary"]["run"]["chip"] == report_a.summary["chip"]
+    assert body["summary"]["other"]["chip"] == report_b.summary["chip"]
+
+
+def test_compare_on_one_chip(client):
+    body = get_json(client, "/compare?run=random/tpu_v5e&other=random/tpu_v5p&chip=v5e")
+    assert body["chip"] == "v5e"
+    assert body["summary"]["run"]["chip"] == body["summary"]["other"]["chip"] == "v5e"
