@@ -2,12 +2,14 @@
 
 ``analyze(fn, *args, chip=...)`` compiles a JAX step (locally or compile-only for a TPU/GPU target)
 and returns a :class:`Report`; ``analyze_hlo(text_or_path)`` does the same from HLO text;
-``roofline(...)`` wraps a training step so its first call writes the report.
+``roofline(...)`` wraps a training step so its first call writes the report; ``measure(fn, *args)``
+runs the step under the profiler and joins measured per-op times to the report.
 """
 
 from hlo_roofline import chips
 from hlo_roofline.api import analyze, analyze_dump, analyze_hlo, roofline
 from hlo_roofline.hlo import HloParseError
+from hlo_roofline.measured import measure, read_trace
 from hlo_roofline.report import Report, ReportError
 
 __all__ = [
@@ -18,5 +20,7 @@ __all__ = [
     "analyze_dump",
     "analyze_hlo",
     "chips",
+    "measure",
+    "read_trace",
     "roofline",
 ]

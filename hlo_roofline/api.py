@@ -126,7 +126,7 @@ def _place(args, target: str | None):
     return jax.tree_util.tree_map(place, args)
 
 
-def _jitted(fn, jit_kwargs: dict):
+def jitted(fn, jit_kwargs: dict):
     import jax
 
     if hasattr(fn, "lower"):
@@ -180,7 +180,7 @@ def analyze(
     """
     chip, target, how = resolve(chip, target)
     log.info("%s", how)
-    compiled = _jitted(fn, jit_kwargs).lower(*_place(args, target)).compile()
+    compiled = jitted(fn, jit_kwargs).lower(*_place(args, target)).compile()
     report = analyze_hlo(compiled.as_text(), cost_model, chip)
     report.summary["compiled_for"] = target or "local"
     report.summary["how"] = how
@@ -198,19 +198,19 @@ def roofline(
     """
 
     def wrap(step):
-        jitted = _jitted(step, {})
+        jitted_step = jitted(step, {})
 
         @functools.wraps(step)
         def wrapper(*args, **kwargs):
             if wrapper.report is None:
-                compiled = jitted.lower(*args, **kwargs).compile()
+                compiled = jitted_step.lower(*args, **kwargs).compile()
                 target_chip = chips.get(chip) if isinstance(chip, str) else chip
                 report = analyze_hlo(compiled.as_text(), cost_model, target_chip or _local_chip())
                 report.summary["compiled_for"] = "local"
                 wrapper.report = report
                 if logdir is not None:
                     report.write_tensorboard(logdir, run or getattr(step, "__name__", "step"))
-            return jitted(*args, **kwargs)
+            return jitted_step(*args, **kwargs)
 
         wrapper.report = None
         return wrapper

@@ -599,10 +599,18 @@ def resolve(name: str) -> str:
     raise UnknownChipError(name, matches, names())
 
 
+HOST = "host"  # this machine's CPU, measured by hlo_roofline.host
+
+
 def get(name: str | Chip, profile: str = "vendor") -> Chip:
-    """Look a chip up by key, alias or jax ``device_kind``; raise :class:`UnknownChipError`."""
+    """Look a chip up by key, alias or jax ``device_kind`` (``"host"``: this machine's CPU,
+    measured on first use); raise :class:`UnknownChipError` with close matches."""
     if isinstance(name, Chip):
         return name
+    if isinstance(name, str) and name.strip().lower() == HOST and HOST not in _custom:
+        from hlo_roofline.host import host_chip  # measured on first use, then cached on disk
+
+        return host_chip()
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {PROFILES}")
     key = resolve(name)

@@ -20,6 +20,7 @@ from types import ModuleType
 
 import click
 
+import hlo_roofline._jax_env  # noqa: F401  (before anything starts jax: see the module)
 from hlo_roofline import chips
 from hlo_roofline.check import (
     REQUIRABLE,
@@ -293,15 +294,25 @@ def _user_error(exc: BaseException, path: Path) -> str:
     return f"{type(exc).__name__}: {_one_line(exc)}{where}"
 
 
-def _compile(entry: str, chip, target, cost_model: str) -> Report:
-    """Load ``entry`` and analyze it; the user's and the compiler's errors become messages."""
-    from hlo_roofline import api, targets  # targets first: it sets up jax for compile-only
+def _compile(entry: str, chip, target, cost_model: str, steps: int = 0) -> Report:
+    """Load ``entry`` and analyze it (``steps`` > 0: run and measure it); errors become messages."""
+    from hlo_roofline import (  # targets first: it sets up jax for compile-only
+        api,
+        measured,
+        targets,
+    )
 
     with _input_errors():
         step, args, kwargs = load_entry(entry)
     try:
+        if steps:
+            if target is not None:
+                raise InputError("--measure runs the step here: it cannot use --target")
+            return measured.measure(api.jitted(step, kwargs), *args, steps=steps, chip=chip)
         return api.analyze(step, *args, chip=chip, target=target, cost_model=cost_model, **kwargs)
-    except (targets.TargetError, targets.TargetUnavailableError) as exc:
+    except InputError:
+        raise
+    except (targets.TargetError, targets.TargetUnavailableError, measured.TraceError) as exc:
         raise InputError(_one_line(exc)) from None
     except Exception as exc:
         path = Path(entry.rpartition(":")[0])
@@ -323,7 +334,33 @@ def _compile(entry: str, chip, target, cost_model: str) -> Report:
 @_output_options
 @_format_option("table", "csv", "json")
 @top_option
-def analyze(entry, chip, target, cost_model, csv_path, json_path, logdir, run, plot_path, fmt, top):
+@click.option(
+    "--measure",
+    is_flag=True,
+    help="Also run the step under the profiler (locally) and join measured per-op times.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Profiled steps for --measure.",
+)
+def analyze(
+    entry,
+    chip,
+    target,
+    cost_model,
+    csv_path,
+    json_path,
+    logdir,
+    run,
+    plot_path,
+    fmt,
+    top,
+    measure,
+    steps,
+):
     """Compile a JAX step and print its per-op roofline.
 
     NAME is a function of no arguments in FILE.py that returns (step, args) or
@@ -338,7 +375,7 @@ def analyze(entry, chip, target, cost_model, csv_path, json_path, logdir, run, p
       $ hlo-roofline analyze steps.py:elementwise_step --chip v5e --format csv
     """
     _check_run(logdir, run)
-    report = _compile(entry, chip, target, cost_model)
+    report = _compile(entry, chip, target, cost_model, steps if measure else 0)
     name = entry.rpartition(":")[2]
     _emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
 
@@ -492,10 +529,11 @@ def ops_table(report: Report, top: int = 10) -> str:
                     "share": _percent(op.share),
                     "FLOP/B": _number(op.intensity),
                     "ridge": f"{op.critical_intensity:.0f}",
+                    **_measured_cells(op),
                     "hint": op.hint,
                 }
             )
-        return format_table(rows, right=("time", "share", "FLOP/B", "ridge"))
+        return format_table(rows, right=("time", "share", "FLOP/B", "ridge", "measured", "eff."))
     for op in ops.itertuples():
         rows.append(
             {
@@ -512,6 +550,19 @@ def ops_table(report: Report, top: int = 10) -> str:
     return format_table(rows, right=("FLOPs", "bytes", "FLOP/B"))
 
 
+def _measured_cells(op) -> dict[str, str]:
+    """Measured time and roofline efficiency, for a report joined with a profile."""
+    measured = getattr(op, "measured_s", None)
+    if measured is None:
+        return {}
+    efficiency = getattr(op, "efficiency", float("nan"))
+    cells = {"measured": format_seconds(measured) if measured == measured else "—"}
+    cells["eff."] = _percent(efficiency) if efficiency == efficiency else "—"
+    if efficiency == efficiency and efficiency > 1:
+        cells["eff."] += " (above DRAM roof: cache-resident)"
+    return cells
+
+
 def summary_text(report: Report) -> str:
     """Step time bounds, MFU bound, time per bound, coverage and what was compiled for what."""
     s = report.summary
@@ -523,12 +574,21 @@ def summary_text(report: Report) -> str:
             f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
             f"step time: ≥ {format_seconds(s['step_time_lower_s'])} (perfect overlap), "
             f"≤ {format_seconds(s['step_time_upper_s'])} (no overlap)",
-            f"MFU bound: ≤ {_percent(s['mfu_upper_bound'])} of bf16 peak",
+            f"MFU bound: ≤ {_percent(s['mfu_upper_bound'])} of the {s.get('mfu_dtype', 'bf16')} peak",
             "time per bound: "
             + ", ".join(f"{b} {_percent(v)}" for b, v in s["time_share"].items()),
         ]
     else:
         lines.append("chip: none (pass --chip for verdicts and times)")
+    if s.get("measured_step_s"):
+        lines.append(
+            f"measured step: {format_seconds(s['measured_step_s'])} "
+            f"(per-op times cover {_percent(s.get('measured_coverage', 0.0))} of it)"
+        )
+        if s.get("measured_overlap"):
+            lines.append(
+                "warning: ops overlapped in the trace; capture on one core for clean times"
+            )
     lines.append(f"FLOPs: {s.get('flops', 0):.4g}  bytes: {s.get('bytes_accessed', 0):.4g}")
     coverage = f"coverage: {_percent(s.get('coverage', 1.0))} of ops priced"
     if s.get("unknown_ops"):
@@ -815,6 +875,36 @@ def plot_command(report_path, output, chip, title):
     if report.chip is None:
         raise click.UsageError("REPORT is not judged against a chip: pass --chip")
     _note(f"wrote {report.plot(output, title)}")
+
+
+# -- trace -----------------------------------------------------------------------------------------
+
+
+@main.command(
+    "trace", context_settings=CONTEXT, short_help="Join a jax.profiler trace with its roofline."
+)
+@click.argument("path", type=click.Path(exists=True, path_type=Path), metavar="TRACE|DIR")
+@chip_option
+@_output_options
+@_format_option("table", "csv", "json")
+@top_option
+def trace_command(path, chip, csv_path, json_path, logdir, run, plot_path, fmt, top):
+    """Read a jax.profiler trace (an .xplane.pb or a directory holding one) and join the measured
+    per-op times with the roofline of the optimized HLO embedded in it (nothing is recompiled).
+
+    \b
+    Example:
+      $ hlo-roofline trace logs/ --chip host
+    """
+    from hlo_roofline import measured
+
+    _check_run(logdir, run)
+    try:
+        result = measured.read_trace(path, chip=chip)
+    except measured.TraceError as exc:
+        raise InputError(_one_line(exc)) from None
+    reports = result if isinstance(result, dict) else {path.stem: result}
+    _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,10 @@ class Report:
         from hlo_roofline import verdict
 
         ops, summary_update = verdict.classify(self.ops, chip)
+        if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
+            from hlo_roofline.measured import add_efficiency
+
+            ops = add_efficiency(ops)
         summary = {k: v for k, v in self.summary.items() if k not in _VERDICT_SUMMARY_KEYS}
         summary.update(summary_update)
         return Report(ops, summary, self.module)
@@ -74,7 +78,7 @@ class Report:
         if by not in ("source", "op_name"):
             raise ValueError(f"rollup by 'source' or 'op_name', not {by!r}")
         sums = ["count", "flops", "transcendentals", "bytes_accessed", "comm_bytes"]
-        sums += [c for c in (*_TIME_COLUMNS, "share") if c in self.ops]
+        sums += [c for c in (*_TIME_COLUMNS, "share", "measured_s") if c in self.ops]
         grouped = self.ops.groupby(self.ops[by].replace("", "(unattributed)"), sort=False)
         out = grouped[sums].sum()
         out.insert(0, "ops", grouped.size())
@@ -191,7 +195,7 @@ class Report:
 
 
 _VERDICT_SUMMARY_KEYS = frozenset(
-    {"chip", "chip_name", "chip_profile", "step_time_lower_s", "step_time_upper_s",
+    {"chip", "chip_name", "chip_profile", "step_time_lower_s", "step_time_upper_s", "mfu_dtype",
      "mfu_upper_bound", "time_share", "hbm_bandwidth", "roofs"}
 )  # fmt: skip
 

@@ -39,15 +39,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
-# libtpu takes a machine-wide lock that guards a real TPU; compile-only use never touches one, and the
-# lock would stop two analyses (e.g. parallel test workers) from running at once on a CPU machine.
-if not Path("/dev/accel0").exists() and not Path("/dev/vfio").exists():
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-
 import jax
 import numpy as np
 from jax.experimental import topologies
+
+import hlo_roofline._jax_env  # noqa: F401  (before jax: sets the environment it reads)
 
 __all__ = [
     "TargetError",

@@ -153,7 +153,10 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
 
 def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
     time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
-    peak = _peak(chip, "bf16")
+    # MFU against the peak of the dtype most matmul FLOPs run in (bf16 when there is no matmul)
+    matmul_flops = ops[ops["mm_k"] > 0].groupby("dtype")["flops"].sum()
+    mfu_dtype = str(matmul_flops.idxmax()) if len(matmul_flops) and matmul_flops.max() > 0 else "bf16"
+    peak = _peak(chip, mfu_dtype)
     flops = float(ops["flops"].sum())
     roofs = {}
     for dtype in RIDGE_DTYPES:
@@ -171,6 +174,7 @@ def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
         "step_time_lower_s": step,
         "step_time_upper_s": upper,
         "mfu_upper_bound": flops / (peak * step) if step else 0.0,
+        "mfu_dtype": mfu_dtype,
         "time_share": {
             b: float(time_by_bound.get(b, 0.0)) / step if step else 0.0 for b in BOUNDS[:4]
         },

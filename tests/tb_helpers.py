@@ -56,6 +56,19 @@ def hostile_report() -> Report:
     return Report(ops, dict(report.summary), report.module)
 
 
+def measured_report() -> Report:
+    """A report joined with a real profile of a small step run here (judged on a made-up CPU chip)."""
+    import jax.numpy as jnp
+
+    from hlo_roofline import chips, measure
+
+    chip = chips.Chip.custom("tab-test-cpu", peak_flops={"f32": 5e10}, hbm_bandwidth=1e10)
+    x = jnp.ones((256, 256), jnp.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # two cores: ops may overlap in the trace
+        return measure(lambda a: jnp.tanh(a @ a) + 1, x, steps=3, warmup=1, chip=chip)
+
+
 def big_report(n: int = 20_000) -> Report:
     """``n`` ops: a real report's rows repeated (renamed), re-classified so shares add up."""
     base = fixture_report("fsdp_train_step", "tpu_v5e", "v5e")

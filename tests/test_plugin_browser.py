@@ -23,6 +23,7 @@ from tb_helpers import (
     first_chip_flip,
     fixture_report,
     hostile_report,
+    measured_report,
     tensorboard,
     timed_rows,
     write_corrupt,
@@ -52,6 +53,7 @@ def logdir(tmp_path_factory) -> Path:
     fixture_report("attention", "h100", "h100-sxm").write_tensorboard(root, "attention/h100")
     root.joinpath("pair.txt").write_text("\n".join(write_flipping_pair(root)))
     hostile_report().write_tensorboard(root, "hostile")
+    measured_report().write_tensorboard(root, "measured")
     big_report(20_000).write_tensorboard(root, "big")
     write_corrupt(root, "broken")
     return root
@@ -255,6 +257,23 @@ def test_hostile_op_name_renders_as_text(page, server, logdir):
     assert "alert" not in scripts  # only TensorBoard's own entry script
     assert "&lt;img src=x onerror" in doc.evaluate("b => b.innerHTML")
     page.wait_for_timeout(200)  # a dialog, if any, would have opened by now
+
+
+def test_measured_run_shows_measured_time_and_efficiency(page, server, logdir):
+    report = read(logdir, "measured")
+    assert report.ops["measured_s"].notna().any()
+    frame = open_plugin(page, server, "measured")
+    headers = frame.locator(".hr-table [data-key]").evaluate_all(
+        "els => els.map(e => e.dataset.key)"
+    )
+    assert {"measured_s", "efficiency"} <= set(headers)
+    assert "measured step" in frame.locator(".hr-summary").text_content()
+    timed = report.ops[report.ops["measured_s"].notna()]
+    op = timed.loc[timed["t_roofline_s"].idxmax()]
+    frame.locator("#hr-search").fill(op["name"])
+    body_rows(frame).first.click()
+    assert frame.locator('.hr-details dd[data-field="measured"]').count() == 1
+    assert frame.locator('.hr-details dd[data-field="efficiency"]').count() == 1
 
 
 def test_corrupt_report_shows_an_error_for_that_run_only(page, server):

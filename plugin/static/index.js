@@ -221,8 +221,32 @@ function opColumns() {
       value: g("share"),
       text: (r) => fmtPct(g("share")(r)),
     },
+    ...measuredColumns(g),
     { key: "op_name", label: "op_name", width: "minmax(160px, 2fr)", text: text("op_name") },
     { key: "hint", label: "hint", width: "minmax(120px, 1.2fr)", text: text("hint") },
+  ];
+}
+
+/** Measured time and roofline efficiency, shown next to the prediction when a profile was joined. */
+function measuredColumns(g) {
+  if (!state.model || !state.model.has("measured_s")) return [];
+  return [
+    {
+      key: "measured_s",
+      label: "measured",
+      width: "84px",
+      num: true,
+      value: g("measured_s"),
+      text: (r) => fmtTime(g("measured_s")(r)),
+    },
+    {
+      key: "efficiency",
+      label: "efficiency",
+      width: "78px",
+      num: true,
+      value: g("efficiency"),
+      text: (r) => fmtPct(g("efficiency")(r)),
+    },
   ];
 }
 
@@ -312,6 +336,7 @@ async function loadReport() {
   const previous =
     state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : null;
   state.model = new Model(payload);
+  ui.table.setColumns(opColumns());
   fillChips();
   state.selected = -1;
   if (previous !== null) {
@@ -391,6 +416,14 @@ function renderSummary() {
       `${fmtSI(s.flops)} / ${fmtBytes(s.bytes_accessed)}`,
       s.comm_bytes ? `comm ${fmtBytes(s.comm_bytes)}` : null,
     ),
+    s.measured_step_s
+      ? card(
+          "measured step",
+          fmtTime(s.measured_step_s),
+          `per-op times cover ${fmtPct(s.measured_coverage)}` +
+            (s.measured_overlap ? " · ops overlapped: capture on one core" : ""),
+        )
+      : null,
     card(
       "module",
       m.module || "–",
@@ -493,6 +526,19 @@ function renderDetails() {
     ["t comm", fmtTime(g("t_comm_s"))],
     ["t roofline", fmtTime(g("t_roofline_s"))],
     ["share", fmtPct(g("share"))],
+    ...(state.model.has("measured_s")
+      ? [
+          ["measured", fmtTime(g("measured_s"))],
+          [
+            "efficiency",
+            g("efficiency") > 1
+              ? `${fmtPct(g("efficiency"))} (above the DRAM roof: cache-resident)`
+              : fmtPct(g("efficiency")),
+          ],
+          ["achieved FLOP/s", fmtSI(g("achieved_flops_per_s"))],
+          ["achieved bytes/s", fmtSI(g("achieved_bytes_per_s"))],
+        ]
+      : []),
     ["op_name", g("op_name")],
     ["source", g("source")],
     ["hint", g("hint")],

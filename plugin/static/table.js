@@ -8,29 +8,13 @@ import { el } from "./util.js";
 
 export class VirtualTable {
   constructor(container, columns, { rowHeight = 26, height = 420, onSelect, sort, label }) {
-    this.columns = columns;
     this.rowHeight = rowHeight;
     this.onSelect = onSelect || (() => {});
     this.sort = sort || { key: columns[0].key, dir: 1 };
     this.ids = [];
     this.selected = -1;
-    const template = columns.map((c) => c.width || "minmax(80px, 1fr)").join(" ");
     this.header = el("div", { className: "hr-row hr-head", attrs: { role: "row" } });
-    this.header.style.gridTemplateColumns = template;
-    this.template = template;
-    for (const c of columns) {
-      const cell = el("div", {
-        className: `hr-cell${c.num ? " hr-num" : ""}`,
-        text: c.label,
-        title: c.title || `Sort by ${c.label}`,
-        attrs: { role: "columnheader", "data-key": c.key, tabindex: 0 },
-        on: {
-          click: () => this.sortBy(c.key),
-          keydown: (e) => (e.key === "Enter" || e.key === " ") && this.sortBy(c.key),
-        },
-      });
-      this.header.append(cell);
-    }
+    this.setColumns(columns);
     this.sizer = el("div", { className: "hr-sizer" });
     this.body = el("div", { className: "hr-body", attrs: { role: "rowgroup" } }, this.sizer);
     this.maxHeight = height;
@@ -44,6 +28,27 @@ export class VirtualTable {
     container.append(this.root);
     this.body.addEventListener("scroll", () => this._schedule());
     new ResizeObserver(() => this._schedule()).observe(this.body);
+  }
+
+  /** (Re)build the header: reports differ in columns (a measured report adds some). */
+  setColumns(columns) {
+    this.columns = columns;
+    this.template = columns.map((c) => c.width || "minmax(80px, 1fr)").join(" ");
+    this.header.style.gridTemplateColumns = this.template;
+    this.header.replaceChildren(
+      ...columns.map((c) =>
+        el("div", {
+          className: `hr-cell${c.num ? " hr-num" : ""}`,
+          text: c.label,
+          title: c.title || `Sort by ${c.label}`,
+          attrs: { role: "columnheader", "data-key": c.key, tabindex: 0 },
+          on: {
+            click: () => this.sortBy(c.key),
+            keydown: (e) => (e.key === "Enter" || e.key === " ") && this.sortBy(c.key),
+          },
+        }),
+      ),
+    );
   }
 
   /** Show these row ids (sorted by the current sort). */

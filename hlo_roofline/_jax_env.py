@@ -1,0 +1,21 @@
+"""Environment defaults that must be in place before JAX starts its backends.
+
+Imported (for its side effect) by every module that may be the first to touch JAX on behalf of the
+user: ``targets`` and the CLI. Both settings only matter on machines without the accelerator:
+
+- ``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1``: without CUDA libraries the CUDA plugin fails its version
+  check and never registers, so compile-only NVIDIA targets would be unavailable. The variable skips
+  only that check; a real GPU is still used.
+- ``ALLOW_MULTIPLE_LIBTPU_LOAD=1`` (only where no TPU device exists): libtpu's machine-wide lock guards
+  a real TPU; compile-only use never touches one, and the lock would stop two analyses (say,
+  parallel test workers) from running at once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+if not Path("/dev/accel0").exists() and not Path("/dev/vfio").exists():
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
