@@ -613,13 +613,18 @@ def measure(
     peaks, see :mod:`hlo_roofline.host`). The trace goes to ``logdir`` when given (viewable in
     TensorBoard's profile tab), else to a temporary directory that is removed afterwards.
     For clean per-op times on CPU run the process on one core (docs/measure.md).
+    ``jax.ShapeDtypeStruct`` arguments (as the CLI's steps use) are run as arrays of zeros.
     """
     import jax
+    import jax.numpy as jnp
 
     from hlo_roofline.api import _local_chip, jitted
 
     if steps < 1:
         raise ValueError(f"steps must be ≥ 1, not {steps}")
+    args = jax.tree.map(
+        lambda x: jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x, args
+    )
     jitted_step = jitted(fn, {})
     for _ in range(max(warmup, 0)):
         jax.block_until_ready(jitted_step(*args))

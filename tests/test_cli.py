@@ -397,3 +397,43 @@ def test_subprocess_analyze_pipes_clean_json(workdir):
     assert proc.returncode == 0, proc.stderr
     report = Report.from_dict(json.loads(proc.stdout))
     assert report.summary["compiled_for"] == "v5e:2x2" and report.chip == "v5e"
+
+
+# -- measured runs ---------------------------------------------------------------------------------
+
+MEASURED_STEP = """
+import jax.numpy as jnp
+
+def step():
+    def f(a, b):
+        return jnp.tanh(a @ b) * 2
+    return f, (jnp.ones((256, 256)), jnp.ones((256, 256)))
+"""
+
+
+def test_analyze_measure_runs_the_step_and_shows_measured_times(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run_step.py").write_text(MEASURED_STEP)
+    output = invoke(
+        "analyze", "run_step.py:step", "--measure", "--steps", "2", "--chip", "host"
+    ).output
+    header = output.splitlines()[0].split()
+    assert {"measured", "eff."} <= set(header)
+    assert "measured step:" in output and "compiled for: local" in output
+    result = invoke("analyze", "run_step.py:step", "--measure", "--target", "v5e:2x2", code=2)
+    assert_one_line_error(result.output, "cannot use --target")
+
+
+def test_trace_command_reads_an_existing_profile(tmp_path):
+    import jax.numpy as jnp
+
+    from hlo_roofline import measure
+
+    logdir = tmp_path / "logs"
+    x = jnp.ones((128, 128))
+    measure(lambda a: jnp.tanh(a @ a), x, steps=2, warmup=1, chip="host", logdir=logdir)
+    output = invoke("trace", str(logdir), "--chip", "host").output
+    assert "measured step:" in output and "measured" in output.splitlines()[0]
+    (tmp_path / "empty").mkdir()
+    result = invoke("trace", str(tmp_path / "empty"), code=2)
+    assert_one_line_error(result.output, "xplane")
