@@ -160,7 +160,10 @@ def transformer_step(params, tokens):
     return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads)
 
 
-def transformer_inputs(batch: int, seq: int = 128, d: int = 2048, ff: int = 8192):
+D_MODEL = 1024
+
+
+def transformer_inputs(batch: int, seq: int = 128, d: int = D_MODEL, ff: int = 4 * D_MODEL):
     def s(*shape, dtype=jnp.bfloat16):
         return jax.ShapeDtypeStruct(shape, dtype)
 
@@ -182,7 +185,7 @@ def test_transformer_matmuls_compute_bound_at_large_batch_memory_bound_at_batch_
     assert len(mm) >= 6 and (mm.bound == "compute").all(), mm[["name", "bound", "intensity"]]
     small = hr.analyze(transformer_step, *transformer_inputs(batch=1, seq=1), chip="v5e")
     weights = small.ops[small.ops.op_name.str.contains("dot_general") & (small.ops.flops > 0)]
-    heavy = weights[weights.bytes_accessed >= 2 * 2048 * 2048 * 0.9]  # ops that read a weight
+    heavy = weights[weights.bytes_accessed >= 2 * D_MODEL * D_MODEL * 0.9]  # ops that read a weight
     assert len(heavy) >= 4 and (heavy.bound == "memory").all(), heavy[["name", "bound"]]
 
 
