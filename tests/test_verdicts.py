@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import hlo_roofline as hr
+import hlo_roofline.targets  # hr.targets below needs the submodule imported
 from hlo_roofline import chips
 
 V5E_BOOK = chips.get("v5e", profile="book")

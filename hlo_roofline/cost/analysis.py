@@ -7,11 +7,12 @@ the rule registered for its opcode.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from typing import NamedTuple
 
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import COST_MODELS, Cost, CostContext, callee
-from hlo_roofline.cost.collectives import find_collective
+from hlo_roofline.cost.collectives import COLLECTIVES, find_collective
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
 from hlo_roofline.cost.linalg import matmul_geometry
 from hlo_roofline.hlo import attrs
@@ -28,12 +29,26 @@ ROW_COLUMNS = (
     "fused_ops", "collective", "group_size", "mm_batch", "mm_m", "mm_n", "mm_k",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
-_RULE_ERRORS = (ValueError, IndexError, KeyError, ZeroDivisionError, AttributeError, TypeError)
+_RULE_ERRORS = (
+    ValueError, IndexError, KeyError, ArithmeticError, AttributeError, TypeError,
+)  # fmt: skip
+_CONTAINERS = frozenset({"while", "call", "conditional"})  # opened by walk() (see _open)
+_MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
+_WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
+_ROWS_PER_CHUNK = 4096
+_NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
+# Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
+_COLLECTIVE_OR_WRAPPER = frozenset(
+    {*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), "fusion", "async-start"}
+)
 
 
-@dataclass(frozen=True, slots=True)
-class PricedOp:
-    """One executed instruction, its execution count per step and its cost per execution."""
+class PricedOp(NamedTuple):
+    """One executed instruction, its execution count per step and its cost per execution.
+
+    A named tuple (immutable, like the frozen dataclass it replaced, and cheaper to build: there is
+    one per row).
+    """
 
     instr: Instruction
     count: float
@@ -43,7 +58,12 @@ class PricedOp:
 def price(instr: Instruction, ctx: CostContext) -> Cost:
     """The rule's cost, or a flagged unknown cost if the rule cannot make sense of the op."""
     try:
-        return ctx.cost(instr)
+        cost = ctx.cost(instr)
+        # Sums and reports use floats: a cost past their range (absurd windows, trip counts) is
+        # flagged here rather than overflowing later.
+        float(cost.flops), float(cost.transcendentals), float(cost.bytes_accessed)
+        float(cost.comm_bytes)
+        return cost
     except RecursionError:
         return Cost(unknown=True, notes=("computation nesting too deep to price",))
     except _RULE_ERRORS as exc:
@@ -56,26 +76,48 @@ def walk(
     """Every executed op of the module's entry, with nested bodies opened."""
     if cost_model not in COST_MODELS:
         raise ValueError(f"cost_model must be one of {COST_MODELS}, not {cost_model!r}")
-    ctx = CostContext(module, cost_model, pad_to_tiles)
-    ops: list[PricedOp] = []
+    walker = _Walk(CostContext(module, cost_model, pad_to_tiles))
+    walker.visit(module.entry, 1, None, 0)
+    return walker.ops
 
-    def visit(comp: Computation, count: float, note: str | None, depth: int) -> None:
+
+class _Walk:
+    """The state of one :func:`walk`: the context and the ops priced so far.
+
+    Methods rather than nested functions: two closures calling each other form a reference cycle,
+    which would keep the context (and its caches) alive until the next garbage collection.
+    """
+
+    __slots__ = ("ctx", "ops")
+
+    def __init__(self, ctx: CostContext) -> None:
+        self.ctx = ctx
+        self.ops: list[PricedOp] = []
+
+    def visit(self, comp: Computation, count: float, note: str | None, depth: int) -> None:
+        ctx, ops = self.ctx, self.ops
         for instr in comp.instructions:
-            opened = depth < 64 and _open(instr, count, note, depth)
-            if not opened:
-                cost = price(instr, ctx)
-                ops.append(PricedOp(instr, count, cost.with_note(note) if note else cost))
+            if instr.opcode in _CONTAINERS and depth < 64 and self.open(instr, count, note, depth):
+                continue
+            cost = price(instr, ctx)
+            ops.append(PricedOp(instr, count, cost.with_note(note) if note else cost))
 
-    def _open(instr: Instruction, count: float, note: str | None, depth: int) -> bool:
+    def open(self, instr: Instruction, count: float, note: str | None, depth: int) -> bool:
+        """Walk a container's bodies instead of pricing it; False if it is not one (or is broken)."""
+        ctx = self.ctx
         try:
             if instr.opcode == "while":
                 body_times, cond_times, loop_note = loop_multipliers(instr, ctx)
+                if not math.isfinite(count * body_times * cond_times):
+                    raise OverflowError("execution count out of range")
                 inner_note = loop_note or note
-                visit(callee(instr, ctx, "body"), count * body_times, inner_note, depth + 1)
-                visit(callee(instr, ctx, "condition"), count * cond_times, inner_note, depth + 1)
+                self.visit(callee(instr, ctx, "body"), count * body_times, inner_note, depth + 1)
+                self.visit(
+                    callee(instr, ctx, "condition"), count * cond_times, inner_note, depth + 1
+                )
                 return True
             if instr.opcode == "call":
-                visit(callee(instr, ctx, "to_apply"), count, note, depth + 1)
+                self.visit(callee(instr, ctx, "to_apply"), count, note, depth + 1)
                 return True
             if instr.opcode == "conditional" and ctx.roofline:
                 taken = heaviest_branch(instr, ctx)
@@ -85,69 +127,143 @@ def walk(
                         if i == taken
                         else f"branch {i} not counted (branch {taken} does the most work)"
                     )
-                    visit(comp, count if i == taken else 0, branch_note or note, depth + 1)
+                    self.visit(comp, count if i == taken else 0, branch_note or note, depth + 1)
                 return True
         except _RULE_ERRORS:
             return False  # priced as one flagged row instead
         return False
-
-    visit(module.entry, 1, None, 0)
-    return ops
 
 
 def dtype_of(instr: Instruction) -> str:
     """The dtype an op computes in: a dot's or convolution's input type, else its result type."""
     target = instr
     if instr.opcode == "fusion" and instr.called:
-        for inner in instr.called[0].instructions:
-            if inner.opcode in ("dot", "convolution", "scaled-dot", "ragged-dot"):
-                target = inner
-                break
-    if target.opcode in ("dot", "convolution", "scaled-dot", "ragged-dot") and target.operands:
+        target = _first_matmul(instr.called[0]) or instr
+    if target.opcode in _MATMULS and target.operands:
         return target.operands[0].shape.dtype
     leaves = instr.shape.leaves()
     return leaves[0].dtype if leaves else instr.shape.dtype
 
 
+def _first_matmul(comp: Computation) -> Instruction | None:
+    return next((i for i in comp.instructions if i.opcode in _MATMULS), None)
+
+
 def rows(module: Module, ops: list[PricedOp]) -> dict[str, list]:
-    """Report columns: identity, metadata and per-step totals (cost × count)."""
-    shape_text: dict[int, str] = {}
+    """Report columns: identity, metadata and per-step totals (cost × count).
+
+    Most ops share their shape, metadata, fusion config or fused computation with others, so each
+    of those is decoded once (the dicts below) rather than once per row. Each row is built as one
+    tuple in ``ROW_COLUMNS`` order; every few thousand rows, the tuples are transposed onto the
+    columns (cheaper than 22 appends a row, and the tuples never all exist at once).
+    """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
-    (name, opcode, computation, count_, flops, transcendentals, bytes_accessed, comm_bytes,
-     unknown, fusion_kind, dtype, shape, op_name, source, note, fused_ops, collective,
-     group_size, mm_batch, mm_m, mm_n, mm_k) = columns.values()  # fmt: skip
-    for op in ops:
-        instr, count, cost = op.instr, op.count, op.cost
-        meta = attrs.metadata(instr)
-        key = id(instr.shape)
-        text = shape_text.get(key)
-        if text is None:
-            text = shape_text[key] = str(instr.shape)
-        name.append(instr.name)
-        opcode.append(instr.opcode)
-        computation.append(instr.computation.name)
-        count_.append(float(count))
-        flops.append(cost.flops * count)
-        transcendentals.append(cost.transcendentals * count)
-        bytes_accessed.append(cost.bytes_accessed * count)
-        comm_bytes.append(cost.comm_bytes * count)
-        unknown.append(cost.unknown)
-        fusion_kind.append(attrs.fusion_kind(instr) if instr.opcode == "fusion" else "")
-        dtype.append(dtype_of(instr))
-        shape.append(text)
-        op_name.append(meta.op_name)
-        source.append(attrs.source(instr, module))
-        note.append("; ".join(cost.notes))
-        fused_ops.append(_fused_ops(instr) if instr.opcode == "fusion" else "")
-        found = find_collective(instr) if not instr.opcode.endswith("-done") else None
-        collective.append(found.opcode.removesuffix("-start") if found is not None else "")
-        group_size.append(attrs.replica_group_size(found, module) if found is not None else 0)
-        geometry = _geometry(instr)
-        for column, value in zip(
-            (mm_batch, mm_m, mm_n, mm_k), geometry or (0, 0, 0, 0), strict=True
-        ):
-            column.append(value)
+    shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
+    metadata: dict[str, tuple[str, str]] = {}  # metadata text -> (op_name, source)
+    fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
+    bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
+    own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
+    table: list[tuple] = []
+    for instr, count, cost in ops:
+        code = instr.opcode
+        instr_attrs = instr.attrs
+        described = shapes.get(id(instr.shape))
+        if described is None:
+            leaves = instr.shape.leaves()
+            first = leaves[0].dtype if leaves else instr.shape.dtype
+            described = shapes[id(instr.shape)] = (str(instr.shape), first)
+        meta_text = instr_attrs.get("metadata", "")
+        meta = metadata.get(meta_text)
+        if meta is None:
+            decoded = attrs.parse_metadata(meta_text)
+            meta = metadata[meta_text] = (decoded.op_name, attrs.metadata_source(decoded, module))
+        kind = fused = ""
+        dtype = described[1]
+        found = geometry = None
+        if code == "fusion":
+            config_key = (instr_attrs.get("kind", ""), instr_attrs.get("backend_config", ""))
+            kind = fusion_kinds.get(config_key)
+            if kind is None:
+                kind = fusion_kinds[config_key] = attrs.fusion_kind(instr)
+            if instr.called:
+                body = bodies.get(id(instr.called[0]))
+                if body is None:
+                    body = bodies[id(instr.called[0])] = _Body(instr)
+                fused, found, geometry = body.fused_ops, body.collective, body.geometry
+                dtype = body.matmul_dtype or dtype
+        else:
+            if code in _MATMULS and instr.operands:
+                dtype = instr.operands[0].shape.dtype
+            own = own_collective.get(code)
+            if own is None:
+                own = own_collective[code] = (
+                    not code.endswith("-done") and code.removesuffix("-start") in COLLECTIVES
+                )
+            if own:
+                found = instr
+            elif code == "async-start":
+                found = _find_collective(instr)
+            if code in _WITH_GEOMETRY:
+                geometry = _geometry(instr)
+        batch, m, n, k = geometry or _NO_GEOMETRY
+        table.append((
+            instr.name, code, instr.computation.name, float(count), cost.flops * count,
+            cost.transcendentals * count, cost.bytes_accessed * count, cost.comm_bytes * count,
+            cost.unknown, kind, dtype, described[0], meta[0], meta[1],
+            "; ".join(cost.notes) if cost.notes else "", fused,
+            found.opcode.removesuffix("-start") if found is not None else "",
+            _group_size(found, module) if found is not None else 0, batch, m, n, k,
+        ))  # fmt: skip
+        if len(table) == _ROWS_PER_CHUNK:
+            _transpose_onto(columns, table)
+            table = []
+    _transpose_onto(columns, table)
     return columns
+
+
+def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
+    for column, values in zip(columns.values(), zip(*table, strict=True), strict=False):
+        column.extend(values)
+
+
+class _Body:
+    """What the rows of every fusion calling one computation share, found in one pass over it."""
+
+    __slots__ = ("collective", "fused_ops", "geometry", "matmul_dtype")
+
+    def __init__(self, fusion: Instruction) -> None:
+        counts: dict[str, int] = {}
+        matmul = collective = None
+        has_geometry = False
+        for inner in fusion.called[0].instructions:
+            code = inner.opcode
+            if code not in _NOT_LISTED:
+                counts[code] = counts.get(code, 0) + 1
+            if matmul is None and code in _MATMULS:
+                matmul = inner
+            if collective is None and code in _COLLECTIVE_OR_WRAPPER:
+                collective = _find_collective(inner)
+            has_geometry = has_geometry or code in _MATMULS or code == "fusion"
+        self.matmul_dtype = (
+            matmul.operands[0].shape.dtype if matmul is not None and matmul.operands else None
+        )
+        self.fused_ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
+        self.collective = collective
+        self.geometry = _geometry(fusion) if has_geometry else None
+
+
+def _find_collective(instr: Instruction) -> Instruction | None:
+    try:
+        return find_collective(instr)
+    except RecursionError:  # fusions nested thousands deep: the row says nothing of them
+        return None
+
+
+def _group_size(collective: Instruction, module: Module) -> int:
+    try:
+        return attrs.replica_group_size(collective, module)
+    except _RULE_ERRORS:
+        return 0  # replica_groups it cannot read: the op's own row is flagged by its rule
 
 
 def _geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
@@ -155,17 +271,8 @@ def _geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
         if instr.opcode == "custom-call":
             return custom_call.geometry(instr)
         return matmul_geometry(instr)
-    except _RULE_ERRORS:
+    except (*_RULE_ERRORS, RecursionError):
         return None
-
-
-def _fused_ops(fusion: Instruction) -> str:
-    """What a fusion computes, e.g. "dot, add, exponential ×2" (views and plumbing left out)."""
-    counts: dict[str, int] = {}
-    for inner in fusion.called[0].instructions:
-        if inner.opcode not in _NOT_LISTED:
-            counts[inner.opcode] = counts.get(inner.opcode, 0) + 1
-    return ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
 
 
 def summarize(ops: list[PricedOp], cost_model: str) -> dict:

@@ -19,6 +19,8 @@ _META_FIELD = re.compile(r'(\w+)=(?:"((?:[^"\\]++|\\.)*+)"|(-?\d+))')
 
 def _cached(instr: Instruction, key: str, compute):
     cache = instr._cache
+    if cache is None:
+        cache = instr._cache = {}
     if key not in cache:
         cache[key] = compute()
     return cache[key]
@@ -143,7 +145,7 @@ def _parse_json(text: str | None) -> dict:
         if text.startswith('"'):
             text = json.loads(text)
         value = json.loads(text)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: nested thousands deep
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -158,13 +160,14 @@ def known_trip_count(instr: Instruction) -> int | None:
 
 
 def metadata(instr: Instruction) -> Metadata:
-    return _cached(instr, "metadata", lambda: _parse_metadata(instr.attrs.get("metadata", "")))
+    return _cached(instr, "metadata", lambda: parse_metadata(instr.attrs.get("metadata", "")))
 
 
-def _parse_metadata(text: str) -> Metadata:
+def parse_metadata(text: str) -> Metadata:
+    """A raw ``metadata={...}`` value decoded; fields it lacks (or cannot read) are empty."""
     if not text:
         return Metadata()
-    fields = {key: (_unescape(string) if number == "" else int(number))
+    fields = {key: (_unescape(string) if number == "" else _int(number))
               for key, string, number in _META_FIELD.findall(text)}  # fmt: skip
     return Metadata(
         op_name=_text(fields.get("op_name")),
@@ -173,6 +176,13 @@ def _parse_metadata(text: str) -> Metadata:
         source_line=_number(fields.get("source_line")),
         stack_frame_id=_number(fields.get("stack_frame_id")),
     )
+
+
+def _int(digits: str) -> int:
+    try:
+        return int(digits)
+    except ValueError:  # thousands of digits: not a line number or frame id
+        return 0
 
 
 def _text(value) -> str:
@@ -194,7 +204,11 @@ def _unescape(text: str) -> str:
 
 def source(instr: Instruction, module: Module) -> str:
     """``file:line`` of the Python code that produced the op ('' if unknown)."""
-    meta = metadata(instr)
+    return metadata_source(metadata(instr), module)
+
+
+def metadata_source(meta: Metadata, module: Module) -> str:
+    """``file:line`` that decoded metadata points at ('' if unknown)."""
     if meta.source_file:
         return f"{meta.source_file}:{meta.source_line}"
     frame = module.frames.get(meta.stack_frame_id)
@@ -217,6 +231,8 @@ def stack(instr: Instruction, module: Module) -> list[str]:
 def fusion_kind(instr: Instruction) -> str:
     """``kLoop``/``kInput``/``kOutput``/``kCustom``, refined by a backend sub-kind when present."""
     kind = instr.attrs.get("kind", "")
+    if "kind" not in instr.attrs.get("backend_config", ""):
+        return kind  # no sub-kind in the config: no need to decode it
     config = backend_config(instr)
     sub = config.get("fusion_backend_config", {}).get("kind") or config.get(
         "fusion_config", {}

@@ -96,21 +96,52 @@ class StackFrame:
     parent: int  # frame id of the caller, 0 for none
 
 
-@dataclass(slots=True, eq=False)
 class Instruction:
-    """One HLO instruction. ``attrs`` maps attribute names to their unparsed text."""
+    """One HLO instruction. ``attrs`` maps attribute names to their unparsed text.
 
-    name: str
-    opcode: str
-    shape: Shape
-    operands: list[Instruction]
-    attrs: dict[str, str]
-    computation: Computation
-    line: int
-    is_root: bool = False
-    called: list[Computation] = field(default_factory=list)
-    payload: str = ""  # text inside the parentheses of constant(...) / parameter(...)
-    _cache: dict = field(default_factory=dict, repr=False)
+    A plain class with ``__slots__`` rather than a dataclass: a large module has ~100k of them, and
+    a hand-written ``__init__`` without default factories builds them about twice as fast. Compared
+    by identity.
+    """
+
+    __slots__ = (
+        "_cache",
+        "attrs",
+        "called",
+        "computation",
+        "is_root",
+        "line",
+        "name",
+        "opcode",
+        "operands",
+        "payload",
+        "shape",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        name: str,
+        opcode: str,
+        shape: Shape,
+        operands: list[Instruction],
+        attrs: dict[str, str],
+        computation: Computation,
+        line: int,
+        is_root: bool = False,
+        called: list[Computation] | None = None,
+        payload: str = "",  # text inside the parentheses of constant(...) / parameter(...)
+    ) -> None:
+        self.name = name
+        self.opcode = opcode
+        self.shape = shape
+        self.operands = operands
+        self.attrs = attrs
+        self.computation = computation
+        self.line = line
+        self.is_root = is_root
+        self.called = [] if called is None else called
+        self.payload = payload
+        self._cache: dict | None = None  # decoded attributes (hlo.attrs), made on first use
 
     def __repr__(self) -> str:
         return f"<{self.opcode} %{self.name} {self.shape}>"

@@ -1,17 +1,23 @@
 """HLO text → :class:`~hlo_roofline.hlo.ir.Module`.
 
 The printer XLA uses (``compiled.as_text()``, ``--xla_dump_to`` files) writes one instruction per line,
-so the parser works line by line: a regular expression finds the instruction head, a small scanner that
-understands quotes, comments and nested brackets splits operands and attributes, and shapes are parsed
-once per distinct spelling (they repeat a lot). Anything it does not understand raises
-:class:`HloParseError` with the line, the column and the offending text.
+so the parser works line by line. Almost every line is read by two regular expressions: one for
+the name, shape, opcode and operands (``_FAST_LINE``), one that splits the attributes
+(``_FAST_ATTR_ITEM``). A line they do not read exactly goes to the careful path, where a small
+scanner that understands quotes, comments and nested brackets splits operands and attributes and
+reports the column of whatever is wrong. Shapes are parsed once per distinct spelling (they repeat
+a lot). Operands must be defined above their users, as XLA requires. Anything the parser does not
+understand raises :class:`HloParseError` with the line, the column and the offending text.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from sys import intern
 
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.hlo.ir import (
@@ -53,24 +59,28 @@ _TOKEN = re.compile(
 )
 _CLOSER = {"(": ")", "{": "}", "[": "]"}
 
-# The fast path: regular expressions (possessive, so they never backtrack) for the operand list and
-# each attribute of a well-formed line. Whatever they do not match exactly goes to the scanner.
-_STRING = r'"(?:[^"\\]++|\\.)*+"'
+# The fast paths use regular expressions whose quantifiers are all possessive, so they never
+# backtrack: a line they do not match fails in linear time and goes to the careful path. Strings and
+# brace groups are written "unrolled" (runs of plain characters between the special ones), which
+# the regex engine walks several times faster than an alternation tried at every character.
+_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
 
 
 def _nested_braces(depth: int) -> str:
-    group = r'\{(?:[^{}"]++|' + _STRING + r")*+\}"
+    """A ``{...}`` group holding strings and up to ``depth`` levels of nested groups."""
+    group = r'\{[^{}"]*+(?:' + _STRING + r'[^{}"]*+)*+\}'
     for _ in range(depth):
-        group = r'\{(?:[^{}"]++|' + _STRING + "|" + group + r")*+\}"
+        group = r'\{[^{}"]*+(?:(?:' + _STRING + "|" + group + r')[^{}"]*+)*+\}'
     return group
 
 
+_BRACES = _nested_braces(6)
 _FAST_OPERANDS = re.compile(r'\(((?:[^()"]++|\((?:[^()"]++|\([^()"]*+\))*+\))*+)\)')
 _FAST_ATTR = re.compile(
     r",\s*([\w.\-]+)=((?:[^,{}()\[\]\"]++|"
     + _STRING
     + "|"
-    + _nested_braces(6)
+    + _BRACES
     + r"|\[[^\[\]]*+\]|\([^()]*+\))++)\s*"
 )
 _OPERAND_NAME = re.compile(r"%([^\s,()%]+)")
@@ -94,6 +104,32 @@ _REQUIRED_CALLEES = {
 }  # fmt: skip
 _FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _KV = re.compile(r"(\w+)=(-?\d+)")
+
+# The whole-line fast path: name, shape, opcode and operands by one expression (shapes nest at most
+# three parentheses deep here), then the attributes, as XLA prints them: ", key=value" each.
+_ARRAY_TEXT = r"[a-z][a-z0-9]*+\[[^\]]*+\](?:\{[^}]*+\})?+"
+_SHAPE_TEXT = (
+    _ARRAY_TEXT + r"|\((?:[^()]++|\((?:[^()]++|\([^()]*+\))*+\))*+\)"
+)  # an array, or a tuple (checked by the careful shape parser the first time it is seen)
+_FAST_OPERAND = r"(?:/\*[^*]*+\*/\s*+)?(?:(?:" + _SHAPE_TEXT + r")\s++)?%[^\s,()%]++"
+_FAST_LINE = re.compile(
+    r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
+    r"(" + _SHAPE_TEXT + r")\s*+"  # shape
+    r"([a-z][a-z0-9\-_]*+)\("  # opcode(
+    r"(?:(\s*+(?:" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+)?)"  # %a, %b
+    r'|([^()"]*+(?:\([^()"]*+\)[^()"]*+)*+))\)'  # or a parameter's / constant's payload
+    r"(.*)"  # the attributes
+)
+_ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
+_FAST_ATTR_ITEM = re.compile(
+    r", ([\w.\-]++)=((?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+)"
+)  # ", key=value": exactly 3 characters more than the key and the value
+_LEAF_OPCODES = frozenset({"parameter", "constant"})
+_CALLED_KEYS = frozenset(_CALLED_ATTRS)
+_CALLER_OPCODES = frozenset({*_REQUIRED_CALLEES, "conditional"})  # checked even without callees
+_MAX_ELEMENTS = 2**63 - 1
+_MAX_TUPLE_DEPTH = 64  # XLA nests a few levels; what walks shapes recursively must not overflow
+_SHAPE_CACHE_LIMIT = 100_000  # distinct spellings kept across parses (fuzzed input makes many)
 
 
 class _Line:
@@ -203,6 +239,8 @@ def _parse_array(line: _Line, pos: int) -> tuple[Shape, int]:
             if dims[-1] < -1:
                 raise line.error(f"negative dimension '{d}'", pos + len(dtype) + 1)
             dynamic.append(is_dynamic)
+        if math.prod(d for d in dims if d > 0) > _MAX_ELEMENTS:  # XLA's limit too (int64 sizes)
+            raise line.error("shape has more than 2^63 elements", pos)
         layout = None
         if layout_text is not None:
             layout = _parse_layout(layout_text, line, pos + m.group().index("{") + 1)
@@ -211,10 +249,12 @@ def _parse_array(line: _Line, pos: int) -> tuple[Shape, int]:
     return shape, m.end()
 
 
-def _parse_shape(line: _Line, pos: int) -> tuple[Shape, int]:
+def _parse_shape(line: _Line, pos: int, depth: int = 0) -> tuple[Shape, int]:
     """Parse the shape starting at ``pos``; return it and the index just after it."""
     text = line.text
     if pos < len(text) and text[pos] == "(":
+        if depth >= _MAX_TUPLE_DEPTH:
+            raise line.error(f"tuple shape nested more than {_MAX_TUPLE_DEPTH} deep", pos)
         elements: list[Shape] = []
         pos += 1
         while True:
@@ -228,7 +268,7 @@ def _parse_shape(line: _Line, pos: int) -> tuple[Shape, int]:
                     raise line.error("unterminated comment", pos)
                 pos = end + 2
                 continue
-            element, pos = _parse_shape(line, pos)
+            element, pos = _parse_shape(line, pos, depth + 1)
             elements.append(element)
             while pos < len(text) and text[pos] == " ":
                 pos += 1
@@ -262,48 +302,82 @@ def _parse_attrs(line: _Line, start: int) -> dict[str, str]:
     return attrs
 
 
+def _parse_header(header: _Line) -> tuple[str, dict[str, str]]:
+    """The module's name and attributes from ``HloModule name, key=value, ...``."""
+    name, comma, attr_text = header.text[len("HloModule ") :].partition(",")
+    name, attr_text = name.strip(), comma + attr_text
+    items = _FAST_ATTR_ITEM.findall(attr_text)
+    covered = sum([len(key) + len(value) + 3 for key, value in items]) == len(attr_text)
+    if covered and name and " " not in name:
+        return name, dict(items)
+    parts = _split_top_level(header, len("HloModule "))  # the careful path, for its errors
+    name = header.text[parts[0][0] : parts[0][1]].strip()
+    return name, _parse_attrs(header, parts[0][1] + 1) if len(parts) > 1 else {}
+
+
 def _called_names(value: str) -> list[str]:
     return [v.strip().lstrip("%") for v in value.strip("{} ").split(",") if v.strip()]
-
-
-class _Pending:
-    """An instruction whose operands and callees are resolved once its computation is complete."""
-
-    __slots__ = ("instr", "line", "operands")
-
-    def __init__(self, instr: Instruction, line: _Line, operands: list[tuple[str, int]]) -> None:
-        self.instr, self.line, self.operands = instr, line, operands
 
 
 def _parse_instruction(
     line: _Line, head: re.Match, computation: Computation
 ) -> tuple[Instruction, list[tuple[str, int]]]:
+    """The careful path for one instruction line: every error points at its column."""
     text = line.text
     pos = head.end()
-    shape, pos = _parse_shape(line, pos)
-    m = _OPCODE.match(text, pos)
+    shape, end = _parse_shape(line, pos)
+    if len(_shape_cache) < _SHAPE_CACHE_LIMIT:
+        _shape_cache[text[pos:end]] = shape  # tuples too: the fast path finds them by spelling
+    m = _OPCODE.match(text, end)
     if m is None:
-        raise line.error("expected an opcode followed by '('", pos)
+        raise line.error("expected an opcode followed by '('", end)
     opcode = m.group(1)
     open_pos = m.end() - 1
     parsed = None
-    if opcode not in ("parameter", "constant"):
+    if opcode not in _LEAF_OPCODES:
         parsed = _fast_operands_and_attrs(text, open_pos)
     if parsed is None:
         parsed = _slow_operands_and_attrs(line, opcode, open_pos)
     operands, attrs, payload = parsed
     instr = Instruction(
-        name=head.group(2),
-        opcode=opcode,
-        shape=shape,
-        operands=[],
-        attrs=attrs,
-        computation=computation,
-        line=line.number,
-        is_root=head.group(1) is not None,
-        payload=payload,
-    )
+        head.group(2), opcode, shape, [], attrs, computation, line.number,
+        head.group(1) is not None, None, payload,
+    )  # fmt: skip
     return instr, operands
+
+
+def _fast_instruction(
+    m: re.Match, number: int, computation: Computation
+) -> tuple[Instruction, list[str]] | None:
+    """The instruction a ``_FAST_LINE`` match describes, with its operand names; None when the
+    careful path must look at the line (a shape seen for the first time, an odd parameter)."""
+    root, name, shape_text, opcode, operand_text, payload, attr_text = m.groups()
+    shape = _shape_cache.get(shape_text)
+    if shape is None:
+        return None
+    if operand_text is not None and opcode not in _LEAF_OPCODES:
+        names = _OPERAND_NAME.findall(operand_text)
+        payload = ""
+    elif opcode in _LEAF_OPCODES:
+        payload = (payload if operand_text is None else operand_text).strip()
+        names = []
+        if opcode == "parameter" and not payload.isdigit():
+            return None
+    else:
+        return None  # operands printed without '%'
+    attrs = {}
+    attr_text = attr_text.rstrip()
+    if attr_text:
+        covered = 0
+        for key, value in _FAST_ATTR_ITEM.findall(attr_text):
+            attrs[intern(key)] = value  # keys repeat on every line: one string each
+            covered += len(key) + len(value) + 3
+        if covered != len(attr_text):  # the items skipped something: not in XLA's form
+            return None
+    instr = Instruction(
+        name, intern(opcode), shape, [], attrs, computation, number, root is not None, None, payload
+    )
+    return instr, names
 
 
 def _fast_operands_and_attrs(
@@ -367,12 +441,42 @@ def _slow_operands_and_attrs(
     return operands, attrs, payload
 
 
-def _parse_frame_tables(lines: list[str], i: int) -> tuple[dict[int, StackFrame], int]:
-    """Read the FileNames/FunctionNames/FileLocations/StackFrames tables that precede computations."""
+def _line_spans(text: str, number: int = 1, start: int = 0) -> Iterator[tuple[int, int, int]]:
+    """(line number, start, end) of every line of ``text`` from ``start``, without splitting it."""
+    find, size = text.find, len(text)
+    while start <= size:
+        end = find("\n", start)
+        if end < 0:
+            end = size
+        yield number, start, end
+        number, start = number + 1, end + 1
+
+
+def _is_code(line: str) -> bool:
+    """Not blank and not a ``//`` comment."""
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("//")
+
+
+def _line_text(text: str, number: int) -> str:
+    """Line ``number`` (1-based) of ``text``, for an error message."""
+    lines = text.split("\n")
+    return lines[number - 1].rstrip() if 0 < number <= len(lines) else ""
+
+
+def _parse_frame_tables(
+    text: str, spans: Iterator[tuple[int, int, int]]
+) -> tuple[dict[int, StackFrame], tuple[int, int, int] | None]:
+    """Read the FileNames/FunctionNames/FileLocations/StackFrames tables that precede computations.
+
+    Returns the frames and the span of the first line after the tables (None at the end of text).
+    """
     tables: dict[str, dict[int, str]] = {name: {} for name in _FRAME_TABLES}
     current = None
-    while i < len(lines):
-        stripped = lines[i].strip()
+    following = None
+    for span in spans:
+        number, start, end = span
+        stripped = text[start:end].strip()
         if stripped in tables:
             current = tables[stripped]
         elif not stripped:
@@ -380,11 +484,11 @@ def _parse_frame_tables(lines: list[str], i: int) -> tuple[dict[int, StackFrame]
         elif current is not None and stripped[0].isdigit():
             key, _, value = stripped.partition(" ")
             if not key.isdigit():
-                raise HloParseError("bad table entry", i + 1, 1, lines[i])
+                raise HloParseError("bad table entry", number, 1, text[start:end])
             current[int(key)] = value.strip()
         else:
+            following = span
             break
-        i += 1
     frames: dict[int, StackFrame] = {}
     files = {k: v.strip('"') for k, v in tables["FileNames"].items()}
     functions = {k: v.strip('"') for k, v in tables["FunctionNames"].items()}
@@ -399,7 +503,7 @@ def _parse_frame_tables(lines: list[str], i: int) -> tuple[dict[int, StackFrame]
             # jax prints the parent's id plus one; 1 (and 0) mean "no parent".
             parent=max(int(fields.get("parent_frame_id", 0)) - 1, 0),
         )
-    return frames, i
+    return frames, following
 
 
 def parse_module(text: str) -> Module:
@@ -418,67 +522,90 @@ def parse_module(text: str) -> Module:
 def _parse_module(text: str) -> Module:
     if not isinstance(text, str):
         raise HloParseError(f"expected HLO text (str), got {type(text).__name__}")
-    lines = text.split("\n")
-    i = 0
-    while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("//")):
-        i += 1
-    if i == len(lines):
+    if len(_shape_cache) >= _SHAPE_CACHE_LIMIT:
+        _shape_cache.clear()
+    spans = _line_spans(text)
+    first = next((s for s in spans if _is_code(text[s[1] : s[2]])), None)
+    if first is None:
         raise HloParseError("empty input: no 'HloModule' header")
-    header = _Line(i + 1, lines[i].rstrip())
+    number, start, end = first
+    header = _Line(number, text[start:end].rstrip())
     if not header.text.startswith("HloModule "):
         raise header.error("expected 'HloModule <name>'", 0)
-    parts = _split_top_level(header, len("HloModule "))
-    name = header.text[parts[0][0] : parts[0][1]].strip()
-    module_attrs = _parse_attrs(header, parts[0][1] + 1) if len(parts) > 1 else {}
-    frames, i = _parse_frame_tables(lines, i + 1)
+    name, module_attrs = _parse_header(header)
+    frames, following = _parse_frame_tables(text, spans)
+    if following is not None:
+        spans = itertools.chain([following], spans)
 
     computations: dict[str, Computation] = {}
-    pending: list[_Pending] = []
+    callers: list[tuple[Instruction, int]] = []  # instructions that name computations
     entry: Computation | None = None
     current: Computation | None = None
-    by_name: dict[str, Instruction] = {}
-    current_pending: list[_Pending] = []
-    for number in range(i, len(lines)):
-        raw = lines[number]
-        stripped = raw.strip()
-        if not stripped or stripped.startswith("//"):
-            continue
-        line = _Line(number + 1, raw.rstrip())
-        if current is None:
-            m = _COMPUTATION_HEAD.match(raw)
-            if m is None:
-                raise line.error("expected a computation ('%name (...) -> ... {')", 0)
-            current = Computation(m.group(2), is_entry=m.group(1) is not None, line=number + 1)
-            if current.name in computations:
-                raise line.error(f"duplicate computation '{current.name}'", m.start(2))
-            by_name, current_pending = {}, []
-            continue
-        if stripped == "}":
-            _resolve_operands(current_pending, by_name)
+    by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
+    fast_line = _FAST_LINE.match
+    for number, start, end in spans:
+        if current is not None:
+            m = fast_line(text, start, end)
+            parsed = _fast_instruction(m, number, current) if m is not None else None
+            if parsed is None:
+                raw = text[start:end]
+                stripped = raw.strip()
+                if not stripped or stripped.startswith("//") or stripped == "}":
+                    pass
+                else:
+                    line = _Line(number, raw.rstrip())
+                    head = _INSTRUCTION_HEAD.match(raw)
+                    if head is None:
+                        raise line.error("expected an instruction ('%name = shape opcode(...)')", 0)
+                    instr, operands = _parse_instruction(line, head, current)
+                    parsed = instr, [operand for operand, _ in operands]
+            if parsed is not None:
+                instr, names = parsed
+                if names:  # operands come before their users (XLA's rule): no cycles
+                    try:
+                        instr.operands = [by_name[name] for name in names]
+                    except KeyError as exc:
+                        raise _unknown_operand(exc.args[0], number, text[start:end]) from None
+                if instr.name in by_name:
+                    col = text.find(instr.name, start, end) - start
+                    message = f"duplicate instruction name '{instr.name}'"
+                    raise HloParseError(message, number, col + 1, text[start:end].rstrip())
+                by_name[instr.name] = instr
+                current.instructions.append(instr)
+                if instr.is_root:
+                    current.root = instr
+                if instr.opcode in _CALLER_OPCODES or not _CALLED_KEYS.isdisjoint(instr.attrs):
+                    callers.append((instr, number))
+                continue
+            if stripped != "}":
+                continue
             if current.root is None and current.instructions:
                 current.root = current.instructions[-1]
             if current.root is None:
+                line = _Line(number, stripped)
                 raise line.error(f"computation '{current.name}' has no instructions", 0)
             computations[current.name] = current
             if current.is_entry:
                 if entry is not None:
-                    raise line.error("more than one ENTRY computation", 0)
+                    raise _Line(number, stripped).error("more than one ENTRY computation", 0)
                 entry = current
-            pending.extend(current_pending)
             current = None
             continue
-        head = _INSTRUCTION_HEAD.match(raw)
-        if head is None:
-            raise line.error("expected an instruction ('%name = shape opcode(...)')", 0)
-        instr, operands = _parse_instruction(line, head, current)
-        if instr.name in by_name:
-            raise line.error(f"duplicate instruction name '{instr.name}'", head.start(2))
-        by_name[instr.name] = instr
-        current.instructions.append(instr)
-        if instr.is_root:
-            current.root = instr
-        current_pending.append(_Pending(instr, line, operands))
+        raw = text[start:end]
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("//"):
+            continue
+        m = _COMPUTATION_HEAD.match(raw)
+        if m is None:
+            line = _Line(number, raw.rstrip())
+            raise line.error("expected a computation ('%name (...) -> ... {')", 0)
+        current = Computation(m.group(2), is_entry=m.group(1) is not None, line=number)
+        if current.name in computations:
+            line = _Line(number, raw.rstrip())
+            raise line.error(f"duplicate computation '{current.name}'", m.start(2))
+        by_name = {}
     if current is not None:
+        lines = text.split("\n")
         last = max((n for n, raw in enumerate(lines) if raw.strip()), default=0)
         message = f"computation '{current.name}' is not closed with '}}'"
         raise HloParseError(message, last + 1, 1, lines[last])
@@ -487,23 +614,21 @@ def _parse_module(text: str) -> Module:
     if entry is None:  # XLA's rule: without an ENTRY marker the last computation is the entry
         entry = list(computations.values())[-1]
         entry.is_entry = True
-    _resolve_callees(pending, computations)
+    _resolve_callees(callers, computations, text)
+    _check_acyclic(callers, text)
     return Module(name, computations, entry, module_attrs, frames, text)
 
 
-def _resolve_operands(pending: list[_Pending], by_name: dict[str, Instruction]) -> None:
-    for p in pending:
-        ops = p.instr.operands
-        for name, col in p.operands:
-            operand = by_name.get(name)
-            if operand is None:
-                raise p.line.error(f"unknown operand '%{name}'", col)
-            ops.append(operand)
+def _unknown_operand(name: str, number: int, raw: str) -> HloParseError:
+    line = _Line(number, raw.rstrip())
+    col = line.text.find("%" + name, line.text.find("("))
+    return line.error(f"unknown operand '%{name}' (not defined above)", max(col, 0))
 
 
-def _resolve_callees(pending: list[_Pending], computations: dict[str, Computation]) -> None:
-    for p in pending:
-        instr = p.instr
+def _resolve_callees(
+    callers: list[tuple[Instruction, int]], computations: dict[str, Computation], text: str
+) -> None:
+    for instr, number in callers:
         attrs = instr.attrs
         for key in _CALLED_ATTRS:
             value = attrs.get(key)
@@ -512,17 +637,54 @@ def _resolve_callees(pending: list[_Pending], computations: dict[str, Computatio
             for name in _called_names(value):
                 callee = computations.get(name)
                 if callee is None:
-                    col = p.line.text.find(key + "=")
-                    raise p.line.error(f"unknown computation '%{name}' in {key}=", max(col, 0))
+                    line = _Line(number, _line_text(text, number))
+                    col = line.text.find(key + "=")
+                    raise line.error(f"unknown computation '%{name}' in {key}=", max(col, 0))
                 instr.called.append(callee)
         for key in _REQUIRED_CALLEES.get(instr.opcode, ()):
             if key not in attrs:
-                raise p.line.error(f"{instr.opcode} needs {key}=", 0)
+                raise _Line(number, _line_text(text, number)).error(
+                    f"{instr.opcode} needs {key}=", 0
+                )
         if instr.opcode == "conditional" and not instr.called:
-            raise p.line.error("conditional needs branch_computations=", 0)
+            line = _Line(number, _line_text(text, number))
+            raise line.error("conditional needs branch_computations=", 0)
         if instr.opcode == "fusion":
             for callee in instr.called:
                 callee.is_fusion = True
+
+
+def _check_acyclic(callers: list[tuple[Instruction, int]], text: str) -> None:
+    """Reject a computation that calls itself, directly or not (XLA's call graph is acyclic, and
+    everything that walks it relies on that)."""
+    calls: dict[int, list[tuple[Computation, Instruction, int]]] = {}
+    for instr, number in callers:
+        for callee in instr.called:
+            calls.setdefault(id(instr.computation), []).append((callee, instr, number))
+    done: set[int] = set()
+    for instr, _ in callers:
+        root = instr.computation
+        if id(root) in done:
+            continue
+        # Depth-first, without recursion: a path of (computation, its calls not yet followed).
+        path = [(root, iter(calls.get(id(root), ())))]
+        on_path = {id(root)}
+        while path:
+            comp, pending = path[-1]
+            step = next(pending, None)
+            if step is None:
+                path.pop()
+                on_path.discard(id(comp))
+                done.add(id(comp))
+                continue
+            callee, caller, number = step
+            if id(callee) in on_path:
+                line = _Line(number, _line_text(text, number))
+                message = f"computation '%{callee.name}' calls itself (through %{caller.name})"
+                raise line.error(message, max(line.text.find("%" + callee.name), 0))
+            if id(callee) not in done:
+                path.append((callee, iter(calls.get(id(callee), ()))))
+                on_path.add(id(callee))
 
 
 def parse_file(path: str | Path) -> Module:
