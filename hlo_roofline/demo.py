@@ -1,6 +1,14 @@
-"""``make demo``: analyze a built-in training step, compiled for this CPU and compile-only for TPU v5e.
+"""``make demo``: the GPT training step, compiled compile-only for TPU v5e and NVIDIA H100, compared.
 
-No accelerator and no network are needed: the TPU program comes from libtpu's compile-only path.
+No accelerator and no network: libtpu and JAX's CUDA plugin compile for a target without one. Prints
+both summaries side by side, where each part of the model spends its time on each chip, and the top
+ops of each; writes CSV, JSON, a roofline PNG per chip and a TensorBoard logdir under ``out/demo``::
+
+    python -m hlo_roofline.demo [--out DIR] [--cache DIR | --no-cache] [--top N]
+
+The optimized HLO is cached in ``~/.cache/hlo_roofline/hlo`` (keyed by the lowered program, the
+target and the compiler versions; see ``hlo_roofline.examples.compiled_text``), so a second run, and
+the test suite, skip the compiles.
 """
 
 from __future__ import annotations
@@ -9,54 +17,216 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax
-import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec
+import argparse
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
 
-from hlo_roofline import analyze_hlo, targets
+import pandas as pd
 
+from hlo_roofline import Report, chips, targets  # targets before jax starts: see its docstring
+from hlo_roofline.examples import analyze_example, default_cache_dir
+from hlo_roofline.examples.gpt import CONFIG
 
-def mlp_train_step(params, batch):
-    """One SGD step of a 3-layer bf16 MLP with a squared-error loss."""
-
-    def loss(params):
-        h = batch["x"]
-        for w in params[:-1]:
-            h = jax.nn.gelu(h @ w)
-        return jnp.mean((h @ params[-1] - batch["y"]) ** 2)
-
-    grads = jax.grad(loss)(params)
-    return [w - 1e-3 * g for w, g in zip(params, grads, strict=True)]
-
-
-def example_inputs(sharding=None):
-    def spec(shape):
-        return jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=sharding)
-
-    params = [spec((1024, 4096)), spec((4096, 4096)), spec((4096, 1024))]
-    return params, {"x": spec((2048, 1024)), "y": spec((2048, 1024))}
+EXAMPLE = "gpt"
+# (run name, target, label): the chip is the target's.
+RUNS = (("gpt_v5e", "v5e:2x2", "TPU v5e"), ("gpt_h100", "h100", "H100 SXM"))
+DEFAULT_OUT = Path("out/demo")
+# The model's named scopes (see examples/gpt.py), most specific first.
+PARTS = re.compile(r"(attention/(?:qkv|scores|context|out)|mlp/(?:up|down)|logits|embed)")
 
 
-def compiled_text(target: str | None) -> str:
-    if target is None:
-        return jax.jit(mlp_train_step).lower(*example_inputs()).compile().as_text()
-    device = targets.devices(target)[0]
-    sharding = NamedSharding(jax.sharding.Mesh([device], ("d",)), PartitionSpec())
-    return jax.jit(mlp_train_step).lower(*example_inputs(sharding)).compile().as_text()
+def model_part(op_name: str) -> str:
+    """Which part of the model an op computes, from its JAX op_name: "mlp/up (backward)"."""
+    found = PARTS.search(op_name)
+    if found:
+        part = found.group(1)
+    elif "/attention/" in op_name or "(attention)" in op_name:
+        part = "attention (norm, residual)"
+    elif "/mlp/" in op_name or "(mlp)" in op_name:
+        part = "mlp (norm, residual)"
+    elif "/while/" in op_name:
+        part = "layer scan (stacking)"
+    elif "transpose(" in op_name or "jvp(" in op_name:
+        part = "loss and final norm"
+    else:
+        return "optimizer and other"
+    return f"{part} ({'backward' if 'transpose(' in op_name else 'forward'})"
 
 
-def main() -> None:
-    columns = ["name", "opcode", "count", "flops", "bytes_accessed", "dtype", "op_name"]
-    for label, target in (("CPU (local)", None), ("TPU v5e (compile-only)", "v5e:2x2")):
-        report = analyze_hlo(compiled_text(target))
-        s = report.summary
-        print(f"\n== MLP train step on {label}: {len(report.ops)} ops ==")
-        print(
-            f"FLOPs {s['flops']:.4g}  bytes {s['bytes_accessed']:.4g}  coverage {s['coverage']:.0%}"
+def parts_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.DataFrame:
+    """Predicted time per model part on each chip, with the bound that dominates it."""
+    columns = {}
+    for run, report in reports.items():
+        ops = report.ops.assign(part=report.ops["op_name"].map(model_part))
+        by_bound = ops.pivot_table(
+            index="part", columns="bound", values="t_roofline_s", aggfunc="sum", fill_value=0.0
         )
-        top = report.ops.nlargest(8, "flops")[columns]
-        print(top.to_string(index=False, max_colwidth=48))
+        time_s = by_bound.sum(axis=1)
+        columns[(labels[run], "ms")] = time_s * 1e3
+        columns[(labels[run], "share")] = time_s / report.summary["step_time_lower_s"]
+        columns[(labels[run], "mostly")] = by_bound.idxmax(axis=1)
+    table = pd.DataFrame(columns).fillna({c: 0.0 for c in columns if c[1] != "mostly"})
+    first = next(iter(labels.values()))
+    return table.sort_values((first, "ms"), ascending=False)
+
+
+def forward_matmul_ops(report: Report) -> pd.DataFrame:
+    """The forward pass's matmuls (ops with matmul geometry, not under ``transpose``), by op_name."""
+    ops = report.ops
+    forward = ~ops["op_name"].str.contains("transpose(", regex=False)
+    matmuls = ops[(ops["mm_k"] > 0) & forward]
+    return matmuls.drop_duplicates("op_name", keep=False).set_index("op_name")
+
+
+def forward_matmuls(reports: dict[str, Report], labels: dict[str, str]) -> pd.DataFrame:
+    """Each forward matmul of the model (one op per op_name) with its verdict on every chip.
+
+    Forward matmuls have one op per JAX op_name on both compilers, so they line up across chips
+    although XLA fuses differently for each; the backward pass has several per op_name.
+    """
+    columns: dict[tuple[str, str], pd.Series] = {}
+    for run, report in reports.items():
+        ops = forward_matmul_ops(report)
+        label = labels[run]
+        columns[(label, "op")] = ops["name"]
+        columns[(label, "FLOP/B")] = ops["intensity"].map("{:.0f}".format)
+        columns[(label, "ridge")] = ops["critical_intensity"].map("{:.0f}".format)
+        columns[(label, "bound")] = ops["bound"]
+    table = pd.DataFrame(columns).dropna()
+    table.index = [_tail(name, 56) for name in table.index]
+    return table
+
+
+def verdict_flips(reports: dict[str, Report], labels: dict[str, str]) -> list[str]:
+    """Sentences for the forward matmuls whose verdict differs between the chips, with the numbers."""
+    run_a, run_b = list(reports)[:2]
+    ops = {run: forward_matmul_ops(reports[run]) for run in (run_a, run_b)}
+    lines = []
+    for op_name in ops[run_a].index.intersection(ops[run_b].index):
+        x, y = ops[run_a].loc[op_name], ops[run_b].loc[op_name]
+        if x["bound"] != y["bound"]:
+            part = model_part(op_name).removesuffix(" (forward)")
+            lines.append(
+                f"{part}: {x['bound']}-bound on {labels[run_a]} ({x['intensity']:.0f} FLOP/B vs "
+                f"ridge {x['critical_intensity']:.0f}, op {x['name']}), {y['bound']}-bound on "
+                f"{labels[run_b]} ({y['intensity']:.0f} vs {y['critical_intensity']:.0f}, op "
+                f"{y['name']})"
+            )
+    return lines
+
+
+def _tail(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
+
+
+def summary_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.DataFrame:
+    rows = {}
+    for run, report in reports.items():
+        s = report.summary
+        chip = chips.get(s["chip"])
+        shares = s["time_share"]
+        rows[labels[run]] = {
+            "compiled for": s["compiled_for"],
+            "ops": f"{len(report.ops)}",
+            "FLOPs per step": f"{s['flops']:.4g}",
+            "HBM bytes per step": f"{s['bytes_accessed']:.4g}",
+            "bf16 peak, HBM bandwidth": (
+                f"{chip.peak_flops('bf16') / 1e12:.0f} TFLOP/s, {chip.hbm_bandwidth / 1e12:.3g} TB/s"
+            ),
+            "ridge (bf16)": f"{chip.critical_intensity('bf16'):.0f} FLOP/B",
+            "step time, perfect overlap": f"{s['step_time_lower_s'] * 1e3:.2f} ms",
+            "step time, no overlap": f"{s['step_time_upper_s'] * 1e3:.2f} ms",
+            "MFU upper bound": f"{s['mfu_upper_bound']:.0%}",
+            "time compute / memory / comm": (
+                f"{shares['compute']:.0%} / {shares['memory']:.0%} / {shares['communication']:.0%}"
+            ),
+            "coverage": f"{s['coverage']:.0%}",
+        }
+    return pd.DataFrame(rows)
+
+
+def top_ops(report: Report, n: int) -> pd.DataFrame:
+    """The n ops with the largest predicted time, in readable units; op_name keeps its tail."""
+    top = report.top(n)
+    return pd.DataFrame(
+        {
+            "op": top["name"],
+            "bound": top["bound"],
+            "µs": (top["t_roofline_s"] * 1e6).round(1),
+            "share": top["share"].map("{:.1%}".format),
+            "FLOP/B": top["intensity"].map("{:.3g}".format),
+            "ridge": top["critical_intensity"].map("{:.0f}".format),
+            "op_name": top["op_name"].map(lambda s: _tail(s, 72)),
+        }
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
+    parser.add_argument(
+        "--cache", type=Path, default=default_cache_dir(), help="optimized-HLO cache directory"
+    )
+    parser.add_argument("--no-cache", action="store_true", help="always compile")
+    parser.add_argument("--top", type=int, default=10, help="ops listed per chip")
+    ns = parser.parse_args(argv)
+    cache = None if ns.no_cache else ns.cache
+    pd.set_option("display.width", 200)
+
+    c = CONFIG
+    print(
+        f"GPT training step (hlo_roofline/examples/gpt.py): {c.n_layers} layers scanned, d_model "
+        f"{c.d_model}, {c.n_heads} heads, d_ff {c.d_ff}, vocab {c.vocab}, {c.batch}×{c.seq} "
+        "tokens,\nbf16 params, AdamW with f32 moments. Compiled compile-only: no accelerator needed."
+    )
+    for _, target, _ in RUNS:  # load libtpu and the CUDA plugin first: they log to stderr
+        targets.devices(target)
+    reports: dict[str, Report] = {}
+    labels = {}
+    for run, target, label in RUNS:
+        spec = targets.parse_target(target).spec
+        print(f"  compiling for {spec} ... ", end="", flush=True)
+        start = time.perf_counter()
+        reports[run] = analyze_example(EXAMPLE, target, cache_dir=cache)
+        print(f"{time.perf_counter() - start:.1f} s, {len(reports[run].ops)} ops")
+        labels[run] = label
+
+    print("\n== Summary ==")
+    print(summary_table(reports, labels).to_string())
+    print("\n== Where the step goes, by part of the model (ms and share of the step per chip) ==")
+    table = parts_table(reports, labels)
+    print(table.to_string(float_format=lambda x: f"{x:.3g}", formatters=_share_formatters(table)))
+    print("\n== Forward matmuls side by side: intensity against each chip's ridge ==")
+    print(forward_matmuls(reports, labels).to_string())
+    for line in verdict_flips(reports, labels):
+        print(f"  verdicts differ: {line}")
+    for report in reports.values():
+        chip = report.summary["chip_name"]
+        print(f"\n== Top {ns.top} ops on {chip} ({report.summary['compiled_for']}) ==")
+        print(top_ops(report, ns.top).to_string(index=False))
+
+    ns.out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for run, report in reports.items():
+        csv_path, json_path = ns.out / f"{run}.csv", ns.out / f"{run}.json"
+        report.to_csv(csv_path)
+        report.to_json(json_path)
+        png_path = report.plot(ns.out / f"{run}.png", f"GPT training step on {labels[run]}")
+        written += [csv_path, json_path, png_path, report.write_tensorboard(ns.out, run)]
+    print("\nWrote:")
+    for path in written:
+        print(f"  {path}")
+    print("\nOpen the HLO Roofline tab in TensorBoard:")
+    print(f"  tensorboard --logdir {ns.out}")
+    return 0
+
+
+def _share_formatters(table: pd.DataFrame) -> dict:
+    return {c: "{:.1%}".format for c in table.columns if c[1] == "share"}
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

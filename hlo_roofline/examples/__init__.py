@@ -1,1 +1,195 @@
-"""Example training steps (filled by the examples issue)."""
+"""Real training steps to analyze: a GPT decoder, a ResNet-style convnet, a mixture-of-experts layer
+with all-to-all, and the GPT step sharded data × tensor parallel over 64 chips.
+
+Each module has a function of no arguments returning ``(step, args)`` or ``(step, args,
+jit_kwargs)`` with ``jax.ShapeDtypeStruct`` args (nothing is allocated), the convention of
+``hlo-roofline analyze FILE.py:NAME``, plus ``TARGET`` (the suggested compile-only target) and
+``TARGETS`` (every target it is tested on)::
+
+    hlo-roofline analyze hlo_roofline/examples/gpt.py:gpt_step --target v5e:2x2
+
+    from hlo_roofline.examples import analyze_example
+    report = analyze_example("gpt", "h100")
+
+The sharded examples (``moe``, ``gpt_sharded``) build their mesh on a target's devices, so their
+function takes the target as an optional argument and the report's target must be that one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import hashlib
+import importlib
+import importlib.metadata
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["EXAMPLES", "Example", "analyze_example", "compiled_text", "default_cache_dir", "get"]
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Example:
+    """One example workload: where its step function lives and which targets it compiles for."""
+
+    name: str
+    module: str  # module name inside hlo_roofline.examples
+    function: str
+    description: str
+
+    def _module(self):
+        return importlib.import_module(f"{__name__}.{self.module}")
+
+    @property
+    def target(self) -> str:
+        """The compile-only target this example is meant for."""
+        return self._module().TARGET
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(self._module().TARGETS)
+
+    @property
+    def entry(self) -> str:
+        """``FILE.py:NAME`` for ``hlo-roofline analyze`` (relative to the working directory)."""
+        path = PACKAGE_DIR / f"{self.module}.py"
+        with contextlib.suppress(ValueError):
+            path = path.relative_to(Path.cwd())
+        return f"{path}:{self.function}"
+
+    def load(self, target: str | None = None) -> tuple[Callable, tuple, dict]:
+        """(step, args, jit_kwargs); examples that shard over a mesh build it on ``target``."""
+        factory = getattr(self._module(), self.function)
+        takes_target = "target" in inspect.signature(factory).parameters
+        returned = factory(target or self.target) if takes_target else factory()
+        step, args, *rest = returned
+        return step, tuple(args), dict(rest[0]) if rest else {}
+
+
+EXAMPLES: dict[str, Example] = {
+    e.name: e
+    for e in (
+        Example("gpt", "gpt", "gpt_step", "GPT decoder training step (scan over layers, AdamW)"),
+        Example("convnet", "convnet", "convnet_step", "ResNet-style image classifier step"),
+        Example("moe", "moe", "moe_step", "mixture-of-experts layer, top-2, two all-to-alls"),
+        Example(
+            "gpt_sharded",
+            "gpt_sharded",
+            "gpt_sharded_step",
+            "GPT step on 64 chips, data × tensor parallel",
+        ),
+    )
+}
+
+
+def default_cache_dir() -> Path:
+    """Where ``make demo`` and the tests keep optimized HLO: ``$XDG_CACHE_HOME/hlo_roofline/hlo``."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hlo_roofline" / "hlo"
+
+
+def get(name: str) -> Example:
+    try:
+        return EXAMPLES[name]
+    except KeyError:
+        raise KeyError(f"no example {name!r}; examples: {', '.join(EXAMPLES)}") from None
+
+
+def analyze_example(
+    name: str,
+    target: str | None = None,
+    *,
+    chip=None,
+    cost_model: str = "roofline",
+    cache_dir: str | os.PathLike | None = None,
+):
+    """The :class:`~hlo_roofline.Report` of an example compiled compile-only for ``target``.
+
+    The same ops and numbers as ``hlo_roofline.analyze(step, *args, target=target, **jit_kwargs)``.
+    With ``cache_dir`` the optimized HLO is kept on disk (see :func:`compiled_text`), so a second
+    run — ``make demo`` again, or another test worker — does not pay for the compile again.
+    """
+    from hlo_roofline import analyze_hlo, api
+
+    example = get(name)
+    target = target or example.target
+    chip, target, how = api.resolve(chip, target)
+    step, args, jit_kwargs = example.load(target)
+    report = analyze_hlo(compiled_text(step, args, jit_kwargs, target, cache_dir), cost_model, chip)
+    report.summary["compiled_for"] = target or "local"
+    report.summary["how"] = how
+    return report
+
+
+def compiled_text(
+    step: Callable,
+    args: tuple,
+    jit_kwargs: dict,
+    target: str | None,
+    cache_dir: str | os.PathLike | None = None,
+) -> str:
+    """The optimized HLO XLA compiles ``step(*args)`` to for ``target`` (None: this machine).
+
+    Why a cache: a TPU compile of a transformer step takes a minute or more on a small CPU
+    machine. The key is everything the compiler's output depends on: the lowered program with its
+    locations (which end up in the HLO metadata), the target and its devices, ``XLA_FLAGS`` and
+    ``LIBTPU_INIT_ARGS``, and the versions of jax, jaxlib, libtpu and the CUDA plugin. Concurrent
+    processes wait for each other (a file lock) instead of compiling the same program twice.
+    """
+    from hlo_roofline import api
+
+    def lower():
+        return api.jitted(step, jit_kwargs).lower(*api._place(args, target))
+
+    # Traced on a fresh thread, the program's recorded Python stack (HLO metadata) is the same
+    # whoever calls: the demo and the tests then share cache entries.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        lowered = pool.submit(lower).result()
+    if cache_dir is None:
+        return lowered.compile().as_text()
+    path = Path(cache_dir) / f"{_cache_key(lowered, target)}.hlo.txt"
+    with _locked(path.with_suffix(".lock")):
+        if path.is_file():
+            return path.read_text()
+        text = lowered.compile().as_text()
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        return text
+
+
+def _cache_key(lowered, target: str | None) -> str:
+    from hlo_roofline import targets
+
+    digest = hashlib.sha256(lowered.as_text(debug_info=True).encode())
+    digest.update(f"\0{target}\0".encode())
+    for flags in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):  # compiler options from the environment
+        digest.update(f"{flags}={os.environ.get(flags, '')}\0".encode())
+    for dist in ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin"):
+        try:
+            digest.update(f"{dist}={importlib.metadata.version(dist)}\0".encode())
+        except importlib.metadata.PackageNotFoundError:
+            digest.update(f"{dist}=none\0".encode())
+    if target is not None:
+        spec = targets.parse_target(target)
+        if spec.platform == "cuda":
+            digest.update(targets.gpu_target_config(spec.chip).encode())
+        digest.update(repr([(d.id, str(d)) for d in targets.devices(spec)]).encode())
+    return digest.hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,123 @@
+"""``make demo`` end to end: it runs, writes its files, and its verdicts follow from the numbers.
+
+The demo runs in-process with a temporary output directory; its compiles go through the same
+optimized-HLO cache as tests/test_examples.py (see there), which compiles the same GPT programs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hlo_roofline import Report, chips, demo
+from hlo_roofline.examples import default_cache_dir
+from hlo_roofline.report import TENSORBOARD_PLUGIN
+
+RUNS = [run for run, _, _ in demo.RUNS]
+
+
+def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The optimized-HLO cache: ``make demo``'s by default, or one per session (xdist-shared)."""
+    setting = os.environ.get("HLO_ROOFLINE_TEST_HLO_CACHE", "")
+    if setting not in ("", "session"):
+        return Path(setting)
+    if not setting:
+        return default_cache_dir()
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return base / "hlo-cache"
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> tuple[int, str, Path]:
+    out = tmp_path_factory.mktemp("demo")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = demo.main(["--out", str(out), "--cache", str(shared_cache_dir(tmp_path_factory))])
+    return code, printed.getvalue(), out
+
+
+@pytest.fixture(scope="module")
+def reports(demo_run) -> dict[str, Report]:
+    _, _, out = demo_run
+    return {run: Report.read(out / f"{run}.json") for run in RUNS}
+
+
+def test_demo_writes_every_output(demo_run):
+    code, printed, out = demo_run
+    assert code == 0
+    for run in RUNS:
+        for suffix in (".csv", ".json"):
+            assert Report.read(out / f"{run}{suffix}").ops.shape[0] > 100
+        assert (out / f"{run}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        plugin = out / run / "plugins" / TENSORBOARD_PLUGIN
+        assert json.loads((plugin / "report.json").read_text())["format"] == "hlo_roofline.report"
+        assert Report.read(out / run).summary["chip"] == Report.read(out / f"{run}.json").chip
+    assert printed.rstrip().endswith(f"tensorboard --logdir {out}")
+
+
+def test_demo_compares_the_two_chips(demo_run, reports):
+    _, printed, _ = demo_run
+    assert {r.chip for r in reports.values()} == {"v5e", "h100-sxm"}
+    assert "== Summary ==" in printed
+    for label in ("TPU v5e", "H100 SXM"):
+        assert printed.count(label) >= 3  # summary, parts and matmul tables
+
+
+def test_printed_tables_list_attention_and_mlp_matmuls(demo_run):
+    """The side-by-side matmul table names them by op_name, and the top-op tables show some."""
+    _, printed, _ = demo_run
+    matmul_rows = [line for line in printed.splitlines() if "dot_general" in line]
+    for scope in ("attention/qkv", "attention/scores", "attention/context", "attention/out",
+                  "mlp/up", "mlp/down"):  # fmt: skip
+        assert any(scope in line for line in matmul_rows), scope
+    top_tables = printed.split("== Top ")[1:]
+    assert len(top_tables) == 2
+    for table in top_tables:
+        assert "attention/" in table and "dot_general" in table
+
+
+def expected_bound(op, chip) -> str:
+    """Compute- or memory-bound from the op's numbers and the chip's ridge for its dtype alone."""
+    ridge = chips.get(chip).critical_intensity(op["dtype"])
+    return "compute" if op["intensity"] >= ridge else "memory"
+
+
+@pytest.mark.filterwarnings("ignore::hlo_roofline.chips.RateFallbackWarning")
+def test_verdicts_differ_where_the_numbers_say_they_must(demo_run, reports):
+    """Each forward matmul's verdict on each chip is what its intensity and that chip's ridge give;
+    where those give different verdicts on v5e and H100, the reports differ, and some do."""
+    tpu, gpu = reports["gpt_v5e"], reports["gpt_h100"]
+    ridges = [chips.get(r.chip).critical_intensity("bf16") for r in (tpu, gpu)]
+    assert ridges[0] < ridges[1]  # 240.5 vs 295.2: a matmul in between flips
+    a, b = demo.forward_matmul_ops(tpu), demo.forward_matmul_ops(gpu)
+    common = a.index.intersection(b.index)
+    assert len(common) >= 7  # qkv, scores, context, out, up, down, logits
+    must_differ = []
+    for op_name in common:
+        x, y = a.loc[op_name], b.loc[op_name]
+        want = expected_bound(x, tpu.chip), expected_bound(y, gpu.chip)
+        assert (x["bound"], y["bound"]) == want, op_name
+        if want[0] != want[1]:
+            must_differ.append(op_name)
+    assert must_differ, "no forward matmul whose numbers put it on different sides of the ridges"
+    printed = [line for line in demo_run[1].splitlines() if "verdicts differ:" in line]
+    assert len(printed) == len(must_differ)
+    for op_name in must_differ:
+        part = demo.model_part(op_name).removesuffix(" (forward)")
+        assert any(f"verdicts differ: {part}:" in line for line in printed), part
+
+
+def test_model_part_names_the_scopes():
+    assert demo.model_part("jit(train_step)/jvp()/while/body/closed_call/mlp/up/dot_general") == (
+        "mlp/up (forward)"
+    )
+    name = "jit(train_step)/transpose(jvp())/while/body/closed_call/attention/scores/exp"
+    assert demo.model_part(name) == "attention/scores (backward)"
+    assert demo.model_part("jit(train_step)/add") == "optimizer and other"

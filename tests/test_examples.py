@@ -1,0 +1,163 @@
+"""Every example workload analyzes, compile-only, on every target it lists, and says what it should.
+
+A TPU compile of a training step takes one to three minutes on a 2-core machine, so the optimized HLO
+is cached (``hlo_roofline.examples.compiled_text``: keyed by the lowered program, the target and the
+compiler versions; a file lock stops two xdist workers compiling the same program). By default the
+cache is ``make demo``'s, ``~/.cache/hlo_roofline/hlo``, so only new or changed programs compile.
+``HLO_ROOFLINE_TEST_HLO_CACHE=session`` compiles everything afresh into a per-session directory;
+any other value names the directory. ``tests/test_demo.py`` compiles the GPT step for v5e and H100
+through the same cache, so the GPT cases run last here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import pytest
+
+from hlo_roofline import chips, targets
+from hlo_roofline.examples import (
+    EXAMPLES,
+    analyze_example,
+    convnet,
+    default_cache_dir,
+    gpt,
+    gpt_sharded,
+    moe,
+)
+
+# The GPT step last: test_demo.py (another worker) is compiling it meanwhile.
+ORDER = ("gpt_sharded", "moe", "convnet", "gpt")
+CASES = [(name, target) for name in ORDER for target in EXAMPLES[name].targets]
+
+
+def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The optimized-HLO cache: ``make demo``'s by default, or one per session (xdist-shared)."""
+    setting = os.environ.get("HLO_ROOFLINE_TEST_HLO_CACHE", "")
+    if setting not in ("", "session"):
+        return Path(setting)
+    if not setting:
+        return default_cache_dir()
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's directory, above each worker's own
+    return base / "hlo-cache"
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory):
+    """``analyzed(name, target)`` → that example's report, analyzed once per module."""
+    cache = shared_cache_dir(tmp_path_factory)
+    reports = {}
+
+    def get(name: str, target: str):
+        if (name, target) not in reports:
+            reports[name, target] = analyze_example(name, target, cache_dir=cache)
+        return reports[name, target]
+
+    return get
+
+
+def test_examples_follow_the_cli_convention():
+    """``hlo-roofline analyze FILE.py:NAME`` loads every example; the args allocate nothing."""
+    from hlo_roofline.cli import load_entry
+
+    for example in EXAMPLES.values():
+        step, args, jit_kwargs = load_entry(example.entry)
+        assert callable(step) and isinstance(jit_kwargs, dict)
+        leaves = jax.tree.leaves(args)
+        assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves), example.name
+        assert example.target in example.targets
+
+
+@pytest.mark.parametrize(("name", "target"), CASES, ids=[f"{n}-{t}" for n, t in CASES])
+def test_example_analyzes(analyzed, name, target):
+    report = analyzed(name, target)
+    spec = targets.parse_target(target)
+    s = report.summary
+    assert s["compiled_for"] == spec.spec
+    assert s["chip"] == chips.get(spec.chip).key
+    assert s["coverage"] == 1.0, s["unknown_ops"]
+    assert s["flops"] > 0 and s["step_time_upper_s"] >= s["step_time_lower_s"] > 0
+    assert (report.ops["mm_k"] > 0).any(), "no matmul or convolution found"
+    assert set(report.ops["bound"]) <= {"compute", "memory", "communication", "none"}
+
+
+@pytest.mark.parametrize("target", gpt.TARGETS)
+def test_gpt_flops_are_the_models(analyzed, target):
+    """The step's FLOPs are the model's matmul FLOPs (3 × forward) plus a little elementwise work."""
+    flops = analyzed("gpt", target).summary["flops"]
+    expected = gpt.train_flops(gpt.CONFIG, gpt.CONFIG.batch)
+    assert 1.0 <= flops / expected < 1.02
+
+
+@pytest.mark.parametrize("target", gpt.TARGETS)
+def test_gpt_matmuls_carry_their_scope(analyzed, target):
+    """Each named scope of the model shows up in the op_name of its matmuls."""
+    ops = analyzed("gpt", target).ops
+    matmul_names = " ".join(ops.loc[ops["mm_k"] > 0, "op_name"])
+    for scope in ("attention/qkv", "attention/scores", "attention/context", "attention/out",
+                  "mlp/up", "mlp/down", "logits"):  # fmt: skip
+        assert scope in matmul_names, scope
+
+
+@pytest.mark.parametrize("target", gpt_sharded.TARGETS)
+def test_gpt_sharded_is_split_over_64_devices(analyzed, target):
+    """Per-device FLOPs are 1/64 of the global step's; collectives run over both mesh axes."""
+    report = analyzed("gpt_sharded", target)
+    data, model = gpt_sharded.MESH_SHAPES[target]
+    assert data * model == len(targets.devices(target)) == 64
+    expected = gpt.train_flops(gpt_sharded.CONFIG, gpt_sharded.CONFIG.batch * data) / 64
+    assert 1.0 <= report.summary["flops"] / expected < 1.03
+    collectives = report.ops[report.ops["collective"] != ""]
+    reduced = collectives[collectives["collective"] == "all-reduce"]
+    assert {model, data} <= set(reduced["group_size"]), set(reduced["group_size"])
+    assert report.summary["time_share"]["communication"] > 0.05
+    assert (collectives["t_comm_s"] > 0).all()
+
+
+@pytest.mark.parametrize("target", moe.TARGETS)
+def test_moe_exchanges_tokens_with_all_to_all(analyzed, target):
+    """Dispatch and combine forward, and back again for the gradients: all-to-alls over every device."""
+    report = analyzed("moe", target)
+    devices = len(targets.devices(target))
+    exchanges = report.ops[report.ops["collective"] == "all-to-all"]
+    assert len(exchanges) >= 3  # XLA on TPU merges one of the four
+    assert set(exchanges["group_size"]) == {devices}
+    assert (exchanges["t_comm_s"] > 0).all() and (exchanges["comm_bytes"] > 0).all()
+    dispatch = exchanges["op_name"].str.contains("dispatch", regex=False)
+    combine = exchanges["op_name"].str.contains("combine", regex=False)
+    assert dispatch.any() and combine.any()
+
+
+# cuDNN convolutions are priced from their shapes; for stride-2 convolutions that counts the window
+# taps on the padding (forward) and the dilation holes (backward input: 4x for
+# transpose(jvp(stage4))/conv1), where XLA's convolution counts neither. Reported; strict so the
+# fix shows.
+CUDNN_STRIDED_FLOPS = pytest.mark.xfail(
+    strict=True, reason="cuDNN strided convolutions counted with padding and dilation holes"
+)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [pytest.param(t, marks=CUDNN_STRIDED_FLOPS if t == "h100" else ()) for t in convnet.TARGETS],
+)
+def test_convnet_flops_are_its_convolutions(analyzed, target):
+    """Convolution FLOPs as XLA counts them (padding taps excluded) plus batch-norm arithmetic."""
+    flops = analyzed("convnet", target).summary["flops"]
+    expected = convnet.train_flops(convnet.CONFIG)
+    assert 1.0 <= flops / expected < 1.06
+
+
+@pytest.mark.parametrize("name", ["gpt", pytest.param("convnet", marks=CUDNN_STRIDED_FLOPS), "moe"])
+def test_same_program_same_flops_on_both_compilers(analyzed, name):
+    """TPU and GPU compilers fuse differently but must agree on the arithmetic (within 1%).
+
+    The MoE layer runs on 4 devices for v5e and 8 for H100, but its per-device FLOPs barely depend
+    on the device count: experts × capacity is fixed by the tokens per device.
+    """
+    tpu, gpu = (analyzed(name, t).summary["flops"] for t in EXAMPLES[name].targets)
+    assert abs(tpu - gpu) / gpu < 0.01
