@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,3 +27,19 @@ def load_fixture(path: Path) -> tuple[str, dict]:
 
 def fixture_id(path: Path) -> str:
     return f"{path.parent.name}/{path.name.removesuffix('.xla.json')}"
+
+
+def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The optimized-HLO cache of the examples: ``make demo``'s by default, or one per test session
+    (shared by the xdist workers) with ``HLO_ROOFLINE_TEST_HLO_CACHE=session``."""
+    from hlo_roofline.examples import default_cache_dir
+
+    setting = os.environ.get("HLO_ROOFLINE_TEST_HLO_CACHE", "")
+    if setting not in ("", "session"):
+        return Path(setting)
+    if not setting:
+        return default_cache_dir()
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's directory, above each worker's own
+    return base / "hlo-cache"

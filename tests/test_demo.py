@@ -9,29 +9,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
+from conftest import shared_cache_dir
 
 from hlo_roofline import Report, chips, demo
-from hlo_roofline.examples import default_cache_dir
 from hlo_roofline.report import TENSORBOARD_PLUGIN
 
 RUNS = [run for run, _, _ in demo.RUNS]
-
-
-def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The optimized-HLO cache: ``make demo``'s by default, or one per session (xdist-shared)."""
-    setting = os.environ.get("HLO_ROOFLINE_TEST_HLO_CACHE", "")
-    if setting not in ("", "session"):
-        return Path(setting)
-    if not setting:
-        return default_cache_dir()
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    return base / "hlo-cache"
 
 
 @pytest.fixture(scope="module")

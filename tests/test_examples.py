@@ -11,18 +11,15 @@ through the same cache, so the GPT cases run last here.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import jax
 import pytest
+from conftest import shared_cache_dir
 
 from hlo_roofline import chips, targets
 from hlo_roofline.examples import (
     EXAMPLES,
     analyze_example,
     convnet,
-    default_cache_dir,
     gpt,
     gpt_sharded,
     moe,
@@ -31,19 +28,6 @@ from hlo_roofline.examples import (
 # The GPT step last: test_demo.py (another worker) is compiling it meanwhile.
 ORDER = ("gpt_sharded", "moe", "convnet", "gpt")
 CASES = [(name, target) for name in ORDER for target in EXAMPLES[name].targets]
-
-
-def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The optimized-HLO cache: ``make demo``'s by default, or one per session (xdist-shared)."""
-    setting = os.environ.get("HLO_ROOFLINE_TEST_HLO_CACHE", "")
-    if setting not in ("", "session"):
-        return Path(setting)
-    if not setting:
-        return default_cache_dir()
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the session's directory, above each worker's own
-    return base / "hlo-cache"
 
 
 @pytest.fixture(scope="module")
