@@ -138,6 +138,14 @@ def test_r7_h100_ridge_is_295():
     assert r.critical_intensity == pytest.approx(295.2, abs=0.1)
 
 
+def test_mxu_padding_waste_hint():
+    """300x1000 · 1000x200 pads to 384x1024 · 1024x256 on a 128-wide MXU: 40% of the work is waste."""
+    hint = row(hr.analyze_hlo(dot_module(300, 1000, 200), chip="v5e"), "dot").hint
+    assert "MXU 128-padding wastes 40%" in hint
+    hint = row(hr.analyze_hlo(dot_module(256, 1024, 512), chip="v5e"), "dot").hint
+    assert "MXU" not in hint
+
+
 def test_unknown_chip_lists_close_matches():
     with pytest.raises(chips.UnknownChipError, match="v5e"):
         hr.analyze_hlo(dot_module(8, 8, 8), chip="v5f")
