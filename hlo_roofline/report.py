@@ -64,9 +64,8 @@ class Report:
             from hlo_roofline.measured import add_efficiency
 
             ops = add_efficiency(ops)
-        summary = {k: v for k, v in self.summary.items() if k not in _VERDICT_SUMMARY_KEYS}
-        summary.update(summary_update)
-        return Report(ops, summary, self.module)
+        # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
+        return Report(ops, {**self.summary, **summary_update}, self.module)
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``n`` largest ops by ``by`` (default: predicted time, else bytes)."""
@@ -192,12 +191,6 @@ class Report:
         from hlo_roofline.plot import roofline_chart
 
         return roofline_chart(self, Path(path), title)
-
-
-_VERDICT_SUMMARY_KEYS = frozenset(
-    {"chip", "chip_name", "chip_profile", "step_time_lower_s", "step_time_upper_s", "mfu_dtype",
-     "mfu_upper_bound", "time_share", "hbm_bandwidth", "roofs"}
-)  # fmt: skip
 
 
 def _json_safe(value):
