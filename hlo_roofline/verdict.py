@@ -94,11 +94,11 @@ def _hint(row, critical: float, chip: Chip) -> str:
         state = "compute-bound" if m >= ridge_m else "memory-bound"
         parts.append(f"{state} at M={m}; ridge at M≈{ridge_m:.0f}")
     width = _mxu_width(chip)
-    if width:
-        padded = [-(-d // width) * width for d in (m, n, k)]
-        waste = 1 - (m * n * k) / math.prod(padded) if all(padded) else 0.0
+    if width:  # the MXU holds K×N weight tiles; the M rows stream through, so only N and K pad
+        padded = [-(-d // width) * width for d in (n, k)]
+        waste = 1 - (n * k) / math.prod(padded) if all(padded) else 0.0
         if waste > 0.01:
-            parts.append(f"MXU {width}-padding wastes {waste:.0%} (M,N,K={m},{n},{k})")
+            parts.append(f"MXU {width}-padding of N,K={n},{k} wastes {waste:.0%}")
     return "; ".join(parts)
 
 
