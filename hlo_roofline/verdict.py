@@ -155,7 +155,9 @@ def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
     time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
     # MFU against the peak of the dtype most matmul FLOPs run in (bf16 when there is no matmul)
     matmul_flops = ops[ops["mm_k"] > 0].groupby("dtype")["flops"].sum()
-    mfu_dtype = str(matmul_flops.idxmax()) if len(matmul_flops) and matmul_flops.max() > 0 else "bf16"
+    mfu_dtype = (
+        str(matmul_flops.idxmax()) if len(matmul_flops) and matmul_flops.max() > 0 else "bf16"
+    )
     peak = _peak(chip, mfu_dtype)
     flops = float(ops["flops"].sum())
     roofs = {}
