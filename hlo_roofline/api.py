@@ -75,7 +75,7 @@ def module_key(path: Path) -> str:
 # -- JAX functions ------------------------------------------------------------------------------
 
 
-def _local_chip():
+def local_chip():
     """The chip of the local default device, when the database knows it (None on a CPU)."""
     import jax
 
@@ -99,7 +99,7 @@ def _default_target(chip) -> str | None:
         return None
 
 
-def _place(args, target: str | None):
+def place_args(args, target: str | None):
     """Abstract array arguments, placed on the target's first device unless already sharded on it."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
@@ -140,7 +140,7 @@ def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, s
     """(chip, compile-only target or None for local, a sentence saying what is compiled for what)."""
     chip = chips.get(chip) if isinstance(chip, str) else chip
     if target == "local":
-        chip = chip or _local_chip()
+        chip = chip or local_chip()
         return chip, None, "compiled for the local backend"
     if target is not None:
         from hlo_roofline import targets
@@ -164,7 +164,7 @@ def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, s
             f"against {chip.name}",
             stacklevel=3,
         )
-    return chip or _local_chip(), None, "compiled for the local backend"
+    return chip or local_chip(), None, "compiled for the local backend"
 
 
 def analyze(
@@ -180,7 +180,7 @@ def analyze(
     """
     chip, target, how = resolve(chip, target)
     log.info("%s", how)
-    compiled = jitted(fn, jit_kwargs).lower(*_place(args, target)).compile()
+    compiled = jitted(fn, jit_kwargs).lower(*place_args(args, target)).compile()
     report = analyze_hlo(compiled.as_text(), cost_model, chip)
     report.summary["compiled_for"] = target or "local"
     report.summary["how"] = how
@@ -205,7 +205,7 @@ def roofline(
             if wrapper.report is None:
                 compiled = jitted_step.lower(*args, **kwargs).compile()
                 target_chip = chips.get(chip) if isinstance(chip, str) else chip
-                report = analyze_hlo(compiled.as_text(), cost_model, target_chip or _local_chip())
+                report = analyze_hlo(compiled.as_text(), cost_model, target_chip or local_chip())
                 report.summary["compiled_for"] = "local"
                 wrapper.report = report
                 if logdir is not None:

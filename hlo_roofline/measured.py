@@ -618,7 +618,7 @@ def measure(
     import jax
     import jax.numpy as jnp
 
-    from hlo_roofline.api import _local_chip, jitted
+    from hlo_roofline.api import jitted, local_chip
 
     if steps < 1:
         raise ValueError(f"steps must be ≥ 1, not {steps}")
@@ -629,7 +629,7 @@ def measure(
     for _ in range(max(warmup, 0)):
         jax.block_until_ready(jitted_step(*args))
     if chip is None:
-        chip = _local_chip() if jax.devices()[0].platform != "cpu" else "host"
+        chip = local_chip() if jax.devices()[0].platform != "cpu" else "host"
     chip = _resolve_chip(chip)  # before tracing: the host benchmark must not land in the trace
     scratch = logdir is None
     directory = Path(tempfile.mkdtemp(prefix="hlo_roofline_trace_") if scratch else logdir)

@@ -28,7 +28,12 @@ __all__ = [
 
 _CACHE_SIZE = 8  # (report file, chip) entries; a 20k-op report is a few MB of JSON
 _cache: OrderedDict[tuple, tuple[dict, str]] = OrderedDict()
-_lock = threading.Lock()
+_loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
+_lock = threading.Lock()  # guards _cache and _loading
+
+# Load the chip database now, under the import lock: its lazy load is not thread-safe (a request
+# racing the first load sees an empty database and answers "unknown chip").
+chips.names()
 
 # An op's identity across two compiles: fusion and instruction names change, these do not.
 IDENTITY = ("op_name", "source", "opcode", "shape")
@@ -56,12 +61,37 @@ def chip_list() -> list[dict]:
     return [{"key": key, "name": chips.get(key).name} for key in chips.names()]
 
 
+def _read(path: str) -> Report:
+    """``Report.read``, with every way a foreign file can be unreadable raised as ReportError.
+
+    ``Report.read`` lets a few escape (bytes that are not UTF-8, JSON nested too deep) and does not
+    check the summary's type, which ``classify`` and ``compare`` rely on.
+    """
+    try:
+        report = Report.read(path)
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ReportError(f"{path} is not a readable hlo_roofline report ({exc})") from None
+    if not isinstance(report.summary, dict) or not isinstance(report.module, str):
+        raise ReportError(f"{path}: 'summary' is not an object or 'module' not a string")
+    return report
+
+
+def _build(path: str, key_chip: str | None) -> tuple[dict, str]:
+    report = _read(path)
+    if key_chip is not None:
+        report = report.classify(chips.get(key_chip))
+    payload = report.to_dict()
+    return payload, dumps(payload)
+
+
 def load(report_dir: str, chip: str | None = None) -> tuple[dict, str]:
     """The report of one run as ``(to_dict(), its JSON text)``, re-classified for ``chip``.
 
     Cached by file identity (mtime, size, inode: ``write_tensorboard`` replaces the file
-    atomically, so a rewrite is a new entry) and canonical chip key. Raises ReportError for a
-    corrupt file and UnknownChipError for an unknown chip.
+    atomically, so a rewrite is a new entry) and canonical chip key. Concurrent requests for one
+    entry build it once (a 20k-op report takes seconds; N parallel parses would take N times as
+    long and as much memory). Raises ReportError for a corrupt file and UnknownChipError for an
+    unknown chip.
     """
     path = os.path.join(report_dir, REPORT_JSON)
     key_chip = chips.resolve(chip) if chip else None
@@ -70,17 +100,23 @@ def load(report_dir: str, chip: str | None = None) -> tuple[dict, str]:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    report = Report.read(path)
-    if key_chip is not None:
-        report = report.classify(chips.get(key_chip))
-    payload = report.to_dict()
-    entry = (payload, dumps(payload))
-    if _stamp(path) == key[1]:  # not rewritten while we read it
-        with _lock:
-            _cache[key] = entry
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
-    return entry
+        gate = _loading.setdefault(key, threading.Lock())
+    with gate:
+        try:
+            with _lock:
+                if key in _cache:  # built by the request we waited for
+                    return _cache[key]
+            entry = _build(path, key_chip)
+            if _stamp(path) == key[1]:  # not rewritten while we read it
+                with _lock:
+                    _cache[key] = entry
+                    while len(_cache) > _CACHE_SIZE:
+                        _cache.popitem(last=False)
+            return entry
+        finally:
+            with _lock:
+                if _loading.get(key) is gate:
+                    del _loading[key]
 
 
 def report_json(report_dir: str, chip: str | None = None) -> str:

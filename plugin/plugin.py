@@ -108,6 +108,10 @@ class RunIndex:
     def runs(self) -> list[str]:
         return sorted(self.iter_runs())
 
+    def _inside(self, path: str) -> bool:
+        """True if ``path``, all links resolved, lies under the logdir."""
+        return os.path.commonpath([self.root, os.path.realpath(path)]) == self.root
+
     def report_dir(self, run: str | None) -> str:
         """The directory holding ``run``'s report; BadRequest for a name that is not a run path."""
         if not run or len(run) > _MAX_RUN_CHARS:
@@ -121,7 +125,9 @@ class RunIndex:
             raise NotFound("no logdir")
         rel = [] if run == TOP_RUN else parts
         path = os.path.realpath(os.path.join(self.root, *rel, "plugins", PLUGIN_NAME))
-        if os.path.commonpath([self.root, path]) != self.root:
+        # A linked directory, report.json or report.csv would serve whatever it points at.
+        files = (path, os.path.join(path, REPORT_JSON), os.path.join(path, REPORT_CSV))
+        if not all(self._inside(f) for f in files):
             raise BadRequest(f"run {run!r} leaves the logdir")
         if not os.path.isfile(os.path.join(path, REPORT_JSON)):
             raise NotFound(f"no report for run {run!r}")

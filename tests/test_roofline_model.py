@@ -124,6 +124,92 @@ def test_cudnn_convolutions_priced_like_xla_prices_the_convolutions():
     assert convs.flops.sum() == pytest.approx(cpu_convs, rel=1e-9)
 
 
+# A stride-2 3×3 "SAME" convolution, x f32[2,8,7,3] ⊛ w -> dy f32[2,4,4,4], and its gradients as
+# XLA's H100 compiler emits them (trimmed from a compile-only build). The height pads 0_1, which
+# cuDNN cannot take (symmetric padding only): x gets an explicit zero row (forward, backward-filter)
+# and the backward-input result an extra row that is sliced off. The width pads 1_1 and stays in
+# the window. The window and dim_labels of all three describe the forward convolution.
+CUDNN_STRIDED_CONV = """HloModule strided_conv_gradients
+
+%fused_pad (param_0: f32[2,8,7,3]) -> f32[2,9,7,3] {
+  %param_0 = f32[2,8,7,3]{3,2,1,0} parameter(0)
+  %constant_2 = f32[] constant(0)
+  ROOT %pad.2 = f32[2,9,7,3]{3,2,1,0} pad(%param_0, %constant_2), padding=0_0x0_1x0_0x0_0
+}
+
+%wrapped_slice_computation (param_0.2: f32[2,9,7,3]) -> f32[2,8,7,3] {
+  %param_0.2 = f32[2,9,7,3]{3,2,1,0} parameter(0)
+  ROOT %slice.2 = f32[2,8,7,3]{3,2,1,0} slice(%param_0.2), slice={[0:2], [0:8], [0:7], [0:3]}
+}
+
+ENTRY %main (x: f32[2,8,7,3], w: f32[4,3,3,3], dy: f32[2,4,4,4]) -> (f32[2,4,4,4], f32[2,8,7,3], f32[4,3,3,3]) {
+  %x = f32[2,8,7,3]{3,2,1,0} parameter(0)
+  %w = f32[4,3,3,3]{3,2,1,0} parameter(1)
+  %dy = f32[2,4,4,4]{3,2,1,0} parameter(2)
+  %x.padded = f32[2,9,7,3]{3,2,1,0} fusion(%x), kind=kLoop, calls=%fused_pad
+  %cudnn-conv = (f32[2,4,4,4]{3,2,1,0}, u8[0]{0}) custom-call(%x.padded, %w), window={size=3x3 stride=2x2 pad=0_0x1_1}, dim_labels=b01f_o01i->b01f, custom_call_target="__cudnn$convForward"
+  %y = f32[2,4,4,4]{3,2,1,0} get-tuple-element(%cudnn-conv), index=0
+  %cudnn-conv-bw-input = (f32[2,9,7,3]{3,2,1,0}, u8[0]{0}) custom-call(%dy, %w), window={size=3x3 stride=2x2 pad=0_0x1_1}, dim_labels=b01f_o01i->b01f, custom_call_target="__cudnn$convBackwardInput"
+  %dx.padded = f32[2,9,7,3]{3,2,1,0} get-tuple-element(%cudnn-conv-bw-input), index=0
+  %dx = f32[2,8,7,3]{3,2,1,0} fusion(%dx.padded), kind=kLoop, calls=%wrapped_slice_computation
+  %cudnn-conv-bw-filter = (f32[4,3,3,3]{3,2,1,0}, u8[0]{0}) custom-call(%x.padded, %dy), window={size=3x3 stride=2x2 pad=0_0x1_1}, dim_labels=b01f_o01i->b01f, custom_call_target="__cudnn$convBackwardFilter"
+  %dw = f32[4,3,3,3]{3,2,1,0} get-tuple-element(%cudnn-conv-bw-filter), index=0
+  ROOT %out = (f32[2,4,4,4]{3,2,1,0}, f32[2,8,7,3]{3,2,1,0}, f32[4,3,3,3]{3,2,1,0}) tuple(%y, %dx, %dw)
+}
+"""
+
+# The native convolutions the CPU compiler emits for the same three (its optimized HLO): the
+# padding stays in the window, the input gradient dilates dy (lhs_dilate), the weight gradient
+# dilates the kernel dy (rhs_dilate).
+NATIVE_STRIDED_CONV = {
+    "cudnn-conv": (
+        "f32[2,8,7,3], f32[3,3,3,4]",
+        "f32[2,4,4,4]",
+        "window={size=3x3 stride=2x2 pad=0_1x1_1}",
+    ),
+    "cudnn-conv-bw-input": (
+        "f32[2,4,4,4], f32[3,3,4,3]",
+        "f32[2,8,7,3]",
+        "window={size=3x3 pad=2_1x1_1 lhs_dilate=2x2}",
+    ),
+    "cudnn-conv-bw-filter": (
+        "f32[3,8,7,2], f32[4,4,2,4]",
+        "f32[3,3,3,4]",
+        "window={size=4x4 pad=0_1x1_1 rhs_dilate=2x2}",
+    ),
+}
+
+
+def _xla_convolution_flops(operands: str, result: str, window: str) -> float:
+    """XLA's own cost analysis (CPU client) of one native convolution."""
+    import jax
+    from jaxlib import _hlo, _jax
+
+    lhs, rhs = operands.split(", ")
+    text = f"""HloModule native
+ENTRY %e (lhs: {lhs}, rhs: {rhs}) -> {result} {{
+  %lhs = {lhs} parameter(0)
+  %rhs = {rhs} parameter(1)
+  ROOT %conv = {result} convolution(%lhs, %rhs), {window}, dim_labels=b01f_01io->b01f
+}}
+"""
+    client = jax.devices("cpu")[0].client
+    return _jax.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text(text))["flops"]
+
+
+@pytest.mark.parametrize("call", list(NATIVE_STRIDED_CONV))
+def test_cudnn_strided_convolution_priced_like_xla_prices_the_native_one(call):
+    """Zero padding handed to cuDNN and results computed only to be sliced off are no work: each
+    direction counts what XLA counts for the native convolution it was rewritten from."""
+    expected = _xla_convolution_flops(*NATIVE_STRIDED_CONV[call])
+    row = analyze_hlo(CUDNN_STRIDED_CONV).ops.set_index("name").loc[call]
+    assert not row.unknown
+    assert row.flops == expected
+    # All three visit the same (input, filter, output) triples: 11 of the 12 height and 10 of the
+    # 12 width (output, tap) pairs hit data. Counting cuDNN's extra zero row would give 12 × 10.
+    assert expected == 2 * 2 * 3 * 4 * 11 * 10
+
+
 def unpadded_roofline(module) -> pd.DataFrame:
     ops = walk(module, "roofline", pad_to_tiles=False)
     return pd.DataFrame(rows(module, ops)).set_index("name")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hlo_roofline.cost.base import Cost, CostContext, rule
 from hlo_roofline.hlo import attrs
@@ -23,42 +25,83 @@ def dot(instr: Instruction, ctx: CostContext) -> Cost:
     return Cost(flops=flops, bytes_accessed=ctx.default_bytes(instr))
 
 
-def _valid_positions(w: attrs.WindowDim, kernel: int, output: int, input_: int) -> int:
-    """(kernel tap, output position) pairs that land on a real input element (padding excluded)."""
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """The elements of one dimension that hold data: ``start + i·step`` for ``i < count``. The rest
+    is zero padding (or interior-padding holes) that a library call is handed, or results it
+    computes only to have them sliced off. By default a whole dimension is data."""
+
+    start: int
+    step: int
+    count: int
+
+
+def _full(shape: Shape) -> tuple[Extent, ...]:
+    return tuple(Extent(0, 1, n) for n in shape.dims)
+
+
+def _valid_positions(w: attrs.WindowDim, kernel: Extent, output: Extent, input_: Extent) -> int:
+    """(kernel tap, output position) pairs that land on a real input element: not on the padding,
+    not on a base (lhs) dilation hole; only the real taps and outputs take part.
+
+    Per tap, the outputs o = output.start + m·output.step read the dilated base at
+    o·stride + tap·window_dilation − pad_low; the real input elements sit there at
+    first + j·step, j < input_.count. The m that hit are a range ∩ a residue class."""
+    if input_.count <= 0 or output.count <= 0:
+        return 0
+    first = input_.start * w.base_dilation
+    step = max(input_.step * w.base_dilation, 1)
+    last = first + (input_.count - 1) * step
+    stride = output.step * w.stride  # how far the base position moves per real output
+    g = math.gcd(stride, step)
+    period = step // g
+    inverse = pow(stride // g, -1, period) if period > 1 else 0
     count = 0
-    for k in range(kernel):
-        offset = k * w.window_dilation - w.pad_low
-        if w.base_dilation == 1:  # closed form: 0 <= o·stride + offset < input
-            lo = max(0, (-offset + w.stride - 1) // w.stride)
-            hi = min(output - 1, (input_ - 1 - offset) // w.stride)
-            count += max(0, hi - lo + 1)
+    for t in range(kernel.count):
+        tap = kernel.start + t * kernel.step
+        base = output.start * w.stride + tap * w.window_dilation - w.pad_low
+        lo = max(0, -((base - first) // stride))  # ceil((first - base) / stride)
+        hi = min(output.count - 1, (last - base) // stride)
+        residue = (first - base) % step
+        if hi < lo or residue % g:
             continue
-        for o in range(output):
-            index = o * w.stride + offset
-            if index % w.base_dilation == 0 and 0 <= index // w.base_dilation < input_:
-                count += 1
+        m0 = (residue // g) * inverse % period if period > 1 else 0
+        m = lo + (m0 - lo) % period
+        if m <= hi:
+            count += (hi - m) // period + 1
     return count
 
 
-def conv_flops(instr: Instruction, lhs: Shape, rhs: Shape, out: Shape) -> int:
-    """XLA's convolution count: multiply-adds over valid (tap, output) pairs, grouped features."""
+def conv_flops(
+    instr: Instruction,
+    lhs: Shape,
+    rhs: Shape,
+    out: Shape,
+    extents: tuple[Sequence[Extent], Sequence[Extent], Sequence[Extent]] | None = None,
+) -> int:
+    """XLA's convolution count: multiply-adds over valid (tap, output) pairs, grouped features.
+
+    ``extents`` (per dimension of lhs, rhs and out) narrows the count to the elements that hold
+    data, for a library call handed explicitly padded operands (see ``custom_call.py``)."""
     dims = attrs.conv_dims(instr)
     window = attrs.window(instr)
+    lx, rx, ox = extents or (_full(lhs), _full(rhs), _full(out))
     positions = 1
     for i, w in enumerate(window):
-        kernel = rhs.dims[dims.kernel_spatial[i]]
-        output = out.dims[dims.output_spatial[i]]
-        input_ = lhs.dims[dims.input_spatial[i]]
+        kernel = rx[dims.kernel_spatial[i]]
+        output = ox[dims.output_spatial[i]]
+        input_ = lx[dims.input_spatial[i]]
         positions *= _valid_positions(w, kernel, output, input_)
     feature_groups = attrs.int_attr(instr, "feature_group_count", 1)
     batch_groups = attrs.int_attr(instr, "batch_group_count", 1)
-    fmas = (
-        (lhs.dims[dims.input_feature] // feature_groups)
-        * out.dims[dims.output_feature]
-        * (lhs.dims[dims.input_batch] // batch_groups)
-        * positions
-    )
-    return FMA_FLOPS * fmas
+    input_features = lx[dims.input_feature].count // feature_groups
+    output_features = ox[dims.output_feature].count
+    batch = lx[dims.input_batch].count // batch_groups
+    if extents is not None:  # a padded feature or batch is no more work than the data's
+        input_features = min(input_features, rx[dims.kernel_input_feature].count)
+        output_features = min(output_features, rx[dims.kernel_output_feature].count)
+        batch = min(batch, ox[dims.output_batch].count)
+    return FMA_FLOPS * input_features * output_features * batch * positions
 
 
 @rule("convolution")

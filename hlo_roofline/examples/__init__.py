@@ -145,7 +145,7 @@ def compiled_text(
     from hlo_roofline import api
 
     def lower():
-        return api.jitted(step, jit_kwargs).lower(*api._place(args, target))
+        return api.jitted(step, jit_kwargs).lower(*api.place_args(args, target))
 
     # Traced on a fresh thread, the program's recorded Python stack (HLO metadata) is the same
     # whoever calls: the demo and the tests then share cache entries.
