@@ -193,3 +193,20 @@ def test_parse_file_names_the_file(tmp_path):
         parse(bad)
     with pytest.raises(HloParseError, match="cannot read"):
         parse(tmp_path / "missing.hlo")
+
+
+def test_sparsecore_computations_keep_their_execution_thread():
+    """TPU v5p offloads a scatter to SparseCore: its computations close with
+    '}, execution_thread="sparsecore"', and the async call that runs them is priced."""
+    text = (ROOT / "fixtures/moe_tiny/tpu_v5p.hlo.txt").read_text()
+    module = parse(text)
+    threads = {c.name: c.execution_thread for c in module.computations.values()}
+    closed_on_sparsecore = text.count('}, execution_thread="sparsecore"')
+    assert closed_on_sparsecore > 0
+    assert sum(t == "sparsecore" for t in threads.values()) == closed_on_sparsecore
+    assert threads[module.entry.name] == "main"
+    ops = analyze_hlo(module).ops
+    offload = ops[ops.opcode == "call-start"]
+    assert len(offload) == 1 and offload.bytes_accessed.iloc[0] > 0
+    with pytest.raises(HloParseError, match="3:1"):  # anything else after '}' is still an error
+        parse('HloModule m\nENTRY %e () -> f32[] {\n}, bogus="x"\n')

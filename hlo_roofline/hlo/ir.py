@@ -128,7 +128,7 @@ class Instruction:
         computation: Computation,
         line: int,
         is_root: bool = False,
-        called: list[Computation] | None = None,
+        called: list[Computation] | tuple[()] = (),
         payload: str = "",  # text inside the parentheses of constant(...) / parameter(...)
     ) -> None:
         self.name = name
@@ -139,7 +139,7 @@ class Instruction:
         self.computation = computation
         self.line = line
         self.is_root = is_root
-        self.called = [] if called is None else called
+        self.called = called  # most instructions call nothing: they share one empty tuple
         self.payload = payload
         self._cache: dict | None = None  # decoded attributes (hlo.attrs), made on first use
 
@@ -155,6 +155,7 @@ class Computation:
     is_entry: bool = False
     is_fusion: bool = False  # called by a fusion: its ops are not rows of a report
     line: int = 0
+    execution_thread: str = "main"  # "sparsecore" for a TPU SparseCore offload
 
     def __repr__(self) -> str:
         return f"<computation %{self.name} ({len(self.instructions)} instructions)>"

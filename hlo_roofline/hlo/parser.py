@@ -124,6 +124,9 @@ _ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]
 _FAST_ATTR_ITEM = re.compile(
     r", ([\w.\-]++)=((?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+)"
 )  # ", key=value": exactly 3 characters more than the key and the value
+# A computation ends with "}", or with '}, execution_thread="sparsecore"' when it runs on another
+# thread of the chip (TPU SparseCore offload).
+_COMPUTATION_CLOSE = re.compile(r'\}(?:\s*,\s*execution_thread="([^"]*)")?\s*$')
 _LEAF_OPCODES = frozenset({"parameter", "constant"})
 _CALLED_KEYS = frozenset(_CALLED_ATTRS)
 _CALLER_OPCODES = frozenset({*_REQUIRED_CALLEES, "conditional"})  # checked even without callees
@@ -341,7 +344,7 @@ def _parse_instruction(
     operands, attrs, payload = parsed
     instr = Instruction(
         head.group(2), opcode, shape, [], attrs, computation, line.number,
-        head.group(1) is not None, None, payload,
+        head.group(1) is not None, (), payload,
     )  # fmt: skip
     return instr, operands
 
@@ -375,7 +378,7 @@ def _fast_instruction(
         if covered != len(attr_text):  # the items skipped something: not in XLA's form
             return None
     instr = Instruction(
-        name, intern(opcode), shape, [], attrs, computation, number, root is not None, None, payload
+        name, intern(opcode), shape, [], attrs, computation, number, root is not None, (), payload
     )
     return instr, names
 
@@ -550,7 +553,8 @@ def _parse_module(text: str) -> Module:
             if parsed is None:
                 raw = text[start:end]
                 stripped = raw.strip()
-                if not stripped or stripped.startswith("//") or stripped == "}":
+                closing = _COMPUTATION_CLOSE.match(stripped)
+                if not stripped or stripped.startswith("//") or closing is not None:
                     pass
                 else:
                     line = _Line(number, raw.rstrip())
@@ -577,8 +581,10 @@ def _parse_module(text: str) -> Module:
                 if instr.opcode in _CALLER_OPCODES or not _CALLED_KEYS.isdisjoint(instr.attrs):
                     callers.append((instr, number))
                 continue
-            if stripped != "}":
+            if closing is None:
                 continue
+            if closing.group(1):
+                current.execution_thread = closing.group(1)
             if current.root is None and current.instructions:
                 current.root = current.instructions[-1]
             if current.root is None:
@@ -630,6 +636,7 @@ def _resolve_callees(
 ) -> None:
     for instr, number in callers:
         attrs = instr.attrs
+        instr.called = []
         for key in _CALLED_ATTRS:
             value = attrs.get(key)
             if value is None:
