@@ -23,6 +23,7 @@ import dataclasses
 import difflib
 import json
 import re
+import threading
 import tomllib
 import warnings
 from collections.abc import Iterable, Mapping
@@ -508,17 +509,17 @@ _aliases: dict[str, str] = {}  # normalized name -> key
 _sources: dict[str, Source] = {}
 _cache: dict[tuple[str, str], Chip] = {}
 _loaded = False
+_loading = threading.Lock()  # a server's first requests may all ask at once
 
 
 def _ensure_loaded() -> None:
     global _loaded
-    if not _loaded:
-        _loaded = True
-        try:
+    if _loaded:
+        return
+    with _loading:
+        if not _loaded:
             _load_data(tomllib.loads(DATA_FILE.read_text()), str(DATA_FILE), None)
-        except Exception:
-            _loaded = False
-            raise
+            _loaded = True  # only once complete: another thread must not see a half-loaded table
 
 
 def _add_aliases(key: str, names: Iterable[str]) -> None:

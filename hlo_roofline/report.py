@@ -130,12 +130,18 @@ class Report:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ReportError(f"cannot read report {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ReportError(f"{path} is not a readable hlo_roofline report (not UTF-8)") from None
         try:
             if text.startswith(CSV_MAGIC):
                 return cls._from_csv(text)
             return cls.from_dict(json.loads(text))
         except ReportError as exc:
             raise ReportError(f"{path}: {exc}") from None
+        except RecursionError:
+            raise ReportError(
+                f"{path} is not a readable hlo_roofline report (nested too deep)"
+            ) from None
         except (ValueError, TypeError, KeyError, AttributeError, pd.errors.ParserError) as exc:
             raise ReportError(f"{path} is not a readable hlo_roofline report ({exc})") from None
 
@@ -146,14 +152,14 @@ class Report:
         if data.get("version") != VERSION:
             raise ReportError(f"report version {data.get('version')} is not {VERSION}")
         ops = pd.DataFrame(data["data"], columns=data["columns"])
-        return cls(_restore_types(ops), data.get("summary", {}), data.get("module", ""))
+        return cls(_restore_types(ops), _summary(data), data.get("module", ""))
 
     @classmethod
     def _from_csv(cls, text: str) -> Report:
         header, _, body = text.partition("\n")
         meta = json.loads(header[len(CSV_MAGIC) :])
         ops = pd.read_csv(io.StringIO(body), keep_default_na=False, na_values=[""])
-        return cls(_restore_types(ops), meta.get("summary", {}), meta.get("module", ""))
+        return cls(_restore_types(ops), _summary(meta), meta.get("module", ""))
 
     def write_tensorboard(self, logdir: str | os.PathLike, run: str = ".") -> Path:
         """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv}`` (each file atomically)."""
@@ -240,3 +246,10 @@ def _write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _summary(data: dict) -> dict:
+    summary = data.get("summary", {})
+    if not isinstance(summary, dict) or not isinstance(data.get("module", ""), str):
+        raise ReportError("its 'summary' is not an object or its 'module' not a string")
+    return summary

@@ -31,10 +31,6 @@ _cache: OrderedDict[tuple, tuple[dict, str]] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
 
-# Load the chip database now, under the import lock: its lazy load is not thread-safe (a request
-# racing the first load sees an empty database and answers "unknown chip").
-chips.names()
-
 # An op's identity across two compiles: fusion and instruction names change, these do not.
 IDENTITY = ("op_name", "source", "opcode", "shape")
 COMPARE_COLUMNS = (
@@ -61,23 +57,9 @@ def chip_list() -> list[dict]:
     return [{"key": key, "name": chips.get(key).name} for key in chips.names()]
 
 
-def _read(path: str) -> Report:
-    """``Report.read``, with every way a foreign file can be unreadable raised as ReportError.
-
-    ``Report.read`` lets a few escape (bytes that are not UTF-8, JSON nested too deep) and does not
-    check the summary's type, which ``classify`` and ``compare`` rely on.
-    """
-    try:
-        report = Report.read(path)
-    except (UnicodeDecodeError, RecursionError) as exc:
-        raise ReportError(f"{path} is not a readable hlo_roofline report ({exc})") from None
-    if not isinstance(report.summary, dict) or not isinstance(report.module, str):
-        raise ReportError(f"{path}: 'summary' is not an object or 'module' not a string")
-    return report
-
-
 def _build(path: str, key_chip: str | None) -> tuple[dict, str]:
-    report = _read(path)
+    """One cache entry: the report, re-classified for ``key_chip`` if given, and its JSON text."""
+    report = Report.read(path)
     if key_chip is not None:
         report = report.classify(chips.get(key_chip))
     payload = report.to_dict()

@@ -11,6 +11,8 @@ through the same cache, so the GPT cases run last here.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import pytest
 from conftest import shared_cache_dir
@@ -125,6 +127,19 @@ def test_convnet_flops_are_its_convolutions(analyzed, target):
     flops = analyzed("convnet", target).summary["flops"]
     expected = convnet.train_flops(convnet.CONFIG)
     assert 1.0 <= flops / expected < 1.06
+
+
+def test_convnet_cudnn_calls_count_exactly_its_convolutions(analyzed):
+    """On H100 every convolution is a cuDNN call, its padding split between the window and
+    explicit zero pads and slices (cuDNN pads symmetrically), the backward passes run with their
+    dilation made explicit; together the calls count exactly what XLA counts for the native
+    convolutions (the CPU compile of the step gives the same number)."""
+    ops = analyzed("convnet", "h100").ops
+    calls = ops[ops["opcode"] == "custom-call"]
+    # 12 convolutions: 12 forward, 12 weight-gradient and 11 input-gradient calls (not the images')
+    assert len(calls) == 35 and calls["name"].str.startswith("cudnn").all()
+    head = 3 * 2 * convnet.CONFIG.batch * math.prod(convnet.param_shapes(convnet.CONFIG)["head"])
+    assert calls["flops"].sum() == convnet.train_flops(convnet.CONFIG) - head
 
 
 @pytest.mark.parametrize("name", ["gpt", "convnet", "moe"])

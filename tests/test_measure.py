@@ -453,9 +453,7 @@ def _producer_and_user(module):
     raise AssertionError("no producer/user pair in the entry computation")
 
 
-def test_measure_in_process_leaves_no_trace_behind(
-    tmp_path, monkeypatch
-):
+def test_measure_in_process_leaves_no_trace_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(measured.tempfile, "tempdir", str(tmp_path))
     x = jnp.ones((128, 128), jnp.float32)
     with warnings.catch_warnings():

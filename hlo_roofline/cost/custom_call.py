@@ -130,11 +130,20 @@ def _int_groups(text: str, separator: str) -> list[list[int]]:
     return [[int(v) for v in re.findall(r"-?\d+", group)] for group in text.split(separator)]
 
 
+def _fusion_operand(param: Instruction, calls: tuple[Instruction, ...]) -> Instruction | None:
+    """What the innermost fusion entered passes in as ``param`` (None: not a fusion parameter)."""
+    if param.opcode != "parameter" or not calls or not param.computation.is_fusion:
+        return None
+    number = param.payload.strip()
+    operands = calls[-1].operands
+    return operands[int(number)] if number.isdigit() and int(number) < len(operands) else None
+
+
 def _is_zero(instr: Instruction, calls: tuple[Instruction, ...]) -> bool:
     """A scalar zero constant, also one passed into a fusion as a parameter."""
     for _ in range(_MAX_TRACE):
-        if instr.opcode == "parameter" and calls and instr.computation.is_fusion:
-            instr, calls = calls[-1].operands[int(instr.payload or 0)], calls[:-1]
+        if (outer := _fusion_operand(instr, calls)) is not None:
+            instr, calls = outer, calls[:-1]
         elif instr.opcode in _SAME_ELEMENTS and instr.operands:
             instr = instr.operands[0]
         else:
@@ -177,8 +186,8 @@ def _data_extents(value: Instruction) -> tuple[Extent, ...]:
             node, index = node.operands[index], None
         elif node.opcode == "get-tuple-element" and node.operands:
             node, index = node.operands[0], attrs.int_attr(node, "index", 0)
-        elif node.opcode == "parameter" and calls and node.computation.is_fusion:
-            node, calls = calls[-1].operands[int(node.payload or 0)], calls[:-1]
+        elif (outer := _fusion_operand(node, calls)) is not None:
+            node, calls = outer, calls[:-1]
         elif node.opcode == "pad" and len(node.operands) == 2 and _is_zero(node.operands[1], calls):
             steps.append(node)
             node = node.operands[0]
@@ -192,10 +201,20 @@ def _data_extents(value: Instruction) -> tuple[Extent, ...]:
             break
     if not any(op.opcode == "pad" for op in steps):
         return _full(value.shape)
-    extents: tuple[Extent, ...] | None = _full(steps[-1].operands[0].shape)
+    try:
+        extents = _through(steps, _full(steps[-1].operands[0].shape))
+    except (IndexError, ValueError, ZeroDivisionError):  # attributes that do not fit the shapes
+        extents = None
+    if extents is None or len(extents) != len(value.shape.dims):
+        return _full(value.shape)
+    return extents
+
+
+def _through(steps: list[Instruction], extents: tuple[Extent, ...] | None):
+    """The data extents carried from the source through ``steps`` (outermost first) to the top."""
     for op in reversed(steps):
         if extents is None or len(extents) != len(op.shape.dims):
-            return _full(value.shape)
+            return None
         if op.opcode == "pad":
             extents = _padded(extents, op)
         elif op.opcode == "transpose":
@@ -208,8 +227,6 @@ def _data_extents(value: Instruction) -> tuple[Extent, ...]:
                 else e
                 for d, (e, size) in enumerate(zip(extents, op.shape.dims, strict=True))
             )
-    if extents is None or len(extents) != len(value.shape.dims):
-        return _full(value.shape)
     return extents
 
 
@@ -244,7 +261,7 @@ def _read_region(value: Instruction, ctx: CostContext, depth: int = 0) -> tuple[
                 return whole
             regions.append(
                 tuple(
-                    Extent(s[0], s[2] if len(s) == 3 else 1, n)
+                    Extent(s[0], max(s[2], 1) if len(s) == 3 else 1, n)
                     for s, n in zip(spec, user.shape.dims, strict=True)
                 )
             )

@@ -101,12 +101,14 @@ class Instruction:
 
     A plain class with ``__slots__`` rather than a dataclass: a large module has ~100k of them, and
     a hand-written ``__init__`` without default factories builds them about twice as fast. Compared
-    by identity.
+    by identity. The parser may hand over the attributes as their checked text (``", key=value, ..."``):
+    most instructions are never asked for them, and one string is a third of the memory of a dict
+    of strings. They are split into the dict on first use.
     """
 
     __slots__ = (
+        "_attrs",
         "_cache",
-        "attrs",
         "called",
         "computation",
         "is_root",
@@ -124,7 +126,7 @@ class Instruction:
         opcode: str,
         shape: Shape,
         operands: list[Instruction],
-        attrs: dict[str, str],
+        attrs: dict[str, str] | str,
         computation: Computation,
         line: int,
         is_root: bool = False,
@@ -135,13 +137,22 @@ class Instruction:
         self.opcode = opcode
         self.shape = shape
         self.operands = operands
-        self.attrs = attrs
+        self._attrs = attrs
         self.computation = computation
         self.line = line
         self.is_root = is_root
         self.called = called  # most instructions call nothing: they share one empty tuple
         self.payload = payload
         self._cache: dict | None = None  # decoded attributes (hlo.attrs), made on first use
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        attrs = self._attrs
+        if attrs.__class__ is str:
+            from hlo_roofline.hlo.parser import split_attributes  # the parser imports this module
+
+            attrs = self._attrs = split_attributes(attrs)
+        return attrs
 
     def __repr__(self) -> str:
         return f"<{self.opcode} %{self.name} {self.shape}>"

@@ -121,9 +121,11 @@ _FAST_LINE = re.compile(
     r"(.*)"  # the attributes
 )
 _ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
-_FAST_ATTR_ITEM = re.compile(
-    r", ([\w.\-]++)=((?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+)"
-)  # ", key=value": exactly 3 characters more than the key and the value
+_FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=((?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+)"
+_FAST_ATTR_ITEM = re.compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
+_FAST_ATTRS = re.compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
+# Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).
+_CALLED_KEY_TEXT = re.compile(", (?:" + "|".join(_CALLED_ATTRS) + ")=")
 # A computation ends with "}", or with '}, execution_thread="sparsecore"' when it runs on another
 # thread of the chip (TPU SparseCore offload).
 _COMPUTATION_CLOSE = re.compile(r'\}(?:\s*,\s*execution_thread="([^"]*)")?\s*$')
@@ -368,19 +370,19 @@ def _fast_instruction(
             return None
     else:
         return None  # operands printed without '%'
-    attrs = {}
     attr_text = attr_text.rstrip()
-    if attr_text:
-        covered = 0
-        for key, value in _FAST_ATTR_ITEM.findall(attr_text):
-            attrs[intern(key)] = value  # keys repeat on every line: one string each
-            covered += len(key) + len(value) + 3
-        if covered != len(attr_text):  # the items skipped something: not in XLA's form
-            return None
+    if attr_text and _FAST_ATTRS.fullmatch(attr_text) is None:
+        return None  # not in XLA's usual form: the scanner splits it or says what is wrong
     instr = Instruction(
-        name, intern(opcode), shape, [], attrs, computation, number, root is not None, (), payload
-    )
+        name, intern(opcode), shape, [], attr_text, computation, number, root is not None, (),
+        payload,
+    )  # fmt: skip
     return instr, names
+
+
+def split_attributes(text: str) -> dict[str, str]:
+    """``", key=value, ..."`` (already checked by ``_FAST_ATTRS``) as a dict."""
+    return {intern(key): value for key, value in _FAST_ATTR_ITEM.findall(text)}
 
 
 def _fast_operands_and_attrs(
@@ -442,6 +444,13 @@ def _slow_operands_and_attrs(
                 raise line.error(f"expected 'name=value', got '{item}'", a + 1)
             attrs[key] = value.strip()
     return operands, attrs, payload
+
+
+def _names_computations(instr: Instruction) -> bool:
+    attrs = instr._attrs
+    if attrs.__class__ is str:
+        return _CALLED_KEY_TEXT.search(attrs) is not None
+    return not _CALLED_KEYS.isdisjoint(attrs)
 
 
 def _line_spans(text: str, number: int = 1, start: int = 0) -> Iterator[tuple[int, int, int]]:
@@ -578,7 +587,7 @@ def _parse_module(text: str) -> Module:
                 current.instructions.append(instr)
                 if instr.is_root:
                     current.root = instr
-                if instr.opcode in _CALLER_OPCODES or not _CALLED_KEYS.isdisjoint(instr.attrs):
+                if instr.opcode in _CALLER_OPCODES or _names_computations(instr):
                     callers.append((instr, number))
                 continue
             if closing is None:
