@@ -37,9 +37,10 @@ def analyze_hlo(
     with gc_paused():
         # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.
         ops = cost.walk(module, cost_model, pad_to_tiles=cost_model == "roofline")
-        report = Report.from_columns(
-            cost.rows(module, ops), cost.summarize(ops, cost_model), module.name
-        )
+        summary = cost.summarize(ops, cost_model)
+        columns = cost.rows(module, ops)
+        del ops  # a large module's priced ops need not outlive their rows while the table is built
+        report = Report.from_columns(columns, summary, module.name)
     return report.classify(chip) if chip is not None else report
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import COST_MODELS, Cost, CostContext, callee
 from hlo_roofline.cost.collectives import COLLECTIVES, find_collective
@@ -36,6 +38,7 @@ _CONTAINERS = frozenset({"while", "call", "conditional"})  # opened by walk() (s
 _MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 _ROWS_PER_CHUNK = 4096
+_FLOAT_COLUMNS = ("count", "flops", "transcendentals", "bytes_accessed", "comm_bytes")
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
 _COLLECTIVE_OR_WRAPPER = frozenset(
@@ -149,7 +152,7 @@ def _first_matmul(comp: Computation) -> Instruction | None:
     return next((i for i in comp.instructions if i.opcode in _MATMULS), None)
 
 
-def rows(module: Module, ops: list[PricedOp]) -> dict[str, list]:
+def rows(module: Module, ops: list[PricedOp]) -> dict[str, list | np.ndarray]:
     """Report columns: identity, metadata and per-step totals (cost × count).
 
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
@@ -166,7 +169,7 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list]:
     table: list[tuple] = []
     for instr, count, cost in ops:
         code = instr.opcode
-        instr_attrs = instr.attrs
+        instr_attrs = instr.peek_attrs()  # read once here: not worth keeping for every row
         described = shapes.get(id(instr.shape))
         if described is None:
             leaves = instr.shape.leaves()
@@ -218,12 +221,17 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list]:
             _transpose_onto(columns, table)
             table = []
     _transpose_onto(columns, table)
+    for name in _FLOAT_COLUMNS:
+        columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0)
     return columns
 
 
 def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
-    for column, values in zip(columns.values(), zip(*table, strict=True), strict=False):
-        column.extend(values)
+    for (name, column), values in zip(columns.items(), zip(*table, strict=True), strict=False):
+        if name in _FLOAT_COLUMNS:  # chunks of 8-byte values rather than float objects
+            column.append(np.array(values, dtype=np.float64))
+        else:
+            column.extend(values)
 
 
 class _Body:

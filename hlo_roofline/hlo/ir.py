@@ -154,6 +154,15 @@ class Instruction:
             attrs = self._attrs = split_attributes(attrs)
         return attrs
 
+    def peek_attrs(self) -> dict[str, str]:
+        """The attributes, without keeping the split form (one read of many instructions)."""
+        attrs = self._attrs
+        if attrs.__class__ is str:
+            from hlo_roofline.hlo.parser import split_attributes
+
+            return split_attributes(attrs)
+        return attrs
+
     def __repr__(self) -> str:
         return f"<{self.opcode} %{self.name} {self.shape}>"
 
