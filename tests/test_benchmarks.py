@@ -1,0 +1,28 @@
+"""The benchmark script runs end to end (a small run): its figures are not asserted, only measured."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_benchmark_prints_the_three_figures(tmp_path):
+    out = tmp_path / "bench.json"
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "run.py"), "--repeat", "1",
+        "--targets", "cpu", "--instructions", "3000", "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for figure in ("(a) parse + analysis", "(b) our analysis", "(c) generated module"):
+        assert figure in done.stdout
+    results = json.loads(out.read_text())
+    fixtures = results["fixtures"]
+    assert len(fixtures["files"]) == len(list(ROOT.glob("fixtures/*/*.hlo.txt")))
+    assert 0 < fixtures["total_table"] < fixtures["total_ours"]
+    assert 0 < results["gpt"]["cpu"]["analysis_over_compile"] < 1
+    generated = results["generated"]
+    assert generated["instructions"] >= 3000 and generated["peak_rss"] > generated["baseline_rss"]
