@@ -24,8 +24,8 @@ CSV_MAGIC = "#hlo_roofline.report "
 TENSORBOARD_PLUGIN = "hlo_roofline"
 _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
-    "name", "opcode", "computation", "fusion_kind", "dtype", "shape", "op_name", "source", "note",
-    "fused_ops", "collective", "bound", "hint",
+    "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
+    "source", "note", "fused_ops", "collective", "bound", "hint",
 )  # fmt: skip
 _TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s")
 

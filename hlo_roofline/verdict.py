@@ -1,14 +1,16 @@
 """Roofline verdicts: each op's FLOPs and bytes against one chip's peaks, links and ridge.
 
 For every op: ``intensity = flops / bytes``; the peak it runs at (matmul-class ops at the rate of
-their input dtype, other ops at the vector rate); ``t_compute = (flops + transcendentals) / peak``,
-``t_memory = bytes / HBM bandwidth``, ``t_comm`` from the book's collective model;
-``t_roofline = max`` of the three (perfect overlap) and the bound that sets it. The step is predicted
-between Σ max (lower bound) and Σ sum (no overlap at all), as in "How to Scale Your Model".
+their input dtype, f32 ones at the rate their precision asks for; other ops at the vector rate);
+``t_compute = (flops + transcendentals) / peak``, ``t_memory = bytes / HBM bandwidth``, ``t_comm``
+from the book's collective model; ``t_roofline = max`` of the three (perfect overlap) and the bound
+that sets it. The step is predicted between Σ max (lower bound) and Σ sum (no overlap at all), as in
+"How to Scale Your Model".
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
@@ -30,6 +32,29 @@ def _peak(chip: Chip, dtype: str) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", chips.RateFallbackWarning)
         return chip.peak_flops(dtype)
+
+
+# Passes of the bf16 MXU a TPU makes for an f32 dot at each precision (JAX: HIGH is "bfloat16_3x";
+# XLA:TPU compiles the BF16_BF16_F32_X6 algorithm to HIGHEST).
+_TPU_F32_PASSES = {"default": 1, "high": 3, "highest": 6}
+
+
+def matmul_peak(chip: Chip, dtype: str, precision: str = "default") -> float:
+    """The rate a matmul runs at: its input dtype's, except that f32 inputs run at the rate their
+    precision asks for — TF32 tensor cores on NVIDIA unless ``highest`` (JAX's default), one to
+    six bf16 passes on a TPU — and an explicit algorithm (``dot_bf16_bf16_f32_x3``) at its own."""
+    if precision.startswith("dot_"):
+        parts = precision.split("_")  # dot_<lhs>_<rhs>_<accumulator>[_x<passes>]
+        passes = int(parts[-1][1:]) if parts[-1][:1] == "x" and parts[-1][1:].isdigit() else 1
+        with contextlib.suppress(ValueError):
+            return _peak(chip, parts[1]) / passes
+    if dtype != "f32":
+        return _peak(chip, dtype)
+    if chip.kind == "gpu" and precision != "highest" and chip.has_rate("tf32"):
+        return _peak(chip, "tf32")
+    if chip.kind == "tpu":
+        return _peak(chip, "bf16") / _TPU_F32_PASSES.get(precision, 1)
+    return _peak(chip, dtype)
 
 
 def vector_peak(chip: Chip) -> float:
@@ -108,9 +133,14 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
     ops = ops.drop(columns=[c for c in VERDICT_COLUMNS if c in ops.columns])
     hbm = chip.hbm_bandwidth
     vector = vector_peak(chip)
+    if "precision" not in ops:  # a report written before the column existed
+        ops = ops.assign(precision=np.where(ops["mm_k"].to_numpy() > 0, "default", ""))
     matmul = ops["mm_k"].to_numpy() > 0
     peaks = np.array(
-        [_peak(chip, d) if mm else vector for d, mm in zip(ops["dtype"], matmul, strict=True)],
+        [
+            matmul_peak(chip, d, p or "default") if mm else vector
+            for d, p, mm in zip(ops["dtype"], ops["precision"], matmul, strict=True)
+        ],
         dtype=float,
     )
     flops = ops["flops"].to_numpy(dtype=float)
@@ -153,12 +183,12 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
 
 def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
     time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
-    # MFU against the peak of the dtype most matmul FLOPs run in (bf16 when there is no matmul)
-    matmul_flops = ops[ops["mm_k"] > 0].groupby("dtype")["flops"].sum()
-    mfu_dtype = (
-        str(matmul_flops.idxmax()) if len(matmul_flops) and matmul_flops.max() > 0 else "bf16"
+    # MFU against the peak most matmul FLOPs run at (their dtype and precision; bf16 without any)
+    matmul_flops = ops[ops["mm_k"] > 0].groupby(["dtype", "precision"])["flops"].sum()
+    mfu_dtype, mfu_precision = (
+        matmul_flops.idxmax() if len(matmul_flops) and matmul_flops.max() > 0 else ("bf16", "")
     )
-    peak = _peak(chip, mfu_dtype)
+    peak = matmul_peak(chip, str(mfu_dtype), str(mfu_precision) or "default")
     flops = float(ops["flops"].sum())
     roofs = {}
     for dtype in RIDGE_DTYPES:
@@ -176,7 +206,11 @@ def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
         "step_time_lower_s": step,
         "step_time_upper_s": upper,
         "mfu_upper_bound": flops / (peak * step) if step else 0.0,
-        "mfu_dtype": mfu_dtype,
+        "mfu_dtype": (
+            f"{mfu_dtype} ({mfu_precision} precision)"
+            if mfu_dtype == "f32" and mfu_precision not in ("", "default")
+            else str(mfu_dtype)
+        ),
         "time_share": {
             b: float(time_by_bound.get(b, 0.0)) / step if step else 0.0 for b in BOUNDS[:4]
         },

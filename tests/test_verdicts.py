@@ -11,10 +11,11 @@ import jax
 import jax.numpy as jnp
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 import hlo_roofline as hr
 import hlo_roofline.targets  # hr.targets below needs the submodule imported
-from hlo_roofline import chips
+from hlo_roofline import chips, verdict
 
 V5E_BOOK = chips.get("v5e", profile="book")
 
@@ -355,3 +356,70 @@ def test_xla_dump_directory_gives_one_report_per_module(tmp_path):
     reports = hr.analyze_hlo(tmp_path)
     assert isinstance(reports, dict) and any("lambda" in k for k in reports)
     assert all(isinstance(r, hr.Report) for r in reports.values())
+
+
+# -- f32 matmuls run at the rate their precision asks for -----------------------------------------
+
+
+def _f32_dot_row(target: str, precision) -> pd.Series:
+    x = jax.ShapeDtypeStruct((512, 1024), jnp.float32)
+    w = jax.ShapeDtypeStruct((1024, 2048), jnp.float32)
+    report = hr.analyze(
+        lambda a, b: jnp.tanh(jnp.dot(a, b, precision=precision)), x, w, target=target
+    )
+    matmuls = report.ops[report.ops.mm_k > 0]
+    assert len(matmuls) == 1, matmuls[["name", "opcode"]]
+    return matmuls.iloc[0]
+
+
+@pytest.mark.parametrize(
+    "precision, level, rate",
+    [(None, "default", "tf32"), ("high", "high", "tf32"), ("highest", "highest", "f32"),
+     ("BF16_BF16_F32_X3", "dot_bf16_bf16_f32_x3", "bf16/3")],
+)  # fmt: skip
+def test_f32_dots_on_h100_run_at_tf32_unless_highest(precision, level, rate):
+    """JAX computes f32 dots on NVIDIA tensor cores in TF32 unless asked for 'highest'."""
+    row = _f32_dot_row("h100", precision)
+    h100 = chips.get("h100")
+    dtype, _, passes = rate.partition("/")
+    peak = h100.rate(dtype).flops / int(passes or 1)
+    assert row.precision == level
+    assert row.t_compute_s == pytest.approx((row.flops + row.transcendentals) / peak)
+    assert row.critical_intensity == pytest.approx(peak / h100.hbm_bandwidth)
+
+
+@pytest.mark.parametrize(
+    "precision, passes", [(None, 1), ("high", 3), ("highest", 6), ("BF16_BF16_F32_X6", 6)]
+)
+def test_f32_dots_on_tpu_take_one_three_or_six_bf16_passes(precision, passes):
+    row = _f32_dot_row("v5e:2x2", precision)
+    v5e = chips.get("v5e")
+    work = row.flops + row.transcendentals
+    assert row.t_compute_s == pytest.approx(work / (v5e.rate("bf16").flops / passes))
+
+
+def test_cublas_precision_config_is_read():
+    """A cuBLAS call says its precision in its backend config, not in operand_precision."""
+    text = (FIXTURES / "mlp_f32" / "h100_cublas.hlo.txt").read_text()
+    assert '"operand_precision":["DEFAULT","DEFAULT"]' in text
+    default = hr.analyze_hlo(text, chip="h100").ops
+    highest = hr.analyze_hlo(
+        text.replace(
+            '"operand_precision":["DEFAULT","DEFAULT"]', '"operand_precision":["DEFAULT","HIGHEST"]'
+        ),
+        chip="h100",
+    ).ops
+    gemms = default.opcode == "custom-call"
+    assert gemms.sum() > 0
+    assert set(default[gemms].precision) == {"default"} and set(highest[gemms].precision) == {
+        "highest"
+    }
+    ratio = highest[gemms].t_compute_s.to_numpy() / default[gemms].t_compute_s.to_numpy()
+    h100 = chips.get("h100")
+    assert ratio == pytest.approx(h100.rate("tf32").flops / h100.rate("f32").flops)
+
+
+def test_report_without_a_precision_column_still_classifies(classified):
+    old = classified.ops.drop(columns=["precision"])
+    ops, _ = verdict.classify(old, "h100")
+    assert (ops.t_roofline_s > 0).any()

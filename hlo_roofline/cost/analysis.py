@@ -27,7 +27,7 @@ BOOKKEEPING = frozenset(
 )  # fmt: skip
 ROW_COLUMNS = (
     "name", "opcode", "computation", "count", "flops", "transcendentals", "bytes_accessed",
-    "comm_bytes", "unknown", "fusion_kind", "dtype", "shape", "op_name", "source", "note",
+    "comm_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name", "source", "note",
     "fused_ops", "collective", "group_size", "mm_batch", "mm_m", "mm_n", "mm_k",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
@@ -180,7 +180,7 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list | np.ndarray]:
         if meta is None:
             decoded = attrs.parse_metadata(meta_text)
             meta = metadata[meta_text] = (decoded.op_name, attrs.metadata_source(decoded, module))
-        kind = fused = ""
+        kind = fused = precision = ""
         dtype = described[1]
         found = geometry = None
         if code == "fusion":
@@ -193,7 +193,7 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list | np.ndarray]:
                 if body is None:
                     body = bodies[id(instr.called[0])] = _Body(instr)
                 fused, found, geometry = body.fused_ops, body.collective, body.geometry
-                dtype = body.matmul_dtype or dtype
+                dtype, precision = body.matmul_dtype or dtype, body.matmul_precision
         else:
             if code in _MATMULS and instr.operands:
                 dtype = instr.operands[0].shape.dtype
@@ -208,11 +208,12 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list | np.ndarray]:
                 found = _find_collective(instr)
             if code in _WITH_GEOMETRY:
                 geometry = _geometry(instr)
+                precision = _precision(instr) if geometry else ""
         batch, m, n, k = geometry or _NO_GEOMETRY
         table.append((
             instr.name, code, instr.computation.name, float(count), cost.flops * count,
             cost.transcendentals * count, cost.bytes_accessed * count, cost.comm_bytes * count,
-            cost.unknown, kind, dtype, described[0], meta[0], meta[1],
+            cost.unknown, kind, dtype, precision, described[0], meta[0], meta[1],
             "; ".join(cost.notes) if cost.notes else "", fused,
             found.opcode.removesuffix("-start") if found is not None else "",
             _group_size(found, module) if found is not None else 0, batch, m, n, k,
@@ -237,7 +238,7 @@ def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
 class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
-    __slots__ = ("collective", "fused_ops", "geometry", "matmul_dtype")
+    __slots__ = ("collective", "fused_ops", "geometry", "matmul_dtype", "matmul_precision")
 
     def __init__(self, fusion: Instruction) -> None:
         counts: dict[str, int] = {}
@@ -258,6 +259,16 @@ class _Body:
         self.fused_ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
         self.collective = collective
         self.geometry = _geometry(fusion) if has_geometry else None
+        self.matmul_precision = (
+            _precision(matmul) if matmul is not None else "default" if self.geometry else ""
+        )
+
+
+def _precision(matmul: Instruction) -> str:
+    try:
+        return attrs.matmul_precision(matmul)
+    except _RULE_ERRORS:
+        return "default"
 
 
 def _find_collective(instr: Instruction) -> Instruction | None:

@@ -133,6 +133,29 @@ def _parse_dim_labels(text: str) -> ConvDims:
     )  # fmt: skip
 
 
+_PRECISIONS = ("default", "high", "highest")
+
+
+def matmul_precision(instr: Instruction) -> str:
+    """How a dot or convolution computes f32 inputs: ``default``, ``high``, ``highest``, or an
+    explicit algorithm such as ``dot_tf32_tf32_f32`` (``algorithm=``, or a cuBLAS call's
+    ``precision_config``). The higher of the two operands' precisions wins."""
+    algorithm = instr.attrs.get("algorithm", "")
+    levels = [
+        p.strip().lower() for p in instr.attrs.get("operand_precision", "").strip("{}").split(",")
+    ]
+    if instr.opcode == "custom-call":
+        config = backend_config(instr).get("gemm_backend_config", {}).get("precision_config", {})
+        if not isinstance(config, dict):
+            return "default"
+        algorithm = str(config.get("algorithm", "")).lower().removeprefix("alg_")
+        levels = [str(p).lower() for p in config.get("operand_precision", [])]
+    if algorithm.startswith("dot_"):
+        return algorithm
+    known = [_PRECISIONS.index(p) for p in levels if p in _PRECISIONS]
+    return _PRECISIONS[max(known)] if known else "default"
+
+
 def backend_config(instr: Instruction) -> dict:
     """The ``backend_config`` JSON as a dict ({} when absent or not JSON)."""
     return _cached(instr, "backend_config", lambda: _parse_json(instr.attrs.get("backend_config")))
