@@ -95,7 +95,8 @@ def _mxu_width(chip: Chip) -> int:
 
 
 def _hint(row, critical: float, chip: Chip) -> str:
-    """What would move a matmul: the lhs rows (M) at which it reaches the ridge; MXU padding."""
+    """What would move a matmul: the lhs rows (M) at which it reaches the ridge, else the
+    contracting size (K: the tokens of a weight gradient) at which it would; MXU padding."""
     m, n, k = int(row.mm_m), int(row.mm_n), int(row.mm_k)
     if not k:
         return ""
@@ -112,8 +113,16 @@ def _hint(row, critical: float, chip: Chip) -> str:
             if state == "memory-bound"
             else f"{state}: batched matmul at {row.intensity:.3g} FLOP/B (ridge {critical:.0f})"
         )
-    elif denominator <= 0:
-        parts.append(f"cannot reach the ridge ({critical:.0f} FLOP/B) at any M: N·K too small")
+    elif denominator <= 0:  # no M helps; the contracting dim may (tokens, in a weight gradient)
+        k_denominator = 2 * m * n - critical * per_element * (m + n)
+        if k_denominator > 0:
+            ridge_k = critical * per_element * m * n / k_denominator
+            parts.append(
+                f"no M reaches the ridge ({critical:.0f} FLOP/B): N·K too small; "
+                f"the contracting dim would at K≈{ridge_k:.0f} (K={k})"
+            )
+        else:
+            parts.append(f"cannot reach the ridge ({critical:.0f} FLOP/B) at any M or K")
     else:
         ridge_m = critical * per_element * k * n / denominator
         state = "compute-bound" if m >= ridge_m else "memory-bound"

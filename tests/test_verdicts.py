@@ -423,3 +423,14 @@ def test_report_without_a_precision_column_still_classifies(classified):
     old = classified.ops.drop(columns=["precision"])
     ops, _ = verdict.classify(old, "h100")
     assert (ops.t_roofline_s > 0).any()
+
+
+def test_hint_names_the_contracting_size_when_no_row_count_helps():
+    """8192×256 · 256×256: no M reaches the ridge (N·K too small), but a longer K does; the K the
+    hint names is where the model's own verdict flips."""
+    hint = row(hr.analyze_hlo(dot_module(8192, 256, 256), chip=V5E_BOOK), "dot").hint
+    ridge_k = float(hint.split("K≈")[1].split(" ")[0])
+    below = row(hr.analyze_hlo(dot_module(8192, int(ridge_k) - 20, 256), chip=V5E_BOOK), "dot")
+    above = row(hr.analyze_hlo(dot_module(8192, int(ridge_k) + 20, 256), chip=V5E_BOOK), "dot")
+    assert "no M reaches the ridge" in hint and "(K=256)" in hint
+    assert (below.bound, above.bound) == ("memory", "compute")
