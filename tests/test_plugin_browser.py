@@ -151,6 +151,11 @@ def test_tab_appears_and_chart_has_one_point_per_timed_op(page, server, logdir):
     assert frame.locator(".hr-details h3").text_content() == op["name"]
     if op["fused_ops"]:
         assert frame.locator(".hr-details pre.hr-fused").text_content() == op["fused_ops"]
+    precision = frame.locator('.hr-details dd[data-field="precision"]')
+    if op["precision"]:  # a matmul: how it computes f32 inputs
+        assert precision.text_content() == op["precision"]
+    else:
+        assert precision.count() == 0
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "hlo_roofline_tab.png"), full_page=True)

@@ -514,6 +514,7 @@ function renderDetails() {
     ["computation", g("computation")],
     ["fusion kind", g("fusion_kind")],
     ["dtype", g("dtype")],
+    ...(state.model.has("precision") && g("precision") ? [["precision", g("precision")]] : []),
     ["shape", g("shape")],
     ["count per step", fmtNum(g("count"))],
     ["FLOPs", fmtSI(g("flops"))],
