@@ -200,3 +200,16 @@ def test_cuda_plugin_not_registered_is_explained() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )
     assert "CLEAR: JAX's CUDA plugin is installed but not registered" in out.stdout, out.stderr
+
+
+def test_tpu_topology_starts_quietly_without_a_tpu():
+    """libtpu would print a page of metadata-server errors on a machine without a TPU."""
+
+    code = "import hlo_roofline.targets as t; print(len(t.devices('v5e:2x2')))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4"
+    assert "could not determine" not in done.stderr and "E0000" not in done.stderr, done.stderr
