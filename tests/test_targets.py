@@ -204,7 +204,6 @@ def test_cuda_plugin_not_registered_is_explained() -> None:
 
 def test_tpu_topology_starts_quietly_without_a_tpu():
     """libtpu would print a page of metadata-server errors on a machine without a TPU."""
-
     code = "import hlo_roofline.targets as t; print(len(t.devices('v5e:2x2')))"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")}
     done = subprocess.run(
