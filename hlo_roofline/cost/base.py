@@ -208,6 +208,11 @@ class CostContext:
         size = self.size
         return sum([size(op.shape) for op in instr.operands])
 
+    def read_and_written(self, instr: Instruction, result: Shape) -> int:
+        """Every operand read once and ``result`` written: for ops whose result shape also holds
+        what is not moved again (an async start's copy of its operands, a library call's scratch)."""
+        return self.operand_bytes(instr) + self.output_bytes(result)
+
     def default_bytes(self, instr: Instruction) -> int:
         """XLA's default: every operand read once (a tuple operand is its pointer table) + outputs."""
         return self.output_bytes(instr.shape) + self.operand_bytes(instr)

@@ -29,7 +29,7 @@ def _result(instr: Instruction) -> Shape:
 def _bytes(instr: Instruction, ctx: CostContext) -> float:
     """XLA's default bytes; the roofline model does not re-count a start's copy of its operands."""
     if ctx.roofline:
-        return ctx.operand_bytes(instr) + ctx.output_bytes(_result(instr))
+        return ctx.read_and_written(instr, _result(instr))
     return ctx.default_bytes(instr)
 
 

@@ -180,4 +180,4 @@ def copy_start(instr: Instruction, ctx: CostContext) -> Cost:
     if not ctx.roofline:
         return Cost(bytes_accessed=ctx.default_bytes(instr))
     destination = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
-    return Cost(bytes_accessed=ctx.operand_bytes(instr) + ctx.output_bytes(destination))
+    return Cost(bytes_accessed=ctx.read_and_written(instr, destination))

@@ -38,10 +38,6 @@ def _main_result(instr: Instruction) -> Shape:
     return shape.tuple_shapes[0] if shape.is_tuple and shape.tuple_shapes else shape
 
 
-def _boundary_bytes(instr: Instruction, ctx: CostContext, result: Shape) -> float:
-    return ctx.operand_bytes(instr) + ctx.output_bytes(result)
-
-
 def _gemm_dims(instr: Instruction) -> attrs.DotDims:
     config = attrs.backend_config(instr).get("gemm_backend_config", {})
     numbers = config.get("dot_dimension_numbers", {})
@@ -92,7 +88,7 @@ def geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
 def _gemm(instr: Instruction, ctx: CostContext) -> Cost:
     result = _main_result(instr)
     flops = dot_flops(instr.operands[0].shape, result, _gemm_dims(instr).lhs_contracting)
-    return Cost(flops=flops, bytes_accessed=_boundary_bytes(instr, ctx, result))
+    return Cost(flops=flops, bytes_accessed=ctx.read_and_written(instr, result))
 
 
 def _cudnn_conv(instr: Instruction, ctx: CostContext) -> Cost:
@@ -111,7 +107,7 @@ def _cudnn_conv(instr: Instruction, ctx: CostContext) -> Cost:
         _data_extents(instr.operands[1]),
         _result_extents(instr, ctx),
     )
-    boundary = _boundary_bytes(instr, ctx, _main_result(instr))
+    boundary = ctx.read_and_written(instr, _main_result(instr))
     return Cost(flops=conv_flops(instr, lhs, rhs, out, extents), bytes_accessed=boundary)
 
 
@@ -313,7 +309,7 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
     if name in NO_WORK_TARGETS:
         return ZERO
     if name in SELECTION_TARGETS:
-        return Cost(bytes_accessed=_boundary_bytes(instr, ctx, instr.shape))
+        return Cost(bytes_accessed=ctx.read_and_written(instr, instr.shape))
     if name in GEMM_TARGETS:
         return _gemm(instr, ctx)
     if name in CONV_TARGETS:
@@ -327,7 +323,7 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
             notes=(f"custom call '{name}': kernel's declared cost estimate",),
         )
     return Cost(
-        bytes_accessed=_boundary_bytes(instr, ctx, instr.shape),
+        bytes_accessed=ctx.read_and_written(instr, instr.shape),
         unknown=True,
         notes=(f"opaque custom call '{name}': FLOPs unknown, bytes are its operands and results",),
     )

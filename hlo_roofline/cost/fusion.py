@@ -60,7 +60,7 @@ def _async_collective_half(instr: Instruction, inner: Cost, marker: str, ctx: Co
     if marker == "AsyncCollectiveDone":
         return Cost()
     result = instr.shape.tuple_shapes[1] if instr.shape.is_tuple else instr.shape
-    return inner.replace(bytes_accessed=ctx.operand_bytes(instr) + ctx.output_bytes(result))
+    return inner.replace(bytes_accessed=ctx.read_and_written(instr, result))
 
 
 def _output_bytes(instr: Instruction, body: Computation, ctx: CostContext) -> float:
