@@ -210,3 +210,9 @@ def test_sparsecore_computations_keep_their_execution_thread():
     assert len(offload) == 1 and offload.bytes_accessed.iloc[0] > 0
     with pytest.raises(HloParseError, match="3:1"):  # anything else after '}' is still an error
         parse('HloModule m\nENTRY %e () -> f32[] {\n}, bogus="x"\n')
+
+
+def test_a_long_line_that_is_neither_hlo_nor_a_file_gets_a_short_message():
+    with pytest.raises(HloParseError, match=r"\(5000 characters\): File name too long") as info:
+        parse("x" * 5000)
+    assert len(str(info.value)) < 300

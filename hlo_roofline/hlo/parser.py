@@ -709,7 +709,12 @@ def parse_file(path: str | Path) -> Module:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise HloParseError(f"cannot read {path}: {exc.strerror or exc}") from None
+        shown = (
+            str(path)
+            if len(str(path)) <= 200
+            else f"{str(path)[:200]}… ({len(str(path))} characters)"
+        )
+        raise HloParseError(f"cannot read {shown}: {exc.strerror or exc}") from None
     try:
         return parse_module(text)
     except HloParseError as exc:
@@ -718,7 +723,8 @@ def parse_file(path: str | Path) -> Module:
 
 
 def parse(path_or_text: str | Path) -> Module:
-    """Parse HLO given either as text or as the path of a text file."""
+    """Parse HLO given either as text or as the path of a text file (one line without an
+    ``HloModule`` header is taken for a path)."""
     if isinstance(path_or_text, Path):
         return parse_file(path_or_text)
     text = path_or_text
