@@ -36,9 +36,10 @@ def analyze_hlo(
     module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
     with gc_paused():
         # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.
-        ops = cost.walk(module, cost_model, pad_to_tiles=cost_model == "roofline")
+        pad = cost_model == "roofline"
+        ops = cost.walk(module, cost_model, pad_to_tiles=pad)
         summary = cost.summarize(ops, cost_model)
-        columns = cost.rows(module, ops)
+        columns = cost.rows(module, ops, pad_to_tiles=pad)
         del ops  # a large module's priced ops need not outlive their rows while the table is built
         report = Report.from_columns(columns, summary, module.name)
     return report.classify(chip) if chip is not None else report

@@ -132,7 +132,9 @@ def summary_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.Data
             "compiled for": s["compiled_for"],
             "ops": f"{len(report.ops)}",
             "FLOPs per step": f"{s['flops']:.4g}",
-            "HBM bytes per step": f"{s['bytes_accessed']:.4g}",
+            "bytes per step (in VMEM)": (
+                f"{s['bytes_accessed']:.4g} ({report.ops['vmem_bytes'].sum() / s['bytes_accessed']:.0%})"
+            ),
             "bf16 peak, HBM bandwidth": (
                 f"{chip.peak_flops('bf16') / 1e12:.0f} TFLOP/s, {chip.hbm_bandwidth / 1e12:.3g} TB/s"
             ),

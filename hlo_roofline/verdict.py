@@ -2,7 +2,8 @@
 
 For every op: ``intensity = flops / bytes``; the peak it runs at (matmul-class ops at the rate of
 their input dtype, f32 ones at the rate their precision asks for; other ops at the vector rate);
-``t_compute = (flops + transcendentals) / peak``, ``t_memory = bytes / HBM bandwidth``, ``t_comm``
+``t_compute = (flops + transcendentals) / peak``, ``t_memory = bytes / HBM bandwidth`` (bytes in a
+TPU's VMEM at its own bandwidth, where the database has one), ``t_comm``
 from the book's collective model; ``t_roofline = max`` of the three (perfect overlap) and the bound
 that sets it. The step is predicted between Σ max (lower bound) and Σ sum (no overlap at all), as in
 "How to Scale Your Model".
@@ -55,6 +56,12 @@ def matmul_peak(chip: Chip, dtype: str, precision: str = "default") -> float:
     if chip.kind == "tpu":
         return _peak(chip, "bf16") / _TPU_F32_PASSES.get(precision, 1)
     return _peak(chip, dtype)
+
+
+def _vmem_bandwidth(chip: Chip) -> float | None:
+    """A TPU's VMEM bandwidth where the database has one (else VMEM bytes count at HBM speed)."""
+    space = chip.memory.get("vmem")
+    return space.bandwidth if space is not None else None
 
 
 def vector_peak(chip: Chip) -> float:
@@ -159,6 +166,10 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
         intensity = np.where(data > 0, flops / data, np.nan)
     t_compute = work / peaks
     t_memory = data / hbm
+    vmem_bandwidth = _vmem_bandwidth(chip)
+    if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
+        vmem = ops["vmem_bytes"].to_numpy(dtype=float)
+        t_memory = (data - vmem) / hbm + vmem / vmem_bandwidth
     t_comm = np.array(
         [
             _link_time(chip, c, b, g)
@@ -173,9 +184,11 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
     bound[t_roofline == 0] = "none"
     bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
     step = float(t_roofline.sum())
+    with np.errstate(divide="ignore", invalid="ignore"):  # seconds per byte this op moves
+        per_byte = np.where(data > 0, t_memory / data, 1 / hbm)
     ops = ops.assign(
         intensity=intensity,
-        critical_intensity=peaks / hbm,
+        critical_intensity=peaks * per_byte,  # peak / HBM bandwidth, unless bytes sit in VMEM
         bound=bound,
         t_compute_s=t_compute,
         t_memory_s=t_memory,

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
-from hlo_roofline import cli
+from hlo_roofline import chips, cli
 from hlo_roofline.report import Report
 
 DOCS = ROOT / "docs" / "cli.md"
@@ -86,8 +86,12 @@ def test_analyze_prints_the_op_table_and_summary(workdir):
     header = output.splitlines()[0].split()
     assert header == ["op", "opcode", "bound", "time", "share", "FLOP/B", "ridge", "hint"]
     first = output.splitlines()[2]
-    assert " compute " in first and "819" in first and " 241 " in first
-    assert "compute-bound at M=1024; ridge at M≈256" in first
+    top = Report.read(workdir / "large.json").top(1).iloc[0]  # the same step, analyzed for v5e
+    # its ridge: the bf16 peak over the bandwidth its bytes move at (some sit in VMEM on a TPU)
+    peak = chips.get("v5e").peak_flops("bf16")
+    assert top.critical_intensity == pytest.approx(peak * top.t_memory_s / top.bytes_accessed)
+    assert " compute " in first and "819" in first and f" {top.critical_intensity:.0f} " in first
+    assert "compute-bound at M=1024; ridge at M≈" in first and top.hint in first
     for text in ("step time: ≥", "(no overlap)", "MFU bound: ≤", "time per bound: compute 9",
                  "coverage: 100.0%", "compiled for: v5e:2x2", "chip: TPU v5e (v5e, vendor)"):  # fmt: skip
         assert text in output

@@ -434,3 +434,35 @@ def test_hint_names_the_contracting_size_when_no_row_count_helps():
     above = row(hr.analyze_hlo(dot_module(8192, int(ridge_k) + 20, 256), chip=V5E_BOOK), "dot")
     assert "no M reaches the ridge" in hint and "(K=256)" in hint
     assert (below.bound, above.bound) == ("memory", "compute")
+
+
+def _s8_matmul(batch: int, layout: str) -> str:
+    return f"""HloModule r8
+ENTRY %e (x: s8[{batch},4096], w: s8[4096,16384]) -> s8[{batch},16384] {{
+  %x = s8[{batch},4096]{layout} parameter(0)
+  %w = s8[4096,16384]{layout} parameter(1)
+  ROOT %d = s8[{batch},16384]{layout} dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+
+
+@pytest.mark.parametrize("batch, bound", [(10, "memory"), (11, "compute")])
+def test_r8_matmul_fed_from_vmem_is_compute_bound_past_batch_11(batch, bound):
+    """The book's VMEM question: with the arrays in VMEM (S(1)) at 22x HBM, B > 10.96 is compute-bound."""
+    r = row(hr.analyze_hlo(_s8_matmul(batch, "{1,0:S(1)}"), chip=V5E_BOOK), "d")
+    assert r.vmem_bytes == r.bytes_accessed == batch * 4096 + 4096 * 16384 + batch * 16384
+    assert r.bound == bound
+    in_hbm = row(hr.analyze_hlo(_s8_matmul(batch, "{1,0}"), chip=V5E_BOOK), "d")
+    assert in_hbm.vmem_bytes == 0 and in_hbm.bound == "memory"
+
+
+def test_vmem_bytes_never_exceed_what_the_op_moves():
+    """A slice of a VMEM array reads only the slice: vmem_bytes is capped by bytes_accessed."""
+    text = """HloModule s
+ENTRY %e (p: f32[1024,1024]) -> f32[8,1024] {
+  %p = f32[1024,1024]{1,0:S(1)} parameter(0)
+  ROOT %s = f32[8,1024]{1,0} slice(%p), slice={[0:8], [0:1024]}
+}
+"""
+    r = row(hr.analyze_hlo(text, chip="v5e"), "s")
+    assert 0 < r.vmem_bytes <= r.bytes_accessed == 2 * 8 * 1024 * 4

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hlo_roofline.cost import custom_call
-from hlo_roofline.cost.base import COST_MODELS, Cost, CostContext, callee
+from hlo_roofline.cost.base import COST_MODELS, Cost, CostContext, array_bytes, callee
 from hlo_roofline.cost.collectives import COLLECTIVES, find_collective
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
 from hlo_roofline.cost.linalg import matmul_geometry
@@ -27,7 +27,8 @@ BOOKKEEPING = frozenset(
 )  # fmt: skip
 ROW_COLUMNS = (
     "name", "opcode", "computation", "count", "flops", "transcendentals", "bytes_accessed",
-    "comm_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name", "source", "note",
+    "comm_bytes", "vmem_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name",
+    "source", "note",
     "fused_ops", "collective", "group_size", "mm_batch", "mm_m", "mm_n", "mm_k",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
@@ -38,7 +39,10 @@ _CONTAINERS = frozenset({"while", "call", "conditional"})  # opened by walk() (s
 _MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 _ROWS_PER_CHUNK = 4096
-_FLOAT_COLUMNS = ("count", "flops", "transcendentals", "bytes_accessed", "comm_bytes")
+_FLOAT_COLUMNS = (
+    "count", "flops", "transcendentals", "bytes_accessed", "comm_bytes", "vmem_bytes",
+)  # fmt: skip
+VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
 _COLLECTIVE_OR_WRAPPER = frozenset(
@@ -152,7 +156,9 @@ def _first_matmul(comp: Computation) -> Instruction | None:
     return next((i for i in comp.instructions if i.opcode in _MATMULS), None)
 
 
-def rows(module: Module, ops: list[PricedOp]) -> dict[str, list | np.ndarray]:
+def rows(
+    module: Module, ops: list[PricedOp], pad_to_tiles: bool = False
+) -> dict[str, list | np.ndarray]:
     """Report columns: identity, metadata and per-step totals (cost × count).
 
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
@@ -166,6 +172,7 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list | np.ndarray]:
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
+    in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
     table: list[tuple] = []
     for instr, count, cost in ops:
         code = instr.opcode
@@ -210,10 +217,13 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list | np.ndarray]:
                 geometry = _geometry(instr)
                 precision = _precision(instr) if geometry else ""
         batch, m, n, k = geometry or _NO_GEOMETRY
+        vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles)
+        if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
+            vmem = min(vmem, cost.bytes_accessed)
         table.append((
             instr.name, code, instr.computation.name, float(count), cost.flops * count,
             cost.transcendentals * count, cost.bytes_accessed * count, cost.comm_bytes * count,
-            cost.unknown, kind, dtype, precision, described[0], meta[0], meta[1],
+            vmem * count, cost.unknown, kind, dtype, precision, described[0], meta[0], meta[1],
             "; ".join(cost.notes) if cost.notes else "", fused,
             found.opcode.removesuffix("-start") if found is not None else "",
             _group_size(found, module) if found is not None else 0, batch, m, n, k,
@@ -225,6 +235,21 @@ def rows(module: Module, ops: list[PricedOp]) -> dict[str, list | np.ndarray]:
     for name in _FLOAT_COLUMNS:
         columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0)
     return columns
+
+
+def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -> int:
+    """Bytes of the op's operands and results that live in VMEM (memory space ``S(1)``)."""
+    total = 0
+    for shape in (instr.shape, *(op.shape for op in instr.operands)):
+        size = cache.get(id(shape))
+        if size is None:
+            size = cache[id(shape)] = sum(
+                array_bytes(leaf, pad_to_tiles)
+                for leaf in shape.leaves()
+                if leaf.layout is not None and leaf.layout.memory_space == VMEM
+            )
+        total += size
+    return total
 
 
 def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
