@@ -173,6 +173,8 @@ def rows(
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
+    # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
+    vmem_layouts = not module.source_text or "S(1)" in module.source_text
     table: list[tuple] = []
     for instr, count, cost in ops:
         code = instr.opcode
@@ -217,7 +219,7 @@ def rows(
                 geometry = _geometry(instr)
                 precision = _precision(instr) if geometry else ""
         batch, m, n, k = geometry or _NO_GEOMETRY
-        vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles)
+        vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
         table.append((
