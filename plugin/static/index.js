@@ -520,6 +520,7 @@ function renderDetails() {
     ["FLOPs", fmtSI(g("flops"))],
     ["transcendentals", g("transcendentals") ? fmtSI(g("transcendentals")) : ""],
     ["bytes", fmtBytes(g("bytes_accessed"))],
+    ["of them in VMEM", g("vmem_bytes") ? fmtBytes(g("vmem_bytes")) : ""],
     ["comm bytes", g("comm_bytes") ? fmtBytes(g("comm_bytes")) : ""],
     ["intensity", `${fmtSI(g("intensity"))} FLOP/B (ridge ${fmtSI(g("critical_intensity"))})`],
     ["t compute", fmtTime(g("t_compute_s"))],
