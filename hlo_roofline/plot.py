@@ -38,6 +38,10 @@ def roofline_chart(report, path: Path, title: str | None = None) -> Path:
     for dtype, roof in summary.get("roofs", {}).items():
         ax.plot(x, np.minimum(roof["peak_flops"], x * bandwidth), lw=1.2, label=f"{dtype} roof")
         ax.axvline(roof["critical_intensity"], ls=":", lw=0.8, color="0.6")
+    if summary.get("vmem_bandwidth"):  # ops fed from VMEM sit under this steeper roof
+        top = max(roof["peak_flops"] for roof in summary["roofs"].values())
+        vmem = np.minimum(top, x * summary["vmem_bandwidth"])
+        ax.plot(x, vmem, lw=1.0, ls="--", color="0.4", label="VMEM roof")
     for bound, color in COLORS.items():
         sel = (ops["bound"] == bound).to_numpy() & finite
         if sel.any():

@@ -41,7 +41,7 @@ pytestmark = [
 ]
 
 IFRAME = 'iframe[src*="plugin_entry.html?name=hlo_roofline"]'
-TIMEOUT_MS = 20_000
+TIMEOUT_MS = 60_000  # a bound for a loaded 2-core machine, not a speed check
 # Chips tried, in order, for a verdict flip on attention/h100 (judged on H100 SXM when written).
 FLIP_CHIPS = ["v5e", "v5p", "a100-80gb", "b200", "mi300x"]
 

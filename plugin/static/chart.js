@@ -126,7 +126,8 @@ export class RooflineChart {
         });
       }
     }
-    return { bw: bw > 0 ? bw : null, roofs };
+    const vmem = s.vmem_bandwidth > 0 ? s.vmem_bandwidth : null;
+    return { bw: bw > 0 ? bw : null, vmem, roofs };
   }
 
   _ranges(roofs) {
@@ -255,6 +256,18 @@ export class RooflineChart {
       ctx.lineTo(X(xEnd), Y(xEnd * roofs.bw));
       ctx.stroke();
     }
+    if (roofs.vmem) {
+      // Ops fed from a TPU's VMEM sit under this steeper memory roof.
+      const xEnd = top.peak / roofs.vmem;
+      ctx.save();
+      ctx.setLineDash([6, 4]);
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      ctx.moveTo(X(range.xmin), Y(range.xmin * roofs.vmem));
+      ctx.lineTo(X(xEnd), Y(xEnd * roofs.vmem));
+      ctx.stroke();
+      ctx.restore();
+    }
     for (const r of roofs.roofs) {
       const start = r.ridge > 0 ? r.ridge : range.xmin;
       ctx.beginPath();
@@ -296,6 +309,9 @@ export class RooflineChart {
       ctx.fillStyle = muted;
       ctx.textAlign = "left";
       ctx.fillText(`HBM ${fmtSI(roofs.bw, "B/s")}`, plot.left + 6, plot.bottom - 10);
+      if (roofs.vmem) {
+        ctx.fillText(`VMEM ${fmtSI(roofs.vmem, "B/s")} (dashed)`, plot.left + 6, plot.bottom - 26);
+      }
     }
 
     // Points. Gutter points: x jittered in the strip, y = log time rank within the plot height.
