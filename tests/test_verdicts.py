@@ -466,3 +466,11 @@ ENTRY %e (p: f32[1024,1024]) -> f32[8,1024] {
 """
     r = row(hr.analyze_hlo(text, chip="v5e"), "s")
     assert 0 < r.vmem_bytes <= r.bytes_accessed == 2 * 8 * 1024 * 4
+
+
+def test_vmem_roof_is_in_the_summary_and_the_plot(tmp_path):
+    in_vmem = hr.analyze_hlo(_s8_matmul(11, "{1,0:S(1)}"), chip=V5E_BOOK)
+    in_hbm = hr.analyze_hlo(_s8_matmul(11, "{1,0}"), chip=V5E_BOOK)
+    assert in_vmem.summary["vmem_bandwidth"] == V5E_BOOK.bandwidth("vmem")
+    assert in_hbm.summary["vmem_bandwidth"] is None
+    assert in_vmem.plot(tmp_path / "vmem.svg").read_text().count("VMEM roof") == 1
