@@ -28,8 +28,10 @@ from hlo_roofline.report import Report
 # from the core lands in the step's wall time and only lowers efficiency, so the band is tight above
 # and loose below, and applies to the dot's fastest steps (p10 of 7); the median only has to be sane.
 # Measured on 2 shared cores at load average 6–11: p10 0.56–0.86, median 0.50–0.72, coverage
-# 0.93–0.995. The band still catches a unit error or time given to the wrong op.
-DOT_EFFICIENCY_BAND = (0.3, 1.25)
+# 0.93–0.995; once 1.35, when the peak's benchmark shared its (virtual) core's pipeline with the
+# other test worker and the dot did not: CPU time does not shield a sibling hyperthread. The band
+# still catches a unit error or time given to the wrong op (factors of 2 and more).
+DOT_EFFICIENCY_BAND = (0.3, 1.6)
 MIN_MEDIAN_DOT_EFFICIENCY = 0.2
 MIN_COVERAGE_ONE_CORE = 0.90
 TEST_CHIP = chips.Chip.custom("measure-test-cpu", peak_flops={"f32": 1e11}, hbm_bandwidth=1e10)
