@@ -26,7 +26,7 @@ VERDICT_COLUMNS = (
     "intensity", "critical_intensity", "bound", "t_compute_s", "t_memory_s", "t_comm_s",
     "t_roofline_s", "share", "hint",
 )  # fmt: skip
-RIDGE_DTYPES = ("bf16", "fp8", "int8", "fp32")
+RIDGE_DTYPES = ("bf16", "fp8", "int8", "tf32", "fp32")
 
 
 def _peak(chip: Chip, dtype: str) -> float:
