@@ -1,15 +1,16 @@
 """Speed and memory of hlo_roofline against XLA's own C++ parser and cost analysis, in one run.
 
     .venv/bin/python benchmarks/run.py                      # everything (a few minutes)
-    .venv/bin/python benchmarks/run.py --targets cpu        # the GPT step compiled for the CPU only
+    .venv/bin/python benchmarks/run.py --targets cpu        # only the GPT step, compiled for the CPU
     .venv/bin/python benchmarks/run.py --quick              # fewer repeats, no compile, 20k module
 
 It prints the machine, then the three figures issue 8 asks for:
 
 (a) our parse + analysis ÷ XLA's parse + cost analysis (``jaxlib._hlo.hlo_module_from_text`` +
     ``jaxlib._jax.hlo_module_cost_analysis`` on the CPU client), on every committed fixture and on
-    the modules the GPT example compiles to (the largest real modules we have);
-(b) our analysis of the GPT step (parse + ``analyze_hlo`` of ``compiled.as_text()``) ÷ the
+    the modules the examples compile to: the GPT step for the CPU and for TPU v5e, and the conv net
+    for TPU v5e, the largest module any example produces;
+(b) our analysis of each of those steps (parse + ``analyze_hlo`` of ``compiled.as_text()``) ÷ the
     ``jit(step).lower(...).compile()`` time of that step;
 (c) a generated 100k-instruction module (``benchmarks/generate.py``): time, and peak RSS measured
     in fresh subprocesses (``resource.getrusage``) against the size of the text.
@@ -161,31 +162,33 @@ def bench_fixtures(repeat: int) -> dict:
     }
 
 
-# -- (a) and (b) on the GPT example -------------------------------------------------------------
+# -- (a) and (b) on the examples ----------------------------------------------------------------
 
 
-def _default_targets() -> list[str]:
+def _default_cases() -> list[tuple[str, str]]:
+    """(example, target): the GPT step for the CPU and TPU v5e, the conv net (the largest module
+    the examples produce, 774 KB) for TPU v5e."""
     import importlib.util
 
-    targets = ["cpu"]
+    cases = [("gpt", "cpu")]
     if importlib.util.find_spec("libtpu") is not None:
-        from hlo_roofline.examples import gpt
-
-        targets.append(gpt.TARGET)
-    return targets
+        cases += [("gpt", "v5e:2x2"), ("convnet", "v5e:2x2")]
+    return cases
 
 
-def bench_gpt(targets: list[str], repeat: int) -> dict:
-    """Compile the GPT example step for each target; time the compile and analyze its text."""
+def bench_examples(cases: list[tuple[str, str]], repeat: int) -> dict:
+    """Compile each example step for its target; time the compile and analyze its text."""
     import jax
 
     jax.config.update("jax_enable_compilation_cache", False)
     from hlo_roofline.api import place_args
+    from hlo_roofline.examples.convnet import convnet_step
     from hlo_roofline.examples.gpt import gpt_step
 
+    steps = {"gpt": gpt_step, "convnet": convnet_step}
     results = {}
-    for target in targets:
-        step, args, jit_kwargs = gpt_step()
+    for example, target in cases:
+        step, args, jit_kwargs = steps[example]()
         t0 = time.perf_counter()
         lowered = jax.jit(step, **jit_kwargs).lower(
             *place_args(args, None if target == "cpu" else target)
@@ -195,7 +198,7 @@ def bench_gpt(targets: list[str], repeat: int) -> dict:
         text = compiled.as_text()
         t2 = time.perf_counter()
         timing = compare(text, repeat)
-        results[target] = {
+        results[f"{example} {target}"] = {
             "bytes": len(text),
             "instructions": sum(1 for line in text.splitlines() if " = " in line),
             "compile": t1 - t0,
@@ -312,17 +315,17 @@ def report(results: dict) -> None:
     untabled = (fx["total_ours"] - fx["total_table"]) / fx["total_xla"]
     print(f"    of which building the pandas tables: {_ms(fx['total_table'])}; without them "
           f"{untabled:.2f}x")  # fmt: skip
-    gpt = results.get("gpt", {})
-    for target, r in gpt.items():
-        print(f"    GPT step, {target:9} ({r['bytes'] / 1024:.0f} KB, {r['instructions']} instr): "
+    examples = results.get("examples", {})
+    for case, r in examples.items():
+        print(f"    {case:17} ({r['bytes'] / 1024:.0f} KB, {r['instructions']} instr): "
               f"parse {_ms(r['parse'])} + analysis {_ms(r['analysis'])} = {_ms(r['ours'])} vs "
               f"XLA {_ms(r['xla_parse'])} + {_ms(r['xla_cost'])} = {_ms(r['xla'])}: "
               f"{r['ratio']:.2f}x (CPU time {r['cpu_ratio']:.2f}x)  target <= 1.0: "
               f"{_met(r['ratio'] <= TARGETS['a'])}")  # fmt: skip
     print()
     print("(b) our analysis ÷ jit(step).lower(...).compile() of the same step:")
-    for target, r in gpt.items():
-        print(f"    GPT step, {target:9}: {_ms(r['ours'])} / {_ms(r['compile'])} = "
+    for case, r in examples.items():
+        print(f"    {case:17}: {_ms(r['ours'])} / {_ms(r['compile'])} = "
               f"{r['analysis_over_compile']:.2%} (as_text() {_ms(r['as_text'])})  target <= 5%: "
               f"{_met(r['analysis_over_compile'] <= TARGETS['b'])}")  # fmt: skip
     g = results.get("generated")
@@ -344,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (best kept)")
     parser.add_argument("--instructions", type=int, default=100_000, help="generated module size")
-    parser.add_argument("--targets", help="comma-separated GPT targets: cpu, v5e:2x2, ...")
-    parser.add_argument("--no-compile", action="store_true", help="skip the GPT example")
+    parser.add_argument("--targets", help="only the GPT step, for these targets: cpu,v5e:2x2,...")
+    parser.add_argument("--no-compile", action="store_true", help="skip the example steps")
     parser.add_argument("--quick", action="store_true", help="--repeat 2 --no-compile, 20k module")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -359,9 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     print("measuring the fixtures ...", file=sys.stderr)
     results["fixtures"] = bench_fixtures(args.repeat)
     if not args.no_compile:
-        targets = args.targets.split(",") if args.targets else _default_targets()
-        print(f"compiling the GPT example for {', '.join(targets)} ...", file=sys.stderr)
-        results["gpt"] = bench_gpt(targets, args.repeat)
+        cases = [("gpt", t) for t in args.targets.split(",")] if args.targets else _default_cases()
+        names = ", ".join(f"{example} for {target}" for example, target in cases)
+        print(f"compiling {names} ...", file=sys.stderr)
+        results["examples"] = bench_examples(cases, args.repeat)
     print(f"measuring a generated {args.instructions}-instruction module ...", file=sys.stderr)
     results["generated"] = bench_generated(args.instructions, max(args.repeat // 2, 1) + 1)
     results["load_average_end"] = os.getloadavg()

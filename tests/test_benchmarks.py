@@ -23,6 +23,6 @@ def test_benchmark_prints_the_three_figures(tmp_path):
     fixtures = results["fixtures"]
     assert len(fixtures["files"]) == len(list(ROOT.glob("fixtures/*/*.hlo.txt")))
     assert 0 < fixtures["total_table"] < fixtures["total_ours"]
-    assert 0 < results["gpt"]["cpu"]["analysis_over_compile"] < 1
+    assert 0 < results["examples"]["gpt cpu"]["analysis_over_compile"] < 1
     generated = results["generated"]
     assert generated["instructions"] >= 3000 and generated["peak_rss"] > generated["baseline_rss"]
