@@ -99,8 +99,9 @@ def _table_time(text: str) -> float:
     from hlo_roofline.report import Report
 
     module = parse_module(text)
-    ops = cost.walk(module, pad_to_tiles=True)
-    columns, summary = cost.rows(module, ops), cost.summarize(ops, "roofline")
+    ops = cost.walk(module, pad_to_tiles=True)  # as analyze_hlo does for the roofline model
+    columns = cost.rows(module, ops, pad_to_tiles=True)
+    summary = cost.summarize(ops, "roofline")
     start = time.perf_counter()
     Report.from_columns(columns, summary, module.name)
     return time.perf_counter() - start

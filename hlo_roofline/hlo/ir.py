@@ -147,18 +147,15 @@ class Instruction:
 
     @property
     def attrs(self) -> dict[str, str]:
-        attrs = self._attrs
-        if attrs.__class__ is str:
-            from hlo_roofline.hlo.parser import split_attributes  # the parser imports this module
-
-            attrs = self._attrs = split_attributes(attrs)
-        return attrs
+        if self._attrs.__class__ is str:
+            self._attrs = self.peek_attrs()
+        return self._attrs
 
     def peek_attrs(self) -> dict[str, str]:
         """The attributes, without keeping the split form (one read of many instructions)."""
         attrs = self._attrs
         if attrs.__class__ is str:
-            from hlo_roofline.hlo.parser import split_attributes
+            from hlo_roofline.hlo.parser import split_attributes  # the parser imports this module
 
             return split_attributes(attrs)
         return attrs
