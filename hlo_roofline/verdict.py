@@ -211,7 +211,6 @@ def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
         matmul_flops.idxmax() if len(matmul_flops) and matmul_flops.max() > 0 else ("bf16", "")
     )
     peak = matmul_peak(chip, str(mfu_dtype), str(mfu_precision) or "default")
-    in_vmem = "vmem_bytes" in ops and float(ops["vmem_bytes"].sum()) > 0
     flops = float(ops["flops"].sum())
     roofs = {}
     for dtype in RIDGE_DTYPES:
@@ -222,6 +221,7 @@ def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
         "peak_flops": vector_peak(chip),
         "critical_intensity": vector_peak(chip) / chip.hbm_bandwidth,
     }
+    in_vmem = "vmem_bytes" in ops and float(ops["vmem_bytes"].sum()) > 0  # a second memory roof
     return {
         "chip": chip.key,
         "chip_name": chip.name,
@@ -238,6 +238,6 @@ def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
             b: float(time_by_bound.get(b, 0.0)) / step if step else 0.0 for b in BOUNDS[:4]
         },
         "hbm_bandwidth": chip.hbm_bandwidth,
-        "vmem_bandwidth": _vmem_bandwidth(chip) if in_vmem else None,  # a second memory roof
+        "vmem_bandwidth": _vmem_bandwidth(chip) if in_vmem else None,
         "roofs": roofs,
     }
