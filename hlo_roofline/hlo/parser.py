@@ -102,6 +102,44 @@ _REQUIRED_CALLEES = {
     "scatter": ("to_apply",), "select-and-scatter": ("select", "scatter"),
     "all-reduce": ("to_apply",), "reduce-scatter": ("to_apply",), "async-start": ("calls",),
 }  # fmt: skip
+# How many operands an opcode takes, where XLA fixes it: (fewest, most or None, "even"/"odd"/"").
+# Opcodes not listed (fusion, call, custom-call, tuple, async wrappers, ops a future XLA adds) take
+# any number. A rule indexes the operands it reads, so a wrong count is an error of the text.
+_UNARY = (
+    "abs", "negate", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "not",
+    "popcnt", "count-leading-zeros", "clz", "is-finite", "real", "imag", "convert",
+    "bitcast-convert", "reduce-precision", "exponential", "exponential-minus-one", "log",
+    "log-plus-one", "logistic", "sqrt", "cbrt", "rsqrt", "tanh", "tan", "sine", "cosine", "erf",
+    "acos", "acosh", "asin", "asinh", "atanh", "cosh", "sinh", "copy", "reshape", "transpose",
+    "broadcast", "reverse", "slice", "bitcast", "get-tuple-element", "cholesky", "fft",
+    "get-dimension-size", "copy-start", "copy-done", "while", "rng-bit-generator", "topk",
+    "domain", "recv", "recv-done", "send-done", "all-gather-done", "all-reduce-done",
+    "collective-permute-done", "async-done", "async-update", "infeed",
+)  # fmt: skip
+_BINARY = (
+    "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2",
+    "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical", "compare",
+    "complex", "stochastic-convert", "dot", "convolution", "triangular-solve", "pad", "gather",
+    "set-dimension-size", "add-dependency", "send", "outfeed", "rng",
+)  # fmt: skip
+_ARITY: dict[str, tuple[int, int | None, str]] = {
+    **dict.fromkeys(_UNARY, (1, 1, "")),
+    **dict.fromkeys(_BINARY, (2, 2, "")),
+    **dict.fromkeys(("select", "clamp", "select-and-scatter", "batch-norm-training"), (3, 3, "")),
+    **dict.fromkeys(("batch-norm-inference", "batch-norm-grad"), (5, 5, "")),
+    **dict.fromkeys(("parameter", "constant", "iota", "partition-id", "replica-id"), (0, 0, "")),
+    **dict.fromkeys(("reduce", "reduce-window"), (2, None, "even")),
+    "scatter": (3, None, "odd"),
+    **dict.fromkeys(
+        ("concatenate", "sort", "map", "all-reduce", "all-gather", "all-to-all", "reduce-scatter",
+         "all-reduce-start", "all-gather-start", "collective-permute", "dynamic-reshape",
+         "collective-permute-start", "collective-broadcast", "optimization-barrier", "opt-barrier"),
+        (1, None, ""),
+    ),  # fmt: skip
+    "dynamic-slice": (2, None, ""),
+    "dynamic-update-slice": (3, None, ""),
+    "conditional": (2, None, ""),
+}
 _FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _KV = re.compile(r"(\w+)=(-?\d+)")
 
@@ -197,6 +235,8 @@ _layout_cache: dict[str, Layout] = {}
 
 
 def _parse_layout(text: str, line: _Line, pos: int) -> Layout:
+    """A layout, checked on its own: minor_to_major a permutation of 0..n-1, tiles positive.
+    (That n is the shape's rank is checked by the caller: the layout is cached by its text.)"""
     layout = _layout_cache.get(text)
     if layout is not None:
         return layout
@@ -205,6 +245,9 @@ def _parse_layout(text: str, line: _Line, pos: int) -> Layout:
         m2m = tuple(int(d) for d in m2m_text.split(",")) if m2m_text.strip() else ()
     except ValueError:
         raise line.error(f"bad layout '{{{text}}}'", pos) from None
+    if sorted(m2m) != list(range(len(m2m))):
+        message = f"layout {{{m2m_text}}} is not a permutation of the dimensions 0..{len(m2m) - 1}"
+        raise line.error(message, pos)
     tiles: tuple[tuple[int, ...], ...] = ()
     memory_space = element_bits = 0
     if extras:
@@ -213,6 +256,8 @@ def _parse_layout(text: str, line: _Line, pos: int) -> Layout:
             tiles = tuple(
                 tuple(int(d) for d in group.split(",") if d) for group in _TILE.findall(t.group(1))
             )
+            if any(not 0 < d <= _MAX_ELEMENTS for tile in tiles for d in tile) or () in tiles:
+                raise line.error(f"layout tiles {t.group()} must be positive sizes", pos)
         s = re.search(r"(?<![A-Z])S\((\d+)\)", extras)
         memory_space = int(s.group(1)) if s else 0
         e = re.search(r"E\((\d+)\)", extras)
@@ -243,12 +288,18 @@ def _parse_array(line: _Line, pos: int) -> tuple[Shape, int]:
                 raise line.error(f"bad dimension '{d}'", pos + len(dtype) + 1) from None
             if dims[-1] < -1:
                 raise line.error(f"negative dimension '{d}'", pos + len(dtype) + 1)
+            if dims[-1] > _MAX_ELEMENTS:
+                raise line.error(f"dimension '{d}' is past 2^63 - 1", pos + len(dtype) + 1)
             dynamic.append(is_dynamic)
         if math.prod(d for d in dims if d > 0) > _MAX_ELEMENTS:  # XLA's limit too (int64 sizes)
             raise line.error("shape has more than 2^63 elements", pos)
         layout = None
         if layout_text is not None:
-            layout = _parse_layout(layout_text, line, pos + m.group().index("{") + 1)
+            layout_pos = pos + m.group().index("{") + 1
+            layout = _parse_layout(layout_text, line, layout_pos)
+            if len(layout.minor_to_major) != len(dims):
+                message = f"layout {{{layout_text}}} does not fit a shape of rank {len(dims)}"
+                raise line.error(message, layout_pos)
         shape = Shape(dtype, tuple(dims), layout, (), tuple(dynamic) if any(dynamic) else ())
         _shape_cache[key] = shape
     return shape, m.end()
@@ -554,6 +605,7 @@ def _parse_module(text: str) -> Module:
     entry: Computation | None = None
     current: Computation | None = None
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
+    parameters: list[Instruction] = []  # and its parameters
     fast_line = _FAST_LINE.match
     for number, start, end in spans:
         if current is not None:
@@ -579,6 +631,11 @@ def _parse_module(text: str) -> Module:
                         instr.operands = [by_name[name] for name in names]
                     except KeyError as exc:
                         raise _unknown_operand(exc.args[0], number, text[start:end]) from None
+                arity = _ARITY.get(instr.opcode)
+                if arity is not None and not _arity_fits(arity, len(names)):
+                    raise _wrong_arity(instr, arity, len(names), text[start:end])
+                if instr.opcode == "parameter":
+                    parameters.append(instr)
                 if instr.name in by_name:
                     col = text.find(instr.name, start, end) - start
                     message = f"duplicate instruction name '{instr.name}'"
@@ -599,6 +656,8 @@ def _parse_module(text: str) -> Module:
             if current.root is None:
                 line = _Line(number, stripped)
                 raise line.error(f"computation '{current.name}' has no instructions", 0)
+            if parameters:
+                _check_parameter_numbers(parameters, text)
             computations[current.name] = current
             if current.is_entry:
                 if entry is not None:
@@ -619,6 +678,7 @@ def _parse_module(text: str) -> Module:
             line = _Line(number, raw.rstrip())
             raise line.error(f"duplicate computation '{current.name}'", m.start(2))
         by_name = {}
+        parameters = []
     if current is not None:
         lines = text.split("\n")
         last = max((n for n, raw in enumerate(lines) if raw.strip()), default=0)
@@ -632,6 +692,41 @@ def _parse_module(text: str) -> Module:
     _resolve_callees(callers, computations, text)
     _check_acyclic(callers, text)
     return Module(name, computations, entry, module_attrs, frames, text)
+
+
+def _arity_fits(arity: tuple[int, int | None, str], count: int) -> bool:
+    fewest, most, parity = arity
+    if count < fewest or (most is not None and count > most):
+        return False
+    return not parity or (count % 2 == 0) == (parity == "even")
+
+
+def _wrong_arity(
+    instr: Instruction, arity: tuple[int, int | None, str], count: int, raw: str
+) -> HloParseError:
+    fewest, most, parity = arity
+    if most == fewest:
+        wanted = f"{fewest} operand{'' if fewest == 1 else 's'}"
+    elif parity:
+        wanted = f"an {parity} number of operands (at least {fewest})"
+    else:
+        wanted = f"at least {fewest} operand{'' if fewest == 1 else 's'}"
+    line = _Line(instr.line, raw.rstrip())
+    col = line.text.find(instr.opcode + "(", line.text.find("="))
+    return line.error(f"{instr.opcode} takes {wanted}, not {count}", max(col, 0) + len(instr.opcode))
+
+
+def _check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
+    """A computation's parameters are numbered 0..n-1, each once (callers pass them by number)."""
+    seen: dict[int, Instruction] = {}
+    for param in parameters:
+        number = int(param.payload) if len(param.payload) < 19 else len(parameters)
+        if number in seen or number >= len(parameters):
+            line = _Line(param.line, _line_text(text, param.line))
+            problem = "used twice" if number in seen else f"of {len(parameters)} parameters"
+            col = line.text.find("parameter(")
+            raise line.error(f"parameter number {number} {problem}", max(col + 10, 0))
+        seen[number] = param
 
 
 def _unknown_operand(name: str, number: int, raw: str) -> HloParseError:
@@ -668,6 +763,71 @@ def _resolve_callees(
         if instr.opcode == "fusion":
             for callee in instr.called:
                 callee.is_fusion = True
+        if instr.opcode in _PASSES_OPERANDS and instr.called:
+            _check_call(instr, number, text)
+
+
+# Ops whose callee receives their operands as its parameters (and, but for async starts, whose
+# result is the callee's result): XLA requires the shapes to agree, and the cost rules follow
+# values across the boundary by parameter number.
+_PASSES_OPERANDS = frozenset({"fusion", "call", "async-start", "call-start", "while", "conditional"})
+
+
+def _compatible(a: Shape, b: Shape) -> bool:
+    """Same element type, dimensions and tuple structure; layouts may differ (XLA's Compatible)."""
+    if a is b:
+        return True
+    if a.dtype != b.dtype or a.dims != b.dims or len(a.tuple_shapes) != len(b.tuple_shapes):
+        return False
+    return all(_compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes, strict=True))
+
+
+def _check_call(instr: Instruction, number: int, text: str) -> None:
+    """The callee's parameters take the caller's operands; its root gives the caller's result."""
+    opcode = instr.opcode
+    if opcode == "while":
+        if len(instr.called) != 2:
+            return  # body= and condition= naming one computation: nothing else to compare
+        body, condition = instr.called
+        plan = [(body, instr.operands, instr.shape), (condition, instr.operands, None)]
+        if not _compatible(instr.shape, instr.operands[0].shape):
+            _call_error(instr, number, text, "a while loop's result must have its operand's shape")
+    elif opcode == "conditional":
+        branches = instr.called
+        if len(instr.operands) != len(branches) + 1:
+            message = f"conditional with {len(branches)} branches takes {len(branches) + 1} operands"
+            _call_error(instr, number, text, f"{message}, not {len(instr.operands)}")
+        plan = [(b, instr.operands[k + 1 : k + 2], instr.shape) for k, b in enumerate(branches)]
+    else:
+        result = None if opcode.endswith("-start") else instr.shape
+        plan = [(instr.called[0], instr.operands, result)]
+    for callee, operands, result in plan:
+        params = callee.parameters
+        if len(params) != len(operands):
+            message = f"%{callee.name} takes {len(params)} parameters, given {len(operands)}"
+            _call_error(instr, number, text, message)
+        for param, operand in zip(params, operands, strict=True):
+            if not _compatible(param.shape, operand.shape):
+                message = (
+                    f"parameter {param.payload} of %{callee.name} is {param.shape}, "
+                    f"but %{operand.name} passed to it is {operand.shape}"
+                )
+                _call_error(instr, number, text, message, operand.name)
+        if result is not None and callee.root is not None and not _compatible(
+            callee.root.shape, result
+        ):
+            message = f"%{callee.name} returns {callee.root.shape}, not the {opcode}'s {result}"
+            _call_error(instr, number, text, message)
+
+
+def _call_error(
+    instr: Instruction, number: int, text: str, message: str, operand: str | None = None
+) -> None:
+    line = _Line(number, _line_text(text, number))
+    col = line.text.find("%" + operand, line.text.find("(")) if operand else -1
+    if col < 0:
+        col = line.text.find(instr.opcode + "(", line.text.find("="))
+    raise line.error(message, max(col, 0))
 
 
 def _check_acyclic(callers: list[tuple[Instruction, int]], text: str) -> None:
