@@ -122,6 +122,11 @@ _BINARY = (
     "complex", "stochastic-convert", "dot", "convolution", "triangular-solve", "pad", "gather",
     "set-dimension-size", "add-dependency", "send", "outfeed", "rng",
 )  # fmt: skip
+_AT_LEAST_ONE = (
+    "concatenate", "sort", "map", "all-reduce", "all-gather", "all-to-all", "reduce-scatter",
+    "all-reduce-start", "all-gather-start", "collective-permute", "dynamic-reshape",
+    "collective-permute-start", "collective-broadcast", "opt-barrier",
+)  # fmt: skip
 _ARITY: dict[str, tuple[int, int | None, str]] = {
     **dict.fromkeys(_UNARY, (1, 1, "")),
     **dict.fromkeys(_BINARY, (2, 2, "")),
@@ -130,12 +135,7 @@ _ARITY: dict[str, tuple[int, int | None, str]] = {
     **dict.fromkeys(("parameter", "constant", "iota", "partition-id", "replica-id"), (0, 0, "")),
     **dict.fromkeys(("reduce", "reduce-window"), (2, None, "even")),
     "scatter": (3, None, "odd"),
-    **dict.fromkeys(
-        ("concatenate", "sort", "map", "all-reduce", "all-gather", "all-to-all", "reduce-scatter",
-         "all-reduce-start", "all-gather-start", "collective-permute", "dynamic-reshape",
-         "collective-permute-start", "collective-broadcast", "optimization-barrier", "opt-barrier"),
-        (1, None, ""),
-    ),  # fmt: skip
+    **dict.fromkeys(_AT_LEAST_ONE, (1, None, "")),
     "dynamic-slice": (2, None, ""),
     "dynamic-update-slice": (3, None, ""),
     "conditional": (2, None, ""),
