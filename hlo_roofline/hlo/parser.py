@@ -713,7 +713,9 @@ def _wrong_arity(
         wanted = f"at least {fewest} operand{'' if fewest == 1 else 's'}"
     line = _Line(instr.line, raw.rstrip())
     col = line.text.find(instr.opcode + "(", line.text.find("="))
-    return line.error(f"{instr.opcode} takes {wanted}, not {count}", max(col, 0) + len(instr.opcode))
+    return line.error(
+        f"{instr.opcode} takes {wanted}, not {count}", max(col, 0) + len(instr.opcode)
+    )
 
 
 def _check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
@@ -770,7 +772,9 @@ def _resolve_callees(
 # Ops whose callee receives their operands as its parameters (and, but for async starts, whose
 # result is the callee's result): XLA requires the shapes to agree, and the cost rules follow
 # values across the boundary by parameter number.
-_PASSES_OPERANDS = frozenset({"fusion", "call", "async-start", "call-start", "while", "conditional"})
+_PASSES_OPERANDS = frozenset(
+    {"fusion", "call", "async-start", "call-start", "while", "conditional"}
+)
 
 
 def _compatible(a: Shape, b: Shape) -> bool:
@@ -795,7 +799,9 @@ def _check_call(instr: Instruction, number: int, text: str) -> None:
     elif opcode == "conditional":
         branches = instr.called
         if len(instr.operands) != len(branches) + 1:
-            message = f"conditional with {len(branches)} branches takes {len(branches) + 1} operands"
+            message = (
+                f"conditional with {len(branches)} branches takes {len(branches) + 1} operands"
+            )
             _call_error(instr, number, text, f"{message}, not {len(instr.operands)}")
         plan = [(b, instr.operands[k + 1 : k + 2], instr.shape) for k, b in enumerate(branches)]
     else:
@@ -813,8 +819,10 @@ def _check_call(instr: Instruction, number: int, text: str) -> None:
                     f"but %{operand.name} passed to it is {operand.shape}"
                 )
                 _call_error(instr, number, text, message, operand.name)
-        if result is not None and callee.root is not None and not _compatible(
-            callee.root.shape, result
+        if (
+            result is not None
+            and callee.root is not None
+            and not _compatible(callee.root.shape, result)
         ):
             message = f"%{callee.name} returns {callee.root.shape}, not the {opcode}'s {result}"
             _call_error(instr, number, text, message)
