@@ -58,6 +58,15 @@ def matmul_peak(chip: Chip, dtype: str, precision: str = "default") -> float:
     return _peak(chip, dtype)
 
 
+def _matmul_rate(chip: Chip, dtype: str, precision: str) -> tuple[float, str]:
+    """(peak, "") for a matmul's dtype and precision, or (NaN, why) when the chip has no rate for
+    it (an element type without a rate class, such as s2 or f6e3m2fn, or a chip with no fallback)."""
+    try:
+        return matmul_peak(chip, dtype, precision or "default"), ""
+    except ValueError:
+        return math.nan, f"compute time unknown: {chip.name} has no rate for {dtype} matmuls"
+
+
 def _vmem_bandwidth(chip: Chip) -> float | None:
     """A TPU's VMEM bandwidth where the database has one (else VMEM bytes count at HBM speed)."""
     space = chip.memory.get("vmem")
@@ -152,19 +161,23 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
     if "precision" not in ops:  # a report written before the column existed
         ops = ops.assign(precision=np.where(ops["mm_k"].to_numpy() > 0, "default", ""))
     matmul = ops["mm_k"].to_numpy() > 0
+    rates: dict[tuple[str, str], tuple[float, str]] = {}  # (dtype, precision) -> (peak, problem)
+    for key in set(zip(ops["dtype"][matmul], ops["precision"][matmul], strict=True)):
+        rates[key] = _matmul_rate(chip, *key)
     peaks = np.array(
         [
-            matmul_peak(chip, d, p or "default") if mm else vector
+            rates[d, p][0] if mm else vector
             for d, p, mm in zip(ops["dtype"], ops["precision"], matmul, strict=True)
         ],
         dtype=float,
     )
+    no_rate = np.isnan(peaks)
     flops = ops["flops"].to_numpy(dtype=float)
     work = flops + ops["transcendentals"].to_numpy(dtype=float)
     data = ops["bytes_accessed"].to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = np.where(data > 0, flops / data, np.nan)
-    t_compute = work / peaks
+    t_compute = np.where(no_rate, 0.0, work / np.where(no_rate, 1.0, peaks))
     t_memory = data / hbm
     vmem_bandwidth = _vmem_bandwidth(chip)
     if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
@@ -183,6 +196,7 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
     bound[t_roofline == 0] = "none"
     bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
+    bound[no_rate] = "unknown"
     step = float(t_roofline.sum())
     with np.errstate(divide="ignore", invalid="ignore"):  # seconds per byte this op moves
         per_byte = np.where(data > 0, t_memory / data, 1 / hbm)
@@ -197,16 +211,26 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
         share=t_roofline / step if step else 0.0,
     )
     ops["hint"] = [
-        _hint(row, ci, chip) if mm else ""
-        for row, ci, mm in zip(ops.itertuples(), ops["critical_intensity"], matmul, strict=True)
+        _hint(row, ci, chip) if mm and not missing else ""
+        for row, ci, mm, missing in zip(
+            ops.itertuples(), ops["critical_intensity"], matmul, no_rate, strict=True
+        )
     ]
+    if no_rate.any():  # the row says why its compute time is missing
+        problems = [rates[d, p][1] if missing else "" for d, p, missing in
+                    zip(ops["dtype"], ops["precision"], no_rate, strict=True)]  # fmt: skip
+        ops["note"] = [
+            "; ".join(filter(None, (note, problem)))
+            for note, problem in zip(ops["note"], problems, strict=True)
+        ]
     return ops, _summary(ops, chip, step, float(times.sum()))
 
 
 def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
     time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
     # MFU against the peak most matmul FLOPs run at (their dtype and precision; bf16 without any)
-    matmul_flops = ops[ops["mm_k"] > 0].groupby(["dtype", "precision"])["flops"].sum()
+    priced = (ops["mm_k"] > 0) & (ops["bound"] != "unknown")
+    matmul_flops = ops[priced].groupby(["dtype", "precision"])["flops"].sum()
     mfu_dtype, mfu_precision = (
         matmul_flops.idxmax() if len(matmul_flops) and matmul_flops.max() > 0 else ("bf16", "")
     )

@@ -95,11 +95,12 @@ class _Walk:
     which would keep the context (and its caches) alive until the next garbage collection.
     """
 
-    __slots__ = ("ctx", "ops")
+    __slots__ = ("ctx", "opened", "ops")
 
     def __init__(self, ctx: CostContext) -> None:
         self.ctx = ctx
         self.ops: list[PricedOp] = []
+        self.opened: set[int] = set()  # ids of the computations walked so far
 
     def visit(self, comp: Computation, count: float, note: str | None, depth: int) -> None:
         ctx, ops = self.ctx, self.ops
@@ -110,8 +111,15 @@ class _Walk:
             ops.append(PricedOp(instr, count, cost.with_note(note) if note else cost))
 
     def open(self, instr: Instruction, count: float, note: str | None, depth: int) -> bool:
-        """Walk a container's bodies instead of pricing it; False if it is not one (or is broken)."""
+        """Walk a container's bodies instead of pricing it; False if it is not one (or is broken).
+
+        XLA's optimized modules give every body one caller (its call graph is flattened); a body
+        called from several places is opened once and priced as one row at the others, so that
+        the rows stay as many as the text's instructions (not one per path through the calls)."""
         ctx = self.ctx
+        if any(id(comp) in self.opened for comp in instr.called):
+            return False
+        self.opened.update(id(comp) for comp in instr.called)
         try:
             if instr.opcode == "while":
                 body_times, cond_times, loop_note = loop_multipliers(instr, ctx)
@@ -173,6 +181,7 @@ def rows(
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
+    walks = _Walks()  # what nested bodies hold, shared by every row that looks into them
     # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
     table: list[tuple] = []
@@ -200,7 +209,7 @@ def rows(
             if instr.called:
                 body = bodies.get(id(instr.called[0]))
                 if body is None:
-                    body = bodies[id(instr.called[0])] = _Body(instr)
+                    body = bodies[id(instr.called[0])] = _Body(instr, walks)
                 fused, found, geometry = body.fused_ops, body.collective, body.geometry
                 dtype, precision = body.matmul_dtype or dtype, body.matmul_precision
         else:
@@ -214,9 +223,9 @@ def rows(
             if own:
                 found = instr
             elif code == "async-start":
-                found = _find_collective(instr)
+                found = walks.collective(instr)
             if code in _WITH_GEOMETRY:
-                geometry = _geometry(instr)
+                geometry = walks.geometry(instr)
                 precision = _precision(instr) if geometry else ""
         batch, m, n, k = geometry or _NO_GEOMETRY
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
@@ -267,7 +276,7 @@ class _Body:
 
     __slots__ = ("collective", "fused_ops", "geometry", "matmul_dtype", "matmul_precision")
 
-    def __init__(self, fusion: Instruction) -> None:
+    def __init__(self, fusion: Instruction, walks: _Walks) -> None:
         counts: dict[str, int] = {}
         matmul = collective = None
         has_geometry = False
@@ -278,14 +287,14 @@ class _Body:
             if matmul is None and code in _MATMULS:
                 matmul = inner
             if collective is None and code in _COLLECTIVE_OR_WRAPPER:
-                collective = _find_collective(inner)
+                collective = walks.collective(inner)
             has_geometry = has_geometry or code in _MATMULS or code == "fusion"
         self.matmul_dtype = (
             matmul.operands[0].shape.dtype if matmul is not None and matmul.operands else None
         )
         self.fused_ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
         self.collective = collective
-        self.geometry = _geometry(fusion) if has_geometry else None
+        self.geometry = walks.geometry(fusion) if has_geometry else None
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
         )
@@ -298,13 +307,6 @@ def _precision(matmul: Instruction) -> str:
         return "default"
 
 
-def _find_collective(instr: Instruction) -> Instruction | None:
-    try:
-        return find_collective(instr)
-    except RecursionError:  # fusions nested thousands deep: the row says nothing of them
-        return None
-
-
 def _group_size(collective: Instruction, module: Module) -> int:
     try:
         return attrs.replica_group_size(collective, module)
@@ -312,13 +314,29 @@ def _group_size(collective: Instruction, module: Module) -> int:
         return 0  # replica_groups it cannot read: the op's own row is flagged by its rule
 
 
-def _geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
-    try:
-        if instr.opcode == "custom-call":
-            return custom_call.geometry(instr)
-        return matmul_geometry(instr)
-    except (*_RULE_ERRORS, RecursionError):
-        return None
+class _Walks:
+    """The collective and the matmul geometry of called computations, found once per computation
+    for the whole table: nested fusions sharing bodies are not walked once per path to them."""
+
+    __slots__ = ("collectives", "geometries")
+
+    def __init__(self) -> None:
+        self.collectives: dict[int, Instruction | None] = {}
+        self.geometries: dict[int, tuple[int, int, int, int] | None] = {}
+
+    def collective(self, instr: Instruction) -> Instruction | None:
+        try:
+            return find_collective(instr, self.collectives)
+        except RecursionError:  # fusions nested thousands deep: the row says nothing of them
+            return None
+
+    def geometry(self, instr: Instruction) -> tuple[int, int, int, int] | None:
+        try:
+            if instr.opcode == "custom-call":
+                return custom_call.geometry(instr)
+            return matmul_geometry(instr, self.geometries)
+        except (*_RULE_ERRORS, RecursionError):
+            return None
 
 
 def summarize(ops: list[PricedOp], cost_model: str) -> dict:

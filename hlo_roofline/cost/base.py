@@ -132,7 +132,7 @@ _ELEMENT_BYTES = {
     "u1": 1, "u2": 1, "u4": 1, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
     "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16, "f4e2m1fn": 1,
     "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1,
-    "f8e5m2": 1, "f8e5m2fnuz": 1, "f8e8m0fnu": 1,
+    "f8e5m2": 1, "f8e5m2fnuz": 1, "f8e8m0fnu": 1, "f6e2m3fn": 1, "f6e3m2fn": 1,
 }  # fmt: skip
 POINTER_BYTES = 8
 
@@ -177,6 +177,9 @@ class CostContext:
     _computation_costs: dict[str, Cost] = field(default_factory=dict)
     _sizes: dict[int, int] = field(default_factory=dict)
     _users: dict[str, dict[int, list[Instruction]]] = field(default_factory=dict)
+    # What a rule works out once per instruction or computation and reuses from every caller, so
+    # that a body called from many places (or nested fusions sharing bodies) is walked once.
+    memo: dict[tuple, object] = field(default_factory=dict)
 
     @property
     def roofline(self) -> bool:

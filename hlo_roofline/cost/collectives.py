@@ -109,13 +109,19 @@ COLLECTIVES = (
 )  # fmt: skip
 
 
-def find_collective(instr: Instruction) -> Instruction | None:
-    """The collective an op performs: itself, the op an async start wraps, or one fused inside."""
+def find_collective(instr: Instruction, memo: dict | None = None) -> Instruction | None:
+    """The collective an op performs: itself, the op an async start wraps, or one fused inside.
+
+    ``memo`` (id of a called computation -> what it holds) lets callers share the walk: bodies
+    reached along many paths (nested fusions calling one computation) are searched once."""
     if instr.opcode.removesuffix("-start") in COLLECTIVES:
         return instr
-    if instr.opcode in ("fusion", "async-start") and instr.called:
-        for inner in instr.called[0].instructions:
-            found = find_collective(inner)
-            if found is not None:
-                return found
-    return None
+    if instr.opcode not in ("fusion", "async-start") or not instr.called:
+        return None
+    memo = {} if memo is None else memo
+    body = instr.called[0]
+    if id(body) not in memo:
+        memo[id(body)] = next(
+            (c for i in body.instructions if (c := find_collective(i, memo)) is not None), None
+        )
+    return memo[id(body)]

@@ -244,7 +244,16 @@ def _hull(regions: list[tuple[Extent, ...]]) -> tuple[Extent, ...]:
 
 
 def _read_region(value: Instruction, ctx: CostContext, depth: int = 0) -> tuple[Extent, ...]:
-    """The part of ``value`` its users read: the slices they take (also inside fusions)."""
+    """The part of ``value`` its users read: the slices they take (also inside fusions).
+    Memoized: fusions that share a body would otherwise be followed once per path into it."""
+    key = ("read_region", id(value), depth)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        cached = ctx.memo[key] = _read_region_uncached(value, ctx, depth)
+    return cached
+
+
+def _read_region_uncached(value: Instruction, ctx: CostContext, depth: int) -> tuple[Extent, ...]:
     whole = _full(value.shape)
     users = ctx.users(value.computation).get(id(value), [])
     if value.is_root or not users or depth > _MAX_TRACE:

@@ -24,16 +24,32 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
         if marker in ASYNC_MARKERS:  # a TPU async collective split into start/done fusions
             return _async_collective_half(instr, inner, marker, ctx)
     written = _output_bytes(instr, body, ctx)
-    constants = sum(
+    return Cost(
+        flops=inner.flops,
+        transcendentals=inner.transcendentals,
+        bytes_accessed=written + _body_read_bytes(body, ctx),
+        comm_bytes=inner.comm_bytes,
+        unknown=inner.unknown,
+        notes=inner.notes,
+    )
+
+
+def _body_read_bytes(body: Computation, ctx: CostContext) -> float:
+    """Bytes a fused computation reads: its parameters (by their users) and its large constants.
+    The same for every fusion calling ``body``: worked out once."""
+    key = ("body_read", id(body))
+    cached = ctx.memo.get(key)
+    if cached is not None:
+        return cached
+    read = sum(
         ctx.size(i.shape)
         for i in body.instructions
         if i.opcode == "constant" and i.shape.elements > IMMEDIATE_CONSTANT_MAX_ELEMENTS
     )
-    read = 0.0
     for param in body.parameters:
         if param.shape.is_tuple:
             leaf_reads = (
-                _parameter_read_bytes(_tuple_leaf(param, index), ctx)
+                _parameter_read_bytes(_tuple_leaf(param, index, ctx), ctx)
                 for index in _leaf_indices(param.shape)
             )
             read += sum(leaf_reads)
@@ -42,14 +58,8 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
             if ctx.roofline:  # a parameter is read at most once, however many users re-read it
                 param_bytes = min(param_bytes, ctx.size(param.shape))
             read += param_bytes
-    return Cost(
-        flops=inner.flops,
-        transcendentals=inner.transcendentals,
-        bytes_accessed=written + constants + read,
-        comm_bytes=inner.comm_bytes,
-        unknown=inner.unknown,
-        notes=inner.notes,
-    )
+    ctx.memo[key] = read
+    return read
 
 
 ASYNC_MARKERS = ("AsyncCollectiveStart", "AsyncCollectiveDone")
@@ -81,7 +91,16 @@ def _output_bytes(instr: Instruction, body: Computation, ctx: CostContext) -> fl
 
 
 def _parameter_read_bytes(param: Instruction, ctx: CostContext) -> float:
-    """XLA's FusionParameterReadBytes: what reading a fused parameter costs, by its users."""
+    """XLA's FusionParameterReadBytes: what reading a fused parameter costs, by its users
+    (memoized: nested fusions that share bodies would otherwise be walked once per path)."""
+    key = ("param_read", id(param))
+    cached = ctx.memo.get(key)
+    if cached is None:
+        cached = ctx.memo[key] = _parameter_read_bytes_uncached(param, ctx)
+    return cached
+
+
+def _parameter_read_bytes_uncached(param: Instruction, ctx: CostContext) -> float:
     size = 0.0
     seen_plain_user = False
     own_size = ctx.size(param.shape)
@@ -141,17 +160,13 @@ def _leaf_indices(shape, prefix=()):
         yield from _leaf_indices(element, (*prefix, i))
 
 
-def _tuple_leaf(param: Instruction, index: tuple[int, ...]) -> Instruction:
+def _tuple_leaf(param: Instruction, index: tuple[int, ...], ctx: CostContext) -> Instruction:
     """Follow get-tuple-element users down to the leaf at ``index`` (or stop where there is none)."""
+    users = ctx.users(param.computation)
     node = param
     for i in index:
-        for user in param.computation.instructions:
-            if (
-                user.opcode == "get-tuple-element"
-                and user.operands
-                and user.operands[0] is node
-                and user.attrs.get("index") == str(i)
-            ):
+        for user in users.get(id(node), ()):
+            if user.opcode == "get-tuple-element" and user.attrs.get("index") == str(i):
                 node = user
                 break
     return node

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,36 +41,107 @@ def _full(shape: Shape) -> tuple[Extent, ...]:
     return tuple(Extent(0, 1, n) for n in shape.dims)
 
 
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """Σ floor((a·i + b) / m) for 0 ≤ i < n (m > 0), in O(log m) steps: the Euclid-like
+    reduction of a sum of floors of a line, so no count of positions is ever looped over."""
+    if n <= 0:
+        return 0
+    q, a = divmod(a, m)  # Python's divmod leaves 0 <= a, b < m for any sign
+    total = q * (n * (n - 1) // 2)
+    q, b = divmod(b, m)
+    total += q * n
+    while True:
+        if a >= m:
+            q, a = divmod(a, m)
+            total += q * (n * (n - 1) // 2)
+        if b >= m:
+            q, b = divmod(b, m)
+            total += q * n
+        top = a * n + b
+        if top < m:
+            return total
+        n, b = divmod(top, m)
+        m, a = a, m
+
+
 def _valid_positions(w: attrs.WindowDim, kernel: Extent, output: Extent, input_: Extent) -> int:
     """(kernel tap, output position) pairs that land on a real input element: not on the padding,
     not on a base (lhs) dilation hole; only the real taps and outputs take part.
 
-    Per tap, the outputs o = output.start + m·output.step read the dilated base at
-    o·stride + tap·window_dilation − pad_low; the real input elements sit there at
-    first + j·step, j < input_.count. The m that hit are a range ∩ a residue class."""
-    if input_.count <= 0 or output.count <= 0:
+    Tap t (of the real taps, spaced D apart) and real output m (spaced S apart on the dilated base)
+    read base position B0 + t·D + m·S; the real input elements sit at first + j·step, j < count.
+    For one tap the m that hit are a range [lo, hi] ∩ a residue class mod P, counted by two
+    floors; over the taps that can hit (an arithmetic progression of t), lo, hi and the residue
+    are floors of lines in t, so the sum is a few :func:`floor_sum` calls: the time does not
+    depend on the window, padding or shape sizes (a window of 2^40 taps is as fast as 3)."""
+    if input_.count <= 0 or output.count <= 0 or kernel.count <= 0:
         return 0
+    if min(w.stride, w.base_dilation, w.window_dilation) < 1:
+        raise ValueError(f"window {w} has a stride or dilation below 1")
+    if min(input_.step, output.step, kernel.step) < 1:
+        raise ValueError("extent steps below 1")
     first = input_.start * w.base_dilation
-    step = max(input_.step * w.base_dilation, 1)
+    step = input_.step * w.base_dilation
     last = first + (input_.count - 1) * step
-    stride = output.step * w.stride  # how far the base position moves per real output
-    g = math.gcd(stride, step)
+    s = output.step * w.stride  # how far the base position moves per real output
+    m_count = output.count
+    d = kernel.step * w.window_dilation if kernel.count > 1 else 0  # per real tap
+    b0 = output.start * w.stride + kernel.start * w.window_dilation - w.pad_low
+    g = math.gcd(s, step)
     period = step // g
-    inverse = pow(stride // g, -1, period) if period > 1 else 0
-    count = 0
-    for t in range(kernel.count):
-        tap = kernel.start + t * kernel.step
-        base = output.start * w.stride + tap * w.window_dilation - w.pad_low
-        lo = max(0, -((base - first) // stride))  # ceil((first - base) / stride)
-        hi = min(output.count - 1, (last - base) // stride)
-        residue = (first - base) % step
-        if hi < lo or residue % g:
-            continue
-        m0 = (residue // g) * inverse % period if period > 1 else 0
-        m = lo + (m0 - lo) % period
-        if m <= hi:
-            count += (hi - m) // period + 1
-    return count
+    inverse = pow(s // g, -1, period) if period > 1 else 0
+    # Taps whose base is on the input's lattice modulo g: t·d ≡ first − b0 (mod g).
+    h = math.gcd(d, g)
+    if (first - b0) % h:
+        return 0
+    q = g // h
+    t0 = ((first - b0) // h) * pow(d // h, -1, q) % q if q > 1 else 0
+    taps = -(-(kernel.count - t0) // q) if t0 < kernel.count else 0
+    if taps <= 0:
+        return 0
+    # Tap k of those (k < taps) reads base b1 + k·e from output 0; its outputs must be ≡ a·k + b.
+    b1, e = b0 + t0 * d, q * d
+    a = (-inverse * (e // g)) % period if period > 1 else 0
+    b = (inverse * ((first - b1) // g)) % period if period > 1 else 0
+    if e == 0:  # every tap reads the same base: one tap's count, once per tap
+        return taps * _hits(0, 1, b1, 0, a, b, first, last, s, m_count, period)
+    # Where lo = max(0, L(k)) and hi = min(M − 1, H(k)) change form, and where any m can hit.
+    k_min = max(0, -(-(first - m_count * s - b1) // e))  # L(k) ≤ M
+    k_max = min(taps - 1, (last + s - b1) // e)  # H(k) ≥ −1
+    if k_min > k_max:
+        return 0
+    lo_zero = -(-(first - b1) // e)  # from here on L(k) ≤ 0
+    hi_full = (last - (m_count - 1) * s - b1) // e  # up to here H(k) ≥ M − 1
+    cuts = sorted({k_min, k_max + 1, *(c for c in (lo_zero, hi_full + 1) if k_min < c <= k_max)})
+    total = 0
+    for k1, k2 in itertools.pairwise(cuts):
+        total += _hits(k1, k2 - k1, b1, e, a, b, first, last, s, m_count, period,
+                       lo_is_zero=k1 >= lo_zero, hi_is_full=k1 <= hi_full)  # fmt: skip
+    return total
+
+
+def _hits(
+    k1: int, n: int, b1: int, e: int, a: int, b: int, first: int, last: int, s: int,
+    m_count: int, period: int, lo_is_zero: bool | None = None, hi_is_full: bool | None = None,
+) -> int:  # fmt: skip
+    """Σ over taps k1 ≤ k < k1 + n of #{m ∈ [lo, hi] : m ≡ a·k + b (mod period)}, which is
+    floor((hi − a·k − b)/P) − floor((lo − 1 − a·k − b)/P); hi is M − 1 or floor((last − base)/s),
+    lo is 0 or ceil((first − base)/s), and a floor of a floor over s is one floor over s·P."""
+    base = b1 + k1 * e
+    if lo_is_zero is None:  # one tap (e = 0): decide the forms from its own numbers
+        lo_is_zero, hi_is_full = first <= base, last - base >= (m_count - 1) * s
+        if last - base < -s or first - base > m_count * s:
+            return 0
+    slope = e + s * a  # how the s·P numerators fall per tap
+    if hi_is_full:
+        high = floor_sum(n, period, -a, m_count - 1 - b - a * k1)
+    else:
+        high = floor_sum(n, s * period, -slope, last - base - s * (a * k1 + b))
+    if lo_is_zero:
+        low = floor_sum(n, period, -a, -1 - b - a * k1)
+    else:
+        low = floor_sum(n, s * period, -slope, first - base - 1 - s * (a * k1 + b))
+    return high - low
 
 
 def conv_flops(
@@ -170,14 +242,21 @@ def conv_geometry(
     return 1, m, out.dims[dims.output_feature], k
 
 
-def matmul_geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
-    """(batch, M, N, K) of a dot or convolution, or of the largest one inside a fusion."""
+def matmul_geometry(
+    instr: Instruction, memo: dict | None = None
+) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a dot or convolution, or of the largest one inside a fusion.
+    ``memo`` (id of a fused computation -> its geometry) shares the walk of nested bodies."""
     if instr.opcode in ("dot", "scaled-dot", "ragged-dot"):
         return dot_geometry(instr.operands[0].shape, instr.operands[1].shape, attrs.dot_dims(instr))
     if instr.opcode == "convolution":
         lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
         return conv_geometry(instr, lhs, rhs, instr.shape)
     if instr.opcode == "fusion" and instr.called:
-        found = [g for i in instr.called[0].instructions if (g := matmul_geometry(i)) is not None]
-        return max(found, key=math.prod, default=None)
+        memo = {} if memo is None else memo
+        body = instr.called[0]
+        if id(body) not in memo:
+            found = [g for i in body.instructions if (g := matmul_geometry(i, memo)) is not None]
+            memo[id(body)] = max(found, key=math.prod, default=None)
+        return memo[id(body)]
     return None

@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# Bytes per element of every HLO primitive type; sub-byte types are given as fractions.
+# Bytes per element of every element type of XLA's PrimitiveType (xla_data.proto), and the 6-bit
+# floats PJRT names; sub-byte types are given as fractions.
 DTYPE_BYTES: dict[str, float] = {
     "pred": 1, "s1": 0.125, "s2": 0.25, "s4": 0.5, "s8": 1, "s16": 2, "s32": 4, "s64": 8,
     "u1": 0.125, "u2": 0.25, "u4": 0.5, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
     "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
     "f4e2m1fn": 0.5, "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3fnuz": 1,
-    "f8e4m3b11fnuz": 1, "f8e5m2": 1, "f8e5m2fnuz": 1, "f8e8m0fnu": 1,
+    "f8e4m3b11fnuz": 1, "f8e5m2": 1, "f8e5m2fnuz": 1, "f8e8m0fnu": 1, "f6e2m3fn": 0.75,
+    "f6e3m2fn": 0.75,
 }  # fmt: skip
 NON_ARRAY_TYPES = frozenset({"token", "opaque"})
 
