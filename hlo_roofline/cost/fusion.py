@@ -165,8 +165,12 @@ def _tuple_leaf(param: Instruction, index: tuple[int, ...], ctx: CostContext) ->
     users = ctx.users(param.computation)
     node = param
     for i in index:
-        for user in users.get(id(node), ()):
-            if user.opcode == "get-tuple-element" and user.attrs.get("index") == str(i):
-                node = user
-                break
+        key = ("elements", id(node))
+        elements = ctx.memo.get(key)
+        if elements is None:  # index -> the first get-tuple-element reading it (one pass a node)
+            elements = ctx.memo[key] = {}
+            for user in reversed(users.get(id(node), ())):
+                if user.opcode == "get-tuple-element":
+                    elements[user.attrs.get("index")] = user
+        node = elements.get(str(i), node)
     return node
