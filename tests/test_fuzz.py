@@ -9,21 +9,25 @@ docs/performance.md).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import signal
+import sys
 import time
 from contextlib import contextmanager
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hlo_roofline import HloParseError, analyze_hlo
 from hlo_roofline.hlo import parse_module
 from hlo_roofline.hlo import parser as hlo_parser
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import fuzz as campaign  # the semantic fuzzer: its property and mutations
+from mutate import MUTATIONS, mutate
 
 EXAMPLES = int(os.environ.get("HLO_ROOFLINE_FUZZ_EXAMPLES", "120"))
 SECONDS_PER_EXAMPLE = float(os.environ.get("HLO_ROOFLINE_FUZZ_SECONDS", "20"))
@@ -36,6 +40,7 @@ FUZZ = settings(
 # Real modules small enough to mutate quickly: every program's smaller targets.
 SEEDS = sorted(p for p in FIXTURES.glob("*/*.hlo.txt") if p.stat().st_size <= 20_000)
 TEXTS = [p.read_text() for p in SEEDS]
+CHIPS = campaign.judging_chips()
 HUGE_DIMS = ("9999999999999,99999999999", "99999999999999999999999", ",".join(["9" * 22] * 15),
              "-5", "<=-1", "0,0,0", "?", "1," * 300 + "1")  # fmt: skip
 JUNK = ("(", ")", "{", "}", "[", "]", '"', ",", "=", "%", ":", "/*", "*/", "\\", "\n", "\x00",
@@ -75,23 +80,11 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def check(text: str) -> None:
-    """The property: HloParseError or a module; analysis of a module never raises."""
+def check(text: str) -> str:
+    """The property (``benchmarks/fuzz.py``'s): HloParseError or a module; analysis of a module
+    never raises, under either cost model, and gives sane rows and verdicts on three chips."""
     with time_limit(SECONDS_PER_EXAMPLE):
-        try:
-            module = parse_module(text)
-        except HloParseError as exc:
-            assert str(exc)  # the message (and its snippet) can be formatted
-            return
-        for cost_model in ("roofline", "xla"):
-            report = analyze_hlo(module, cost_model=cost_model)
-            ops = report.ops
-            assert set(ops["unknown"].unique()) <= {True, False}
-            for column in ("flops", "bytes_accessed", "transcendentals", "comm_bytes"):
-                assert not ops[column].isna().any(), column
-            assert 0.0 <= report.summary["coverage"] <= 1.0 or math.isnan(
-                report.summary["coverage"]
-            )
+        return campaign.check(text, CHIPS)
 
 
 # -- mutations ----------------------------------------------------------------------------------
@@ -177,6 +170,34 @@ PIECES = st.sampled_from([*JUNK, "f32", "[4]", " ", "a", "1", "HloModule m\n", "
 @given(st.lists(PIECES, max_size=80).map("".join))
 def test_random_text_only_raises_parse_errors(text):
     check(text)
+
+
+# -- semantic mutants: valid syntax, nonsense meaning --------------------------------------------
+
+
+@FUZZ
+@given(st.randoms(use_true_random=False), st.sampled_from(TEXTS))
+def test_semantic_mutants_only_raise_parse_errors(rng, text):
+    """Numbers, dims, dtypes, opcodes, layouts, attributes, operand lists and callees of real
+    modules changed in XLA's own syntax (``benchmarks/mutate.py``)."""
+    check(mutate(text, rng)[0])
+
+
+@pytest.mark.parametrize("kind", sorted(MUTATIONS))
+@settings(FUZZ, max_examples=max(EXAMPLES // 4, 10))
+@given(rng=st.randoms(use_true_random=False), text=st.sampled_from(TEXTS))
+def test_each_kind_of_semantic_mutation(kind, rng, text):
+    """Every kind on its own, so that a short run still reaches each of them."""
+    mutant, done = mutate(text, rng, most=2, kinds=(kind,))
+    assert set(done) <= {kind}
+    check(mutant)
+
+
+def test_semantic_mutants_reach_the_cost_rules():
+    """The mutations are not all rejected by the parser: the rules see nonsense too."""
+    texts = campaign.seeds()
+    outcomes = [campaign.check(campaign.make_input(texts, 7, i)[1]) for i in range(60)]
+    assert outcomes.count("analyzed") >= 10 and outcomes.count("rejected") >= 10
 
 
 # -- hostile inputs the strategies might not reach in a short run ------------------------------
@@ -268,6 +289,63 @@ ENTRY %e (p: f32[4]) -> f32[4] {
 )
 def test_hostile_input(text):
     check(text)
+
+
+def shared_bodies(depth: int, opcode: str) -> str:
+    """Computation i calls computation i − 1 twice (``fusion`` or ``call``): 2^depth paths through
+    ``depth`` computations. XLA flattens its call graph, a hostile or hand-made text need not."""
+    call = "kind=kLoop, calls=%c{}" if opcode == "fusion" else "to_apply=%c{}"
+    lines = ["HloModule m", "", "%c0 (p0: f32[4,4]) -> f32[4,4] {", "  %p0 = f32[4,4]{1,0} parameter(0)",
+             "  ROOT %r0 = f32[4,4]{1,0} negate(%p0)", "}"]  # fmt: skip
+    for i in range(1, depth):
+        lines += [f"%c{i} (p{i}: f32[4,4]) -> f32[4,4] {{", f"  %p{i} = f32[4,4]{{1,0}} parameter(0)",
+                  f"  %a{i} = f32[4,4]{{1,0}} {opcode}(%p{i}), {call.format(i - 1)}",
+                  f"  %b{i} = f32[4,4]{{1,0}} {opcode}(%p{i}), {call.format(i - 1)}",
+                  f"  ROOT %s{i} = f32[4,4]{{1,0}} add(%a{i}, %b{i})", "}"]  # fmt: skip
+    lines += ["ENTRY %e (x: f32[4,4]) -> f32[4,4] {", "  %x = f32[4,4]{1,0} parameter(0)",
+              f"  ROOT %y = f32[4,4]{{1,0}} {opcode}(%x), {call.format(depth - 1)}", "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("opcode", ["fusion", "call"])
+def test_bodies_reached_along_many_paths_are_walked_once(opcode):
+    """2^40 paths through 40 computations: priced (and tabled) in time linear in the text, with
+    every path's work counted: 16 FLOPs per negate and per add, F(i) = 2·F(i − 1) + 16."""
+    depth = 40
+    text = shared_bodies(depth, opcode)
+    assert check(text) == "analyzed"
+    report = analyze_hlo(text)
+    assert report.summary["flops"] == 16 * (2**depth - 1)
+    assert len(report.ops) <= 5 * depth  # not one row per path
+
+
+ADD = """%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+"""
+
+
+NEGATIVE = [
+        (GOOD.replace("ENTRY", ADD + "ENTRY").replace(
+            "f32[4]{0} negate(%p)", "f32[4,9]{1,0} reduce(%p, %p), dimensions={0}, to_apply=%add"
+        ), "a cost came out negative"),
+        ((FIXTURES / "scan10" / "cpu.hlo.txt").read_text().replace('"n":"10"', '"n":"-5"'),
+         "unknown trip count"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "note"), NEGATIVE, ids=["reduce-to-more-elements", "negative-trip-count"]
+)
+def test_costs_that_would_come_out_negative_are_flagged(text, note):
+    """A reduce whose result is larger than its input, a loop XLA "proved" runs −5 times."""
+    assert check(text) == "analyzed"
+    ops = analyze_hlo(text).ops
+    assert (ops[["flops", "bytes_accessed", "count"]] >= 0).all().all()
+    assert ops["note"].str.contains(note).any()
 
 
 def test_operands_must_be_defined_above_their_users():

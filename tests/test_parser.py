@@ -166,6 +166,96 @@ def test_malformed_input_raises_parse_error_with_position(text, line, needle):
         assert f"line {line}:" in str(err)
 
 
+FUSION = """HloModule m
+
+%f (a: f32[4], b: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %b = f32[4]{0} parameter(1)
+  ROOT %s = f32[4]{0} add(%a, %b)
+}
+
+ENTRY %e (p: f32[4], q: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %q = f32[4]{0} parameter(1)
+  ROOT %r = f32[4]{0} fusion(%p, %q), kind=kLoop, calls=%f
+}
+"""
+LOOP = """HloModule m
+
+%body (s: (s32[], f32[4])) -> (s32[], f32[4]) {
+  ROOT %s = (s32[], f32[4]{0}) parameter(0)
+}
+
+%cond (c: (s32[], f32[4])) -> pred[] {
+  %c = (s32[], f32[4]{0}) parameter(0)
+  ROOT %t = pred[] constant(true)
+}
+
+ENTRY %e (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]{0}) parameter(0)
+  ROOT %w = (s32[], f32[4]{0}) while(%p), condition=%cond, body=%body
+}
+"""
+
+
+LIES = [
+        (GOOD.replace("{0} negate", "{1099511627776} negate"), 5, "1099511627776", "permutation"),
+        (GOOD.replace("f32[4]{0} negate", "f32[8,32]{0,0} negate"), 5, "0,0}", "permutation"),
+        (GOOD.replace("f32[4]{0} negate", "f32[8,32]{0} negate"), 5, "0}", "rank 2"),
+        (GOOD.replace("{0} negate", "{1,0} negate"), 5, "1,0}", "rank 1"),
+        (GOOD.replace("{0} negate", "{0:T(8,0)} negate"), 5, "0:T(8,0)", "positive"),
+        (GOOD.replace("{0} negate", "{0:T(128)(0)} negate"), 5, "0:T(128)(0)", "positive"),
+        (GOOD.replace("f32[4]{0} negate", "f32[4,-3]{1,0} negate"), 5, "4,-3]", "negative"),
+        (GOOD.replace("[4]{0} negate", "[0,9223372036854775808]{1,0} negate"), 5, "0,9", "2^63"),
+        (GOOD.replace("[4]{0} negate", "[4294967296,4294967296]{1,0} negate"), 5, "f32[", "2^63"),
+        (GOOD.replace("negate(%p)", "add(%p)"), 5, "(%p)", "add takes 2 operands, not 1"),
+        (GOOD.replace("negate(%p)", "select(%p, %p)"), 5, "(%p, %p)", "takes 3 operands"),
+        (GOOD.replace("negate(%p)", "reduce(%p, %p, %p)"), 5, "(%p", "even number"),
+        (GOOD.replace("negate(%p)", "copy()"), 5, "()", "copy takes 1 operand, not 0"),
+        (GOOD.replace("parameter(0)", "parameter(3)"), 4, "3)", "parameter number 3"),
+        (FUSION.replace("b = f32[4]{0} parameter(1)", "b = f32[4]{0} parameter(0)"), 5, "0)",
+         "parameter number 0 used twice"),
+        (FUSION.replace("%b = f32[4]{0}", "%b = f32[8]{0}").replace("%a, %b)", "%a, %a)"), 12,
+         "%q", "parameter 1 of %f is f32[8]{0}, but %q passed to it is f32[4]{0}"),
+        (FUSION.replace("%b = f32[4]{0}", "%b = s32[4]{0}").replace("%a, %b)", "%a, %a)"), 12,
+         "%q", "parameter 1 of %f is s32[4]"),
+        (FUSION.replace("fusion(%p, %q)", "fusion(%p)"), 12, "fusion(", "takes 2 parameters"),
+        (FUSION.replace("%r = f32[4]{0} fusion", "%r = f32[5]{0} fusion"), 12, "fusion(",
+         "%f returns f32[4]{0}, not the fusion's f32[5]{0}"),
+        (LOOP.replace("%s = (s32[], f32[4]{0})", "%s = (s32[], f32[8]{0})"), 14, "%p)",
+         "parameter 0 of %body"),
+        (LOOP.replace("%c = (s32[], f32[4]{0})", "%c = (s32[], f32[4]{0}, s32[])"), 14, "%p)",
+         "parameter 0 of %cond"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "line", "at", "needle"), LIES)
+def test_text_that_parses_but_lies_is_an_error_where_it_lies(text, line, at, needle):
+    """Layouts that are not permutations of their dimensions or whose tiles do not fit, sizes
+    past int64, operand counts an opcode does not take, parameters numbered twice, and callees
+    whose parameters or results disagree with their callers: HloParseError at that text."""
+    with pytest.raises(HloParseError) as info:
+        parse(text)
+    err = info.value
+    assert needle in err.message
+    assert (err.line, err.text[err.column - 1 :].startswith(at)) == (line, True), str(err)
+
+
+def test_every_element_type_xla_knows_parses():
+    """jaxlib's own PrimitiveType enum is the oracle (plus the sub-byte and 6-bit types newer
+    XLA versions print)."""
+    from jax._src.lib import xla_client
+
+    names = {n.lower() for n in xla_client.PrimitiveType.__members__}
+    names -= {"primitive_type_invalid", "tuple", "opaque_type"}
+    names |= {"opaque", "s1", "s2", "u1", "u2", "f6e2m3fn", "f6e3m2fn"}
+    for name in sorted(names):
+        shape = parse_shape(f"{name}[]" if name in ("token", "opaque") else f"{name}[2,3]{{1,0}}")
+        assert shape.dtype == name
+        text = GOOD.replace("f32", name) if name not in ("token", "opaque") else GOOD
+        assert analyze_hlo(text, chip="v5e").ops["bound"].notna().all()
+
+
 def test_truncated_and_mutated_fixtures_only_raise_parse_errors():
     """Cheap in-suite fuzzing: cut and corrupt real modules; nothing but HloParseError escapes."""
     rng = random.Random(1234)

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import FIXTURES, load_fixture
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hlo_roofline import analyze_hlo
 from hlo_roofline.cost import rows, walk
@@ -354,3 +356,47 @@ ENTRY %e (p: f32[1024]) -> f32[1024] {
     assert report.summary["coverage"] == pytest.approx(0.5)
     classified = report.classify("v5e").ops.set_index("name")
     assert classified.loc["x", "bound"] == "unknown" and classified.loc["n", "bound"] == "memory"
+
+
+def _conv_1d(n: int, size: int, stride: int, low: int, high: int, lhs: int, rhs: int) -> str:
+    """A 1-D convolution whose output size follows from its window (XLA's shape inference)."""
+    padded = (n - 1) * lhs + 1 + low + high
+    window = (size - 1) * rhs + 1
+    out = (padded - window) // stride + 1 if padded >= window else 0
+    return f"""HloModule m
+
+ENTRY %e (x: f32[2,{n},3], k: f32[{size},3,5]) -> f32[2,{out},5] {{
+  %x = f32[2,{n},3]{{2,1,0}} parameter(0)
+  %k = f32[{size},3,5]{{2,1,0}} parameter(1)
+  ROOT %c = f32[2,{out},5]{{2,1,0}} convolution(%x, %k), window={{size={size} stride={stride} \
+pad={low}_{high} lhs_dilate={lhs} rhs_dilate={rhs}}}, dim_labels=b0f_0io->b0f
+}}
+"""
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(
+    n=st.integers(1, 12), size=st.integers(1, 6), stride=st.integers(1, 4),
+    low=st.integers(-4, 6), high=st.integers(-4, 6), lhs=st.integers(1, 4), rhs=st.integers(1, 4),
+)  # fmt: skip
+def test_convolution_flops_match_xla_for_any_window(n, size, stride, low, high, lhs, rhs):
+    """The closed form over taps (no loop over window positions) against XLA's own count, which
+    walks every (tap, output) pair: strides, negative and positive padding, both dilations."""
+    import jax
+    from jaxlib import _hlo, _jax
+
+    text = _conv_1d(n, size, stride, low, high, lhs, rhs)
+    client = jax.devices("cpu")[0].client
+    xla = _jax.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text(text))
+    assert analyze_hlo(text, cost_model="xla").summary["flops"] == xla.get("flops", 0.0)
+
+
+def test_convolution_with_a_window_of_2_to_the_40_taps():
+    """A window as wide as a 2^40-element input, half-padded on each side (it used to loop over
+    the taps: one line of text hung the analysis). Output o (of 2^40) sees o + h taps for o < h
+    and 3h − o after, h = 2^39: 3h² (tap, output) pairs in all."""
+    h = 2**39
+    report = analyze_hlo(_conv_1d(2 * h, 2 * h, 1, h, h - 1, 1, 1))
+    (flops,) = report.ops.loc[report.ops.opcode == "convolution", "flops"]
+    batch, in_features, out_features = 2, 3, 5
+    assert flops == 2 * batch * in_features * out_features * 3 * h * h

@@ -474,3 +474,28 @@ def test_vmem_roof_is_in_the_summary_and_the_plot(tmp_path):
     assert in_vmem.summary["vmem_bandwidth"] == V5E_BOOK.bandwidth("vmem")
     assert in_hbm.summary["vmem_bandwidth"] is None
     assert in_vmem.plot(tmp_path / "vmem.svg").read_text().count("VMEM roof") == 1
+
+
+FP32_ONLY = chips.Chip.custom("fp32-only", peak_flops={"f32": 1e12}, hbm_bandwidth=1e11)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "chip"), [("s2", "v5e"), ("u1", "h100"), ("f6e3m2fn", "v5e"), ("s8", FP32_ONLY)]
+)
+def test_matmul_in_a_type_the_chip_has_no_rate_for_is_an_unknown_row_with_its_reason(dtype, chip):
+    """Element types with no rate class (s2, u1, the 6-bit floats) or a chip with no fallback for
+    the class: the row is flagged, says why, and keeps its memory time; nothing raises."""
+    report = hr.analyze_hlo(dot_module(256, 512, 128, dtype, dtype, "s32"), chip=chip)
+    dot = row(report, "dot")
+    name = chips.get(chip).name if isinstance(chip, str) else chip.name
+    assert dot.bound == "unknown"
+    assert dot.note == f"compute time unknown: {name} has no rate for {dtype} matmuls"
+    assert dot.t_compute_s == 0 and dot.t_roofline_s == dot.t_memory_s > 0
+    assert report.summary["step_time_lower_s"] == pytest.approx(dot.t_roofline_s)
+
+
+@pytest.mark.parametrize("dtype", ["f4e2m1fn", "f8e8m0fnu", "c128", "s4", "u2"])
+def test_every_element_type_gets_a_verdict_on_every_chip(dtype):
+    for chip in chips.names():
+        report = hr.analyze_hlo(dot_module(64, 64, 64, dtype, dtype, "f32"), chip=chip)
+        assert row(report, "dot").bound in verdict.BOUNDS

@@ -68,8 +68,13 @@ def price(instr: Instruction, ctx: CostContext) -> Cost:
         cost = ctx.cost(instr)
         # Sums and reports use floats: a cost past their range (absurd windows, trip counts) is
         # flagged here rather than overflowing later.
-        float(cost.flops), float(cost.transcendentals), float(cost.bytes_accessed)
-        float(cost.comm_bytes)
+        values = (
+            float(cost.flops), float(cost.transcendentals), float(cost.bytes_accessed),
+            float(cost.comm_bytes),
+        )  # fmt: skip
+        if min(values) < 0:  # e.g. a reduce whose result has more elements than its input
+            return Cost(unknown=True, notes=(f"{instr.opcode}: its shapes and attributes "
+                                             "disagree (a cost came out negative)",))  # fmt: skip
         return cost
     except RecursionError:
         return Cost(unknown=True, notes=("computation nesting too deep to price",))

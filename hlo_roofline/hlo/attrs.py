@@ -145,11 +145,12 @@ def matmul_precision(instr: Instruction) -> str:
         p.strip().lower() for p in instr.attrs.get("operand_precision", "").strip("{}").split(",")
     ]
     if instr.opcode == "custom-call":
-        config = backend_config(instr).get("gemm_backend_config", {}).get("precision_config", {})
+        config = _field(backend_config(instr), "gemm_backend_config", "precision_config")
         if not isinstance(config, dict):
             return "default"
         algorithm = str(config.get("algorithm", "")).lower().removeprefix("alg_")
-        levels = [str(p).lower() for p in config.get("operand_precision", [])]
+        levels = config.get("operand_precision", [])
+        levels = [str(p).lower() for p in levels] if isinstance(levels, list) else []
     if algorithm.startswith("dot_"):
         return algorithm
     known = [_PRECISIONS.index(p) for p in levels if p in _PRECISIONS]
@@ -175,11 +176,12 @@ def _parse_json(text: str | None) -> dict:
 
 def known_trip_count(instr: Instruction) -> int | None:
     """The loop trip count XLA proved (``backend_config.known_trip_count.n``), if any."""
-    n = backend_config(instr).get("known_trip_count", {}).get("n")
+    n = _field(backend_config(instr), "known_trip_count", "n")
     try:
-        return int(n) if n is not None else None
+        n = int(n) if n is not None else None
     except (TypeError, ValueError):
         return None
+    return n if n is not None and n >= 0 else None
 
 
 def metadata(instr: Instruction) -> Metadata:
@@ -257,10 +259,18 @@ def fusion_kind(instr: Instruction) -> str:
     if "kind" not in instr.attrs.get("backend_config", ""):
         return kind  # no sub-kind in the config: no need to decode it
     config = backend_config(instr)
-    sub = config.get("fusion_backend_config", {}).get("kind") or config.get(
-        "fusion_config", {}
-    ).get("kind")
-    return f"{kind}:{sub}" if sub else kind
+    sub = _field(config, "fusion_backend_config", "kind") or _field(config, "fusion_config", "kind")
+    return f"{kind}:{sub}" if isinstance(sub, str) and sub else kind
+
+
+def _field(config: dict, *path: str):
+    """``config[path[0]][path[1]]...``, or None where a level is missing or not an object."""
+    value = config
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
 
 
 def replica_group_size(instr: Instruction, module: Module) -> int:
