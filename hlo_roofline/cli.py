@@ -558,8 +558,8 @@ def _measured_cells(op) -> dict[str, str]:
     efficiency = getattr(op, "efficiency", float("nan"))
     cells = {"measured": format_seconds(measured) if measured == measured else "—"}
     cells["eff."] = _percent(efficiency) if efficiency == efficiency else "—"
-    if efficiency == efficiency and efficiency > 1:
-        cells["eff."] += " (above DRAM roof: cache-resident)"
+    if getattr(op, "measurement_problem", ""):  # faster than its roof: no efficiency, a cause
+        cells["eff."] = "— (beats roof*)"
     return cells
 
 
@@ -589,6 +589,11 @@ def summary_text(report: Report) -> str:
             lines.append(
                 "warning: ops overlapped in the trace; capture on one core for clean times"
             )
+        problems = report.ops.get("measurement_problem")
+        if problems is not None and (problems != "").any():
+            found = report.ops.loc[problems != "", ["name", "measurement_problem"]]
+            lines.append(f"* {len(found)} op(s) measured faster than their roof allows:")
+            lines += [f"  {name}: {why}" for name, why in found.head(5).itertuples(index=False)]
     lines.append(f"FLOPs: {s.get('flops', 0):.4g}  bytes: {s.get('bytes_accessed', 0):.4g}")
     coverage = f"coverage: {_percent(s.get('coverage', 1.0))} of ops priced"
     if s.get("unknown_ops"):

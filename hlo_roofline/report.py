@@ -25,7 +25,7 @@ TENSORBOARD_PLUGIN = "hlo_roofline"
 _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "note", "fused_ops", "collective", "bound", "hint",
+    "source", "note", "fused_ops", "collective", "bound", "hint", "measurement_problem",
 )  # fmt: skip
 _TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s")
 
@@ -61,9 +61,10 @@ class Report:
 
         ops, summary_update = verdict.classify(self.ops, chip)
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
-            from hlo_roofline.measured import add_efficiency
+            from hlo_roofline.measured import add_efficiency, problem_count
 
-            ops = add_efficiency(ops)
+            ops = add_efficiency(ops, chip)
+            summary_update["measured_problems"] = problem_count(ops)
         # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
         return Report(ops, {**self.summary, **summary_update}, self.module)
 
