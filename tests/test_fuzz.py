@@ -21,7 +21,7 @@ from conftest import FIXTURES, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hlo_roofline import HloParseError, analyze_hlo
+from hlo_roofline import HloParseError, analyze_hlo, chips
 from hlo_roofline.hlo import parse_module
 from hlo_roofline.hlo import parser as hlo_parser
 
@@ -390,3 +390,38 @@ def test_whole_line_fast_path_agrees_with_careful_path_on_every_fixture_line():
                 assert getattr(instr, field) == getattr(careful, field), (field, raw[:200])
             checked += 1
     assert checked > 10_000
+
+
+# -- the TensorBoard tab serves reports; it never analyzes HLO ---------------------------------
+
+
+def test_the_plugin_reads_reports_and_never_parses_or_analyzes_hlo():
+    """What a request runs is reading a report and re-judging its rows: nothing on a request path
+    imports the parser, the cost rules or the API that analyzes text."""
+    import ast
+
+    allowed = {"hlo_roofline", "hlo_roofline.chips", "hlo_roofline.report"}
+    for path in sorted((ROOT / "plugin").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            ours = [n for n in names if n.startswith("hlo_roofline") and "tensorboard" not in n]
+            assert set(ours[:1]) <= allowed, (path.name, ours)
+            if isinstance(node, ast.ImportFrom) and node.module == "hlo_roofline":
+                assert {a.name for a in node.names} <= {"chips"}, (path.name, names)
+
+
+def test_a_report_of_a_hostile_module_is_served_like_any_other(tmp_path):
+    """Analysis happens before serving: the report of 2^40 paths through shared bodies has as
+    many rows as the text has instructions, and the tab re-judges it on another chip at once."""
+    from hlo_roofline_tensorboard import _data
+
+    report = analyze_hlo(shared_bodies(40, "call"), chip="v5e")
+    directory = report.write_tensorboard(tmp_path, "hostile")
+    payload, text = _data.load(str(directory), "h100")
+    assert len(payload["data"]) == len(report.ops) <= 200
+    assert payload["summary"]["chip"] == chips.resolve("h100") and text.startswith("{")
