@@ -155,6 +155,8 @@ def _hint(row, critical: float, chip: Chip) -> str:
 def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
     """Add the verdict columns for ``chip`` to a report's ops; return them and summary entries."""
     chip = chips.get(chip) if isinstance(chip, str) else chip
+    if not isinstance(chip, Chip):
+        raise ValueError(f"chip must be a chip's name or a Chip, not {type(chip).__name__}")
     ops = ops.drop(columns=[c for c in VERDICT_COLUMNS if c in ops.columns])
     hbm = chip.hbm_bandwidth
     vector = vector_peak(chip)

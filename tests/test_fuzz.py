@@ -425,3 +425,25 @@ def test_a_report_of_a_hostile_module_is_served_like_any_other(tmp_path):
     payload, text = _data.load(str(directory), "h100")
     assert len(payload["data"]) == len(report.ops) <= 200
     assert payload["summary"]["chip"] == chips.resolve("h100") and text.startswith("{")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda tmp: analyze_hlo(GOOD, chip=3),
+        lambda tmp: analyze_hlo(GOOD, chip=object()),
+        lambda tmp: analyze_hlo(GOOD, chip="no-such-chip"),
+        lambda tmp: analyze_hlo(GOOD, cost_model="bogus"),
+        lambda tmp: analyze_hlo(GOOD.encode()),
+        lambda tmp: analyze_hlo(None),
+        lambda tmp: analyze_hlo(str(tmp / "missing.hlo.txt")),
+        lambda tmp: analyze_hlo(tmp),  # a directory without dumps
+        lambda tmp: analyze_hlo(tmp / "missing"),
+    ],
+    ids=["chip-int", "chip-object", "chip-unknown", "cost-model", "bytes", "none", "missing-file",
+         "empty-dir", "missing-path"],  # fmt: skip
+)
+def test_analyze_hlo_raises_only_parse_value_and_os_errors(call, tmp_path):
+    with pytest.raises((HloParseError, ValueError, OSError)) as info:
+        call(tmp_path)
+    assert str(info.value)
