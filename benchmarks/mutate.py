@@ -234,8 +234,10 @@ def _attribute(rng: random.Random, t: _Text, k: int) -> bool:
             return False
         start = _pick(rng, keys).start()
         addition = donor[start : _attribute_end(donor, start + 2)]
-    else:
-        addition = ", " + _pick(rng, ATTRIBUTES)
+    else:  # from the pool, preferring values for a key the op already has (its rule reads it)
+        own = {k.group(1) for k in _ATTRIBUTE.finditer(line, m.start(8))}
+        fitting = [a for a in ATTRIBUTES if a.partition("=")[0] in own]
+        addition = ", " + _pick(rng, fitting if fitting and rng.random() < 0.7 else ATTRIBUTES)
     t.lines[k] = _set_attribute(line, addition)
     return True
 

@@ -427,6 +427,10 @@ def test_a_report_of_a_hostile_module_is_served_like_any_other(tmp_path):
     assert payload["summary"]["chip"] == chips.resolve("h100") and text.startswith("{")
 
 
+BAD_CALL_IDS = ["chip-int", "chip-object", "chip-unknown", "cost-model", "bytes", "none",
+                "missing-file", "empty-dir", "missing-path"]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -440,8 +444,7 @@ def test_a_report_of_a_hostile_module_is_served_like_any_other(tmp_path):
         lambda tmp: analyze_hlo(tmp),  # a directory without dumps
         lambda tmp: analyze_hlo(tmp / "missing"),
     ],
-    ids=["chip-int", "chip-object", "chip-unknown", "cost-model", "bytes", "none", "missing-file",
-         "empty-dir", "missing-path"],  # fmt: skip
+    ids=BAD_CALL_IDS,
 )
 def test_analyze_hlo_raises_only_parse_value_and_os_errors(call, tmp_path):
     with pytest.raises((HloParseError, ValueError, OSError)) as info:

@@ -205,6 +205,8 @@ LIES = [
         (GOOD.replace("{0} negate", "{1,0} negate"), 5, "1,0}", "rank 1"),
         (GOOD.replace("{0} negate", "{0:T(8,0)} negate"), 5, "0:T(8,0)", "positive"),
         (GOOD.replace("{0} negate", "{0:T(128)(0)} negate"), 5, "0:T(128)(0)", "positive"),
+        (GOOD.replace("f32[4]{0} negate", "f32[3,3]{1,0:T(4294967296,4294967296)} negate"), 5,
+         "1,0:T", "past 2^63"),
         (GOOD.replace("f32[4]{0} negate", "f32[4,-3]{1,0} negate"), 5, "4,-3]", "negative"),
         (GOOD.replace("[4]{0} negate", "[0,9223372036854775808]{1,0} negate"), 5, "0,9", "2^63"),
         (GOOD.replace("[4]{0} negate", "[4294967296,4294967296]{1,0} negate"), 5, "f32[", "2^63"),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape
+from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape, tiled_elements
 
 COST_MODELS = ("roofline", "xla")
 
@@ -146,25 +146,12 @@ def array_bytes(shape: Shape, pad_to_tiles: bool = False) -> int:
     layout = shape.layout
     elements = math.prod(shape.dims)
     if pad_to_tiles and layout is not None and layout.tiles:
-        elements = _padded_elements(shape)
+        elements = tiled_elements(shape.dims, layout)
     bits = layout.element_size_bits if layout is not None else 0
     size = -(-elements * bits // 8) if bits else elements * _ELEMENT_BYTES[shape.dtype]
     if shape.dynamic:
         size += 4 * len(shape.dims)
     return size
-
-
-def _padded_elements(shape: Shape) -> int:
-    layout = shape.layout
-    assert layout is not None
-    order = layout.minor_to_major or tuple(range(len(shape.dims) - 1, -1, -1))
-    physical = [shape.dims[d] for d in reversed(order)]  # major → minor
-    tile = layout.tiles[0]
-    physical = [1] * max(len(tile) - len(physical), 0) + physical
-    for k, t in enumerate(reversed(tile)):
-        i = len(physical) - 1 - k
-        physical[i] = -(-physical[i] // t) * t
-    return math.prod(physical)
 
 
 @dataclass

@@ -34,6 +34,19 @@ class Layout:
     text: str = ""
 
 
+def tiled_elements(dims: tuple[int, ...], layout: Layout) -> int:
+    """Elements of an array as its layout's first tile stores it: the minor dimensions (in
+    minor-to-major order) rounded up to the tile, which may have more dimensions than the array."""
+    order = layout.minor_to_major or tuple(range(len(dims) - 1, -1, -1))
+    physical = [dims[d] for d in reversed(order)]  # major → minor
+    tile = layout.tiles[0]
+    physical = [1] * max(len(tile) - len(physical), 0) + physical
+    for k, t in enumerate(reversed(tile)):
+        i = len(physical) - 1 - k
+        physical[i] = -(-physical[i] // t) * t
+    return math.prod(physical)
+
+
 @dataclass(frozen=True, slots=True)
 class Shape:
     """An array, tuple, token or opaque shape. ``dims`` of a dynamic dimension is its bound."""

@@ -29,6 +29,7 @@ from hlo_roofline.hlo.ir import (
     Module,
     Shape,
     StackFrame,
+    tiled_elements,
 )
 
 
@@ -299,6 +300,9 @@ def _parse_array(line: _Line, pos: int) -> tuple[Shape, int]:
             layout = _parse_layout(layout_text, line, layout_pos)
             if len(layout.minor_to_major) != len(dims):
                 message = f"layout {{{layout_text}}} does not fit a shape of rank {len(dims)}"
+                raise line.error(message, layout_pos)
+            if layout.tiles and tiled_elements(tuple(dims), layout) > _MAX_ELEMENTS:
+                message = f"layout {{{layout_text}}} tiles the shape past 2^63 elements"
                 raise line.error(message, layout_pos)
         shape = Shape(dtype, tuple(dims), layout, (), tuple(dynamic) if any(dynamic) else ())
         _shape_cache[key] = shape
