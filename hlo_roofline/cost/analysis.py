@@ -122,6 +122,8 @@ class _Walk:
         called from several places is opened once and priced as one row at the others, so that
         the rows stay as many as the text's instructions (not one per path through the calls)."""
         ctx = self.ctx
+        if instr.opcode == "conditional" and not ctx.roofline:
+            return False  # XLA's model prices a conditional as one row (its branches' maximum)
         if any(id(comp) in self.opened for comp in instr.called):
             return False
         self.opened.update(id(comp) for comp in instr.called)
