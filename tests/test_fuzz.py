@@ -450,3 +450,44 @@ def test_analyze_hlo_raises_only_parse_value_and_os_errors(call, tmp_path):
     with pytest.raises((HloParseError, ValueError, OSError)) as info:
         call(tmp_path)
     assert str(info.value)
+
+
+# -- the campaign script (benchmarks/fuzz.py) --------------------------------------------------
+
+
+def test_the_campaign_script_runs_and_reports_by_kind(tmp_path):
+    import subprocess
+
+    command = [sys.executable, str(ROOT / "benchmarks" / "fuzz.py"), "--inputs", "40", "--jobs",
+               "2", "--seed", "3", "--quiet", "--save", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "semantic fuzz: 40 inputs (seed 3)" in done.stdout
+    assert "escapes: 0, hangs: 0" in done.stdout
+    rejected = int(re.search(r"HloParseError\): (\d+)", done.stdout).group(1))
+    analyzed = int(re.search(r"three chips\): (\d+)", done.stdout).group(1))
+    assert rejected + analyzed == 40
+    assert list(tmp_path.iterdir()) == []  # nothing failed, nothing saved
+
+
+def _stuck(text, chips_to_judge=None):
+    """A check that ignores its time limit (the alarm is blocked): only a kill stops it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(60)
+
+
+def _raises(text, chips_to_judge=None):
+    raise KeyError("escaped")
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "kind"),
+    [(_stuck, "hang (killed: no answer to its time limit)"), (_raises, "escape: KeyError at")],
+)
+def test_the_campaign_counts_hangs_and_escapes_and_goes_on(monkeypatch, tmp_path, check_fn, kind):
+    monkeypatch.setattr(campaign, "check", check_fn)
+    runner = campaign.Campaign(inputs=2, jobs=1, seed=0, seconds=0.5, save=tmp_path)
+    runner.run(progress=False)
+    failures = {k: n for k, n in runner.counts.items() if k.startswith(kind)}
+    assert sum(failures.values()) == 2, runner.counts  # every input, the worker replaced each time
+    assert len(list(tmp_path.glob("input-*.hlo.txt"))) == 2
