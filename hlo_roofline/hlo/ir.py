@@ -188,14 +188,18 @@ class Computation:
     is_fusion: bool = False  # called by a fusion: its ops are not rows of a report
     line: int = 0
     execution_thread: str = "main"  # "sparsecore" for a TPU SparseCore offload
+    _parameters: list[Instruction] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return f"<computation %{self.name} ({len(self.instructions)} instructions)>"
 
     @property
     def parameters(self) -> list[Instruction]:
-        params = [i for i in self.instructions if i.opcode == "parameter"]
-        return sorted(params, key=lambda p: int(p.payload or 0))
+        """Its parameters by number (found once: every caller of a shared body asks)."""
+        if self._parameters is None:
+            params = [i for i in self.instructions if i.opcode == "parameter"]
+            self._parameters = sorted(params, key=lambda p: int(p.payload or 0))
+        return self._parameters
 
 
 @dataclass(slots=True, eq=False)

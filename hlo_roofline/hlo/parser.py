@@ -103,7 +103,8 @@ _REQUIRED_CALLEES = {
     "scatter": ("to_apply",), "select-and-scatter": ("select", "scatter"),
     "all-reduce": ("to_apply",), "reduce-scatter": ("to_apply",), "async-start": ("calls",),
 }  # fmt: skip
-# How many operands an opcode takes, where XLA fixes it: (fewest, most or None, "even"/"odd"/"").
+# How many operands an opcode takes, where XLA fixes it: (fewest, most, the count & 1 that is wrong:
+# 1 where the count must be even, 0 where odd, -1 for either).
 # Opcodes not listed (fusion, call, custom-call, tuple, async wrappers, ops a future XLA adds) take
 # any number. A rule indexes the operands it reads, so a wrong count is an error of the text.
 _UNARY = (
@@ -128,18 +129,19 @@ _AT_LEAST_ONE = (
     "all-reduce-start", "all-gather-start", "collective-permute", "dynamic-reshape",
     "collective-permute-start", "collective-broadcast", "opt-barrier",
 )  # fmt: skip
-_ARITY: dict[str, tuple[int, int | None, str]] = {
-    **dict.fromkeys(_UNARY, (1, 1, "")),
-    **dict.fromkeys(_BINARY, (2, 2, "")),
-    **dict.fromkeys(("select", "clamp", "select-and-scatter", "batch-norm-training"), (3, 3, "")),
-    **dict.fromkeys(("batch-norm-inference", "batch-norm-grad"), (5, 5, "")),
-    **dict.fromkeys(("parameter", "constant", "iota", "partition-id", "replica-id"), (0, 0, "")),
-    **dict.fromkeys(("reduce", "reduce-window"), (2, None, "even")),
-    "scatter": (3, None, "odd"),
-    **dict.fromkeys(_AT_LEAST_ONE, (1, None, "")),
-    "dynamic-slice": (2, None, ""),
-    "dynamic-update-slice": (3, None, ""),
-    "conditional": (2, None, ""),
+_ANY = 2**62
+_ARITY: dict[str, tuple[int, int, int]] = {
+    **dict.fromkeys(_UNARY, (1, 1, -1)),
+    **dict.fromkeys(_BINARY, (2, 2, -1)),
+    **dict.fromkeys(("select", "clamp", "select-and-scatter", "batch-norm-training"), (3, 3, -1)),
+    **dict.fromkeys(("batch-norm-inference", "batch-norm-grad"), (5, 5, -1)),
+    **dict.fromkeys(("parameter", "constant", "iota", "partition-id", "replica-id"), (0, 0, -1)),
+    **dict.fromkeys(("reduce", "reduce-window"), (2, _ANY, 1)),  # inputs and their inits
+    "scatter": (3, _ANY, 0),  # inputs, the indices, updates
+    **dict.fromkeys(_AT_LEAST_ONE, (1, _ANY, -1)),
+    "dynamic-slice": (2, _ANY, -1),
+    "dynamic-update-slice": (3, _ANY, -1),
+    "conditional": (2, _ANY, -1),
 }
 _FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _KV = re.compile(r"(\w+)=(-?\d+)")
@@ -636,8 +638,10 @@ def _parse_module(text: str) -> Module:
                     except KeyError as exc:
                         raise _unknown_operand(exc.args[0], number, text[start:end]) from None
                 arity = _ARITY.get(instr.opcode)
-                if arity is not None and not _arity_fits(arity, len(names)):
-                    raise _wrong_arity(instr, arity, len(names), text[start:end])
+                if arity is not None:
+                    n = len(names)
+                    if n < arity[0] or n > arity[1] or n & 1 == arity[2]:
+                        raise _wrong_arity(instr, arity, n, text[start:end])
                 if instr.opcode == "parameter":
                     parameters.append(instr)
                 if instr.name in by_name:
@@ -698,20 +702,14 @@ def _parse_module(text: str) -> Module:
     return Module(name, computations, entry, module_attrs, frames, text)
 
 
-def _arity_fits(arity: tuple[int, int | None, str], count: int) -> bool:
-    fewest, most, parity = arity
-    if count < fewest or (most is not None and count > most):
-        return False
-    return not parity or (count % 2 == 0) == (parity == "even")
-
-
 def _wrong_arity(
-    instr: Instruction, arity: tuple[int, int | None, str], count: int, raw: str
+    instr: Instruction, arity: tuple[int, int, int], count: int, raw: str
 ) -> HloParseError:
-    fewest, most, parity = arity
+    fewest, most, odd_is_wrong = arity
     if most == fewest:
         wanted = f"{fewest} operand{'' if fewest == 1 else 's'}"
-    elif parity:
+    elif odd_is_wrong >= 0:
+        parity = "even" if odd_is_wrong else "odd"
         wanted = f"an {parity} number of operands (at least {fewest})"
     else:
         wanted = f"at least {fewest} operand{'' if fewest == 1 else 's'}"
@@ -744,6 +742,7 @@ def _unknown_operand(name: str, number: int, raw: str) -> HloParseError:
 def _resolve_callees(
     callers: list[tuple[Instruction, int]], computations: dict[str, Computation], text: str
 ) -> None:
+    agree: dict[tuple[int, int], bool] = {}  # shape pairs already compared
     for instr, number in callers:
         attrs = instr.attrs
         instr.called = []
@@ -770,7 +769,7 @@ def _resolve_callees(
             for callee in instr.called:
                 callee.is_fusion = True
         if instr.opcode in _PASSES_OPERANDS and instr.called:
-            _check_call(instr, number, text)
+            _check_call(instr, number, text, agree)
 
 
 # Ops whose callee receives their operands as its parameters (and, but for async starts, whose
@@ -790,15 +789,26 @@ def _compatible(a: Shape, b: Shape) -> bool:
     return all(_compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes, strict=True))
 
 
-def _check_call(instr: Instruction, number: int, text: str) -> None:
-    """The callee's parameters take the caller's operands; its root gives the caller's result."""
+def _check_call(
+    instr: Instruction, number: int, text: str, agree: dict[tuple[int, int], bool]
+) -> None:
+    """The callee's parameters take the caller's operands; its root gives the caller's result.
+    ``agree`` remembers pairs of shapes compared (parsed shapes are shared objects)."""
+
+    def compatible(a: Shape, b: Shape) -> bool:
+        key = (id(a), id(b))
+        found = agree.get(key)
+        if found is None:
+            found = agree[key] = _compatible(a, b)
+        return found
+
     opcode = instr.opcode
     if opcode == "while":
         if len(instr.called) != 2:
             return  # body= and condition= naming one computation: nothing else to compare
         body, condition = instr.called
         plan = [(body, instr.operands, instr.shape), (condition, instr.operands, None)]
-        if not _compatible(instr.shape, instr.operands[0].shape):
+        if not compatible(instr.shape, instr.operands[0].shape):
             _call_error(instr, number, text, "a while loop's result must have its operand's shape")
     elif opcode == "conditional":
         branches = instr.called
@@ -817,7 +827,7 @@ def _check_call(instr: Instruction, number: int, text: str) -> None:
             message = f"%{callee.name} takes {len(params)} parameters, given {len(operands)}"
             _call_error(instr, number, text, message)
         for param, operand in zip(params, operands, strict=True):
-            if not _compatible(param.shape, operand.shape):
+            if not compatible(param.shape, operand.shape):
                 message = (
                     f"parameter {param.payload} of %{callee.name} is {param.shape}, "
                     f"but %{operand.name} passed to it is {operand.shape}"
@@ -826,7 +836,7 @@ def _check_call(instr: Instruction, number: int, text: str) -> None:
         if (
             result is not None
             and callee.root is not None
-            and not _compatible(callee.root.shape, result)
+            and not compatible(callee.root.shape, result)
         ):
             message = f"%{callee.name} returns {callee.root.shape}, not the {opcode}'s {result}"
             _call_error(instr, number, text, message)
