@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hlo_roofline import HloParseError, analyze_hlo, chips
+from hlo_roofline.cost.base import MAX_NOTES
 from hlo_roofline.hlo import parse_module
 from hlo_roofline.hlo import parser as hlo_parser
 
@@ -346,6 +347,28 @@ def test_costs_that_would_come_out_negative_are_flagged(text, note):
     ops = analyze_hlo(text).ops
     assert (ops[["flops", "bytes_accessed", "count"]] >= 0).all().all()
     assert ops["note"].str.contains(note).any()
+
+
+def many_opaque_calls(n: int, callers: int) -> str:
+    """A fused body of ``n`` distinct opaque custom calls (a note each), called ``callers`` times."""
+    body = [f'  %c{i} = f32[4]{{0}} custom-call(%q), custom_call_target="k{i}"' for i in range(n)]
+    fusions = [f"  %y{j} = f32[4]{{0}} fusion(%p), kind=kLoop, calls=%f" for j in range(callers)]
+    return "\n".join([
+        "HloModule m", "", "%f (q: f32[4]) -> f32[4] {", "  %q = f32[4]{0} parameter(0)", *body,
+        "  ROOT %r = f32[4]{0} negate(%q)", "}", "", "ENTRY %e (p: f32[4]) -> f32[4] {",
+        "  %p = f32[4]{0} parameter(0)", *fusions, "  ROOT %z = f32[4]{0} negate(%p)", "}", "",
+    ])  # fmt: skip
+
+
+def test_notes_stay_bounded_however_many_distinct_ones_a_body_has():
+    """50k distinct notes in one body, 2000 callers: each row keeps a few and counts the rest
+    (merging them one by one into a tuple was quadratic, and every row held all of them)."""
+    text = many_opaque_calls(50_000, 2000)
+    assert check(text) == "analyzed"
+    ops = analyze_hlo(text).ops
+    fusion = ops[ops.opcode == "fusion"].iloc[0]
+    assert fusion.unknown and fusion.note.endswith(f"… and {50_000 - MAX_NOTES} more notes")
+    assert fusion.note.count("opaque custom call") == MAX_NOTES
 
 
 def test_operands_must_be_defined_above_their_users():

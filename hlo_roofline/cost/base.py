@@ -80,7 +80,7 @@ def total(costs: list[Cost]) -> Cost:
     """The sum of ``costs``: the same as adding them one by one, without the intermediate sums."""
     flops = transcendentals = bytes_accessed = comm_bytes = 0.0
     unknown = False
-    notes: tuple[str, ...] = ()
+    notes: dict[str, None] = {}  # in order, each once (a tuple's `in` would make this quadratic)
     for cost in costs:
         flops += cost.flops
         transcendentals += cost.transcendentals
@@ -88,8 +88,22 @@ def total(costs: list[Cost]) -> Cost:
         comm_bytes += cost.comm_bytes
         unknown = unknown or cost.unknown
         if cost.notes:
-            notes = _merge_notes(notes, cost.notes)
-    return Cost(flops, transcendentals, bytes_accessed, comm_bytes, unknown, notes)
+            notes.update(dict.fromkeys(cost.notes))
+    return Cost(flops, transcendentals, bytes_accessed, comm_bytes, unknown, _at_most(notes))
+
+
+MAX_NOTES = 16  # per cost: a body of 100k distinct opaque calls must not give every caller 100k
+
+
+def _at_most(notes: dict[str, None]) -> tuple[str, ...]:
+    """The notes, the first ``MAX_NOTES`` of them and every lower-bound warning, and a count of
+    the rest (so that a summed cost stays small, whatever the body it sums)."""
+    if len(notes) <= MAX_NOTES:
+        return tuple(notes)
+    first = list(notes)[:MAX_NOTES]
+    kept = dict.fromkeys([*first, *(n for n in notes if "lower bound" in n)])
+    more = sum(1 for n in notes if n not in kept and not n.startswith("… and "))
+    return (*kept, f"… and {more} more notes") if more else tuple(kept)
 
 
 def _merge_notes(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:

@@ -13,11 +13,9 @@ IMMEDIATE_CONSTANT_MAX_ELEMENTS = 1  # larger constants inside a fusion are read
 def fusion(instr: Instruction, ctx: CostContext) -> Cost:
     body = instr.called[0]
     if instr.attrs.get("kind") == "kCustom":  # XLA prices a custom gather/scatter fusion as that op
-        for inner in body.instructions:
-            if inner.opcode == "gather":
-                return gather(inner, ctx)
-            if inner.opcode == "scatter":
-                return scatter(inner, ctx)
+        inner = _gather_or_scatter(body, ctx)
+        if inner is not None:
+            return gather(inner, ctx) if inner.opcode == "gather" else scatter(inner, ctx)
     inner = ctx.computation(body)
     if ctx.roofline and body.root.opcode == "custom-call":
         marker = body.root.attrs.get("custom_call_target", "").strip('"')
@@ -32,6 +30,16 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
         unknown=inner.unknown,
         notes=inner.notes,
     )
+
+
+def _gather_or_scatter(body: Computation, ctx: CostContext) -> Instruction | None:
+    """The first gather or scatter of a fused computation (looked for once per computation)."""
+    key = ("gather_or_scatter", id(body))
+    if key not in ctx.memo:
+        ctx.memo[key] = next(
+            (i for i in body.instructions if i.opcode in ("gather", "scatter")), None
+        )
+    return ctx.memo[key]
 
 
 def _body_read_bytes(body: Computation, ctx: CostContext) -> float:
