@@ -506,7 +506,7 @@ def problem(ratio: float, measured_s: float, bound: str, bytes_per_run: float, c
         kept = host.measurements()
         when = _conditions(kept[-1]) if kept else "conditions unknown"
         return (
-            f"{faster}: the host's {bound or 'roof'} {HOST_ROOF_LOW} (best of "
+            f"{faster}: the host's {bound + ' ' if bound else ''}{HOST_ROOF_LOW} (best of "
             f"{len(kept)} measurement(s); the last {when}): measure it again on a quieter "
             "machine, hlo_roofline.host.host_chip(refresh=True)"
         )

@@ -27,6 +27,7 @@ VERDICT_COLUMNS = (
     "t_roofline_s", "share", "hint",
 )  # fmt: skip
 RIDGE_DTYPES = ("bf16", "fp8", "int8", "tf32", "fp32")
+NO_RATE = "compute time unknown: "  # how a row whose matmul dtype the chip has no rate for begins
 
 
 def _peak(chip: Chip, dtype: str) -> float:
@@ -64,7 +65,7 @@ def _matmul_rate(chip: Chip, dtype: str, precision: str) -> tuple[float, str]:
     try:
         return matmul_peak(chip, dtype, precision or "default"), ""
     except ValueError:
-        return math.nan, f"compute time unknown: {chip.name} has no rate for {dtype} matmuls"
+        return math.nan, f"{NO_RATE}{chip.name} has no rate for {dtype} matmuls"
 
 
 def _vmem_bandwidth(chip: Chip) -> float | None:
@@ -218,6 +219,11 @@ def classify(ops: pd.DataFrame, chip: Chip | str) -> tuple[pd.DataFrame, dict]:
             ops.itertuples(), ops["critical_intensity"], matmul, no_rate, strict=True
         )
     ]
+    if ops["note"].str.contains(NO_RATE, regex=False).any():  # judged before, on another chip
+        ops["note"] = [
+            "; ".join(p for p in note.split("; ") if not p.startswith(NO_RATE)) if NO_RATE in note
+            else note for note in ops["note"]
+        ]  # fmt: skip
     if no_rate.any():  # the row says why its compute time is missing
         problems = [rates[d, p][1] if missing else "" for d, p, missing in
                     zip(ops["dtype"], ops["precision"], no_rate, strict=True)]  # fmt: skip
