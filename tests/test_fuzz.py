@@ -2,7 +2,11 @@
 
 Whatever the text, ``parse_module`` either returns a module or raises ``HloParseError``, and
 ``analyze_hlo`` on a module never raises (an op its rule cannot make sense of becomes a flagged
-``unknown`` row), in bounded time. The suite runs a bounded number of cases; a long campaign is
+``unknown`` row), gives sane rows and verdicts, in bounded time (``benchmarks/fuzz.py: check``).
+Two kinds of mutants: broken syntax (bytes, tokens, nesting), and valid syntax that means nonsense
+(``benchmarks/mutate.py``: numbers, dims, dtypes, opcodes, layouts, attributes, operands,
+callees). The suite runs a bounded number of cases; a long campaign is
+``.venv/bin/python benchmarks/fuzz.py`` (100,000 semantic mutants) or
 ``HLO_ROOFLINE_FUZZ_EXAMPLES=100000 .venv/bin/python -m pytest tests/test_fuzz.py`` (see
 docs/performance.md).
 """
