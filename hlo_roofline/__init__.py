@@ -6,6 +6,8 @@ and returns a :class:`Report`; ``analyze_hlo(text_or_path)`` does the same from 
 runs the step under the profiler and joins measured per-op times to the report.
 """
 
+# First: environment defaults JAX reads when it starts its backends (see the module).
+import hlo_roofline._jax_env  # noqa: F401  # isort: skip
 from hlo_roofline import chips
 from hlo_roofline.api import analyze, analyze_dump, analyze_hlo, roofline
 from hlo_roofline.hlo import HloParseError

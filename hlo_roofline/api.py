@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import warnings
 from pathlib import Path
 
-from hlo_roofline import chips, cost
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from hlo_roofline import chips, cost, targets
 from hlo_roofline._gc import gc_paused
+from hlo_roofline.cache import compiled_text
 from hlo_roofline.hlo import Module, parse
 from hlo_roofline.report import Report
 
@@ -79,8 +84,6 @@ def module_key(path: Path) -> str:
 
 def local_chip():
     """The chip of the local default device, when the database knows it (None on a CPU)."""
-    import jax
-
     device = jax.devices()[0]
     if device.platform == "cpu":
         return None
@@ -93,8 +96,6 @@ def local_chip():
 
 def _default_target(chip) -> str | None:
     """The compile-only target that produces this chip's HLO, if there is one."""
-    from hlo_roofline import targets
-
     try:
         return targets.parse_target(chip.key).spec
     except targets.TargetError:
@@ -103,13 +104,8 @@ def _default_target(chip) -> str | None:
 
 def place_args(args, target: str | None):
     """Abstract array arguments, placed on the target's first device unless already sharded on it."""
-    import jax
-    from jax.sharding import NamedSharding, PartitionSpec
-
     if target is None:
         return args
-    from hlo_roofline import targets
-
     devices = targets.devices(target)
     own = {d.id for d in devices}
     default = NamedSharding(jax.sharding.Mesh([devices[0]], ("_",)), PartitionSpec())
@@ -129,8 +125,8 @@ def place_args(args, target: str | None):
 
 
 def jitted(fn, jit_kwargs: dict):
-    import jax
-
+    if not callable(fn):
+        raise TypeError(f"expected a function (plain or jitted) to analyze, got {type(fn).__name__}")
     if hasattr(fn, "lower"):
         if jit_kwargs:
             raise TypeError(f"{fn} is already jitted: pass {sorted(jit_kwargs)} to jax.jit instead")
@@ -138,19 +134,46 @@ def jitted(fn, jit_kwargs: dict):
     return jax.jit(fn, **jit_kwargs)
 
 
+def as_chip(chip) -> chips.Chip | None:
+    """``chip=`` as the API takes it: None, a name the database knows, or a :class:`chips.Chip`."""
+    if chip is None or isinstance(chip, chips.Chip):
+        return chip
+    if isinstance(chip, str):
+        return chips.get(chip)
+    raise TypeError(
+        f"chip must be a chip name such as 'v5e' or 'h100' (see hlo_roofline.chips.names()), "
+        f"a hlo_roofline.chips.Chip, or None; got {type(chip).__name__} {chip!r}"
+    )
+
+
 def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, str]:
-    """(chip, compile-only target or None for local, a sentence saying what is compiled for what)."""
-    chip = chips.get(chip) if isinstance(chip, str) else chip
+    """(chip, compile-only target or None for local, a sentence saying what is compiled for what).
+
+    One meaning everywhere: ``target`` says what to compile for ("local" for this machine);
+    without it, an accelerator ``chip`` is compiled for compile-only, unless the local device is
+    that chip. ``chip`` defaults to the target's chip, else the local device's.
+    """
+    chip = as_chip(chip)
+    if target is not None and not isinstance(target, str | targets.TargetSpec):
+        raise TypeError(f"target must be a string such as 'v5e:2x2' or 'h100', got {target!r}")
     if target == "local":
         chip = chip or local_chip()
         return chip, None, "compiled for the local backend"
     if target is not None:
-        from hlo_roofline import targets
-
         spec = targets.parse_target(target)
+        if chip is not None and chip.key != spec.chip:
+            warnings.warn(
+                f"the program is compiled for {spec.spec} but judged against {chip.name} "
+                f"({chip.key}): its fusion and layouts are {spec.chip}'s, not {chip.key}'s",
+                JudgedElsewhereWarning,
+                stacklevel=3,
+            )
         chip = chip or chips.get(spec.chip)
         return chip, spec.spec, f"compiled compile-only for {spec.spec}"
     if chip is not None and chip.kind in ("tpu", "gpu"):
+        local = local_chip()
+        if local is not None and local.key == chip.key:
+            return chip, None, f"compiled for the local {chip.name}"
         target = _default_target(chip)
         if target is not None:
             return (
@@ -164,13 +187,24 @@ def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, s
         warnings.warn(
             f"no compile-only target produces {chip.name} HLO; judging the local backend's HLO "
             f"against {chip.name}",
+            JudgedElsewhereWarning,
             stacklevel=3,
         )
     return chip or local_chip(), None, "compiled for the local backend"
 
 
+class JudgedElsewhereWarning(UserWarning):
+    """The program is judged against another chip than the one it was compiled for."""
+
+
 def analyze(
-    fn, *args, chip=None, target: str | None = None, cost_model: str = "roofline", **jit_kwargs
+    fn,
+    *args,
+    chip=None,
+    target: str | None = None,
+    cost_model: str = "roofline",
+    cache: bool | str | os.PathLike = True,
+    **jit_kwargs,
 ):
     """Compile ``fn(*args)`` and return its classified :class:`Report`.
 
@@ -179,25 +213,48 @@ def analyze(
     ``jax.jit``. ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that
     accelerator; ``chip`` defaults to the target's chip (or the local device's). Naming an
     accelerator ``chip`` without a target compiles for that chip, not for the local CPU.
+    The optimized HLO is kept on disk (:mod:`hlo_roofline.cache`): analyzing the same step again,
+    in any process, does not compile it again. ``cache=False`` compiles regardless; a path keeps
+    the cache there.
     """
     chip, target, how = resolve(chip, target)
+    return _analyze_lowered(jitted(fn, jit_kwargs), args, {}, chip, target, how, cost_model, cache)
+
+
+def _analyze_lowered(step, args, kwargs, chip, target, how, cost_model, cache) -> Report:
+    """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it."""
     log.info("%s", how)
-    compiled = jitted(fn, jit_kwargs).lower(*place_args(args, target)).compile()
-    report = analyze_hlo(compiled.as_text(), cost_model, chip)
+    lowered = step.lower(*place_args(args, target), **place_args(kwargs, target))
+    report = analyze_hlo(compiled_text(lowered, target, cache), cost_model, chip)
+    return labelled(report, target, how)
+
+
+def labelled(report: Report, target: str | None, how: str) -> Report:
+    """Record in the summary what the program was compiled for, and why."""
     report.summary["compiled_for"] = target or "local"
     report.summary["how"] = how
     return report
 
 
 def roofline(
-    fn=None, *, chip=None, logdir=None, run: str | None = None, cost_model: str = "roofline"
+    fn=None,
+    *,
+    chip=None,
+    target: str | None = None,
+    logdir=None,
+    run: str | None = None,
+    cost_model: str = "roofline",
+    cache: bool | str | os.PathLike = True,
 ):
-    """Wrap a (jitted) training step: its first call analyzes the program jax compiled for it.
+    """Wrap a (jitted) training step: its first call analyzes the program compiled for its arguments.
 
-    The analysis reuses that compilation (jax caches it), writes the report to TensorBoard when
-    ``logdir`` is given, and is kept as ``step.report``; later calls go straight to the jitted step.
+    ``chip`` and ``target`` mean what they mean for :func:`analyze`: on a machine without the
+    chip, the step is compiled compile-only for it (from the first call's shapes) while the calls
+    themselves run here; the report's ``how`` says which. The report is written to TensorBoard when
+    ``logdir`` is given and kept as ``step.report``; later calls go straight to the jitted step.
     Usable as ``@roofline(chip="v5e", logdir="runs")`` or ``step = roofline(step, chip="v5e")``.
     """
+    resolved = resolve(chip, target)  # bad names fail here, at wrapping time
 
     def wrap(step):
         jitted_step = jitted(step, {})
@@ -205,10 +262,9 @@ def roofline(
         @functools.wraps(step)
         def wrapper(*args, **kwargs):
             if wrapper.report is None:
-                compiled = jitted_step.lower(*args, **kwargs).compile()
-                target_chip = chips.get(chip) if isinstance(chip, str) else chip
-                report = analyze_hlo(compiled.as_text(), cost_model, target_chip or local_chip())
-                report.summary["compiled_for"] = "local"
+                report = _analyze_lowered(
+                    jitted_step, args, kwargs, *resolved, cost_model=cost_model, cache=cache
+                )
                 wrapper.report = report
                 if logdir is not None:
                     report.write_tensorboard(logdir, run or getattr(step, "__name__", "step"))
