@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import os
@@ -39,6 +40,7 @@ def analyze_hlo(
     if _is_directory(path_or_text):
         return analyze_dump(path_or_text, cost_model, chip)
     module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
+    _warn_if_unoptimized(module)
     with gc_paused():
         # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.
         pad = cost_model == "roofline"
@@ -50,8 +52,31 @@ def analyze_hlo(
     return report.classify(chip) if chip is not None else report
 
 
+class UnoptimizedHloWarning(UserWarning):
+    """The HLO looks like XLA's input, not its optimized output: the numbers are before fusion."""
+
+
+def _warn_if_unoptimized(module: Module) -> None:
+    """XLA schedules every module it optimizes; one that is neither scheduled nor fused is the
+    compiler's input (``jit(f).lower(...).as_text(dialect="hlo")``), priced op by op as if every
+    intermediate went through memory."""
+    if module.attrs.get("is_scheduled") == "true":
+        return
+    if any(i.opcode == "fusion" for i in module.instructions()):
+        return
+    warnings.warn(
+        f"module {module.name!r} looks unoptimized (not scheduled, no fusions), e.g. from "
+        "lower().as_text(): its numbers are before fusion, not what XLA runs. Analyze "
+        "lower().compile().as_text(), or the function itself with hlo_roofline.analyze(fn, ...)",
+        UnoptimizedHloWarning,
+        stacklevel=3,
+    )
+
+
 def _is_directory(path_or_text) -> bool:
-    if not isinstance(path_or_text, (str, Path)) or "\n" in str(path_or_text):
+    if not isinstance(path_or_text, str | Path) or "\n" in str(path_or_text):
+        return False
+    if not str(path_or_text).strip():  # Path("") is the current directory
         return False
     try:
         return Path(path_or_text).is_dir()
@@ -204,6 +229,7 @@ def analyze(
     target: str | None = None,
     cost_model: str = "roofline",
     cache: bool | str | os.PathLike = True,
+    isolate_trace: bool = False,
     **jit_kwargs,
 ):
     """Compile ``fn(*args)`` and return its classified :class:`Report`.
@@ -215,16 +241,33 @@ def analyze(
     accelerator ``chip`` without a target compiles for that chip, not for the local CPU.
     The optimized HLO is kept on disk (:mod:`hlo_roofline.cache`): analyzing the same step again,
     in any process, does not compile it again. ``cache=False`` compiles regardless; a path keeps
-    the cache there.
+    the cache there. ``isolate_trace`` traces on a fresh thread, so the Python stack recorded in the
+    HLO (and with it the cache entry) does not depend on the caller: for callers that hold no JAX
+    context of their own (a ``with mesh:`` block, a config context), such as the CLI.
     """
     chip, target, how = resolve(chip, target)
-    return _analyze_lowered(jitted(fn, jit_kwargs), args, {}, chip, target, how, cost_model, cache)
+    step = jitted(fn, jit_kwargs)
+    return _analyze_step(step, args, {}, chip, target, how, cost_model, cache, isolate_trace)
 
 
-def _analyze_lowered(step, args, kwargs, chip, target, how, cost_model, cache) -> Report:
+def lower(step, args: tuple, kwargs: dict, target: str | None, isolate_trace: bool = False):
+    """``step.lower`` with the arguments placed on ``target``; see ``analyze`` for the thread."""
+
+    def run():
+        return step.lower(*place_args(args, target), **place_args(kwargs, target))
+
+    if not isolate_trace:
+        return run()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()
+
+
+def _analyze_step(
+    step, args, kwargs, chip, target, how, cost_model, cache, isolate_trace=False
+) -> Report:
     """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it."""
     log.info("%s", how)
-    lowered = step.lower(*place_args(args, target), **place_args(kwargs, target))
+    lowered = lower(step, args, kwargs, target, isolate_trace)
     report = analyze_hlo(compiled_text(lowered, target, cache), cost_model, chip)
     return labelled(report, target, how)
 
@@ -262,7 +305,7 @@ def roofline(
         @functools.wraps(step)
         def wrapper(*args, **kwargs):
             if wrapper.report is None:
-                report = _analyze_lowered(
+                report = _analyze_step(
                     jitted_step, args, kwargs, *resolved, cost_model=cost_model, cache=cache
                 )
                 wrapper.report = report

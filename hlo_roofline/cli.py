@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
+import inspect
 import json
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -133,6 +135,13 @@ cost_model_option = click.option(
     "library calls and collectives.",
 )
 
+no_cache_option = click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Compile even if this step's optimized HLO is in the cache (~/.cache/hlo_roofline/hlo, "
+    "or $HLO_ROOFLINE_CACHE_DIR).",
+)
+
 
 def _format_option(*choices: str) -> Callable:
     return click.option(
@@ -196,6 +205,13 @@ def main() -> None:
       $ hlo-roofline analyze steps.py:matmul_step --chip v5e
       $ hlo-roofline check large.json --select dot_general --require compute
     """
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python warnings (a chip judged against another's program, HLO before optimization) as
+    one-line messages on stderr, like the command's other notes."""
+    click.echo(f"warning: {message}", err=True)
 
 
 # -- analyze ---------------------------------------------------------------------------------------
@@ -223,11 +239,34 @@ def load_entry(entry: str) -> tuple[Callable, tuple, dict]:
         raise EntryError(f"{file} has no {name!r}{hint}")
     if not callable(factory):
         raise EntryError(f"{entry} is not a function: {type(factory).__name__}")
+    _require_no_arguments(entry, factory)
     try:
         returned = factory()
     except Exception as exc:
         raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
     return _unpack(entry, returned)
+
+
+def _require_no_arguments(entry: str, factory: Callable) -> None:
+    """A step itself (it needs its inputs) is the commonest mistake: explain the factory form."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # builtins and the like: let the call decide
+        return
+    needed = [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if needed:
+        name = entry.rpartition(":")[2]
+        args = ", ".join(needed)
+        raise EntryError(
+            f"{entry} needs arguments ({args}): NAME must be a function of no arguments that "
+            f"returns (step, args) or (step, args, jit_kwargs), e.g. "
+            f"`def {name}_example(): return {name}, ({args}{',' if len(needed) == 1 else ''})` "
+            f"with jax.ShapeDtypeStruct or arrays for the arguments"
+        )
 
 
 _imported: dict[Path, tuple[tuple[int, int], object]] = {}
@@ -294,7 +333,9 @@ def _user_error(exc: BaseException, path: Path) -> str:
     return f"{type(exc).__name__}: {_one_line(exc)}{where}"
 
 
-def _compile(entry: str, chip, target, cost_model: str, steps: int = 0) -> Report:
+def _compile(
+    entry: str, chip, target, cost_model: str, steps: int = 0, no_cache: bool = False
+) -> Report:
     """Load ``entry`` and analyze it (``steps`` > 0: run and measure it); errors become messages."""
     from hlo_roofline import (  # targets first: it sets up jax for compile-only
         api,
@@ -309,7 +350,16 @@ def _compile(entry: str, chip, target, cost_model: str, steps: int = 0) -> Repor
             if target is not None:
                 raise InputError("--measure runs the step here: it cannot use --target")
             return measured.measure(api.jitted(step, kwargs), *args, steps=steps, chip=chip)
-        return api.analyze(step, *args, chip=chip, target=target, cost_model=cost_model, **kwargs)
+        return api.analyze(
+            step,
+            *args,
+            chip=chip,
+            target=target,
+            cost_model=cost_model,
+            cache=not no_cache,
+            isolate_trace=True,  # `analyze` and `check --from` then share cache entries
+            **kwargs,
+        )
     except InputError:
         raise
     except (targets.TargetError, targets.TargetUnavailableError, measured.TraceError) as exc:
@@ -346,6 +396,7 @@ def _compile(entry: str, chip, target, cost_model: str, steps: int = 0) -> Repor
     show_default=True,
     help="Profiled steps for --measure.",
 )
+@no_cache_option
 def analyze(
     entry,
     chip,
@@ -360,6 +411,7 @@ def analyze(
     top,
     measure,
     steps,
+    no_cache,
 ):
     """Compile a JAX step and print its per-op roofline.
 
@@ -375,7 +427,7 @@ def analyze(
       $ hlo-roofline analyze steps.py:elementwise_step --chip v5e --format csv
     """
     _check_run(logdir, run)
-    report = _compile(entry, chip, target, cost_model, steps if measure else 0)
+    report = _compile(entry, chip, target, cost_model, steps if measure else 0, no_cache)
     name = entry.rpartition(":")[2]
     _emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
 
@@ -705,8 +757,11 @@ def _load_report(path: Path, chip: chips.Chip | None) -> Report:
               help="Report to compare the predicted step time with.")  # fmt: skip
 @click.option("--max-regression", type=float, metavar="PCT",
               help="The step may be at most PCT% slower than --baseline.")  # fmt: skip
+@no_cache_option
 @_format_option("table", "json")
-def check_command(report_path, entry, chip, target, cost_model, rules_path, fmt, **flags):
+def check_command(
+    report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags
+):
     """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input.
 
     Rules come from the flags, over --rules FILE, else over [tool.hlo-roofline.check] in the
@@ -732,7 +787,7 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, fmt,
             "--rules FILE, or add [tool.hlo-roofline.check] to pyproject.toml"
         )
     if entry is not None:
-        report = _compile(entry, chip, target, cost_model)
+        report = _compile(entry, chip, target, cost_model, no_cache=no_cache)
     else:
         report = _load_report(report_path, chip)
     baseline = None

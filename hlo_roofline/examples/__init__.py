@@ -17,7 +17,6 @@ function takes the target as an optional argument and the report's target must b
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import importlib
 import inspect
@@ -129,13 +128,7 @@ def compiled_text(
     cache_dir: str | os.PathLike | None = None,
 ) -> str:
     """The optimized HLO XLA compiles ``step(*args)`` to for ``target`` (None: this machine),
-    kept in ``cache_dir`` when one is given (see :mod:`hlo_roofline.cache`)."""
-
-    def lower():
-        return api.jitted(step, jit_kwargs).lower(*api.place_args(args, target))
-
-    # Traced on a fresh thread, the program's recorded Python stack (HLO metadata) is the same
-    # whoever calls: the demo and the tests then share cache entries.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        lowered = pool.submit(lower).result()
+    kept in ``cache_dir`` when one is given (see :mod:`hlo_roofline.cache`). Traced on a fresh
+    thread, so the demo and the tests, whoever calls, share cache entries."""
+    lowered = api.lower(api.jitted(step, jit_kwargs), args, {}, target, isolate_trace=True)
     return cache.compiled_text(lowered, target, cache_dir if cache_dir is not None else False)
