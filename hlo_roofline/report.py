@@ -25,9 +25,9 @@ TENSORBOARD_PLUGIN = "hlo_roofline"
 _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "note", "fused_ops", "collective", "bound", "hint",
+    "source", "note", "fused_ops", "collective", "replica_group", "waits_for", "bound", "hint",
 )  # fmt: skip
-_TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s")
+_TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s", "t_exposed_s")
 
 
 class ReportError(ValueError):
@@ -55,11 +55,19 @@ class Report:
     def chip(self) -> str | None:
         return self.summary.get("chip")
 
-    def classify(self, chip) -> Report:
-        """The same ops judged against ``chip`` (a name, alias or :class:`~hlo_roofline.chips.Chip`)."""
+    def classify(self, chip, topology=None) -> Report:
+        """The same ops judged against ``chip`` (a name, alias or :class:`~hlo_roofline.chips.Chip`).
+
+        ``topology`` places the devices for the collective model: the mesh the program was
+        sharded on (exact TPU coordinates, GPU hosts) or an
+        :class:`~hlo_roofline.interconnect.Topology`; by default the one this report was judged
+        with, else one inferred from the chip and the replica groups.
+        """
         from hlo_roofline import verdict
 
-        ops, summary_update = verdict.classify(self.ops, chip)
+        if topology is None:
+            topology = self.summary.get("topology")
+        ops, summary_update = verdict.classify(self.ops, chip, topology)
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
             from hlo_roofline.measured import add_efficiency
 

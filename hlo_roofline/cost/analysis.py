@@ -14,7 +14,12 @@ import numpy as np
 
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import COST_MODELS, Cost, CostContext, array_bytes, callee
-from hlo_roofline.cost.collectives import COLLECTIVES, find_collective
+from hlo_roofline.cost.collectives import (
+    COLLECTIVES,
+    async_start_of,
+    find_collective,
+    group_text,
+)
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
 from hlo_roofline.cost.linalg import matmul_geometry
 from hlo_roofline.hlo import attrs
@@ -29,7 +34,8 @@ ROW_COLUMNS = (
     "name", "opcode", "computation", "count", "flops", "transcendentals", "bytes_accessed",
     "comm_bytes", "vmem_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name",
     "source", "note",
-    "fused_ops", "collective", "group_size", "mm_batch", "mm_m", "mm_n", "mm_k",
+    "fused_ops", "collective", "group_size", "replica_group", "waits_for",
+    "mm_batch", "mm_m", "mm_n", "mm_k",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _RULE_ERRORS = (
@@ -173,6 +179,8 @@ def rows(
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
+    groups: dict[int, str] = {}  # id(collective) -> the devices it talks to (group_text)
+    in_flight: frozenset[str] | None = None  # channels of TPU async collectives (found once)
     # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
     table: list[tuple] = []
@@ -200,7 +208,9 @@ def rows(
             if instr.called:
                 body = bodies.get(id(instr.called[0]))
                 if body is None:
-                    body = bodies[id(instr.called[0])] = _Body(instr)
+                    if in_flight is None:
+                        in_flight = attrs.in_flight_channels(module)
+                    body = bodies[id(instr.called[0])] = _Body(instr, in_flight)
                 fused, found, geometry = body.fused_ops, body.collective, body.geometry
                 dtype, precision = body.matmul_dtype or dtype, body.matmul_precision
         else:
@@ -219,6 +229,15 @@ def rows(
                 geometry = _geometry(instr)
                 precision = _precision(instr) if geometry else ""
         batch, m, n, k = geometry or _NO_GEOMETRY
+        group = ""
+        if found is not None:
+            group = groups.get(id(found))
+            if group is None:
+                group = groups[id(found)] = _group_text(found, module)
+        waits_for = ""
+        if code.endswith("-done") or code == "fusion":
+            start = _async_start(instr)
+            waits_for = start.name if start is not None else ""
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
@@ -228,7 +247,8 @@ def rows(
             vmem * count, cost.unknown, kind, dtype, precision, described[0], meta[0], meta[1],
             "; ".join(cost.notes) if cost.notes else "", fused,
             found.opcode.removesuffix("-start") if found is not None else "",
-            _group_size(found, module) if found is not None else 0, batch, m, n, k,
+            _group_size(found, module) if found is not None else 0, group, waits_for,
+            batch, m, n, k,
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
             _transpose_onto(columns, table)
@@ -267,7 +287,7 @@ class _Body:
 
     __slots__ = ("collective", "fused_ops", "geometry", "matmul_dtype", "matmul_precision")
 
-    def __init__(self, fusion: Instruction) -> None:
+    def __init__(self, fusion: Instruction, in_flight: frozenset[str]) -> None:
         counts: dict[str, int] = {}
         matmul = collective = None
         has_geometry = False
@@ -284,7 +304,12 @@ class _Body:
             matmul.operands[0].shape.dtype if matmul is not None and matmul.operands else None
         )
         self.fused_ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
-        self.collective = collective
+        continued = (
+            collective is not None
+            and collective.attrs.get("channel_id") in in_flight
+            and attrs.async_marker(fusion) != attrs.ASYNC_COLLECTIVE_MARKERS[0]
+        )  # a fusion that only continues (or finishes) a TPU async collective started earlier
+        self.collective = None if continued else collective
         self.geometry = _geometry(fusion) if has_geometry else None
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
@@ -310,6 +335,20 @@ def _group_size(collective: Instruction, module: Module) -> int:
         return attrs.replica_group_size(collective, module)
     except _RULE_ERRORS:
         return 0  # replica_groups it cannot read: the op's own row is flagged by its rule
+
+
+def _group_text(collective: Instruction, module: Module) -> str:
+    try:
+        return group_text(collective, module)
+    except (*_RULE_ERRORS, RecursionError):
+        return ""  # groups it cannot read: priced as one ring (see hlo_roofline.interconnect)
+
+
+def _async_start(done: Instruction) -> Instruction | None:
+    try:
+        return async_start_of(done)
+    except (*_RULE_ERRORS, RecursionError):
+        return None
 
 
 def _geometry(instr: Instruction) -> tuple[int, int, int, int] | None:
