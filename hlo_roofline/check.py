@@ -104,13 +104,7 @@ class Rules:
 
     @property
     def needs_verdicts(self) -> bool:
-        return any(
-            getattr(self, n) is not None
-            for n in (
-                "select", "min_share", "require", "max_memory_share", "max_exposed_comm",
-                "max_regression",
-            )  # fmt: skip
-        )
+        return any(getattr(self, n) is not None for n in _NEED_VERDICTS)
 
     def describe(self) -> str:
         parts = [
@@ -123,6 +117,11 @@ class Rules:
         if isinstance(self.baseline, str | Path):
             parts.append(f"baseline={self.baseline}")
         return ", ".join(parts)
+
+
+_NEED_VERDICTS = (
+    "select", "min_share", "require", "max_memory_share", "max_exposed_comm", "max_regression",
+)  # fmt: skip
 
 
 def _flag(name: str) -> str:

@@ -92,7 +92,9 @@ class Topology:
         shape = "x".join(map(str, self.dims))
         if self.kind == "nodes":
             return f"{self.dims[0]} node(s) x {self.dims[1]} GPUs ({self.source})"
-        wraps = ", ".join(f"{d}{'' if w else ' no'} wrap" for d, w in zip(self.dims, self.wraps))
+        wraps = ", ".join(
+            f"{d}{'' if w else ' no'} wrap" for d, w in zip(self.dims, self.wraps, strict=True)
+        )
         return f"{shape} torus ({wraps}; {self.source})"
 
     def to_dict(self) -> dict:

@@ -196,4 +196,3 @@ def async_start_of(done: Instruction) -> Instruction | None:
             return op
         queue.extend(op.operands)
     return None
-
