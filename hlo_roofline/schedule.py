@@ -32,14 +32,23 @@ class Scheduled(NamedTuple):
 
 
 def walk(
-    names: np.ndarray, waits_for: np.ndarray, collective: np.ndarray, durations: np.ndarray
+    names: np.ndarray,
+    opcodes: np.ndarray,
+    waits_for: np.ndarray,
+    collective: np.ndarray,
+    durations: np.ndarray,
 ) -> Scheduled:
-    """Walk rows in schedule order: ``names``, the start each row ``waits_for`` (done rows),
-    whether a row is a ``collective``, and its ``durations`` (seconds, per step)."""
+    """Walk rows in schedule order: ``names``, ``opcodes``, the start each row ``waits_for`` (done
+    rows), whether a row is a ``collective``, and its ``durations`` (seconds, per step). A start is
+    an op some done waits for, or any ``*-start``, ``send`` or ``recv`` (its done may be in the
+    next loop iteration)."""
     n = len(names)
     exposed = np.zeros(n)
     starts = {w for w in waits_for if w}
-    is_start = np.array([name in starts for name in names], dtype=bool).reshape(n)
+    is_start = np.array(
+        [name in starts or launches(code) for name, code in zip(names, opcodes, strict=True)],
+        dtype=bool,
+    ).reshape(n)
     is_done = waits_for != ""
     is_sync = collective & ~is_start & ~is_done
     events = np.flatnonzero(is_start | is_done | is_sync)
@@ -74,3 +83,8 @@ def walk(
             exposed[start] += end - clock
             clock = end
     return Scheduled(float(clock), exposed)
+
+
+def launches(opcode: str) -> bool:
+    """An op that starts a transfer whatever waits for it."""
+    return opcode.endswith("-start") or opcode in ("send", "recv")

@@ -210,7 +210,9 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
     step = float(t_roofline.sum())
     is_collective = ops["collective"].to_numpy() != ""
     waits_for = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
-    scheduled = schedule.walk(ops["name"].to_numpy(), waits_for, is_collective, t_roofline)
+    scheduled = schedule.walk(
+        ops["name"].to_numpy(), ops["opcode"].to_numpy(), waits_for, is_collective, t_roofline
+    )
     with np.errstate(divide="ignore", invalid="ignore"):  # seconds per byte this op moves
         per_byte = np.where(data > 0, t_memory / data, 1 / hbm)
     ops = ops.assign(

@@ -181,8 +181,8 @@ def async_start_of(done: Instruction) -> Instruction | None:
         start = done.operands[0]
         while start.opcode.endswith("-update") and start.operands:  # async-start → update → done
             start = start.operands[0]
-        launches = start.opcode.endswith("-start") or start.opcode in ("send", "recv")
-        return start if launches else None  # e.g. a loop-carried start of a pipelined collective
+        launched = start.opcode.endswith("-start") or start.opcode in ("send", "recv")
+        return start if launched else None  # e.g. a loop-carried start of a pipelined collective
     if code != "fusion" or attrs.async_marker(done) != ASYNC_DONE_MARKER:
         return None
     seen: set[int] = set()
