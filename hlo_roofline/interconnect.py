@@ -31,7 +31,6 @@ __all__ = [
     "infer",
 ]
 
-ALL_GATHER_LIKE = ("all-gather", "reduce-scatter", "all-reduce", "collective-broadcast")
 ALL_TO_ALL = ("all-to-all", "ragged-all-to-all")
 POINT_TO_POINT = ("collective-permute", "send", "recv")
 
@@ -87,15 +86,6 @@ class Topology:
     @property
     def devices(self) -> int:
         return len(self.coords)
-
-    def describe(self) -> str:
-        shape = "x".join(map(str, self.dims))
-        if self.kind == "nodes":
-            return f"{self.dims[0]} node(s) x {self.dims[1]} GPUs ({self.source})"
-        wraps = ", ".join(
-            f"{d}{'' if w else ' no'} wrap" for d, w in zip(self.dims, self.wraps, strict=True)
-        )
-        return f"{shape} torus ({wraps}; {self.source})"
 
     def to_dict(self) -> dict:
         out = {"kind": self.kind, "dims": list(self.dims), "wraps": list(self.wraps)}
