@@ -56,8 +56,12 @@ def hostile_report() -> Report:
     return Report(ops, dict(report.summary), report.module)
 
 
-def measured_report() -> Report:
-    """A report joined with a real profile of a small step run here (judged on a made-up CPU chip)."""
+def measured_report(trace_dir: Path | None = None) -> Report:
+    """A report joined with a real profile of a small step run here (judged on a made-up CPU chip).
+
+    With ``trace_dir`` the trace stays there (``trace_dir/plugins/profile/<session>/``) and the
+    report records it; without, it is removed.
+    """
     import jax.numpy as jnp
 
     from hlo_roofline import chips, measure
@@ -66,7 +70,9 @@ def measured_report() -> Report:
     x = jnp.ones((256, 256), jnp.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # two cores: ops may overlap in the trace
-        return measure(lambda a: jnp.tanh(a @ a) + 1, x, steps=3, warmup=1, chip=chip)
+        return measure(
+            lambda a: jnp.tanh(a @ a) + 1, x, steps=3, warmup=1, chip=chip, logdir=trace_dir
+        )
 
 
 def big_report(n: int = 20_000) -> Report:
@@ -146,10 +152,12 @@ def write_flipping_pair(logdir: Path) -> tuple[str, str]:
 @contextlib.contextmanager
 def tensorboard(logdir: Path, timeout: float = 60.0):
     """A real ``tensorboard --logdir`` on a free loopback port; yields its base URL (no slash)."""
-    script = Path(sys.executable).with_name("tensorboard")
-    program = [str(script)] if script.exists() else [sys.executable, "-m", "tensorboard.main"]
+    # Not the `tensorboard` script beside sys.executable: a copied venv's script may run another
+    # interpreter (its shebang), and so another checkout's plugin.
     cmd = [
-        *program,
+        sys.executable,
+        "-m",
+        "tensorboard.main",
         "--logdir",
         str(logdir),
         "--host",
