@@ -87,6 +87,22 @@ def big_report(n: int = 20_000) -> Report:
     return Report(ops.reset_index(drop=True), dict(base.summary), "big").classify("v5e")
 
 
+def without_column(report: Report, column: str) -> Report:
+    """The report with one column dropped (what an old or hand-edited file may look like)."""
+    return Report(report.ops.drop(columns=[column]), dict(report.summary), report.module)
+
+
+def starved_report() -> Report:
+    """A real H100 report where one memory-bound op is given a single FLOP: it attains a few
+    hundred kFLOP/s, decades below every other op (a point beyond the chart's range)."""
+    report = fixture_report("gpt_tiny", "h100", "h100-sxm")
+    ops = report.ops.copy()
+    memory = ops[(ops["bound"] == "memory") & (ops["flops"] > 0)]
+    row = memory["bytes_accessed"].idxmax()
+    ops.loc[row, "flops"] = 1.0
+    return Report(ops, dict(report.summary), report.module).classify("h100-sxm")
+
+
 def write_corrupt(logdir: Path, run: str) -> Path:
     """A truncated report.json (what a crash mid-write without os.replace would leave)."""
     directory = logdir / run / "plugins" / "hlo_roofline"

@@ -118,6 +118,7 @@ export class RooflineChart {
     this.canvas.hloPoints = () => this.points.map(exportPoint);
     this.canvas.hloMeasured = () => this.measured.map(exportPoint);
     this.canvas.hloLayout = () => this._layout;
+    this.canvas.hloHover = (x, y) => this.hoverAt({ x, y });
     this._resize = new ResizeObserver(() => this.draw());
     this._resize.observe(this.wrap);
   }
