@@ -340,9 +340,7 @@ def test_runs_that_cannot_load_are_errors_not_choices(page, server, logdir):
     first_healthy = "attention/h100"  # CORRUPT_FIRST sorts before it
     assert app.get_attribute("data-run") == first_healthy
     assert app.get_attribute("data-state") == "ready"
-    disabled = frame.locator("#hr-run option[disabled]").evaluate_all(
-        "os => os.map(o => o.value)"
-    )
+    disabled = frame.locator("#hr-run option[disabled]").evaluate_all("os => os.map(o => o.value)")
     assert sorted(disabled) == sorted([CORRUPT_FIRST, "broken", "no_bound"])
     errors = frame.locator("#hr-run-errors")
     errors.locator("summary").click()
@@ -372,8 +370,16 @@ def test_state_survives_a_reload(page, server, logdir):
     wait_shown(frame, int((timed["opcode"] == opcode).sum()))
     body_rows(frame).filter(has=frame.locator(f'[data-key="name"]:text-is("{op["name"]}")')).click()
     assert frame.locator(".hr-details h3").text_content() == op["name"]
+    page.wait_for_function(
+        "op => location.hash.includes(op)", arg=f"p.hlo_roofline.op={quote(op['name'], safe='')}"
+    )
     url = page.url
-    for key, value in (("run", "gpt/h100"), ("chip", "v5e"), ("opcode", opcode), ("op", op["name"])):
+    for key, value in (
+        ("run", "gpt/h100"),
+        ("chip", "v5e"),
+        ("opcode", opcode),
+        ("op", op["name"]),
+    ):
         assert f"p.hlo_roofline.{key}={quote(value, safe='')}" in url, (key, url)
 
     page.reload()
@@ -418,7 +424,9 @@ def layout_problems(canvas) -> list[str]:
             problems.append(f"labels {a['text']!r} and {b['text']!r} overlap")
     for p in canvas.evaluate("c => [...c.hloPoints(), ...c.hloMeasured()]"):
         area = strip if p["strip"] else plot
-        if not (area["left"] <= p["x"] <= area["right"] and area["top"] <= p["y"] <= area["bottom"]):
+        if not (
+            area["left"] <= p["x"] <= area["right"] and area["top"] <= p["y"] <= area["bottom"]
+        ):
             problems.append(f"point of row {p['row']} outside its axes: {p}")
     for label in layout["tickLabels"]["x"] + layout["tickLabels"]["y"]:
         if len(label) > 5:

@@ -36,7 +36,7 @@ function prefixed(k) {
 }
 
 /** A power of ten as an x label: 0.001 … 1 … 100k; "10⁻⁵" beyond. */
-export function decadeLabel(k) {
+function decadeLabel(k) {
   if (k >= -3 && k < 0) return (10 ** k).toFixed(-k);
   if (k >= 0 && k <= 5) return prefixed(k);
   return `10${String(k)

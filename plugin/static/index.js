@@ -139,8 +139,15 @@ function urlValues() {
   };
 }
 
-/** Put the tab's state in the URL (replacing the entry: no history step per click). */
+/** Put the tab's state in the URL soon (one write per burst of clicks or keys: browsers throttle
+ * history updates, and the write need not delay the selection it records). */
 function writeURL() {
+  clearTimeout(state.urlTimer);
+  state.urlTimer = setTimeout(writeURLNow, 100);
+}
+
+/** Put the tab's state in the URL (replacing the entry: no history step per click). */
+function writeURLNow() {
   const values = urlValues();
   const host = hostWindow();
   if (host) {
@@ -545,7 +552,7 @@ async function loadReport({ quiet = false } = {}) {
   renderSummary();
   fillFilters();
   ui.measuredToggle.hidden = !state.model.has("measured_s");
-  ui.chart.setShowMeasured(ui.showMeasured.checked);
+  ui.chart.showMeasured = ui.showMeasured.checked;
   ui.chart.setModel(state.model);
   applyFilter();
   if (state.selected >= 0) selectOp(state.selected);
