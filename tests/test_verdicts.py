@@ -306,6 +306,16 @@ def test_write_tensorboard_layout(classified, tmp_path):
     )
 
 
+def test_write_tensorboard_stays_in_the_logdir_and_is_readable_by_all(classified, tmp_path):
+    for run in ("../x", "a/../../x", str(tmp_path.parent / "abs")):
+        with pytest.raises(ValueError, match="outside the logdir"):
+            classified.write_tensorboard(tmp_path / "logdir", run)
+    assert not (tmp_path / "x").exists() and not (tmp_path.parent / "abs").exists()
+    where = classified.write_tensorboard(tmp_path / "logdir", "a/../b")  # inside: allowed
+    for name in ("report.csv", "report.json"):
+        assert (where / name).stat().st_mode & 0o777 == 0o644
+
+
 def test_rollup_sums_to_the_totals(classified):
     for by in ("source", "op_name"):
         rolled = classified.rollup(by)
