@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hlo_roofline import chips, memory
+
 FORMAT = "hlo_roofline.report"
 VERSION = 1
 CSV_MAGIC = "#hlo_roofline.report "
@@ -65,7 +67,8 @@ class Report:
 
             ops = add_efficiency(ops)
         # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
-        return Report(ops, {**self.summary, **summary_update}, self.module)
+        fit = memory.judge(self.summary.get("memory"), chips.get(chip))
+        return Report(ops, {**self.summary, **summary_update, **fit}, self.module)
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``n`` largest ops by ``by`` (default: predicted time, else bytes)."""

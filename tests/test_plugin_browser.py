@@ -34,7 +34,7 @@ from tb_helpers import (
     write_flipping_pair,
 )
 
-from hlo_roofline import Report
+from hlo_roofline import Report, analyze
 
 pytestmark = [
     pytest.mark.skipif(
@@ -73,7 +73,15 @@ def logdir(tmp_path_factory) -> Path:
     )
     write_corrupt(root, "broken")
     write_corrupt(root, CORRUPT_FIRST)
+    too_big_for_v5e().write_tensorboard(root, "too_big")
     return root
+
+
+def too_big_for_v5e():
+    """An Adam step of 22 GiB per device that XLA:TPU refuses for a 16 GiB v5e (compile-only)."""
+    from test_memory_fit import adam, state
+
+    return analyze(adam, *state(), target="v5e:2x2")
 
 
 def read(logdir: Path, run: str) -> Report:
@@ -620,3 +628,22 @@ def test_20k_ops_stay_responsive(page, server, logdir):
     print("20k-op tab:", figures)
     assert loaded < 15, f"20k-op report took {loaded:.1f}s to show"
     assert filtered < 3, f"filtering 20k ops took {filtered:.1f}s"
+
+
+def test_memory_fit_bar_shows_the_need_against_the_chip(page, server, logdir):
+    report = read(logdir, "too_big")
+    fit = report.summary["memory_fit"]
+    open_plugin(page, server, "too_big")
+    box = page.locator("[data-card=memory]")
+    text = box.text_content()
+    assert "does not fit" in text and "the compiler refused the program" in text
+    assert "largest: m['w']" in text and "try: donate" in text
+    meter = box.locator("[role=meter]")
+    assert float(meter.get_attribute("aria-valuenow")) == pytest.approx(fit["used_fraction"])
+    segment = meter.locator("span")
+    assert segment.evaluate("s => s.style.width") == "100%"  # over capacity: the bar is full
+    assert "hr-fit-does-not-fit" in segment.get_attribute("class")
+    # Re-judged against a chip with room for it, the same run fits.
+    page.locator("#hr-chip").select_option("v5p")
+    page.locator('.hr-app[data-state=ready][data-chip="v5p"]').wait_for()
+    assert page.locator("[data-card=memory] .hr-card-value").text_content().endswith(": fits")

@@ -665,12 +665,69 @@ function renderSummary() {
           "measured",
         )
       : null,
+    memoryCard(s),
     card(
       "module",
       m.module || "–",
       `${m.rows.length} ops${s.cost_model ? ` · ${s.cost_model} model` : ""}`,
     ),
   );
+}
+
+/** The third roofline: the step's HBM need per device as a bar against one device's HBM. */
+function memoryCard(s) {
+  const mem = s.memory;
+  if (!mem) return null;
+  const fit = s.memory_fit;
+  const box = el(
+    "div",
+    { className: "hr-card hr-card-wide", dataset: { card: "memory" } },
+    el("div", { className: "hr-card-label", text: "HBM per device" }),
+  );
+  if (!fit) {
+    box.append(
+      el("div", {
+        className: "hr-card-value",
+        text: `${mem.complete ? "" : "≥ "}${fmtBytes(mem.need_bytes)}`,
+      }),
+      el("div", { className: "hr-card-sub", text: "choose a chip to see whether it fits" }),
+    );
+    return box;
+  }
+  const used = fit.used_fraction;
+  const bar = el("div", {
+    className: "hr-sharebar hr-membar",
+    attrs: { role: "meter", "aria-label": "HBM used", "aria-valuenow": String(used) },
+  });
+  const seg = el("span", {
+    className: `hr-fit-${fit.verdict.replace(/ /g, "-")}`,
+    title: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)}`,
+  });
+  seg.style.width = `${Math.min(100, Math.max(0.5, used * 100))}%`;
+  bar.append(seg);
+  const source = {
+    "compiler error": " · the compiler refused the program",
+    hlo: " · temporaries unknown (HLO text only)",
+  }[mem.source] || "";
+  box.append(
+    el("div", {
+      className: "hr-card-value",
+      text: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)} (${fmtPct(used)}): ${fit.verdict}`,
+    }),
+    bar,
+    el("div", { className: "hr-card-sub", text: `per device${source}` }),
+  );
+  if (fit.verdict === "does not fit" || fit.verdict === "tight") {
+    const largest = (mem.largest || [])
+      .slice(0, 3)
+      .map((b) => `${b.name} ${fmtBytes(b.bytes)}`)
+      .join(", ");
+    if (largest) box.append(el("div", { className: "hr-card-sub", text: `largest: ${largest}` }));
+    for (const advice of fit.advice || []) {
+      box.append(el("div", { className: "hr-card-sub", text: `try: ${advice}` }));
+    }
+  }
+  return box;
 }
 
 function fillFilters() {
