@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import inspect
 import logging
+import math
 import os
 import re
 import warnings
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from hlo_roofline import chips, cost, targets
+from hlo_roofline import chips, cost, memory, targets
 from hlo_roofline._gc import gc_paused
-from hlo_roofline.cache import compiled_text
+from hlo_roofline.cache import compile_program
 from hlo_roofline.hlo import Module, parse
 from hlo_roofline.report import Report
 
@@ -45,7 +48,7 @@ def analyze_hlo(
         # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.
         pad = cost_model == "roofline"
         ops = cost.walk(module, cost_model, pad_to_tiles=pad)
-        summary = cost.summarize(ops, cost_model)
+        summary = {**cost.summarize(ops, cost_model), "memory": memory.from_module(module)}
         columns = cost.rows(module, ops, pad_to_tiles=pad)
         del ops  # a large module's priced ops need not outlive their rows while the table is built
         report = Report.from_columns(columns, summary, module.name)
@@ -265,11 +268,99 @@ def lower(step, args: tuple, kwargs: dict, target: str | None, isolate_trace: bo
 def _analyze_step(
     step, args, kwargs, chip, target, how, cost_model, cache, isolate_trace=False
 ) -> Report:
-    """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it."""
+    """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it.
+
+    A program the target's compiler refuses for want of memory is a report too: the step does
+    not fit, with the compiler's figures (see :mod:`hlo_roofline.memory`)."""
     log.info("%s", how)
-    lowered = lower(step, args, kwargs, target, isolate_trace)
-    report = analyze_hlo(compiled_text(lowered, target, cache), cost_model, chip)
-    return labelled(report, target, how)
+    placed_args, placed_kwargs = place_args(args, target), place_args(kwargs, target)
+    lowered = lower(step, placed_args, placed_kwargs, None, isolate_trace)  # placed already
+    inputs, donatable = _inputs(step, lowered, (placed_args, placed_kwargs))
+    try:
+        program = compile_program(lowered, target, cache)
+    except Exception as exc:
+        if not memory.is_out_of_memory(str(exc)):
+            raise
+        compiled_for = chips.get(targets.parse_target(target).chip) if target else local_chip()
+        capacity = compiled_for.per_device().hbm_capacity if compiled_for else None
+        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity)
+        how += "; the compiler refused it: out of memory"
+    else:
+        report = analyze_hlo(program.text, cost_model)
+        if program.memory is not None:
+            temporaries = memory.largest_temporaries(report.summary["memory"])
+            report.summary["memory"] = memory.from_stats(
+                program.memory, inputs, donatable, temporaries
+            )
+    report = labelled(report, target, how)
+    return report.classify(chip) if chip is not None else report
+
+
+def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
+    """The step's array inputs per device, named by their place in the arguments, and the bytes
+    of those an output could reuse if they were donated (same shape and type, not donated)."""
+    names = _parameter_names(step)
+    leaves = [
+        (_argument_name(path, names), x)
+        for path, x in jax.tree_util.tree_flatten_with_path(placed)[0]
+        if hasattr(x, "shape") and hasattr(x, "dtype")
+    ]
+    donated = [info.donated for info in jax.tree_util.tree_leaves(lowered.args_info)]
+    if len(donated) != len(leaves):  # static arguments and the like: no donation known
+        donated = [False] * len(leaves)
+    outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree_util.tree_leaves(lowered.out_info)]
+    signatures = [(tuple(x.shape), str(jnp.dtype(x.dtype))) for _, x in leaves]
+    for signature, was_donated in zip(signatures, donated, strict=True):
+        if was_donated and signature in outputs:  # that output already reuses this input
+            outputs.remove(signature)
+    buffers, donatable = [], 0
+    for (name, x), signature, was_donated in zip(leaves, signatures, donated, strict=True):
+        sharding = getattr(x, "sharding", None)
+        shape = tuple(sharding.shard_shape(x.shape)) if sharding is not None else tuple(x.shape)
+        size = math.prod(shape) * jnp.dtype(x.dtype).itemsize
+        dtype = jnp.dtype(x.dtype).name
+        buffers.append(
+            memory.Buffer(name, "parameter", size, f"{dtype}{list(shape)}", f"{dtype}{list(x.shape)}")
+        )
+        if not was_donated and signature in outputs:
+            outputs.remove(signature)
+            donatable += size
+    return buffers, donatable
+
+
+def _parameter_names(step) -> list[str]:
+    try:
+        return list(inspect.signature(step).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _argument_name(path, names: list[str]) -> str:
+    """``m['w']`` for the leaf ``['w']`` of the step's argument ``m`` (``args[1]['w']`` if the
+    step's signature does not say)."""
+    (group, *rest) = path
+    if group.idx == 1:  # keyword arguments: their names are the first key
+        return jax.tree_util.keystr(tuple(rest)).removeprefix("['").replace("']", "", 1)
+    index, *inner = rest
+    name = names[index.idx] if index.idx < len(names) else f"args[{index.idx}]"
+    return name + jax.tree_util.keystr(tuple(inner))
+
+
+def _refused(lowered, error: str, inputs, donatable: int, cost_model: str, capacity) -> Report:
+    """The report of a program the compiler would not build: the memory figures from its error;
+    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise
+    (before partitioning, a sharded program's ops have global shapes, not one device's)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnoptimizedHloWarning)
+        report = analyze_hlo(lowered.as_text(dialect="hlo"), cost_model)
+    sharded = any(b.shape != b.global_shape for b in inputs)
+    ops = report.ops.iloc[0:0] if sharded else report.ops
+    summary = {
+        **report.summary,
+        "memory": memory.from_error(error, inputs, donatable, capacity),
+        "ops_before_optimization": not sharded,
+    }
+    return Report(ops.reset_index(drop=True), summary, report.module)
 
 
 def labelled(report: Report, target: str | None, how: str) -> Report:

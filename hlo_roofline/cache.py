@@ -22,19 +22,21 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.metadata
+import json
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from hlo_roofline import targets
 
-__all__ = ["CACHE_ENV", "compiled_text", "default_dir", "key"]
+__all__ = ["CACHE_ENV", "Program", "compile_program", "default_dir", "key"]
 
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "HLO_ROOFLINE_CACHE_DIR"
-FORMAT = "1"  # bump when what is stored changes
+FORMAT = "2"  # bump when what is stored changes (2: memory figures beside the HLO)
 _VERSIONED = ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt")
 
 
@@ -46,22 +48,53 @@ def default_dir() -> Path:
     return Path(base) / "hlo_roofline" / "hlo"
 
 
-def compiled_text(lowered, target: str | None, cache: bool | str | os.PathLike = True) -> str:
-    """The optimized HLO of a ``jax.stages.Lowered`` program compiled for ``target`` (None: here).
+class Program(NamedTuple):
+    """What a compile leaves behind that the analysis needs."""
+
+    text: str  # the optimized HLO
+    memory: dict | None  # Compiled.memory_analysis() as {field: bytes}, where the backend has it
+
+
+_MEMORY_FIELDS = (
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+    "temp_size_in_bytes",
+    "generated_code_size_in_bytes",
+)
+
+
+def compile_program(
+    lowered, target: str | None, cache: bool | str | os.PathLike = True
+) -> Program:
+    """Compile a ``jax.stages.Lowered`` program for ``target`` (None: here), or find it in the cache.
 
     ``cache``: True for :func:`default_dir`, a directory, or False to compile without the cache.
+    Compile errors (a program too big for the target's memory, say) propagate and leave no entry.
     """
     if cache is False or cache is None:
-        return lowered.compile().as_text()
+        return _compile(lowered)
     directory = default_dir() if cache is True else Path(cache)
     path = directory / f"{key(lowered, target)}.hlo.txt"
     with _locked(path.with_suffix(".lock")) as usable:
-        text = _read(path) if usable else None
-        if text is None:
-            text = lowered.compile().as_text()
+        program = _read(path) if usable else None
+        if program is None:
+            program = _compile(lowered)
             if usable:
-                _write(path, text)
-    return text
+                _write(path, program)
+    return program
+
+
+def _compile(lowered) -> Program:
+    compiled = lowered.compile()
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # some backends have none
+        stats = None
+    memory = None
+    if stats is not None:
+        memory = {f: int(getattr(stats, f, 0) or 0) for f in _MEMORY_FIELDS}
+    return Program(compiled.as_text(), memory)
 
 
 def key(lowered, target: str | None) -> str:
@@ -84,22 +117,33 @@ def key(lowered, target: str | None) -> str:
     return digest.hexdigest()[:32]
 
 
-def _read(path: Path) -> str | None:
+def _read(path: Path) -> Program | None:
     """A complete entry, or None (missing, unreadable, or not HLO: compiled again)."""
     try:
         text = path.read_text()
-    except (OSError, UnicodeDecodeError):
+        memory = json.loads(path.with_suffix(".memory.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
         return None
-    return text if text.startswith("HloModule ") else None
+    if not text.startswith("HloModule ") or not isinstance(memory, dict | None):
+        return None
+    return Program(text, memory)
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+def _write(path: Path, program: Program) -> None:
+    """The memory figures first, the HLO last: an entry exists once its text does."""
+    try:
+        _write_atomic(path.with_suffix(".memory.json"), json.dumps(program.memory))
+        _write_atomic(path, program.text)
+    except OSError as exc:
+        log.info("HLO cache entry %s not written: %s", path, exc)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text)
         tmp.replace(path)
-    except OSError as exc:
-        log.info("HLO cache entry %s not written: %s", path, exc)
+    finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
 

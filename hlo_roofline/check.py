@@ -11,6 +11,7 @@ A rule set selects ops and states what must hold. All percentages are of the pre
 ``max_exposed_comm``  communication not hidden behind compute takes at most this percent of the
                       step as scheduled (``exposed_comm_s / step_time_scheduled_s``)
 ``max_regression``    the step is predicted at most this percent slower than ``baseline``
+``max_hbm``           the step needs at most this percent of one device's HBM (the memory fit)
 
 Ops that take no time (parameters, constants, tuples) are never selected. A ``select`` regex that
 matches no op is itself a violation, so a rename cannot silently turn a gate off.
@@ -51,6 +52,7 @@ class Rules:
     min_coverage: float | None = None
     max_exposed_comm: float | None = None
     max_regression: float | None = None
+    max_hbm: float | None = None
     baseline: str | Path | Report | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -62,16 +64,19 @@ class Rules:
         if self.require is not None and self.require not in REQUIRABLE:
             raise RuleError(f"require must be one of {', '.join(REQUIRABLE)}, not {self.require!r}")
         for name in (
-            "min_share", "max_memory_share", "min_coverage", "max_exposed_comm", "max_regression"
+            "min_share", "max_memory_share", "min_coverage", "max_exposed_comm", "max_regression",
+            "max_hbm",
         ):  # fmt: skip
             value = getattr(self, name)
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise RuleError(f"{_flag(name)} must be a number of percent, not {value!r}")
-            bounded = name != "max_regression"
+            bounded = name not in ("max_regression", "max_hbm")  # a step may need 150% of HBM
             if not math.isfinite(value) or (bounded and not 0 <= value <= 100):
                 raise RuleError(f"{_flag(name)} must be a percent in [0, 100], not {value!r}")
+            if name == "max_hbm" and value <= 0:
+                raise RuleError(f"max-hbm must be a positive percent, not {value!r}")
         if (self.max_regression is None) != (self.baseline is None):
             raise RuleError("max-regression and baseline go together: give both or neither")
 
@@ -245,6 +250,8 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
             violations.append(Violation("min-coverage", "(step)", detail=detail))
     if rules.max_exposed_comm is not None:
         violations += _exposed_comm(report, rules.max_exposed_comm)
+    if rules.max_hbm is not None:
+        violations += _hbm(report, rules.max_hbm)
     if rules.max_regression is not None:
         base = baseline if baseline is not None else rules.baseline
         if isinstance(base, str | Path):
@@ -285,6 +292,29 @@ def _exposed_comm(report: Report, limit: float) -> list[Violation]:
         f"{format_seconds(step)} (max {limit:g}%); largest: {largest}"
     )
     return [Violation("max-exposed-comm", "(step)", "", "communication", share / 100, detail)]
+
+
+def _hbm(report: Report, limit: float) -> list[Violation]:
+    """The memory fit against a limit: a need that is only a lower bound still fails when the
+    bound alone is over it; one that cannot be told at all is a violation, not a pass."""
+    fit = report.summary.get("memory_fit")
+    if not fit:
+        why = "no chip to judge against" if report.chip is None else "no memory figures"
+        return [Violation("max-hbm", "(step)", detail=f"memory fit unknown: {why}")]
+    used = fit["used_fraction"] * 100
+    need, capacity = fit["need_bytes"] / 1e9, fit["capacity_bytes"] / 1e9
+    detail = f"needs {need:.2f} GB of {capacity:.2f} GB per device ({used:.0f}%, max {limit:g}%)"
+    if used > limit:
+        largest = (report.summary.get("memory") or {}).get("largest") or []
+        if largest:
+            detail += "; largest: " + ", ".join(
+                f"{b['name']} {b['bytes'] / 1e9:.2f} GB" for b in largest[:3]
+            )
+        return [Violation("max-hbm", "(step)", detail=detail)]
+    if fit["verdict"] == "unknown":
+        detail += "; temporaries unknown (HLO text only): compile the step to know"
+        return [Violation("max-hbm", "(step)", detail=detail)]
+    return []
 
 
 def _regression(baseline: Report, report: Report, limit: float) -> list[Violation]:

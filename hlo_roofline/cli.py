@@ -23,7 +23,7 @@ from types import ModuleType
 import click
 
 import hlo_roofline._jax_env  # noqa: F401  (before anything starts jax: see the module)
-from hlo_roofline import chips
+from hlo_roofline import chips, memory
 from hlo_roofline.check import (
     REQUIRABLE,
     CheckResult,
@@ -621,6 +621,11 @@ def summary_text(report: Report) -> str:
     lines = [f"module: {report.module}  ({len(report.ops)} ops, cost model {s.get('cost_model')})"]
     if s.get("compiled_for"):
         lines.append(f"compiled for: {s['compiled_for']}")
+    if s.get("ops_before_optimization"):
+        lines.append(
+            "ops: the program before optimization (the compiler refused it): FLOPs are right, "
+            "bytes and times are upper bounds (nothing fused)"
+        )
     if report.chip:
         lines += [
             f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
@@ -643,6 +648,7 @@ def summary_text(report: Report) -> str:
                 "warning: ops overlapped in the trace; capture on one core for clean times"
             )
     lines.append(f"FLOPs: {s.get('flops', 0):.4g}  bytes: {s.get('bytes_accessed', 0):.4g}")
+    lines += memory.describe(s)
     coverage = f"coverage: {_percent(s.get('coverage', 1.0))} of ops priced"
     if s.get("unknown_ops"):
         coverage += f" (unknown: {', '.join(map(str, s['unknown_ops'][:5]))})"
@@ -773,6 +779,9 @@ def _load_report(path: Path, chip: chips.Chip | None) -> Report:
                    "step.")  # fmt: skip
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="REPORT",
               help="Report to compare the predicted step time with.")  # fmt: skip
+@click.option("--max-hbm", type=float, metavar="PCT",
+              help="The step needs at most PCT% of one device's HBM (compile with --from to know "
+              "its temporaries).")  # fmt: skip
 @click.option("--max-regression", type=float, metavar="PCT",
               help="The step may be at most PCT% slower than --baseline.")  # fmt: skip
 @no_cache_option
@@ -801,8 +810,9 @@ def check_command(
         rules = _rules(rules_path, flags)
     if rules.empty:
         raise click.UsageError(
-            "no rules: pass --require, --max-memory-share, --min-coverage, --max-exposed-comm, "
-            "--max-regression or --rules FILE, or add [tool.hlo-roofline.check] to pyproject.toml"
+            "no rules: pass --require, --max-memory-share, --min-coverage, --max-hbm, "
+            "--max-exposed-comm, --max-regression or --rules FILE, or add "
+            "[tool.hlo-roofline.check] to pyproject.toml"
         )
     if entry is not None:
         report = _compile(entry, chip, target, cost_model, no_cache=no_cache)
@@ -920,6 +930,11 @@ def _diff_text(diff: Diff, top: int) -> str:
         f"flipped bound: {len(diff.flipped)}  added: {len(diff.added)}  "
         f"removed: {len(diff.removed)}  changed: {int((diff.ops['change'] == 'changed').sum())}",
     ]
+    if diff.hbm_change is not None:
+        lines.append(
+            f"HBM per device: {diff.hbm_a / 1e9:.3g} GB → {diff.hbm_b / 1e9:.3g} GB "
+            f"({diff.hbm_change:+.1%})"
+        )
     if rows:
         lines += ["", format_table(rows, right=("time A", "time B", "delta"))]
     if len(shown) < len(changed):

@@ -7,7 +7,7 @@ ops of each; writes CSV, JSON, a roofline PNG per chip and a TensorBoard logdir 
     python -m hlo_roofline.demo [--out DIR] [--cache DIR | --no-cache] [--top N]
 
 The optimized HLO is cached in ``~/.cache/hlo_roofline/hlo`` (keyed by the lowered program, the
-target and the compiler versions; see ``hlo_roofline.examples.compiled_text``), so a second run, and
+target and the compiler versions; see ``hlo_roofline.cache``), so a second run, and
 the test suite, skip the compiles.
 """
 
@@ -150,6 +150,12 @@ def summary_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.Data
                 f"{shares['compute']:.0%} / {shares['memory']:.0%} / {shares['communication']:.0%}"
             ),
             "coverage": f"{s['coverage']:.0%}",
+            "HBM per device (fit)": (
+                f"{fit['need_bytes'] / 1e9:.3g} of {fit['capacity_bytes'] / 1e9:.3g} GB "
+                f"({fit['verdict']})"
+                if (fit := s.get("memory_fit"))
+                else "—"
+            ),
         }
     return pd.DataFrame(rows)
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hlo_roofline import chips, memory
+
 FORMAT = "hlo_roofline.report"
 VERSION = 1
 CSV_MAGIC = "#hlo_roofline.report "
@@ -73,7 +75,8 @@ class Report:
 
             ops = add_efficiency(ops)
         # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
-        return Report(ops, {**self.summary, **summary_update}, self.module)
+        fit = memory.judge(self.summary.get("memory"), chips.get(chip))
+        return Report(ops, {**self.summary, **summary_update, **fit}, self.module)
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``n`` largest ops by ``by`` (default: predicted time, else bytes)."""
@@ -170,11 +173,19 @@ class Report:
         return cls(_restore_types(ops), _summary(meta), meta.get("module", ""))
 
     def write_tensorboard(self, logdir: str | os.PathLike, run: str = ".") -> Path:
-        """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv}`` (each file atomically)."""
+        """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv}`` (each file atomically).
+
+        ``run`` must stay inside ``logdir`` (ValueError otherwise). The files are 0644: a
+        TensorBoard running as another user must be able to read them.
+        """
+        root = Path(logdir).resolve()
+        inside = (root / run).resolve()
+        if inside != root and root not in inside.parents:
+            raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
         directory = Path(logdir) / run / "plugins" / TENSORBOARD_PLUGIN
         directory.mkdir(parents=True, exist_ok=True)
-        self.to_csv(directory / "report.csv")
-        self.to_json(directory / "report.json")
+        _write_atomic(directory / "report.csv", self.to_csv(), mode=0o644)
+        _write_atomic(directory / "report.json", self.to_json(), mode=0o644)
         return directory
 
     # -- showing ----------------------------------------------------------------------------
@@ -243,11 +254,16 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     return ops
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it over: readers never see half a file."""
+def _write_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Write to a temporary file beside ``path`` and rename it over: readers never see half a file.
+
+    ``mode``: permissions set before the rename (``mkstemp`` creates the file 0600).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -14,11 +14,13 @@ from collections import OrderedDict, defaultdict, deque
 from hlo_roofline import chips
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.report import Report, ReportError
+from hlo_roofline.verdict import VERDICT_COLUMNS
 from hlo_roofline_tensorboard.plugin import REPORT_CSV, REPORT_JSON, dumps
 
 __all__ = [
     "ReportError",
     "UnknownChipError",
+    "check",
     "chip_list",
     "compare",
     "load",
@@ -58,10 +60,21 @@ def chip_list() -> list[dict]:
 
 
 def _build(path: str, key_chip: str | None) -> tuple[dict, str]:
-    """One cache entry: the report, re-classified for ``key_chip`` if given, and its JSON text."""
+    """One cache entry: the report, re-classified for ``key_chip`` if given, and its JSON text.
+
+    A report that names a chip but lacks a verdict column, or cannot be re-classified for want of
+    a column, is a ReportError: the tab would otherwise draw an empty chart with "none" verdicts.
+    """
     report = Report.read(path)
     if key_chip is not None:
-        report = report.classify(chips.get(key_chip))
+        try:
+            report = report.classify(chips.get(key_chip))
+        except KeyError as exc:
+            raise ReportError(f"cannot classify it: missing column {exc}") from None
+    elif report.chip:
+        missing = [c for c in VERDICT_COLUMNS if c not in report.ops.columns]
+        if missing:
+            raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
     payload = report.to_dict()
     return payload, dumps(payload)
 
@@ -99,6 +112,32 @@ def load(report_dir: str, chip: str | None = None) -> tuple[dict, str]:
             with _lock:
                 if _loading.get(key) is gate:
                     del _loading[key]
+
+
+_checked: dict[str, tuple[tuple, str | None]] = {}  # report file -> (stamp, error or None)
+
+
+def check(report_dir: str) -> str | None:
+    """Why a run's report cannot be shown (None if it can), remembered per file version."""
+    path = os.path.join(report_dir, REPORT_JSON)
+    try:
+        stamp = _stamp(path)
+    except OSError as exc:
+        return f"cannot read the report: {exc.strerror or exc}"
+    with _lock:
+        known = _checked.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    try:
+        load(report_dir)
+        error = None
+    except ReportError as exc:
+        error = f"corrupt report: {exc}"
+    except Exception as exc:  # a report this version cannot handle: the run cannot be shown either
+        error = f"{type(exc).__name__}: {exc}"
+    with _lock:
+        _checked[path] = (stamp, error)
+    return error
 
 
 def report_json(report_dir: str, chip: str | None = None) -> str:

@@ -1,7 +1,7 @@
 """Every example workload analyzes, compile-only, on every target it lists, and says what it should.
 
 A TPU compile of a training step takes one to three minutes on a 2-core machine, so the optimized HLO
-is cached (``hlo_roofline.examples.compiled_text``: keyed by the lowered program, the target and the
+is cached (``hlo_roofline.cache``: keyed by the lowered program, the target and the
 compiler versions; a file lock stops two xdist workers compiling the same program). By default the
 cache is ``make demo``'s, ``~/.cache/hlo_roofline/hlo``, so only new or changed programs compile.
 ``HLO_ROOFLINE_TEST_HLO_CACHE=session`` compiles everything afresh into a per-session directory;

@@ -15,6 +15,7 @@ from tb_helpers import (
     HOSTILE,
     fixture_report,
     hostile_report,
+    without_column,
     write_corrupt,
     write_flipping_pair,
 )
@@ -47,6 +48,9 @@ def logdir(tmp_path_factory):
     PAIR.extend(write_flipping_pair(root / "pair"))
     hostile_report().write_tensorboard(root, "hostile")
     write_corrupt(root, "broken")
+    without_column(fixture_report("mlp_bf16", "tpu_v5e", "v5e"), "t_roofline_s").write_tensorboard(
+        root, "no_time"
+    )
     (root / "events_only").mkdir()  # not a run: no plugins/hlo_roofline/report.json
     (root / "events_only" / "plugins" / "hlo_roofline").mkdir(parents=True)
     return root
@@ -134,7 +138,7 @@ def test_runs_lists_every_report_directory(client):
     runs = get_json(client, "/runs")
     pair = [f"pair/{run}" for run in PAIR]
     assert runs == sorted(
-        ["broken", "hostile", "mlp/v5e", *pair, "random/tpu_v5e", "random/tpu_v5p"]
+        ["broken", "hostile", "mlp/v5e", "no_time", *pair, "random/tpu_v5e", "random/tpu_v5p"]
     )
 
 
@@ -313,3 +317,56 @@ def test_compare_on_one_chip(client):
     body = get_json(client, "/compare?run=random/tpu_v5e&other=random/tpu_v5p&chip=v5e")
     assert body["chip"] == "v5e"
     assert body["summary"]["run"]["chip"] == body["summary"]["other"]["chip"] == "v5e"
+
+
+# -- runs that cannot be shown, traces ------------------------------------------------------------
+
+
+def test_run_errors_name_every_run_that_cannot_load(client, logdir):
+    errors = get_json(client, "/run_errors")
+    assert sorted(errors) == ["broken", "no_time"]
+    assert errors["broken"].startswith("corrupt report:")
+    assert "t_roofline_s" in errors["no_time"]
+    assert str(logdir) not in "".join(errors.values())
+
+
+def test_report_missing_a_verdict_column_is_422_naming_it(client):
+    body = get_json(client, "/report?run=no_time", code=422)
+    assert "missing column" in body["error"] and "t_roofline_s" in body["error"]
+    assert "v5e" in body["error"]  # the chip it claims to be judged on
+    # Re-classified for a chip, the verdict columns are computed afresh: it can be shown.
+    assert get_json(client, "/report?run=no_time&chip=v5e")["summary"]["chip"] == "v5e"
+
+
+def test_report_that_cannot_be_classified_is_422(tmp_path):
+    without_column(fixture_report("mlp_bf16", "tpu_v5e", "v5e"), "mm_k").write_tensorboard(
+        tmp_path, "r"
+    )
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    body = get_json(c, "/report?run=r&chip=v5p", code=422)
+    assert "mm_k" in body["error"]
+
+
+def test_trace_of_a_run_without_one_is_404(client):
+    assert "no trace" in get_json(client, "/trace?run=mlp/v5e", code=404)["error"]
+
+
+def test_trace_found_under_the_logdir_by_its_layout(tmp_path):
+    """A recorded path from another machine: the session is found under the run by its layout."""
+    report = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
+    session = tmp_path / "exp" / "step1" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    session.mkdir(parents=True)
+    (session / "worker0.xplane.pb").write_bytes(b"")
+    report.summary["measured_trace"] = (
+        "/elsewhere/exp/step1/plugins/profile/2026_01_01_00_00_00/worker0.xplane.pb"
+    )
+    report.write_tensorboard(tmp_path, "exp/step1")
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    assert get_json(c, "/trace?run=exp/step1") == {
+        "recorded": "worker0.xplane.pb",
+        "run": "exp/step1/2026_01_01_00_00_00",
+        "host": "worker0",
+    }
+    report.summary["measured_trace"] = "/elsewhere/other/plugins/profile/s/w.xplane.pb"
+    report.write_tensorboard(tmp_path, "exp/step1")
+    assert get_json(c, "/trace?run=exp/step1")["run"] is None

@@ -113,7 +113,7 @@ def test_bad_topology_string(spec: str) -> None:
     ],
 )
 def test_slice_shapes_that_do_not_exist_list_the_valid_ones(spec: str, valid: str) -> None:
-    with pytest.raises(T.TargetError, match="Valid .* shapes") as err:
+    with pytest.raises(T.TargetError, match=r"Valid .* shapes") as err:
         T.parse_target(spec)
     assert valid in str(err.value)
 
@@ -129,7 +129,7 @@ def test_libtpu_decides_on_single_chip_slices() -> None:
     ("not divisible by chips_per_host_bounds 2x2x1"), libtpu 0.0.50 can. Both answers hold."""
     libtpu = tuple(int(p) for p in importlib.metadata.version("libtpu").split(".")[:3])
     if libtpu < (0, 0, 50):
-        with pytest.raises(T.TargetError, match="libtpu .* rejected .* Valid v5e shapes"):
+        with pytest.raises(T.TargetError, match=r"libtpu .* rejected .* Valid v5e shapes"):
             T.get_topology("v5e:1x1")
     else:
         assert len(T.get_topology("v5e:1x1").devices) == 1

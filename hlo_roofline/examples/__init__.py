@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hlo_roofline import api, cache
 
-__all__ = ["EXAMPLES", "Example", "analyze_example", "compiled_text", "default_cache_dir", "get"]
+__all__ = ["EXAMPLES", "Example", "analyze_example", "default_cache_dir", "get"]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -108,27 +108,21 @@ def analyze_example(
 ):
     """The :class:`~hlo_roofline.Report` of an example compiled compile-only for ``target``.
 
-    The same ops and numbers as ``hlo_roofline.analyze(step, *args, target=target, **jit_kwargs)``.
-    With ``cache_dir`` the optimized HLO is kept on disk (see :func:`compiled_text`), so a second
-    run — ``make demo`` again, or another test worker — does not pay for the compile again.
+    ``hlo_roofline.analyze(step, *args, target=target, **jit_kwargs)``, traced on a fresh thread
+    so that the demo and the tests, whoever calls, share cache entries. With ``cache_dir`` the
+    optimized HLO is kept on disk (:mod:`hlo_roofline.cache`), so a second run — ``make demo``
+    again, or another test worker — does not pay for the compile again.
     """
     example = get(name)
     target = target or example.target
-    chip, target, how = api.resolve(chip, target)
-    step, args, jit_kwargs = example.load(target)
-    text = compiled_text(step, args, jit_kwargs, target, cache_dir)
-    return api.labelled(api.analyze_hlo(text, cost_model, chip), target, how)
-
-
-def compiled_text(
-    step: Callable,
-    args: tuple,
-    jit_kwargs: dict,
-    target: str | None,
-    cache_dir: str | os.PathLike | None = None,
-) -> str:
-    """The optimized HLO XLA compiles ``step(*args)`` to for ``target`` (None: this machine),
-    kept in ``cache_dir`` when one is given (see :mod:`hlo_roofline.cache`). Traced on a fresh
-    thread, so the demo and the tests, whoever calls, share cache entries."""
-    lowered = api.lower(api.jitted(step, jit_kwargs), args, {}, target, isolate_trace=True)
-    return cache.compiled_text(lowered, target, cache_dir if cache_dir is not None else False)
+    step, args, jit_kwargs = example.load(api.resolve(chip, target)[1])
+    return api.analyze(
+        step,
+        *args,
+        chip=chip,
+        target=target,
+        cost_model=cost_model,
+        cache=cache_dir if cache_dir is not None else False,
+        isolate_trace=True,
+        **jit_kwargs,
+    )

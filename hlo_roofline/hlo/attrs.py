@@ -218,13 +218,29 @@ def _number(value) -> int:
     return value if isinstance(value, int) else 0
 
 
+# XLA prints metadata strings C-escaped (absl::CEscape): \' \" \\ \n \t \r and octal bytes.
+_C_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))", re.DOTALL)
+_C_SIMPLE = {"n": b"\n", "t": b"\t", "r": b"\r", "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v"}
+
+
 def _unescape(text: str) -> str:
+    """A C-escaped string as the text it stands for (``state[\\'params\\']`` → ``state['params']``)."""
     if "\\" not in text:
         return text
-    try:
-        return json.loads(f'"{text}"')
-    except ValueError:
-        return text
+    out = bytearray()
+    pos = 0
+    for m in _C_ESCAPE.finditer(text):
+        out += text[pos : m.start()].encode()
+        octal, hexa, char = m.groups()
+        if octal:
+            out.append(int(octal, 8) & 0xFF)
+        elif hexa:
+            out.append(int(hexa, 16))
+        else:
+            out += _C_SIMPLE.get(char, char.encode())
+        pos = m.end()
+    out += text[pos:].encode()
+    return out.decode("utf-8", "replace")
 
 
 def source(instr: Instruction, module: Module) -> str:
