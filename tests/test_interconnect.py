@@ -247,3 +247,21 @@ def test_max_exposed_comm_rule():
     old = hr.Report(report.ops.drop(columns="t_exposed_s"), dict(report.summary))
     with pytest.raises(RuleError, match="no scheduled step"):
         check(old, Rules(max_exposed_comm=50))
+
+
+def test_analyze_places_devices_by_the_arguments_mesh():
+    """A step sharded on a target mesh is judged with that mesh's devices (their torus
+    coordinates), not a layout inferred from the replica groups."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from hlo_roofline.targets import make_mesh
+
+    mesh = make_mesh("v5e:2x4", (8,), ("data",))
+    x = jax.ShapeDtypeStruct((8 * 128, 256), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))
+    report = hr.analyze(lambda x: jnp.sum(x, axis=0), x, target="v5e:2x4")
+    assert report.summary["topology"]["source"] == "devices"
+    unsharded = hr.analyze(lambda x: x * 2, jax.ShapeDtypeStruct((8, 8), jnp.float32), target="v5e:2x2")
+    assert (unsharded.summary.get("topology") or {}).get("source") != "devices"
