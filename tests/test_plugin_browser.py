@@ -74,6 +74,7 @@ def logdir(tmp_path_factory) -> Path:
     write_corrupt(root, "broken")
     write_corrupt(root, CORRUPT_FIRST)
     too_big_for_v5e().write_tensorboard(root, "too_big")
+    fixture_report("fsdp_train_step", "h100", "h100-sxm").write_tensorboard(root, "fsdp/h100")
     return root
 
 
@@ -647,3 +648,12 @@ def test_memory_fit_bar_shows_the_need_against_the_chip(page, server, logdir):
     page.locator("#hr-chip").select_option("v5p")
     page.locator('.hr-app[data-state=ready][data-chip="v5p"]').wait_for()
     assert page.locator("[data-card=memory] .hr-card-value").text_content().endswith(": fits")
+
+
+def test_exposed_communication_is_in_the_summary(page, server, logdir):
+    summary = read(logdir, "fsdp/h100").summary
+    assert summary["exposed_comm_s"] > 0  # XLA put the weight all-gathers where nothing hides them
+    open_plugin(page, server, "fsdp/h100")
+    text = page.locator("[data-card=scheduled]").text_content()
+    assert "step as scheduled" in text and "exposed" in text
+    assert f"({summary['exposed_comm_share'] * 100:.1f}% of the step)" in text

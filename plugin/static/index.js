@@ -645,6 +645,17 @@ function renderSummary() {
       classified ? "perfect overlap – no overlap" : "choose a chip above",
     ),
     card("MFU upper bound", fmtPct(s.mfu_upper_bound), s.chip_name || s.chip || ""),
+    classified && s.step_time_scheduled_s !== undefined && s.step_time_scheduled_s !== null
+      ? card(
+          "step as scheduled",
+          fmtTime(s.step_time_scheduled_s),
+          s.comm_time_s
+            ? `communication ${fmtTime(s.comm_time_s)}, exposed ${fmtTime(s.exposed_comm_s)} ` +
+                `(${fmtPct(s.exposed_comm_share)} of the step)`
+            : "no communication",
+          "scheduled",
+        )
+      : null,
     classified ? timeBox : null,
     card(
       "coverage",
