@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, memory
+from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 
 FORMAT = "hlo_roofline.report"
 VERSION = 1
 CSV_MAGIC = "#hlo_roofline.report "
-TENSORBOARD_PLUGIN = "hlo_roofline"
 _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
@@ -136,7 +136,7 @@ class Report:
         """Read a report written by :meth:`to_json` or :meth:`to_csv` (or a TensorBoard run dir)."""
         path = Path(path)
         if path.is_dir():
-            path = path / "plugins" / TENSORBOARD_PLUGIN / "report.json"
+            path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -182,10 +182,10 @@ class Report:
         inside = (root / run).resolve()
         if inside != root and root not in inside.parents:
             raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
-        directory = Path(logdir) / run / "plugins" / TENSORBOARD_PLUGIN
+        directory = Path(logdir) / run / "plugins" / PLUGIN_NAME
         directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(directory / "report.csv", self.to_csv(), mode=0o644)
-        _write_atomic(directory / "report.json", self.to_json(), mode=0o644)
+        _write_atomic(directory / REPORT_CSV, self.to_csv(), mode=0o644)
+        _write_atomic(directory / REPORT_JSON, self.to_json(), mode=0o644)
         return directory
 
     # -- showing ----------------------------------------------------------------------------

@@ -13,9 +13,10 @@ from collections import OrderedDict, defaultdict, deque
 
 from hlo_roofline import chips
 from hlo_roofline.chips import UnknownChipError
+from hlo_roofline.logdir import REPORT_CSV, REPORT_JSON
 from hlo_roofline.report import Report, ReportError
 from hlo_roofline.verdict import VERDICT_COLUMNS
-from hlo_roofline_tensorboard.plugin import REPORT_CSV, REPORT_JSON, dumps
+from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
     "ReportError",
