@@ -155,11 +155,18 @@ def from_devices(devices, chip: Chip) -> Topology:
     """
     grid = getattr(devices, "devices", devices)  # a Mesh, or its devices
     devices = list(grid.flat) if hasattr(grid, "flat") else list(grid)
-    if devices and hasattr(devices[0], "coords"):
+    # Torus coordinates on TPU only: compile-only GPU devices carry ``coords`` too (their
+    # partition, host and index), which are not links.
+    if devices and chip.kind == "tpu" and hasattr(devices[0], "coords"):
         two_per_chip = len({tuple(d.coords) for d in devices}) < len(devices)
+        torus = [tuple(d.coords) for d in devices]
+        # A 2D slice reports a third coordinate that is always 0: axes of one chip have no links.
+        kept = [i for i in range(len(torus[0])) if len({c[i] for c in torus}) > 1] or [0]
         coords = tuple(
-            (*d.coords, getattr(d, "core_on_chip", 0)) if two_per_chip else tuple(d.coords)
-            for d in devices
+            (*(c[i] for i in kept), getattr(d, "core_on_chip", 0))
+            if two_per_chip
+            else tuple(c[i] for i in kept)
+            for c, d in zip(torus, devices, strict=True)
         )
         dims = tuple(max(c[i] for c in coords) + 1 for i in range(len(coords[0])))
         chip_axis = len(dims) - 1 if two_per_chip else None
