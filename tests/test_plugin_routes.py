@@ -282,23 +282,21 @@ def _compare_rows(body):
 def test_compare_with_itself_is_all_matched(client, logdir):
     body = get_json(client, "/compare?run=mlp/v5e&other=mlp/v5e")
     report = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json")
-    assert body["counts"] == {
-        "matched": len(report.ops),
-        "flipped": 0,
-        "only_run": 0,
-        "only_other": 0,
-    }
+    timed = int((report.ops["t_roofline_s"] > 0).sum())  # ops that take no time are not compared
+    assert body["counts"] == {"matched": timed, "flipped": 0, "only_run": 0, "only_other": 0}
     rows = _compare_rows(body)
-    assert len(rows) == int((report.ops["t_roofline_s"] > 0).sum())
+    assert len(rows) == timed
     assert all(r["delta_s"] == 0 and r["name"] == r["name_other"] for r in rows)
 
 
 def test_compare_two_targets_lists_flipped_ops(client, logdir):
-    """One program compiled for two targets, each judged on its own chip: some verdicts flip."""
+    """One program compiled for two targets: the second is judged on the first's chip, as the
+    CLI's diff does, and some verdicts flip."""
     run_a, run_b = (f"pair/{run}" for run in PAIR)
     report_a = Report.read(logdir / run_a / "plugins/hlo_roofline/report.json")
     report_b = Report.read(logdir / run_b / "plugins/hlo_roofline/report.json")
-    a, b = report_a.ops, report_b.ops
+    judged_b = report_b.classify(report_a.chip)
+    a, b = report_a.ops, judged_b.ops
     body = get_json(client, f"/compare?run={run_a}&other={run_b}")
     rows = _compare_rows(body)
     flipped = [r for r in rows if r["flipped"]]
@@ -312,8 +310,35 @@ def test_compare_two_targets_lists_flipped_ops(client, logdir):
         assert op_a["op_name"] == op_b["op_name"] == r["op_name"]
         assert op_a["opcode"] == op_b["opcode"] == r["opcode"]
         assert r["delta_s"] == pytest.approx(op_b["t_roofline_s"] - op_a["t_roofline_s"])
-    assert body["summary"]["run"]["chip"] == report_a.summary["chip"]
-    assert body["summary"]["other"]["chip"] == report_b.summary["chip"]
+    assert body["summary"]["run"]["chip"] == body["summary"]["other"]["chip"] == report_a.chip
+    assert body["note"].startswith(f"re-judged against {report_a.chip}")
+
+
+@pytest.mark.parametrize("pair", ["flipping", "random"])
+def test_the_tab_and_the_cli_compare_alike(client, logdir, pair):
+    """One comparison for every face: the tab's route and `hlo-roofline diff --format json`."""
+    from click.testing import CliRunner
+
+    from hlo_roofline import cli
+
+    run_a, run_b = (
+        [f"pair/{run}" for run in PAIR] if pair == "flipping"
+        else ["random/tpu_v5e", "random/tpu_v5p"]
+    )  # fmt: skip
+    files = [logdir / run / "plugins/hlo_roofline/report.json" for run in (run_a, run_b)]
+    result = CliRunner().invoke(cli.main, ["diff", *map(str, files), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    cli_diff = json.loads(result.output)
+    body = get_json(client, f"/compare?run={run_a}&other={run_b}")
+    counts = body["counts"]
+    assert (counts["flipped"], counts["only_other"], counts["only_run"]) == (
+        cli_diff["flipped"], cli_diff["added"], cli_diff["removed"],
+    )  # fmt: skip
+    assert len(body["data"]) == len(cli_diff["ops"])
+    assert body["summary"]["other"]["step_time_lower_s"] == pytest.approx(cli_diff["step_b_s"])
+    pairs_tab = sorted((r["name"] or "", r["name_other"] or "") for r in _compare_rows(body))
+    pairs_cli = sorted((o["name_a"] or "", o["name_b"] or "") for o in cli_diff["ops"])
+    assert pairs_tab == pairs_cli
 
 
 def test_compare_on_one_chip(client):

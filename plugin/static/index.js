@@ -974,10 +974,11 @@ function renderCompare() {
     el("div", {
       className: "hr-muted",
       text:
-        `${c.counts.matched} ops matched by op_name, source, opcode and shape · ` +
+        `${c.counts.matched} timed ops matched (as hlo-roofline diff matches them) · ` +
         `${c.counts.flipped} flipped verdict(s) · ${c.counts.only_run} only in ${c.run} · ` +
         `${c.counts.only_other} only in ${c.other}`,
     }),
+    c.note ? el("div", { className: "hr-muted", text: `${c.other} ${c.note}` }) : null,
   );
   const only = el("input", { attrs: { type: "checkbox", id: "hr-only-flipped" } });
   only.checked = state.onlyFlipped;
