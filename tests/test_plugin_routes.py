@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -398,3 +399,17 @@ def test_trace_found_under_the_logdir_by_its_layout(tmp_path):
     report.summary["measured_trace"] = "/elsewhere/other/plugins/profile/s/w.xplane.pb"
     report.write_tensorboard(tmp_path, "exp/step1")
     assert get_json(c, "/trace?run=exp/step1")["run"] is None
+
+
+def test_one_palette_for_the_tab_and_the_plot():
+    """The tab's bound colours are the PNG/SVG plot's, and the stylesheet defines none of its own."""
+    from pathlib import Path
+
+    from hlo_roofline.plot import COLORS
+
+    static = Path(tb_plugin.__file__).parent / "static"
+    util = (static / "util.js").read_text()
+    block = util[util.index("export const BOUND_COLORS") :].split("};")[0]
+    tab = dict(re.findall(r"(\w+): \"(#[0-9a-f]{6})\"", block))
+    assert {bound: tab[bound] for bound in COLORS} == COLORS
+    assert not re.search(r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text())

@@ -13,6 +13,7 @@
 import { RooflineChart } from "./chart.js";
 import { VirtualTable } from "./table.js";
 import {
+  BOUND_COLORS,
   BOUNDS,
   el,
   fmtBytes,
@@ -1077,6 +1078,10 @@ function renderCompare() {
 }
 
 export function render() {
+  // The stylesheet's bound colours come from the one palette the chart uses too.
+  for (const [bound, color] of Object.entries(BOUND_COLORS)) {
+    document.documentElement.style.setProperty(`--hr-${bound}`, color);
+  }
   init().catch((err) => {
     console.error(err);
     if (ui.error) {
