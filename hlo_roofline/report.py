@@ -28,6 +28,7 @@ _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
     "source", "note", "fused_ops", "collective", "replica_group", "waits_for", "bound", "hint",
+    "prefetch_for",
 )  # fmt: skip
 _TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s", "t_exposed_s")
 

@@ -25,7 +25,7 @@ from hlo_roofline.cost.collectives import parse_group_text
 BOUNDS = ("compute", "memory", "communication", "unknown", "none")
 VERDICT_COLUMNS = (
     "intensity", "critical_intensity", "bound", "t_compute_s", "t_memory_s", "t_comm_s",
-    "t_roofline_s", "share", "t_exposed_s", "hint",
+    "t_roofline_s", "share", "t_exposed_s", "hint", "xla_estimate_s",
 )  # fmt: skip
 RIDGE_DTYPES = ("bf16", "fp8", "int8", "tf32", "fp32")
 
@@ -168,6 +168,38 @@ def _hint(row, critical: float, chip: Chip) -> str:
     return "; ".join(parts)
 
 
+def _prefetch_charges(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """For each row, the bytes it reads from a buffer XLA prefetched HBM→VMEM for it (the copy's
+    HBM read, split evenly among its readers), and which rows are such prefetches; None if none.
+
+    The copy exists only to feed its readers: the book's roofline for ``x @ w`` counts ``w`` once
+    at HBM speed whatever XLA placed in VMEM, so the reader's verdict does too."""
+    if "prefetch_for" not in ops:
+        return None
+    readers = ops["prefetch_for"].to_numpy()
+    is_prefetch = readers != ""
+    if not is_prefetch.any():
+        return None
+    row_of = {name: i for i, name in enumerate(ops["name"].to_numpy())}
+    moved = np.zeros(len(ops))
+    data = ops["bytes_accessed"].to_numpy(dtype=float)
+    vmem = ops["vmem_bytes"].to_numpy(dtype=float)
+    for i in np.flatnonzero(is_prefetch):
+        names = [row_of[n] for n in readers[i].split(",") if n in row_of]
+        for j in names:
+            moved[j] += (data[i] - vmem[i]) / len(names)  # the copy's HBM read, once per step
+    return moved, is_prefetch
+
+
+def _xla_estimate(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """XLA:TPU's own time for each op as compiled: its cycle estimate at the chip's clock (NaN
+    where the compiler recorded none, or the chip has no clock). Shown beside the roofline and
+    used to check it; never part of it."""
+    if "xla_cycles" not in ops or not chip.clock_hz:
+        return np.full(len(ops), np.nan)
+    return ops["xla_cycles"].to_numpy(dtype=float) / chip.clock_hz
+
+
 def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.DataFrame, dict]:
     """Add the verdict columns for ``chip`` to a report's ops; return them and summary entries.
 
@@ -200,7 +232,14 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
     vmem_bandwidth = _vmem_bandwidth(chip)
     if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
         vmem = ops["vmem_bytes"].to_numpy(dtype=float)
-        t_memory = (data - vmem) / hbm + vmem / vmem_bandwidth
+        hbm_bytes = data - vmem
+        prefetch = _prefetch_charges(ops)
+        if prefetch is not None:  # a prefetched operand is HBM traffic of the op that reads it
+            moved, is_prefetch = prefetch
+            moved = np.minimum(moved, vmem)
+            hbm_bytes, vmem = hbm_bytes + moved, vmem - moved
+            hbm_bytes[is_prefetch] = vmem[is_prefetch] = 0.0  # counted once, in its readers
+        t_memory = hbm_bytes / hbm + vmem / vmem_bandwidth
     t_comm, topology = _comm_times(ops, chip, topology)
     times = np.stack([t_compute, t_memory, t_comm])
     t_roofline = times.max(axis=0)
@@ -225,11 +264,18 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
         t_roofline_s=t_roofline,
         share=t_roofline / step if step else 0.0,
         t_exposed_s=scheduled.exposed_s,
+        xla_estimate_s=_xla_estimate(ops, chip),
     )
     ops["hint"] = [
         _hint(row, ci, chip) if mm else ""
         for row, ci, mm in zip(ops.itertuples(), ops["critical_intensity"], matmul, strict=True)
     ]
+    if "prefetch_for" in ops:  # the copy row stays, saying whom it feeds
+        is_prefetch = ops["prefetch_for"].to_numpy() != ""
+        ops.loc[is_prefetch, "hint"] = [
+            f"HBM→VMEM prefetch for {names}: its HBM time is charged to them"
+            for names in ops.loc[is_prefetch, "prefetch_for"]
+        ]
     summary = _summary(ops, chip, step, float(times.sum()))
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())

@@ -35,7 +35,8 @@ ROW_COLUMNS = (
     "comm_bytes", "vmem_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name",
     "source", "note",
     "fused_ops", "collective", "group_size", "replica_group", "waits_for",
-    "mm_batch", "mm_m", "mm_n", "mm_k",
+    "mm_batch", "mm_m", "mm_n", "mm_k", "xla_cycles",
+    "prefetch_for",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _RULE_ERRORS = (
@@ -47,6 +48,7 @@ _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = (
     "count", "flops", "transcendentals", "bytes_accessed", "comm_bytes", "vmem_bytes",
+    "xla_cycles",
 )  # fmt: skip
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
@@ -183,6 +185,7 @@ def rows(
     in_flight: frozenset[str] | None = None  # channels of TPU async collectives (found once)
     # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
+    prefetches = _prefetch_consumers(module) if vmem_layouts else {}
     table: list[tuple] = []
     for instr, count, cost in ops:
         code = instr.opcode
@@ -239,6 +242,11 @@ def rows(
             start = _async_start(instr)
             waits_for = start.name if start is not None else ""
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
+        cycles = (  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
+            attrs.estimated_cycles(instr)
+            if "estimated_cycles" in instr_attrs.get("backend_config", "")
+            else None
+        )
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
         table.append((
@@ -248,7 +256,8 @@ def rows(
             "; ".join(cost.notes) if cost.notes else "", fused,
             found.opcode.removesuffix("-start") if found is not None else "",
             _group_size(found, module) if found is not None else 0, group, waits_for,
-            batch, m, n, k,
+            batch, m, n, k, cycles * count if cycles is not None else math.nan,
+            prefetches.get(id(instr), "") if code == "copy-start" else "",
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
             _transpose_onto(columns, table)
@@ -257,6 +266,40 @@ def rows(
     for name in _FLOAT_COLUMNS:
         columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0)
     return columns
+
+
+def _in_vmem(shape) -> bool:
+    return shape.layout is not None and shape.layout.memory_space == VMEM
+
+
+def _prefetch_consumers(module: Module) -> dict[int, str]:
+    """``id(copy-start) -> the ops that read its copy-done`` (comma-separated), for every async
+    copy from HBM into VMEM: such a copy exists only to feed them (XLA's prefetch)."""
+    found: dict[int, str] = {}
+    for comp in module.computations.values():
+        dones = {}
+        for instr in comp.instructions:
+            if instr.opcode != "copy-done" or not instr.operands:
+                continue
+            start = instr.operands[0]
+            leaves = start.shape.leaves() if start.opcode == "copy-start" else []
+            if len(leaves) >= 2 and _in_vmem(leaves[0]) and not _in_vmem(leaves[1]):
+                dones[id(instr)] = start
+        if not dones:
+            continue
+        readers: dict[int, list[str]] = {}
+        aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
+        for instr in comp.instructions:
+            for op in dict.fromkeys(instr.operands):
+                start = aliases.get(id(op))
+                if start is None:
+                    continue
+                if instr.opcode == "bitcast":
+                    aliases[id(instr)] = start
+                else:
+                    readers.setdefault(id(start), []).append(instr.name)
+        found.update({key: ",".join(names) for key, names in readers.items()})
+    return found
 
 
 def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -> int:

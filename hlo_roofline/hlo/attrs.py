@@ -175,6 +175,30 @@ def _parse_json(text: str | None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def estimated_cycles(instr: Instruction) -> float | None:
+    """XLA:TPU's own cycle estimate for the op as compiled (``"estimated_cycles"`` in its
+    ``backend_config``, at any depth), or None where the compiler recorded none."""
+    if "estimated_cycles" not in instr.attrs.get("backend_config", ""):
+        return None
+    found = _find_key(backend_config(instr), "estimated_cycles")
+    try:
+        return float(found) if found is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _find_key(node, key: str):
+    if isinstance(node, dict):
+        if key in node:
+            return node[key]
+        node = list(node.values())
+    if isinstance(node, list):
+        for value in node:
+            if isinstance(value, dict | list) and (found := _find_key(value, key)) is not None:
+                return found
+    return None
+
+
 def known_trip_count(instr: Instruction) -> int | None:
     """The loop trip count XLA proved (``backend_config.known_trip_count.n``), if any."""
     n = backend_config(instr).get("known_trip_count", {}).get("n")
