@@ -140,6 +140,9 @@ def run_input(texts, seed: int, index: int, seconds: float, chips_to_judge) -> t
 
 
 def _worker(conn, seed: int, indices: range, seconds: float) -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")  # mutants of real modules warn (unoptimized, overlaps): noise
     texts = seeds()
     chips_to_judge = judging_chips()
     for index in indices:

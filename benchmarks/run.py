@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/run.py --targets cpu        # only the GPT step, compiled for the CPU
     .venv/bin/python benchmarks/run.py --quick              # fewer repeats, no compile, 20k module
 
-It prints the machine, then the three figures issue 8 asks for:
+It prints the machine, then these figures:
 
 (a) our parse + analysis ÷ XLA's parse + cost analysis (``jaxlib._hlo.hlo_module_from_text`` +
     ``jaxlib._jax.hlo_module_cost_analysis`` on the CPU client), on every committed fixture and on
@@ -13,7 +13,9 @@ It prints the machine, then the three figures issue 8 asks for:
 (b) our analysis of each of those steps (parse + ``analyze_hlo`` of ``compiled.as_text()``) ÷ the
     ``jit(step).lower(...).compile()`` time of that step;
 (c) a generated 100k-instruction module (``benchmarks/generate.py``): time, and peak RSS measured
-    in fresh subprocesses (``resource.getrusage``) against the size of the text.
+    in fresh subprocesses (``resource.getrusage``) against the size of the text;
+(d) ``hlo_roofline.analyze`` of each example step in a new process with an empty compile cache, then
+    in another new process: the cached second analysis as a fraction of the first.
 
 Every time is the minimum over ``--repeat`` runs, ours and XLA's interleaved so that both see the same
 machine load (the load average is printed: on a shared machine absolute times move, ratios less).
@@ -211,6 +213,47 @@ def bench_examples(cases: list[tuple[str, str]], repeat: int) -> dict:
     return results
 
 
+# -- (d) the compile cache: the same step analyzed again, in a new process -----------------------
+
+_CACHE_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import hlo_roofline
+from hlo_roofline.examples import get
+example, target, cache = sys.argv[1:4]
+step, args, jit_kwargs = get(example).load(None if target == "cpu" else target)
+t1 = time.perf_counter()
+report = hlo_roofline.analyze(
+    step, *args, target="local" if target == "cpu" else target, cache=cache, **jit_kwargs
+)
+t2 = time.perf_counter()
+print(json.dumps({"imports": t1 - t0, "analyze": t2 - t1, "ops": len(report.ops)}))
+"""
+
+
+def bench_cache(cases: list[tuple[str, str]]) -> dict:
+    """``hlo_roofline.analyze`` of each step in a fresh process with an empty cache, then again in
+    another fresh process: the second finds the optimized HLO on disk and only traces and lowers."""
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for example, target in cases:
+            runs = []
+            for _ in ("cold", "cached"):
+                t0 = time.perf_counter()
+                done = subprocess.run(
+                    [sys.executable, "-c", _CACHE_CHILD, example, target, tmp],
+                    capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                runs.append({**json.loads(done.stdout), "process": time.perf_counter() - t0})
+            cold, cached = runs
+            results[f"{example} {target}"] = {
+                "cold": cold, "cached": cached,
+                "analyze_ratio": cached["analyze"] / cold["analyze"],
+                "process_ratio": cached["process"] / cold["process"],
+            }  # fmt: skip
+    return results
+
+
 # -- (c) the generated module -------------------------------------------------------------------
 
 
@@ -344,6 +387,16 @@ def report(results: dict) -> None:
               f"text  target <= 4x: {_met(g['rss_over_text'] <= TARGETS['c_rss'])}")  # fmt: skip
 
 
+def report_cache(results: dict) -> None:
+    print()
+    print("(d) the same step analyzed again in a new process (the optimized HLO from the cache):")
+    for case, r in results.items():
+        cold, cached = r["cold"], r["cached"]
+        print(f"    {case:17}: analyze() {_ms(cold['analyze'])} -> {_ms(cached['analyze'])} "
+              f"({r['analyze_ratio']:.1%}); whole process {_ms(cold['process'])} -> "
+              f"{_ms(cached['process'])} ({r['process_ratio']:.1%})")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (best kept)")
@@ -367,10 +420,14 @@ def main(argv: list[str] | None = None) -> int:
         names = ", ".join(f"{example} for {target}" for example, target in cases)
         print(f"compiling {names} ...", file=sys.stderr)
         results["examples"] = bench_examples(cases, args.repeat)
+        print("analyzing them twice in new processes (compile cache) ...", file=sys.stderr)
+        results["cache"] = bench_cache(cases)
     print(f"measuring a generated {args.instructions}-instruction module ...", file=sys.stderr)
     results["generated"] = bench_generated(args.instructions, max(args.repeat // 2, 1) + 1)
     results["load_average_end"] = os.getloadavg()
     report(results)
+    if "cache" in results:
+        report_cache(results["cache"])
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

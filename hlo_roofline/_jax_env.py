@@ -1,11 +1,14 @@
 """Environment defaults that must be in place before JAX starts its backends.
 
-Imported (for its side effect) by every module that may be the first to touch JAX on behalf of the
-user: ``targets`` and the CLI. Both settings only matter on machines without the accelerator:
+Imported (for its side effect) first by the package itself, so ``import hlo_roofline`` before
+JAX starts is enough. None of it is required: when the user started JAX first, ``targets`` registers
+the CUDA plugin late, and libtpu builds compile-only topologies all the same; these defaults only keep
+JAX and libtpu quiet and the CUDA plugin registered from the start. They matter only on machines
+without the accelerator, and a variable the user set is never overridden:
 
 - ``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1``: without CUDA libraries the CUDA plugin fails its version
-  check and never registers, so compile-only NVIDIA targets would be unavailable. The variable skips
-  only that check; a real GPU is still used.
+  check (JAX logs a traceback) and does not register. The variable skips only that check; a real
+  GPU is still used.
 - ``ALLOW_MULTIPLE_LIBTPU_LOAD=1`` (only where no TPU device exists): libtpu's machine-wide lock guards
   a real TPU; compile-only use never touches one, and the lock would stop two analyses (say,
   parallel test workers) from running at once.

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import inspect
 import logging
+import math
+import os
 import re
 import warnings
 from pathlib import Path
 
-from hlo_roofline import chips, cost
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+from hlo_roofline import chips, cost, memory, targets
 from hlo_roofline._gc import gc_paused
+from hlo_roofline.cache import compile_program
 from hlo_roofline.hlo import Module, parse
 from hlo_roofline.report import Report
 
@@ -34,19 +43,43 @@ def analyze_hlo(
     if _is_directory(path_or_text):
         return analyze_dump(path_or_text, cost_model, chip)
     module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
+    _warn_if_unoptimized(module)
     with gc_paused():
         # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.
         pad = cost_model == "roofline"
         ops = cost.walk(module, cost_model, pad_to_tiles=pad)
-        summary = cost.summarize(ops, cost_model)
+        summary = {**cost.summarize(ops, cost_model), "memory": memory.from_module(module)}
         columns = cost.rows(module, ops, pad_to_tiles=pad)
         del ops  # a large module's priced ops need not outlive their rows while the table is built
         report = Report.from_columns(columns, summary, module.name)
     return report.classify(chip) if chip is not None else report
 
 
+class UnoptimizedHloWarning(UserWarning):
+    """The HLO looks like XLA's input, not its optimized output: the numbers are before fusion."""
+
+
+def _warn_if_unoptimized(module: Module) -> None:
+    """XLA schedules every module it optimizes; one that is neither scheduled nor fused is the
+    compiler's input (``jit(f).lower(...).as_text(dialect="hlo")``), priced op by op as if every
+    intermediate went through memory."""
+    if module.attrs.get("is_scheduled") == "true":
+        return
+    if any(i.opcode == "fusion" for i in module.instructions()):
+        return
+    warnings.warn(
+        f"module {module.name!r} looks unoptimized (not scheduled, no fusions), e.g. from "
+        "lower().as_text(): its numbers are before fusion, not what XLA runs. Analyze "
+        "lower().compile().as_text(), or the function itself with hlo_roofline.analyze(fn, ...)",
+        UnoptimizedHloWarning,
+        stacklevel=3,
+    )
+
+
 def _is_directory(path_or_text) -> bool:
-    if not isinstance(path_or_text, (str, Path)) or "\n" in str(path_or_text):
+    if not isinstance(path_or_text, str | Path) or "\n" in str(path_or_text):
+        return False
+    if not str(path_or_text).strip():  # Path("") is the current directory
         return False
     try:
         return Path(path_or_text).is_dir()
@@ -79,8 +112,6 @@ def module_key(path: Path) -> str:
 
 def local_chip():
     """The chip of the local default device, when the database knows it (None on a CPU)."""
-    import jax
-
     device = jax.devices()[0]
     if device.platform == "cpu":
         return None
@@ -93,8 +124,6 @@ def local_chip():
 
 def _default_target(chip) -> str | None:
     """The compile-only target that produces this chip's HLO, if there is one."""
-    from hlo_roofline import targets
-
     try:
         return targets.parse_target(chip.key).spec
     except targets.TargetError:
@@ -103,13 +132,8 @@ def _default_target(chip) -> str | None:
 
 def place_args(args, target: str | None):
     """Abstract array arguments, placed on the target's first device unless already sharded on it."""
-    import jax
-    from jax.sharding import NamedSharding, PartitionSpec
-
     if target is None:
         return args
-    from hlo_roofline import targets
-
     devices = targets.devices(target)
     own = {d.id for d in devices}
     default = NamedSharding(jax.sharding.Mesh([devices[0]], ("_",)), PartitionSpec())
@@ -129,8 +153,8 @@ def place_args(args, target: str | None):
 
 
 def jitted(fn, jit_kwargs: dict):
-    import jax
-
+    if not callable(fn):
+        raise TypeError(f"expected a function (plain or jitted) to analyze, got {type(fn).__name__}")
     if hasattr(fn, "lower"):
         if jit_kwargs:
             raise TypeError(f"{fn} is already jitted: pass {sorted(jit_kwargs)} to jax.jit instead")
@@ -138,19 +162,46 @@ def jitted(fn, jit_kwargs: dict):
     return jax.jit(fn, **jit_kwargs)
 
 
+def as_chip(chip) -> chips.Chip | None:
+    """``chip=`` as the API takes it: None, a name the database knows, or a :class:`chips.Chip`."""
+    if chip is None or isinstance(chip, chips.Chip):
+        return chip
+    if isinstance(chip, str):
+        return chips.get(chip)
+    raise TypeError(
+        f"chip must be a chip name such as 'v5e' or 'h100' (see hlo_roofline.chips.names()), "
+        f"a hlo_roofline.chips.Chip, or None; got {type(chip).__name__} {chip!r}"
+    )
+
+
 def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, str]:
-    """(chip, compile-only target or None for local, a sentence saying what is compiled for what)."""
-    chip = chips.get(chip) if isinstance(chip, str) else chip
+    """(chip, compile-only target or None for local, a sentence saying what is compiled for what).
+
+    One meaning everywhere: ``target`` says what to compile for ("local" for this machine);
+    without it, an accelerator ``chip`` is compiled for compile-only, unless the local device is
+    that chip. ``chip`` defaults to the target's chip, else the local device's.
+    """
+    chip = as_chip(chip)
+    if target is not None and not isinstance(target, str | targets.TargetSpec):
+        raise TypeError(f"target must be a string such as 'v5e:2x2' or 'h100', got {target!r}")
     if target == "local":
         chip = chip or local_chip()
         return chip, None, "compiled for the local backend"
     if target is not None:
-        from hlo_roofline import targets
-
         spec = targets.parse_target(target)
+        if chip is not None and chip.key != spec.chip:
+            warnings.warn(
+                f"the program is compiled for {spec.spec} but judged against {chip.name} "
+                f"({chip.key}): its fusion and layouts are {spec.chip}'s, not {chip.key}'s",
+                JudgedElsewhereWarning,
+                stacklevel=3,
+            )
         chip = chip or chips.get(spec.chip)
         return chip, spec.spec, f"compiled compile-only for {spec.spec}"
     if chip is not None and chip.kind in ("tpu", "gpu"):
+        local = local_chip()
+        if local is not None and local.key == chip.key:
+            return chip, None, f"compiled for the local {chip.name}"
         target = _default_target(chip)
         if target is not None:
             return (
@@ -164,13 +215,25 @@ def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, s
         warnings.warn(
             f"no compile-only target produces {chip.name} HLO; judging the local backend's HLO "
             f"against {chip.name}",
+            JudgedElsewhereWarning,
             stacklevel=3,
         )
     return chip or local_chip(), None, "compiled for the local backend"
 
 
+class JudgedElsewhereWarning(UserWarning):
+    """The program is judged against another chip than the one it was compiled for."""
+
+
 def analyze(
-    fn, *args, chip=None, target: str | None = None, cost_model: str = "roofline", **jit_kwargs
+    fn,
+    *args,
+    chip=None,
+    target: str | None = None,
+    cost_model: str = "roofline",
+    cache: bool | str | os.PathLike = True,
+    isolate_trace: bool = False,
+    **jit_kwargs,
 ):
     """Compile ``fn(*args)`` and return its classified :class:`Report`.
 
@@ -179,25 +242,167 @@ def analyze(
     ``jax.jit``. ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that
     accelerator; ``chip`` defaults to the target's chip (or the local device's). Naming an
     accelerator ``chip`` without a target compiles for that chip, not for the local CPU.
+    The optimized HLO is kept on disk (:mod:`hlo_roofline.cache`): analyzing the same step again,
+    in any process, does not compile it again. ``cache=False`` compiles regardless; a path keeps
+    the cache there. ``isolate_trace`` traces on a fresh thread, so the Python stack recorded in the
+    HLO (and with it the cache entry) does not depend on the caller: for callers that hold no JAX
+    context of their own (a ``with mesh:`` block, a config context), such as the CLI.
     """
     chip, target, how = resolve(chip, target)
+    step = jitted(fn, jit_kwargs)
+    return _analyze_step(step, args, {}, chip, target, how, cost_model, cache, isolate_trace)
+
+
+def lower(step, args: tuple, kwargs: dict, target: str | None, isolate_trace: bool = False):
+    """``step.lower`` with the arguments placed on ``target``; see ``analyze`` for the thread."""
+
+    def run():
+        return step.lower(*place_args(args, target), **place_args(kwargs, target))
+
+    if not isolate_trace:
+        return run()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()
+
+
+def _analyze_step(
+    step, args, kwargs, chip, target, how, cost_model, cache, isolate_trace=False
+) -> Report:
+    """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it.
+
+    A program the target's compiler refuses for want of memory is a report too: the step does
+    not fit, with the compiler's figures (see :mod:`hlo_roofline.memory`)."""
     log.info("%s", how)
-    compiled = jitted(fn, jit_kwargs).lower(*place_args(args, target)).compile()
-    report = analyze_hlo(compiled.as_text(), cost_model, chip)
+    placed_args, placed_kwargs = place_args(args, target), place_args(kwargs, target)
+    lowered = lower(step, placed_args, placed_kwargs, None, isolate_trace)  # placed already
+    inputs, donatable = _inputs(step, lowered, (placed_args, placed_kwargs))
+    try:
+        program = compile_program(lowered, target, cache)
+    except Exception as exc:
+        if not memory.is_out_of_memory(str(exc)):
+            raise
+        compiled_for = chips.get(targets.parse_target(target).chip) if target else local_chip()
+        capacity = compiled_for.per_device().hbm_capacity if compiled_for else None
+        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity)
+        how += "; the compiler refused it: out of memory"
+    else:
+        report = analyze_hlo(program.text, cost_model)
+        if program.memory is not None:
+            temporaries = memory.largest_temporaries(report.summary["memory"])
+            report.summary["memory"] = memory.from_stats(
+                program.memory, inputs, donatable, temporaries
+            )
+    report = labelled(report, target, how)
+    if chip is None:
+        return report
+    return report.classify(chip, topology=_mesh(placed_args, placed_kwargs))
+
+
+def _mesh(*placed) -> jax.sharding.Mesh | None:
+    """The mesh the step's arguments are sharded on (the largest, if several): it places the
+    devices of the collective model exactly (TPU torus coordinates, GPU hosts)."""
+    meshes = [
+        x.sharding.mesh
+        for x in jax.tree_util.tree_leaves(placed)
+        if isinstance(getattr(x, "sharding", None), NamedSharding)
+        and x.sharding.mesh.devices.size > 1  # not the one-device default place_args gives
+    ]
+    return max(meshes, key=lambda m: m.devices.size, default=None)
+
+
+def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
+    """The step's array inputs per device, named by their place in the arguments, and the bytes
+    of those an output could reuse if they were donated (same shape and type, not donated)."""
+    names = _parameter_names(step)
+    leaves = [
+        (_argument_name(path, names), x)
+        for path, x in jax.tree_util.tree_flatten_with_path(placed)[0]
+        if hasattr(x, "shape") and hasattr(x, "dtype")
+    ]
+    donated = [info.donated for info in jax.tree_util.tree_leaves(lowered.args_info)]
+    if len(donated) != len(leaves):  # static arguments and the like: no donation known
+        donated = [False] * len(leaves)
+    outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree_util.tree_leaves(lowered.out_info)]
+    signatures = [(tuple(x.shape), str(jnp.dtype(x.dtype))) for _, x in leaves]
+    for signature, was_donated in zip(signatures, donated, strict=True):
+        if was_donated and signature in outputs:  # that output already reuses this input
+            outputs.remove(signature)
+    buffers, donatable = [], 0
+    for (name, x), signature, was_donated in zip(leaves, signatures, donated, strict=True):
+        sharding = getattr(x, "sharding", None)
+        shape = tuple(sharding.shard_shape(x.shape)) if sharding is not None else tuple(x.shape)
+        size = math.prod(shape) * jnp.dtype(x.dtype).itemsize
+        dtype = jnp.dtype(x.dtype).name
+        buffers.append(
+            memory.Buffer(name, "parameter", size, f"{dtype}{list(shape)}", f"{dtype}{list(x.shape)}")
+        )
+        if not was_donated and signature in outputs:
+            outputs.remove(signature)
+            donatable += size
+    return buffers, donatable
+
+
+def _parameter_names(step) -> list[str]:
+    try:
+        return list(inspect.signature(step).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _argument_name(path, names: list[str]) -> str:
+    """``m['w']`` for the leaf ``['w']`` of the step's argument ``m`` (``args[1]['w']`` if the
+    step's signature does not say)."""
+    (group, *rest) = path
+    if group.idx == 1:  # keyword arguments: their names are the first key
+        return jax.tree_util.keystr(tuple(rest)).removeprefix("['").replace("']", "", 1)
+    index, *inner = rest
+    name = names[index.idx] if index.idx < len(names) else f"args[{index.idx}]"
+    return name + jax.tree_util.keystr(tuple(inner))
+
+
+def _refused(lowered, error: str, inputs, donatable: int, cost_model: str, capacity) -> Report:
+    """The report of a program the compiler would not build: the memory figures from its error;
+    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise
+    (before partitioning, a sharded program's ops have global shapes, not one device's)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnoptimizedHloWarning)
+        report = analyze_hlo(lowered.as_text(dialect="hlo"), cost_model)
+    sharded = any(b.shape != b.global_shape for b in inputs)
+    ops = report.ops.iloc[0:0] if sharded else report.ops
+    summary = {
+        **report.summary,
+        "memory": memory.from_error(error, inputs, donatable, capacity),
+        "ops_before_optimization": not sharded,
+    }
+    return Report(ops.reset_index(drop=True), summary, report.module)
+
+
+def labelled(report: Report, target: str | None, how: str) -> Report:
+    """Record in the summary what the program was compiled for, and why."""
     report.summary["compiled_for"] = target or "local"
     report.summary["how"] = how
     return report
 
 
 def roofline(
-    fn=None, *, chip=None, logdir=None, run: str | None = None, cost_model: str = "roofline"
+    fn=None,
+    *,
+    chip=None,
+    target: str | None = None,
+    logdir=None,
+    run: str | None = None,
+    cost_model: str = "roofline",
+    cache: bool | str | os.PathLike = True,
 ):
-    """Wrap a (jitted) training step: its first call analyzes the program jax compiled for it.
+    """Wrap a (jitted) training step: its first call analyzes the program compiled for its arguments.
 
-    The analysis reuses that compilation (jax caches it), writes the report to TensorBoard when
-    ``logdir`` is given, and is kept as ``step.report``; later calls go straight to the jitted step.
+    ``chip`` and ``target`` mean what they mean for :func:`analyze`: on a machine without the
+    chip, the step is compiled compile-only for it (from the first call's shapes) while the calls
+    themselves run here; the report's ``how`` says which. The report is written to TensorBoard when
+    ``logdir`` is given and kept as ``step.report``; later calls go straight to the jitted step.
     Usable as ``@roofline(chip="v5e", logdir="runs")`` or ``step = roofline(step, chip="v5e")``.
     """
+    resolved = resolve(chip, target)  # bad names fail here, at wrapping time
 
     def wrap(step):
         jitted_step = jitted(step, {})
@@ -205,10 +410,9 @@ def roofline(
         @functools.wraps(step)
         def wrapper(*args, **kwargs):
             if wrapper.report is None:
-                compiled = jitted_step.lower(*args, **kwargs).compile()
-                target_chip = chips.get(chip) if isinstance(chip, str) else chip
-                report = analyze_hlo(compiled.as_text(), cost_model, target_chip or local_chip())
-                report.summary["compiled_for"] = "local"
+                report = _analyze_step(
+                    jitted_step, args, kwargs, *resolved, cost_model=cost_model, cache=cache
+                )
                 wrapper.report = report
                 if logdir is not None:
                     report.write_tensorboard(logdir, run or getattr(step, "__name__", "step"))

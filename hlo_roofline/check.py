@@ -8,7 +8,10 @@ A rule set selects ops and states what must hold. All percentages are of the pre
 ``require``           every selected op must be ``compute`` (or ``memory``, ``communication``) bound
 ``max_memory_share``  memory-bound ops among the selection take at most this percent of the step
 ``min_coverage``      at least this percent of the ops have a known cost
+``max_exposed_comm``  communication not hidden behind compute takes at most this percent of the
+                      step as scheduled (``exposed_comm_s / step_time_scheduled_s``)
 ``max_regression``    the step is predicted at most this percent slower than ``baseline``
+``max_hbm``           the step needs at most this percent of one device's HBM (the memory fit)
 
 Ops that take no time (parameters, constants, tuples) are never selected. A ``select`` regex that
 matches no op is itself a violation, so a rename cannot silently turn a gate off.
@@ -47,7 +50,9 @@ class Rules:
     require: str | None = None
     max_memory_share: float | None = None
     min_coverage: float | None = None
+    max_exposed_comm: float | None = None
     max_regression: float | None = None
+    max_hbm: float | None = None
     baseline: str | Path | Report | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -58,15 +63,20 @@ class Rules:
                 raise RuleError(f"bad select regex {self.select!r}: {exc}") from None
         if self.require is not None and self.require not in REQUIRABLE:
             raise RuleError(f"require must be one of {', '.join(REQUIRABLE)}, not {self.require!r}")
-        for name in ("min_share", "max_memory_share", "min_coverage", "max_regression"):
+        for name in (
+            "min_share", "max_memory_share", "min_coverage", "max_exposed_comm", "max_regression",
+            "max_hbm",
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise RuleError(f"{_flag(name)} must be a number of percent, not {value!r}")
-            bounded = name != "max_regression"
+            bounded = name not in ("max_regression", "max_hbm")  # a step may need 150% of HBM
             if not math.isfinite(value) or (bounded and not 0 <= value <= 100):
                 raise RuleError(f"{_flag(name)} must be a percent in [0, 100], not {value!r}")
+            if name == "max_hbm" and value <= 0:
+                raise RuleError(f"max-hbm must be a positive percent, not {value!r}")
         if (self.max_regression is None) != (self.baseline is None):
             raise RuleError("max-regression and baseline go together: give both or neither")
 
@@ -99,10 +109,7 @@ class Rules:
 
     @property
     def needs_verdicts(self) -> bool:
-        return any(
-            getattr(self, n) is not None
-            for n in ("select", "min_share", "require", "max_memory_share", "max_regression")
-        )
+        return any(getattr(self, n) is not None for n in _NEED_VERDICTS)
 
     def describe(self) -> str:
         parts = [
@@ -115,6 +122,11 @@ class Rules:
         if isinstance(self.baseline, str | Path):
             parts.append(f"baseline={self.baseline}")
         return ", ".join(parts)
+
+
+_NEED_VERDICTS = (
+    "select", "min_share", "require", "max_memory_share", "max_exposed_comm", "max_regression",
+)  # fmt: skip
 
 
 def _flag(name: str) -> str:
@@ -236,6 +248,10 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
             if unknown:
                 detail += f"; unknown: {', '.join(map(str, unknown[:5]))}"
             violations.append(Violation("min-coverage", "(step)", detail=detail))
+    if rules.max_exposed_comm is not None:
+        violations += _exposed_comm(report, rules.max_exposed_comm)
+    if rules.max_hbm is not None:
+        violations += _hbm(report, rules.max_hbm)
     if rules.max_regression is not None:
         base = baseline if baseline is not None else rules.baseline
         if isinstance(base, str | Path):
@@ -252,6 +268,53 @@ def _memory_share(selected: pd.DataFrame, limit: float) -> list[Violation]:
     largest = ", ".join(f"{op.name} {op.share:.1%}" for op in memory.head(3).itertuples())
     detail = f"memory-bound ops take {share:.1f}% of the step (max {limit:g}%); largest: {largest}"
     return [Violation("max-memory-share", "(step)", "", "memory", share / 100, detail)]
+
+
+def _exposed_comm(report: Report, limit: float) -> list[Violation]:
+    """Communication the schedule leaves exposed, as a share of the scheduled step."""
+    step = report.summary.get("step_time_scheduled_s")
+    if step is None or "t_exposed_s" not in report.ops:
+        raise RuleError(
+            "max-exposed-comm: the report has no scheduled step (written by an older version): "
+            "judge it again against its chip"
+        )
+    exposed = float(report.summary.get("exposed_comm_s", 0.0))
+    share = exposed / step * 100 if step else 0.0
+    if share <= limit:
+        return []
+    ops = report.ops[(report.ops["collective"] != "") & (report.ops["t_exposed_s"] > 0)]
+    largest = ", ".join(
+        f"{op.name} {format_seconds(op.t_exposed_s)}"
+        for op in ops.nlargest(3, "t_exposed_s").itertuples()
+    )
+    detail = (
+        f"exposed communication {format_seconds(exposed)} is {share:.1f}% of the scheduled step "
+        f"{format_seconds(step)} (max {limit:g}%); largest: {largest}"
+    )
+    return [Violation("max-exposed-comm", "(step)", "", "communication", share / 100, detail)]
+
+
+def _hbm(report: Report, limit: float) -> list[Violation]:
+    """The memory fit against a limit: a need that is only a lower bound still fails when the
+    bound alone is over it; one that cannot be told at all is a violation, not a pass."""
+    fit = report.summary.get("memory_fit")
+    if not fit:
+        why = "no chip to judge against" if report.chip is None else "no memory figures"
+        return [Violation("max-hbm", "(step)", detail=f"memory fit unknown: {why}")]
+    used = fit["used_fraction"] * 100
+    need, capacity = fit["need_bytes"] / 1e9, fit["capacity_bytes"] / 1e9
+    detail = f"needs {need:.2f} GB of {capacity:.2f} GB per device ({used:.0f}%, max {limit:g}%)"
+    if used > limit:
+        largest = (report.summary.get("memory") or {}).get("largest") or []
+        if largest:
+            detail += "; largest: " + ", ".join(
+                f"{b['name']} {b['bytes'] / 1e9:.2f} GB" for b in largest[:3]
+            )
+        return [Violation("max-hbm", "(step)", detail=detail)]
+    if fit["verdict"] == "unknown":
+        detail += "; temporaries unknown (HLO text only): compile the step to know"
+        return [Violation("max-hbm", "(step)", detail=detail)]
+    return []
 
 
 def _regression(baseline: Report, report: Report, limit: float) -> list[Violation]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
+import inspect
 import json
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -21,7 +23,7 @@ from types import ModuleType
 import click
 
 import hlo_roofline._jax_env  # noqa: F401  (before anything starts jax: see the module)
-from hlo_roofline import chips
+from hlo_roofline import chips, memory
 from hlo_roofline.check import (
     REQUIRABLE,
     CheckResult,
@@ -133,6 +135,13 @@ cost_model_option = click.option(
     "library calls and collectives.",
 )
 
+no_cache_option = click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Compile even if this step's optimized HLO is in the cache (~/.cache/hlo_roofline/hlo, "
+    "or $HLO_ROOFLINE_CACHE_DIR).",
+)
+
 
 def _format_option(*choices: str) -> Callable:
     return click.option(
@@ -196,6 +205,13 @@ def main() -> None:
       $ hlo-roofline analyze steps.py:matmul_step --chip v5e
       $ hlo-roofline check large.json --select dot_general --require compute
     """
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python warnings (a chip judged against another's program, HLO before optimization) as
+    one-line messages on stderr, like the command's other notes."""
+    click.echo(f"warning: {message}", err=True)
 
 
 # -- analyze ---------------------------------------------------------------------------------------
@@ -223,11 +239,34 @@ def load_entry(entry: str) -> tuple[Callable, tuple, dict]:
         raise EntryError(f"{file} has no {name!r}{hint}")
     if not callable(factory):
         raise EntryError(f"{entry} is not a function: {type(factory).__name__}")
+    _require_no_arguments(entry, factory)
     try:
         returned = factory()
     except Exception as exc:
         raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
     return _unpack(entry, returned)
+
+
+def _require_no_arguments(entry: str, factory: Callable) -> None:
+    """A step itself (it needs its inputs) is the commonest mistake: explain the factory form."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # builtins and the like: let the call decide
+        return
+    needed = [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if needed:
+        name = entry.rpartition(":")[2]
+        args = ", ".join(needed)
+        raise EntryError(
+            f"{entry} needs arguments ({args}): NAME must be a function of no arguments that "
+            f"returns (step, args) or (step, args, jit_kwargs), e.g. "
+            f"`def {name}_example(): return {name}, ({args}{',' if len(needed) == 1 else ''})` "
+            f"with jax.ShapeDtypeStruct or arrays for the arguments"
+        )
 
 
 _imported: dict[Path, tuple[tuple[int, int], object]] = {}
@@ -294,7 +333,9 @@ def _user_error(exc: BaseException, path: Path) -> str:
     return f"{type(exc).__name__}: {_one_line(exc)}{where}"
 
 
-def _compile(entry: str, chip, target, cost_model: str, steps: int = 0) -> Report:
+def _compile(
+    entry: str, chip, target, cost_model: str, steps: int = 0, no_cache: bool = False
+) -> Report:
     """Load ``entry`` and analyze it (``steps`` > 0: run and measure it); errors become messages."""
     from hlo_roofline import (  # targets first: it sets up jax for compile-only
         api,
@@ -309,7 +350,16 @@ def _compile(entry: str, chip, target, cost_model: str, steps: int = 0) -> Repor
             if target is not None:
                 raise InputError("--measure runs the step here: it cannot use --target")
             return measured.measure(api.jitted(step, kwargs), *args, steps=steps, chip=chip)
-        return api.analyze(step, *args, chip=chip, target=target, cost_model=cost_model, **kwargs)
+        return api.analyze(
+            step,
+            *args,
+            chip=chip,
+            target=target,
+            cost_model=cost_model,
+            cache=not no_cache,
+            isolate_trace=True,  # `analyze` and `check --from` then share cache entries
+            **kwargs,
+        )
     except InputError:
         raise
     except (targets.TargetError, targets.TargetUnavailableError, measured.TraceError) as exc:
@@ -346,6 +396,7 @@ def _compile(entry: str, chip, target, cost_model: str, steps: int = 0) -> Repor
     show_default=True,
     help="Profiled steps for --measure.",
 )
+@no_cache_option
 def analyze(
     entry,
     chip,
@@ -360,6 +411,7 @@ def analyze(
     top,
     measure,
     steps,
+    no_cache,
 ):
     """Compile a JAX step and print its per-op roofline.
 
@@ -375,7 +427,7 @@ def analyze(
       $ hlo-roofline analyze steps.py:elementwise_step --chip v5e --format csv
     """
     _check_run(logdir, run)
-    report = _compile(entry, chip, target, cost_model, steps if measure else 0)
+    report = _compile(entry, chip, target, cost_model, steps if measure else 0, no_cache)
     name = entry.rpartition(":")[2]
     _emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
 
@@ -569,11 +621,17 @@ def summary_text(report: Report) -> str:
     lines = [f"module: {report.module}  ({len(report.ops)} ops, cost model {s.get('cost_model')})"]
     if s.get("compiled_for"):
         lines.append(f"compiled for: {s['compiled_for']}")
+    if s.get("ops_before_optimization"):
+        lines.append(
+            "ops: the program before optimization (the compiler refused it): FLOPs are right, "
+            "bytes and times are upper bounds (nothing fused)"
+        )
     if report.chip:
         lines += [
             f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
             f"step time: ≥ {format_seconds(s['step_time_lower_s'])} (perfect overlap), "
             f"≤ {format_seconds(s['step_time_upper_s'])} (no overlap)",
+            *_scheduled_lines(s),
             f"MFU bound: ≤ {_percent(s['mfu_upper_bound'])} of the {s.get('mfu_dtype', 'bf16')} peak",
             "time per bound: "
             + ", ".join(f"{b} {_percent(v)}" for b, v in s["time_share"].items()),
@@ -595,11 +653,26 @@ def summary_text(report: Report) -> str:
             lines.append(f"* {len(found)} op(s) measured faster than their roof allows:")
             lines += [f"  {name}: {why}" for name, why in found.head(5).itertuples(index=False)]
     lines.append(f"FLOPs: {s.get('flops', 0):.4g}  bytes: {s.get('bytes_accessed', 0):.4g}")
+    lines += memory.describe(s)
     coverage = f"coverage: {_percent(s.get('coverage', 1.0))} of ops priced"
     if s.get("unknown_ops"):
         coverage += f" (unknown: {', '.join(map(str, s['unknown_ops'][:5]))})"
     lines.append(coverage)
     return "\n".join(lines)
+
+
+def _scheduled_lines(s: dict) -> list[str]:
+    """The step as XLA scheduled it, and the communication it leaves exposed (newer reports)."""
+    if s.get("step_time_scheduled_s") is None:
+        return []
+    lines = [f"step time as scheduled: {format_seconds(s['step_time_scheduled_s'])}"]
+    if s.get("comm_time_s"):
+        lines.append(
+            f"communication: {format_seconds(s['comm_time_s'])}, exposed "
+            f"{format_seconds(s['exposed_comm_s'])} ({_percent(s['exposed_comm_share'])} of the "
+            "scheduled step)"
+        )
+    return lines
 
 
 def _report_text(report: Report, heading: str, top: int) -> str:
@@ -706,12 +779,21 @@ def _load_report(path: Path, chip: chips.Chip | None) -> Report:
               help="Memory-bound selected ops take at most PCT% of the step.")  # fmt: skip
 @click.option("--min-coverage", type=click.FloatRange(0, 100), metavar="PCT",
               help="At least PCT% of the ops have a known cost.")  # fmt: skip
+@click.option("--max-exposed-comm", type=click.FloatRange(0, 100), metavar="PCT",
+              help="Communication not hidden behind compute is at most PCT% of the scheduled "
+                   "step.")  # fmt: skip
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="REPORT",
               help="Report to compare the predicted step time with.")  # fmt: skip
+@click.option("--max-hbm", type=float, metavar="PCT",
+              help="The step needs at most PCT% of one device's HBM (compile with --from to know "
+              "its temporaries).")  # fmt: skip
 @click.option("--max-regression", type=float, metavar="PCT",
               help="The step may be at most PCT% slower than --baseline.")  # fmt: skip
+@no_cache_option
 @_format_option("table", "json")
-def check_command(report_path, entry, chip, target, cost_model, rules_path, fmt, **flags):
+def check_command(
+    report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags
+):
     """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input.
 
     Rules come from the flags, over --rules FILE, else over [tool.hlo-roofline.check] in the
@@ -733,11 +815,12 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, fmt,
         rules = _rules(rules_path, flags)
     if rules.empty:
         raise click.UsageError(
-            "no rules: pass --require, --max-memory-share, --min-coverage, --max-regression or "
-            "--rules FILE, or add [tool.hlo-roofline.check] to pyproject.toml"
+            "no rules: pass --require, --max-memory-share, --min-coverage, --max-hbm, "
+            "--max-exposed-comm, --max-regression or --rules FILE, or add "
+            "[tool.hlo-roofline.check] to pyproject.toml"
         )
     if entry is not None:
-        report = _compile(entry, chip, target, cost_model)
+        report = _compile(entry, chip, target, cost_model, no_cache=no_cache)
     else:
         report = _load_report(report_path, chip)
     baseline = None
@@ -852,6 +935,11 @@ def _diff_text(diff: Diff, top: int) -> str:
         f"flipped bound: {len(diff.flipped)}  added: {len(diff.added)}  "
         f"removed: {len(diff.removed)}  changed: {int((diff.ops['change'] == 'changed').sum())}",
     ]
+    if diff.hbm_change is not None:
+        lines.append(
+            f"HBM per device: {diff.hbm_a / 1e9:.3g} GB → {diff.hbm_b / 1e9:.3g} GB "
+            f"({diff.hbm_change:+.1%})"
+        )
     if rows:
         lines += ["", format_table(rows, right=("time A", "time B", "delta"))]
     if len(shown) < len(changed):

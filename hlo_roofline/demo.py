@@ -7,7 +7,7 @@ ops of each; writes CSV, JSON, a roofline PNG per chip and a TensorBoard logdir 
     python -m hlo_roofline.demo [--out DIR] [--cache DIR | --no-cache] [--top N]
 
 The optimized HLO is cached in ``~/.cache/hlo_roofline/hlo`` (keyed by the lowered program, the
-target and the compiler versions; see ``hlo_roofline.examples.compiled_text``), so a second run, and
+target and the compiler versions; see ``hlo_roofline.cache``), so a second run, and
 the test suite, skip the compiles.
 """
 
@@ -141,11 +141,21 @@ def summary_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.Data
             "ridge (bf16)": f"{chip.critical_intensity('bf16'):.0f} FLOP/B",
             "step time, perfect overlap": f"{s['step_time_lower_s'] * 1e3:.2f} ms",
             "step time, no overlap": f"{s['step_time_upper_s'] * 1e3:.2f} ms",
+            "step time as scheduled": f"{s['step_time_scheduled_s'] * 1e3:.2f} ms",
+            "communication exposed": (
+                f"{s['exposed_comm_s'] * 1e3:.2f} of {s['comm_time_s'] * 1e3:.2f} ms"
+            ),
             "MFU upper bound": f"{s['mfu_upper_bound']:.0%}",
             "time compute / memory / comm": (
                 f"{shares['compute']:.0%} / {shares['memory']:.0%} / {shares['communication']:.0%}"
             ),
             "coverage": f"{s['coverage']:.0%}",
+            "HBM per device (fit)": (
+                f"{fit['need_bytes'] / 1e9:.3g} of {fit['capacity_bytes'] / 1e9:.3g} GB "
+                f"({fit['verdict']})"
+                if (fit := s.get("memory_fit"))
+                else "—"
+            ),
         }
     return pd.DataFrame(rows)
 

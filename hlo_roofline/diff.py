@@ -66,6 +66,15 @@ class Diff:
     step_b: float
     chip: str
     note: str = ""
+    hbm_a: float | None = None  # per-device HBM need (bytes), where the reports carry it
+    hbm_b: float | None = None
+
+    @property
+    def hbm_change(self) -> float | None:
+        """Relative change of the per-device HBM need (None where a report does not say)."""
+        if not self.hbm_a or self.hbm_b is None:
+            return None
+        return self.hbm_b / self.hbm_a - 1
 
     @property
     def step_change(self) -> float:
@@ -176,4 +185,11 @@ def compare(a: Report, b: Report) -> Diff:
         step_b=float(b.summary["step_time_lower_s"]),
         chip=a.chip,
         note=note,
+        hbm_a=_hbm_need(a),
+        hbm_b=_hbm_need(b),
     )
+
+
+def _hbm_need(report: Report) -> float | None:
+    memory = report.summary.get("memory")
+    return float(memory["need_bytes"]) if memory else None

@@ -18,16 +18,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hlo_roofline import chips, memory
+from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
+
 FORMAT = "hlo_roofline.report"
 VERSION = 1
 CSV_MAGIC = "#hlo_roofline.report "
-TENSORBOARD_PLUGIN = "hlo_roofline"
 _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "note", "fused_ops", "collective", "bound", "hint", "measurement_problem",
+    "source", "note", "fused_ops", "collective", "replica_group", "waits_for", "bound", "hint",
+    "prefetch_for", "measurement_problem",
 )  # fmt: skip
-_TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s")
+_TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s", "t_exposed_s")
 
 
 class ReportError(ValueError):
@@ -55,18 +58,27 @@ class Report:
     def chip(self) -> str | None:
         return self.summary.get("chip")
 
-    def classify(self, chip) -> Report:
-        """The same ops judged against ``chip`` (a name, alias or :class:`~hlo_roofline.chips.Chip`)."""
+    def classify(self, chip, topology=None) -> Report:
+        """The same ops judged against ``chip`` (a name, alias or :class:`~hlo_roofline.chips.Chip`).
+
+        ``topology`` places the devices for the collective model: the mesh the program was
+        sharded on (exact TPU coordinates, GPU hosts) or an
+        :class:`~hlo_roofline.interconnect.Topology`; by default the one this report was judged
+        with, else one inferred from the chip and the replica groups.
+        """
         from hlo_roofline import verdict
 
-        ops, summary_update = verdict.classify(self.ops, chip)
+        if topology is None:
+            topology = self.summary.get("topology")
+        ops, summary_update = verdict.classify(self.ops, chip, topology)
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
             from hlo_roofline.measured import add_efficiency, problem_count
 
             ops = add_efficiency(ops, chip)
             summary_update["measured_problems"] = problem_count(ops)
         # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
-        return Report(ops, {**self.summary, **summary_update}, self.module)
+        fit = memory.judge(self.summary.get("memory"), chips.get(chip))
+        return Report(ops, {**self.summary, **summary_update, **fit}, self.module)
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``n`` largest ops by ``by`` (default: predicted time, else bytes)."""
@@ -126,7 +138,7 @@ class Report:
         """Read a report written by :meth:`to_json` or :meth:`to_csv` (or a TensorBoard run dir)."""
         path = Path(path)
         if path.is_dir():
-            path = path / "plugins" / TENSORBOARD_PLUGIN / "report.json"
+            path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -163,11 +175,19 @@ class Report:
         return cls(_restore_types(ops), _summary(meta), meta.get("module", ""))
 
     def write_tensorboard(self, logdir: str | os.PathLike, run: str = ".") -> Path:
-        """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv}`` (each file atomically)."""
-        directory = Path(logdir) / run / "plugins" / TENSORBOARD_PLUGIN
+        """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv}`` (each file atomically).
+
+        ``run`` must stay inside ``logdir`` (ValueError otherwise). The files are 0644: a
+        TensorBoard running as another user must be able to read them.
+        """
+        root = Path(logdir).resolve()
+        inside = (root / run).resolve()
+        if inside != root and root not in inside.parents:
+            raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
+        directory = Path(logdir) / run / "plugins" / PLUGIN_NAME
         directory.mkdir(parents=True, exist_ok=True)
-        self.to_csv(directory / "report.csv")
-        self.to_json(directory / "report.json")
+        _write_atomic(directory / REPORT_CSV, self.to_csv(), mode=0o644)
+        _write_atomic(directory / REPORT_JSON, self.to_json(), mode=0o644)
         return directory
 
     # -- showing ----------------------------------------------------------------------------
@@ -236,11 +256,16 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     return ops
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it over: readers never see half a file."""
+def _write_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Write to a temporary file beside ``path`` and rename it over: readers never see half a file.
+
+    ``mode``: permissions set before the rename (``mkstemp`` creates the file 0600).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -15,26 +15,24 @@ Typical use::
     x = jax.ShapeDtypeStruct((1024, 512), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))
     text = jax.jit(f).lower(x).compile().as_text()
 
-Environment: the CUDA plugin validates the locally installed CUDA libraries when JAX first
-initialises its backends and, on a machine without them, silently never registers itself ("topology
-not implemented for cuda"). Importing this module therefore sets
-``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1`` (unless already set). That variable only skips the
-library-version check, so unlike ``JAX_PLATFORMS=cpu`` it does not hide a real GPU. It must be in
-effect before anything initialises JAX's backends (the first ``jax.devices()`` or ``jit``), so
-import this module early, or export ``JAX_PLATFORMS=cpu`` (which also skips the check and keeps
-libtpu from probing for local TPUs). If it comes too late, ``get_topology`` raises
-``TargetUnavailableError`` saying so.
+Any import order works, and no environment variable is needed: on a machine without CUDA libraries
+JAX's CUDA plugin fails its library-version check and never registers; :func:`get_topology`
+then registers it itself, with that check skipped (a compile needs no CUDA library), even after
+JAX has started its backends.
 """
 
 from __future__ import annotations
 
-import difflib
+import contextlib
 import functools
+import importlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +42,7 @@ import numpy as np
 from jax.experimental import topologies
 
 import hlo_roofline._jax_env  # noqa: F401  (before jax: sets the environment it reads)
+from hlo_roofline import chips
 
 __all__ = [
     "TargetError",
@@ -71,45 +70,57 @@ class TargetUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class _Chip:
-    key: str  # our chip key: "v5e", "h100-sxm"
+    """A chip that has a compile-only target, and the slice shapes that exist for it."""
+
+    key: str  # the chip database's key: "v5e", "h100-sxm"
     platform: str  # "tpu" | "cuda"
     default_topology: str
     libtpu_name: str = ""  # TPU only: the chip name libtpu expects
+    dims: int = 3  # TPU: a 2D or 3D torus; GPU: partitions x hosts x devices per host
+    max_chips: int = 0  # TPU: the largest slice (chips.md §3); GPU: devices per host (NVLink domain)
+    examples: str = ""  # shapes named in error messages
 
+    def shape_error(self, dims: tuple[int, ...]) -> str | None:
+        """Why ``dims`` is not a slice of this chip (None when it is one).
+
+        TPU: 2D chips (v5e, v6e) take AxB, 3D chips AxBxC; slices are built of 2x2 hosts, so an
+        axis is 1, 2, or a multiple of 4 (v5e/v6e: a power of two up to 16), and no slice exceeds
+        the largest pod. GPU: every count at least 1, at most 8 GPUs per host (one NVLink domain).
+        """
+        if len(dims) != self.dims or min(dims) < 1:
+            return "wrong number of axes or an axis below 1"
+        if self.platform == "cuda":
+            return None if dims[2] <= self.max_chips else f"at most {self.max_chips} GPUs per host"
+        if self.dims == 2:
+            ok = all(d in (1, 2, 4, 8, 16) for d in dims)
+        else:
+            ok = all(d in (1, 2) or d % 4 == 0 for d in dims)
+        if not ok:
+            return "an axis that no slice has"
+        if int(np.prod(dims)) > self.max_chips:
+            return f"more than the {self.max_chips} chips of the largest slice"
+        return None
+
+
+_TPU_2D = "1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"
+_TPU_3D = "2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, ..."
+_GPU = "<partitions>x<hosts per partition>x<GPUs per host>, e.g. 1x1x1, 1x1x8, 8x1x8"
 
 _CHIPS: dict[str, _Chip] = {
     c.key: c
     for c in [
-        _Chip("v4", "tpu", "2x2x1", "v4"),
-        _Chip("v5e", "tpu", "2x2", "v5e"),
-        _Chip("v5p", "tpu", "2x2x1", "v5p"),
-        _Chip("v6e", "tpu", "2x2", "v6e"),
-        _Chip("7x", "tpu", "2x2x1", "TPU7x"),
-        _Chip("h100-sxm", "cuda", "1x1x1"),
-        _Chip("a100-80gb", "cuda", "1x1x1"),
-        _Chip("b200", "cuda", "1x1x1"),
+        _Chip("v4", "tpu", "2x2x1", "v4", 3, 4096, _TPU_3D),
+        _Chip("v5e", "tpu", "2x2", "v5e", 2, 256, _TPU_2D),
+        _Chip("v5p", "tpu", "2x2x1", "v5p", 3, 8960, _TPU_3D),
+        _Chip("v6e", "tpu", "2x2", "v6e", 2, 256, _TPU_2D),
+        _Chip("7x", "tpu", "2x2x1", "TPU7x", 3, 9216, _TPU_3D),
+        _Chip("h100-sxm", "cuda", "1x1x1", dims=3, max_chips=8, examples=_GPU),
+        _Chip("a100-80gb", "cuda", "1x1x1", dims=3, max_chips=8, examples=_GPU),
+        _Chip("b200", "cuda", "1x1x1", dims=3, max_chips=8, examples=_GPU),
     ]
 }
 
-# Accepted spellings (lower case) -> chip key.
-_ALIASES: dict[str, str] = {
-    **{k: k for k in _CHIPS},
-    "tpu7x": "7x",
-    "ironwood": "7x",
-    "tpuv4": "v4",
-    "tpuv5e": "v5e",
-    "v5litepod": "v5e",
-    "tpuv5p": "v5p",
-    "tpuv6e": "v6e",
-    "trillium": "v6e",
-    "h100": "h100-sxm",
-    "h100sxm": "h100-sxm",
-    "a100": "a100-80gb",
-    "a100-80g": "a100-80gb",
-}
-
-_TPU_TOPOLOGY = re.compile(r"^\d+(x\d+){1,2}$")
-_GPU_TOPOLOGY = re.compile(r"^\d+x\d+x\d+$")
+_SHAPE = re.compile(r"^\d+(x\d+)*$")
 
 
 @dataclass(frozen=True)
@@ -138,32 +149,38 @@ def known_targets() -> list[str]:
 
 
 def parse_target(spec: str | TargetSpec) -> TargetSpec:
-    """Parse ``"chip[:topology]"``; raise ``TargetError`` with close matches for unknown chips."""
+    """Parse ``"chip[:topology]"``; raise ``TargetError`` with close matches for unknown chips.
+
+    The chip part is any name the chip database knows (key, alias or jax ``device_kind``), so
+    ``"TPU v5 lite:2x2"`` and ``"v5e:2x2"`` are the same target.
+    """
     if isinstance(spec, TargetSpec):
         return spec
     if not isinstance(spec, str) or not spec.strip():
         raise TargetError(f"target must be a non-empty string like 'v5e:2x2', got {spec!r}")
     name, _, topo = spec.strip().partition(":")
-    key = _ALIASES.get(name.lower().replace("_", "-"))
-    if key is None:
-        key = _ALIASES.get(name.lower().replace("_", "").replace("-", ""))
-    if key is None:
-        close = difflib.get_close_matches(name.lower(), _ALIASES, n=4, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    try:
+        key = chips.resolve(name)
+    except chips.UnknownChipError as e:
+        hint = f" Did you mean: {', '.join(e.matches)}?" if e.matches else ""
         raise TargetError(
             f"unknown target chip {name!r} in {spec!r}.{hint} "
             f"Known targets: {', '.join(known_targets())}."
+        ) from None
+    chip = _CHIPS.get(key)
+    if chip is None:
+        raise TargetError(
+            f"no compile-only target produces {key!r} programs (judge another target's program "
+            f"against it with chip={key!r}). Known targets: {', '.join(known_targets())}."
         )
-    chip = _CHIPS[key]
-    topo = (topo or chip.default_topology).lower()
-    pattern = _TPU_TOPOLOGY if chip.platform == "tpu" else _GPU_TOPOLOGY
-    if not pattern.match(topo):
-        want = (
-            "like 2x2 or 2x2x1"
-            if chip.platform == "tpu"
-            else "<partitions>x<hosts per partition>x<devices per host>, e.g. 1x1x8"
+    topo = (topo or chip.default_topology).strip().lower()
+    dims = tuple(int(d) for d in topo.split("x")) if _SHAPE.match(topo) else ()
+    why = chip.shape_error(dims) if dims else "not of the form AxB"
+    if why is not None:
+        raise TargetError(
+            f"bad topology {topo!r} for {key} in {spec!r} ({why}). Valid {key} shapes: "
+            f"{chip.examples}"
         )
-        raise TargetError(f"bad topology {topo!r} in {spec!r}: expected {want}")
     return TargetSpec(f"{key}:{topo}", chip.platform, key, topo)
 
 
@@ -198,14 +215,19 @@ def create_gpu_topology(
     _require_cuda_plugin()
     dropped: list[str] = []
     text = config_text
+    registered_late = False
     for _ in range(max_retries + 1):
         try:
             with _captured_stderr() as captured:
                 topo = topologies.get_topology_desc(
                     platform="cuda", target_config=text, topology=topology
                 )
-        except NotImplementedError as e:
-            raise TargetUnavailableError(_CUDA_NOT_REGISTERED) from e
+        except NotImplementedError as e:  # "topology not implemented for cuda": not registered
+            if registered_late:
+                raise TargetUnavailableError(_CUDA_UNREGISTERED) from e
+            _register_cuda_plugin()
+            registered_late = True
+            continue
         except Exception as e:
             stderr = captured.get("text", "")
             m = _REJECTED_FIELD.search(stderr)
@@ -278,12 +300,15 @@ def _strip_field(text: str, field: str) -> str:
 # --------------------------------------------------------------------------------------------------
 # Topologies, devices, meshes
 
-_CUDA_NOT_REGISTERED = (
-    "JAX's CUDA plugin is installed but not registered. On a machine without CUDA libraries it "
-    "only registers if JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 or JAX_PLATFORMS=cpu is set before JAX "
-    "initialises its backends: import hlo_roofline.targets before the first jax.devices()/jit, "
-    "or export JAX_PLATFORMS=cpu."
-)
+def _jax_extra(extra: str, dist: str) -> str:
+    """The requirement the installed jax declares for ``dist`` in its ``extra``
+    (``libtpu==0.0.50.*``), so install hints name the version that fits this jax."""
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        for req in importlib.metadata.requires("jax") or ():
+            spec, _, marker = req.partition(";")
+            if f'extra == "{extra}"' in marker and re.match(rf"{dist}\b", spec.strip()):
+                return spec.strip().replace("<=", "==").split(",")[0]
+    return dist
 
 
 def _require_cuda_plugin() -> None:
@@ -291,7 +316,8 @@ def _require_cuda_plugin() -> None:
         raise TargetUnavailableError(
             "NVIDIA targets need JAX's CUDA plugin (no CUDA libraries, no GPU): "
             "pip install 'hlo_roofline[gpu]'  "
-            "(jax-cuda13-plugin==0.10.2, nvidia-cuda-nvcc, nvidia-nvvm)"
+            f"({_jax_extra('cuda13-local', 'jax-cuda13-plugin')}, nvidia-cuda-nvcc, nvidia-nvvm; "
+            f"jax {_installed('jax')} is installed)"
         )
 
 
@@ -299,8 +325,56 @@ def _require_libtpu() -> None:
     if importlib.util.find_spec("libtpu") is None:
         raise TargetUnavailableError(
             "TPU targets need libtpu (no TPU needed): pip install 'hlo_roofline[tpu]'  "
-            "(libtpu==0.0.42.*, the version jax 0.10.2 pins)"
+            f"({_jax_extra('tpu', 'libtpu')}, the version jax {_installed('jax')} declares)"
         )
+
+
+def _installed(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+_cuda_lock = threading.Lock()
+
+
+def _register_cuda_plugin() -> None:
+    """Make sure JAX can build CUDA topologies, whatever the user did with JAX before.
+
+    JAX registers the plugin when it first starts its backends; on a machine without CUDA
+    libraries the plugin's own library-version check fails there (JAX logs a traceback) and it
+    never registers. Registering late is the plugin's own ``initialize()`` run again with that
+    check skipped: it adds a backend factory and a topology factory, and the backends JAX has
+    already started are left as they are.
+    """
+    global _cuda_registered_late
+    _require_cuda_plugin()
+    with _cuda_lock:
+        if _cuda_registered_late:  # another thread did it meanwhile
+            return
+        plugin = importlib.import_module("jax_plugins.xla_cuda13")
+        saved = os.environ.get(_SKIP_CHECK)
+        os.environ[_SKIP_CHECK] = "1"
+        try:
+            with _captured_stderr():
+                plugin.initialize()
+        except Exception as e:
+            raise TargetUnavailableError(f"JAX's CUDA plugin could not be registered: {e}") from e
+        finally:
+            if saved is None:
+                del os.environ[_SKIP_CHECK]
+            else:
+                os.environ[_SKIP_CHECK] = saved
+        _cuda_registered_late = True
+
+
+_cuda_registered_late = False
+_SKIP_CHECK = "JAX_SKIP_CUDA_CONSTRAINTS_CHECK"
+_CUDA_UNREGISTERED = (
+    "JAX's CUDA plugin is installed but did not register (its library was not found): "
+    "reinstall 'hlo_roofline[gpu]'"
+)
 
 
 def get_topology(spec: str | TargetSpec) -> topologies.TopologyDescription:
@@ -315,9 +389,14 @@ def _topology(target: TargetSpec) -> topologies.TopologyDescription:
         return topo
     _require_libtpu()
     try:
-        return topologies.get_topology_desc(target.topology_name, "tpu")
+        with _captured_stderr():
+            return topologies.get_topology_desc(target.topology_name, "tpu")
     except Exception as e:
-        raise TargetError(f"libtpu rejected target {target.spec!r}: {e}") from e
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TargetError(
+            f"libtpu {_installed('libtpu')} rejected target {target.spec!r}: {reason}. "
+            f"Valid {target.chip} shapes: {_CHIPS[target.chip].examples}"
+        ) from None
 
 
 def devices(spec: str | TargetSpec) -> list[jax.Device]:

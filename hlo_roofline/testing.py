@@ -14,6 +14,7 @@ The rules are those of :mod:`hlo_roofline.check` (``select``, ``min_share``, ``r
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hlo_roofline import api
@@ -26,17 +27,21 @@ __all__ = ["assert_roofline"]
 def assert_roofline(
     fn,
     *args,
-    chip,
+    chip=None,
     target: str | None = None,
     cost_model: str = "roofline",
     jit_kwargs: dict | None = None,
     baseline: Report | str | Path | None = None,
+    cache: bool | str | os.PathLike = True,
     **rules,
 ) -> Report:
-    """Compile ``fn(*args)`` for ``chip`` (compile-only where a target exists) and apply ``rules``.
+    """Compile ``fn(*args)`` as :func:`hlo_roofline.analyze` does and apply ``rules``.
 
-    Returns the report, so a test can look further; raises :class:`AssertionError` listing each
-    violating op and the rule it broke. ``baseline`` is a :class:`Report` or a report file.
+    ``chip`` and ``target`` mean what they mean there: ``target="h100"`` compiles for an H100 and
+    judges against it, ``chip="v5e"`` compiles compile-only for a v5e. The optimized HLO is cached
+    on disk (``cache=False`` compiles regardless), so a test suite does not recompile an unchanged
+    step. Returns the report, so a test can look further; raises :class:`AssertionError` listing
+    each violating op and the rule it broke. ``baseline`` is a :class:`Report` or a report file.
     """
     if baseline is not None:
         rules["baseline"] = baseline
@@ -46,8 +51,19 @@ def assert_roofline(
             "assert_roofline needs at least one rule (require=, max_memory_share=, ...)"
         )
     report = api.analyze(
-        fn, *args, chip=chip, target=target, cost_model=cost_model, **(jit_kwargs or {})
+        fn,
+        *args,
+        chip=chip,
+        target=target,
+        cost_model=cost_model,
+        cache=cache,
+        **(jit_kwargs or {}),
     )
+    if report.chip is None:
+        raise TypeError(
+            "assert_roofline needs a chip to judge against: pass chip= or target= "
+            "(this machine's device is not in the chip database)"
+        )
     base = Report.read(baseline) if isinstance(baseline, str | Path) else baseline
     result = check(report, rule_set, base)
     if not result.passed:

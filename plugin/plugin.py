@@ -5,13 +5,13 @@ Runs are directories ``<logdir>/<run>/plugins/hlo_roofline/`` holding ``report.j
 No event file is needed: the plugin walks the logdir itself.
 
 This module is what TensorBoard imports at startup, so it imports only the standard library,
-tensorboard and werkzeug. Reading, re-classifying and comparing reports (hlo_roofline, pandas)
-happens in :mod:`hlo_roofline_tensorboard._data`, imported by the first request that needs it.
+tensorboard, werkzeug and the logdir layout (``hlo_roofline`` loads its names lazily: no JAX, no
+pandas). Reading, re-classifying and comparing reports (pandas) happens in
+:mod:`hlo_roofline_tensorboard._data`, imported by the first request that needs it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -24,12 +24,12 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
+from hlo_roofline_tensorboard._json import dumps
+
 logger = logging.getLogger(__name__)
 
-PLUGIN_NAME = "hlo_roofline"
 TAB_NAME = "HLO Roofline"
-REPORT_JSON = "report.json"
-REPORT_CSV = "report.csv"
 TOP_RUN = "."
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -53,25 +53,6 @@ class BadRequest(ValueError):
 
 class NotFound(LookupError):
     """A well-formed run that has no report (answered with 404)."""
-
-
-def _json_safe(value):
-    """``value`` with NaN and ±inf replaced by None (JSON has neither)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def dumps(value) -> str:
-    """Strict JSON (no NaN tokens, which ``JSON.parse`` rejects)."""
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        return json.dumps(_json_safe(value), allow_nan=False, separators=(",", ":"))
 
 
 def _json_response(request, value, code: int = 200):
@@ -111,6 +92,32 @@ class RunIndex:
     def _inside(self, path: str) -> bool:
         """True if ``path``, all links resolved, lies under the logdir."""
         return os.path.commonpath([self.root, os.path.realpath(path)]) == self.root
+
+    def xprof_session(self, run: str, recorded: str) -> dict:
+        """The XProf (profile plugin) run of a trace file a report records, if it is in the logdir.
+
+        jax.profiler writes ``<dir>/plugins/profile/<session>/<host>.xplane.pb``; the profile plugin
+        names that session ``<dir relative to the logdir>/<session>``. The recorded path is the
+        writer's: looked up as written, then under the run's directory and each parent up to the
+        logdir (a logdir copied elsewhere keeps its layout).
+        """
+        parts = recorded.replace("\\", "/").split("/")
+        found = {"recorded": os.path.basename(recorded), "run": None, "host": None}
+        if len(parts) < 4 or parts[-4:-2] != ["plugins", "profile"] or not self.root:
+            return found
+        session, name = parts[-2], parts[-1]
+        tail = os.path.join("plugins", "profile", session, name)
+        rel = [] if run == TOP_RUN else run.split("/")
+        candidates = [os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(recorded))))]
+        candidates += [os.path.join(self.root, *rel[:i]) for i in range(len(rel), -1, -1)]
+        for directory in candidates:
+            trace = os.path.join(directory, tail)
+            if os.path.isabs(trace) and self._inside(trace) and os.path.isfile(trace):
+                where = os.path.relpath(os.path.realpath(directory), self.root).replace(os.sep, "/")
+                found["run"] = session if where == "." else f"{where}/{session}"
+                found["host"] = name.removesuffix(".xplane.pb")
+                break
+        return found
 
     def report_dir(self, run: str | None) -> str:
         """The directory holding ``run``'s report; BadRequest for a name that is not a run path."""
@@ -171,7 +178,7 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(
-            es_module_path="/index.js", tab_name=TAB_NAME, disable_reload=True
+            es_module_path="/index.js", tab_name=TAB_NAME, disable_reload=False
         )
 
     def get_plugin_apps(self) -> dict:
@@ -179,6 +186,8 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         apps.update(
             {
                 "/runs": self._serve_runs,
+                "/run_errors": self._serve_run_errors,
+                "/trace": self._serve_trace,
                 "/chips": self._serve_chips,
                 "/report": self._serve_report,
                 "/csv": self._serve_csv,
@@ -204,6 +213,37 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         if runs:
             self._active = True
         return _json_response(request, runs)
+
+    @wrappers.Request.application
+    def _serve_run_errors(self, request):
+        """``{run: message}`` for every run whose report cannot be shown (the tab offers the rest)."""
+
+        def answer(_data):
+            errors = {}
+            for run in self._index.runs():
+                try:
+                    message = _data.check(self._index.report_dir(run))
+                except (BadRequest, NotFound) as exc:
+                    message = str(exc)
+                if message:
+                    errors[run] = self._redact(message)
+            return _json_response(request, errors)
+
+        return self._guarded(request, answer)
+
+    @wrappers.Request.application
+    def _serve_trace(self, request):
+        """Where the XProf session a measured run was profiled in lives, as profile-plugin names."""
+
+        def answer(_data):
+            run = request.args.get("run")
+            path = self._index.report_dir(run)
+            recorded = (_data.load(path)[0].get("summary") or {}).get("measured_trace")
+            if not isinstance(recorded, str) or not recorded:
+                raise NotFound(f"run {run!r} records no trace")
+            return _json_response(request, self._index.xprof_session(run, recorded))
+
+        return self._guarded(request, answer)
 
     @wrappers.Request.application
     def _serve_chips(self, request):

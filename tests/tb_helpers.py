@@ -56,17 +56,24 @@ def hostile_report() -> Report:
     return Report(ops, dict(report.summary), report.module)
 
 
-def measured_report() -> Report:
-    """A report joined with a real profile of a small step run here (judged on a made-up CPU chip)."""
+def measured_report(trace_dir: Path | None = None) -> Report:
+    """A report joined with a real profile of a small step run here (judged on a made-up chip).
+
+    With ``trace_dir`` the trace stays there (``trace_dir/plugins/profile/<session>/``) and the
+    report records it; without, it is removed.
+    """
     import jax.numpy as jnp
 
     from hlo_roofline import chips, measure
 
-    chip = chips.Chip.custom("tab-test-cpu", peak_flops={"f32": 5e10}, hbm_bandwidth=1e10)
+    # Roofs well above what a CPU attains on this step, so attained points sit below them.
+    chip = chips.Chip.custom("tab-test-cpu", peak_flops={"f32": 4e12}, hbm_bandwidth=4e11)
     x = jnp.ones((256, 256), jnp.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # two cores: ops may overlap in the trace
-        return measure(lambda a: jnp.tanh(a @ a) + 1, x, steps=3, warmup=1, chip=chip)
+        return measure(
+            lambda a: jnp.tanh(a @ a) + 1, x, steps=3, warmup=1, chip=chip, logdir=trace_dir
+        )
 
 
 def big_report(n: int = 20_000) -> Report:
@@ -78,6 +85,22 @@ def big_report(n: int = 20_000) -> Report:
         ignore_index=True,
     ).iloc[:n]
     return Report(ops.reset_index(drop=True), dict(base.summary), "big").classify("v5e")
+
+
+def without_column(report: Report, column: str) -> Report:
+    """The report with one column dropped (what an old or hand-edited file may look like)."""
+    return Report(report.ops.drop(columns=[column]), dict(report.summary), report.module)
+
+
+def starved_report() -> Report:
+    """A real H100 report where one memory-bound op is given a single FLOP: it attains a few
+    hundred kFLOP/s, decades below every other op (a point beyond the chart's range)."""
+    report = fixture_report("gpt_tiny", "h100", "h100-sxm")
+    ops = report.ops.copy()
+    memory = ops[(ops["bound"] == "memory") & (ops["flops"] > 0)]
+    row = memory["bytes_accessed"].idxmax()
+    ops.loc[row, "flops"] = 1.0
+    return Report(ops, dict(report.summary), report.module).classify("h100-sxm")
 
 
 def write_corrupt(logdir: Path, run: str) -> Path:
@@ -113,6 +136,7 @@ def first_chip_flip(report: Report, chips: list[str]) -> tuple[str, str, str, st
 # The same program compiled for two targets, each judged on its own chip: candidates for a compare
 # that flips a verdict (the first that does is used; chip data and fixtures evolve).
 COMPARE_CANDIDATES = [
+    ("gpt_tiny", ("tpu_v5e", "v5e"), ("h100", "h100-sxm")),  # fusion differs: up/down flip on v5e
     ("random", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
     ("reductions", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
     ("fsdp_train_step", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
@@ -130,11 +154,12 @@ def _verdicts(report: Report) -> dict[tuple[str, str], set[str]]:
 
 def write_flipping_pair(logdir: Path) -> tuple[str, str]:
     """Write the first candidate pair where an op (same op_name and opcode, one verdict on each
-    side) changes its verdict; return the two run names."""
+    side) changes its verdict, the second run judged on the first's chip as every comparison
+    (``hlo_roofline.diff.compare``) does; return the two run names."""
     for program, (target_a, chip_a), (target_b, chip_b) in COMPARE_CANDIDATES:
         a = fixture_report(program, target_a, chip_a)
         b = fixture_report(program, target_b, chip_b)
-        va, vb = _verdicts(a), _verdicts(b)
+        va, vb = _verdicts(a), _verdicts(b.classify(chip_a))
         if any(len(va[k]) == len(vb[k]) == 1 and va[k] != vb[k] for k in va.keys() & vb.keys()):
             runs = f"{program}/{target_a}", f"{program}/{target_b}"
             a.write_tensorboard(logdir, runs[0])
@@ -146,10 +171,12 @@ def write_flipping_pair(logdir: Path) -> tuple[str, str]:
 @contextlib.contextmanager
 def tensorboard(logdir: Path, timeout: float = 60.0):
     """A real ``tensorboard --logdir`` on a free loopback port; yields its base URL (no slash)."""
-    script = Path(sys.executable).with_name("tensorboard")
-    program = [str(script)] if script.exists() else [sys.executable, "-m", "tensorboard.main"]
+    # Not the `tensorboard` script beside sys.executable: a copied venv's script may run another
+    # interpreter (its shebang), and so another checkout's plugin.
     cmd = [
-        *program,
+        sys.executable,
+        "-m",
+        "tensorboard.main",
         "--logdir",
         str(logdir),
         "--host",

@@ -217,6 +217,17 @@ def test_rules_file_and_pyproject(workdir, tmp_path, monkeypatch):
     invoke("check", str(workdir / "elementwise.json"), "--require", "memory")
 
 
+def test_max_exposed_comm_gate_and_summary(workdir):
+    hlo = "fixtures/fsdp_train_step/h100.hlo.txt"
+    output = invoke("hlo", hlo, "--chip", "h100", "--json", "fsdp.json").output
+    assert "step time as scheduled: " in output and "exposed" in output
+    share = Report.read(workdir / "fsdp.json").summary["exposed_comm_share"] * 100
+    result = invoke("check", "fsdp.json", "--max-exposed-comm", f"{share - 1:.1f}", code=1)
+    assert re.search(r"max-exposed-comm\s+\(step\)\s+communication", result.stdout)
+    invoke("check", "fsdp.json", "--max-exposed-comm", f"{share + 1:.1f}")
+    invoke("check", "fsdp.json", "--max-exposed-comm", "101", code=2)
+
+
 def test_check_json_output(workdir):
     result = invoke("check", "elementwise.json", "--require", "compute", "--format", "json", code=1)
     data = json.loads(result.stdout)
@@ -267,13 +278,13 @@ BAD_INPUT = [
     (["analyze", "missing.py:f"], "no such file: missing.py"),
     (["analyze", "steps.py"], "is not FILE.py:NAME"),
     (["analyze", "steps.py:matmul_stp"], "steps.py has no 'matmul_stp'; did you mean matmul_step"),
-    (["analyze", "steps.py:matmul"], "steps.py:matmul() raised TypeError"),
+    (["analyze", "steps.py:matmul"], "steps.py:matmul needs arguments (x, w)"),
     (["analyze", "broken.py:f"], "cannot import broken.py: ZeroDivisionError: division by zero (broken.py:3)"),
     (["analyze", "syntax.py:f"], "cannot import syntax.py: SyntaxError"),
     (["analyze", "badreturn.py:f"], "must return (step, args) or (step, args, jit_kwargs), not int"),
     (["analyze", "badstep.py:f", "--chip", "v5e"], "compiling badstep.py:f failed: TypeError"),
     (["analyze", "steps.py:matmul_step", "--chip", "v5x"], "Close matches: 7x, v5p, v5e"),
-    (["analyze", "steps.py:matmul_step", "--target", "v5x:2x2"], "Did you mean: v5p, v5e?"),
+    (["analyze", "steps.py:matmul_step", "--target", "v5x:2x2"], "v5p, v5e? Known targets"),
     (["analyze", "steps.py:matmul_step", "--run", "r"], "--run needs --logdir"),
     (["analyze", "steps.py:matmul_step", "--plot", "x.pdf"], "must end in .png or .svg"),
     (["hlo", "bad.hlo"], "bad.hlo:4:33: missing ')'"),

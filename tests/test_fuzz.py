@@ -422,24 +422,28 @@ def test_whole_line_fast_path_agrees_with_careful_path_on_every_fixture_line():
 # -- the TensorBoard tab serves reports; it never analyzes HLO ---------------------------------
 
 
-def test_the_plugin_reads_reports_and_never_parses_or_analyzes_hlo():
-    """What a request runs is reading a report and re-judging its rows: nothing on a request path
-    imports the parser, the cost rules or the API that analyzes text."""
-    import ast
+def test_the_plugin_reads_reports_and_never_parses_or_analyzes_hlo(tmp_path, monkeypatch):
+    """What a request runs is reading reports, judging their rows and comparing them: with the
+    parser and the walk that prices ops made to fail, every route's work still answers."""
+    from hlo_roofline.cost import analysis
+    from hlo_roofline.hlo import parser as hlo_parser_module
+    from hlo_roofline_tensorboard import _data
 
-    allowed = {"hlo_roofline", "hlo_roofline.chips", "hlo_roofline.report"}
-    for path in sorted((ROOT / "plugin").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            ours = [n for n in names if n.startswith("hlo_roofline") and "tensorboard" not in n]
-            assert set(ours[:1]) <= allowed, (path.name, ours)
-            if isinstance(node, ast.ImportFrom) and node.module == "hlo_roofline":
-                assert {a.name for a in node.names} <= {"chips"}, (path.name, names)
+    fixture = (FIXTURES / "attention" / "tpu_v5e.hlo.txt").read_text()
+    runs = [analyze_hlo(fixture, chip=chip).write_tensorboard(tmp_path, chip) for chip in
+            ("v5e", "h100")]  # fmt: skip
+
+    def analyzed(*args, **kwargs):
+        raise AssertionError("HLO parsed or analyzed on a request path")
+
+    monkeypatch.setattr(hlo_parser_module, "_parse_module", analyzed)
+    monkeypatch.setattr(analysis._Walk, "visit", analyzed)
+    for run in runs:
+        assert _data.load(str(run), "v6e")[0]["summary"]["chip"] == chips.resolve("v6e")
+        assert _data.report_csv(str(run), "v5p")
+    assert _data.compare(str(runs[0]), str(runs[1]))
+    with pytest.raises(AssertionError, match="request path"):  # the trap is set
+        analyze_hlo(fixture)
 
 
 def test_a_report_of_a_hostile_module_is_served_like_any_other(tmp_path):

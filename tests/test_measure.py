@@ -141,11 +141,19 @@ def test_per_op_times_cover_the_step_on_one_core(one_core_run):
 
 
 def test_loop_body_ops_are_summed_per_step_and_the_loop_keeps_its_self_time(one_core_run):
+    """The 3-trip loop: jaxlib 0.10 runs it op by op (the while keeps its self time, each body op
+    its 3 runs); jaxlib 0.12's CPU compiler wraps it in a small call that runs as one thunk, so
+    the trace times only that call. Both: one container row, with measured time, carries it."""
     ops = Report.read(one_core_run / "report.json").ops
-    loops = ops[ops["opcode"] == "while"]
-    assert len(loops) == 1 and loops["note"].iloc[0] == measured.CONTAINER_NOTE
+    containers = ops[ops["note"] == measured.CONTAINER_NOTE]
+    assert len(containers) == 1, ops[["name", "opcode", "note"]]
+    container = containers.iloc[0]
+    assert container["opcode"] in ("while", "call") and container["measured_s"] > 0
     body = ops[(ops["count"] == 3) & ops["measured_s"].notna()]
-    assert len(body) >= 1 and (body["measured_count"] == 3).all()
+    if container["opcode"] == "while":
+        assert len(body) >= 1 and (body["measured_count"] == 3).all()
+    else:
+        assert body.empty
     timed = ops[ops["measured_s"].notna()]
     assert (timed["measured_p10_s"] <= timed["measured_s"]).all()
     assert (timed["measured_s"] <= timed["measured_p90_s"]).all()

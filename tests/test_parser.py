@@ -126,6 +126,17 @@ ENTRY %e (p: f32[4]) -> f32[4] {
     assert analyze_hlo(text).ops.iloc[-1].op_name == meta.op_name
 
 
+def test_metadata_strings_are_c_unescaped():
+    """XLA prints metadata C-escaped (absl::CEscape): a pytree path reads as JAX wrote it."""
+    fixture = (ROOT / "fixtures/gpt_tiny/tpu_v5e.hlo.txt").read_text()
+    assert "[\\'params\\']" in fixture  # as XLA printed it
+    names = set(analyze_hlo(fixture).ops["op_name"])
+    assert any("['params']" in n for n in names)
+    assert not any("\\" in n for n in names)
+    text = GOOD.replace("negate(%p)", r'negate(%p), metadata={op_name="caf\303\251 \\ \' \t"}')
+    assert attrs.metadata(parse(text).entry.root).op_name == "café \\ ' \t"
+
+
 GOOD = """HloModule m
 
 ENTRY %e (p: f32[4]) -> f32[4] {

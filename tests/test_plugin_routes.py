@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -15,6 +16,7 @@ from tb_helpers import (
     HOSTILE,
     fixture_report,
     hostile_report,
+    without_column,
     write_corrupt,
     write_flipping_pair,
 )
@@ -47,6 +49,9 @@ def logdir(tmp_path_factory):
     PAIR.extend(write_flipping_pair(root / "pair"))
     hostile_report().write_tensorboard(root, "hostile")
     write_corrupt(root, "broken")
+    without_column(fixture_report("mlp_bf16", "tpu_v5e", "v5e"), "t_roofline_s").write_tensorboard(
+        root, "no_time"
+    )
     (root / "events_only").mkdir()  # not a run: no plugins/hlo_roofline/report.json
     (root / "events_only" / "plugins" / "hlo_roofline").mkdir(parents=True)
     return root
@@ -78,12 +83,15 @@ def test_entry_point_resolves_to_the_loader():
 
 
 def test_plugin_module_imports_light():
+    """TensorBoard imports the plugin at start-up: no pandas, numpy or JAX; of hlo_roofline only
+    the logdir layout (its package loads names lazily)."""
     code = (
         "import sys, hlo_roofline_tensorboard.plugin as p; "
-        "print(sorted(m for m in ('pandas', 'numpy', 'jax', 'hlo_roofline') if m in sys.modules))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pandas', 'numpy', 'jax', 'hlo_roofline')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.strip() == str(["hlo_roofline", "hlo_roofline._jax_env", "hlo_roofline.logdir"])
 
 
 def test_listing_shows_an_iframe_tab(client):
@@ -134,7 +142,7 @@ def test_runs_lists_every_report_directory(client):
     runs = get_json(client, "/runs")
     pair = [f"pair/{run}" for run in PAIR]
     assert runs == sorted(
-        ["broken", "hostile", "mlp/v5e", *pair, "random/tpu_v5e", "random/tpu_v5p"]
+        ["broken", "hostile", "mlp/v5e", "no_time", *pair, "random/tpu_v5e", "random/tpu_v5p"]
     )
 
 
@@ -275,23 +283,21 @@ def _compare_rows(body):
 def test_compare_with_itself_is_all_matched(client, logdir):
     body = get_json(client, "/compare?run=mlp/v5e&other=mlp/v5e")
     report = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json")
-    assert body["counts"] == {
-        "matched": len(report.ops),
-        "flipped": 0,
-        "only_run": 0,
-        "only_other": 0,
-    }
+    timed = int((report.ops["t_roofline_s"] > 0).sum())  # ops that take no time are not compared
+    assert body["counts"] == {"matched": timed, "flipped": 0, "only_run": 0, "only_other": 0}
     rows = _compare_rows(body)
-    assert len(rows) == int((report.ops["t_roofline_s"] > 0).sum())
+    assert len(rows) == timed
     assert all(r["delta_s"] == 0 and r["name"] == r["name_other"] for r in rows)
 
 
 def test_compare_two_targets_lists_flipped_ops(client, logdir):
-    """One program compiled for two targets, each judged on its own chip: some verdicts flip."""
+    """One program compiled for two targets: the second is judged on the first's chip, as the
+    CLI's diff does, and some verdicts flip."""
     run_a, run_b = (f"pair/{run}" for run in PAIR)
     report_a = Report.read(logdir / run_a / "plugins/hlo_roofline/report.json")
     report_b = Report.read(logdir / run_b / "plugins/hlo_roofline/report.json")
-    a, b = report_a.ops, report_b.ops
+    judged_b = report_b.classify(report_a.chip)
+    a, b = report_a.ops, judged_b.ops
     body = get_json(client, f"/compare?run={run_a}&other={run_b}")
     rows = _compare_rows(body)
     flipped = [r for r in rows if r["flipped"]]
@@ -305,11 +311,105 @@ def test_compare_two_targets_lists_flipped_ops(client, logdir):
         assert op_a["op_name"] == op_b["op_name"] == r["op_name"]
         assert op_a["opcode"] == op_b["opcode"] == r["opcode"]
         assert r["delta_s"] == pytest.approx(op_b["t_roofline_s"] - op_a["t_roofline_s"])
-    assert body["summary"]["run"]["chip"] == report_a.summary["chip"]
-    assert body["summary"]["other"]["chip"] == report_b.summary["chip"]
+    assert body["summary"]["run"]["chip"] == body["summary"]["other"]["chip"] == report_a.chip
+    assert body["note"].startswith(f"re-judged against {report_a.chip}")
+
+
+@pytest.mark.parametrize("pair", ["flipping", "random"])
+def test_the_tab_and_the_cli_compare_alike(client, logdir, pair):
+    """One comparison for every face: the tab's route and `hlo-roofline diff --format json`."""
+    from click.testing import CliRunner
+
+    from hlo_roofline import cli
+
+    run_a, run_b = (
+        [f"pair/{run}" for run in PAIR] if pair == "flipping"
+        else ["random/tpu_v5e", "random/tpu_v5p"]
+    )  # fmt: skip
+    files = [logdir / run / "plugins/hlo_roofline/report.json" for run in (run_a, run_b)]
+    result = CliRunner().invoke(cli.main, ["diff", *map(str, files), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    cli_diff = json.loads(result.output)
+    body = get_json(client, f"/compare?run={run_a}&other={run_b}")
+    counts = body["counts"]
+    assert (counts["flipped"], counts["only_other"], counts["only_run"]) == (
+        cli_diff["flipped"], cli_diff["added"], cli_diff["removed"],
+    )  # fmt: skip
+    assert len(body["data"]) == len(cli_diff["ops"])
+    assert body["summary"]["other"]["step_time_lower_s"] == pytest.approx(cli_diff["step_b_s"])
+    pairs_tab = sorted((r["name"] or "", r["name_other"] or "") for r in _compare_rows(body))
+    pairs_cli = sorted((o["name_a"] or "", o["name_b"] or "") for o in cli_diff["ops"])
+    assert pairs_tab == pairs_cli
 
 
 def test_compare_on_one_chip(client):
     body = get_json(client, "/compare?run=random/tpu_v5e&other=random/tpu_v5p&chip=v5e")
     assert body["chip"] == "v5e"
     assert body["summary"]["run"]["chip"] == body["summary"]["other"]["chip"] == "v5e"
+
+
+# -- runs that cannot be shown, traces ------------------------------------------------------------
+
+
+def test_run_errors_name_every_run_that_cannot_load(client, logdir):
+    errors = get_json(client, "/run_errors")
+    assert sorted(errors) == ["broken", "no_time"]
+    assert errors["broken"].startswith("corrupt report:")
+    assert "t_roofline_s" in errors["no_time"]
+    assert str(logdir) not in "".join(errors.values())
+
+
+def test_report_missing_a_verdict_column_is_422_naming_it(client):
+    body = get_json(client, "/report?run=no_time", code=422)
+    assert "missing column" in body["error"] and "t_roofline_s" in body["error"]
+    assert "v5e" in body["error"]  # the chip it claims to be judged on
+    # Re-classified for a chip, the verdict columns are computed afresh: it can be shown.
+    assert get_json(client, "/report?run=no_time&chip=v5e")["summary"]["chip"] == "v5e"
+
+
+def test_report_that_cannot_be_classified_is_422(tmp_path):
+    without_column(fixture_report("mlp_bf16", "tpu_v5e", "v5e"), "mm_k").write_tensorboard(
+        tmp_path, "r"
+    )
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    body = get_json(c, "/report?run=r&chip=v5p", code=422)
+    assert "mm_k" in body["error"]
+
+
+def test_trace_of_a_run_without_one_is_404(client):
+    assert "no trace" in get_json(client, "/trace?run=mlp/v5e", code=404)["error"]
+
+
+def test_trace_found_under_the_logdir_by_its_layout(tmp_path):
+    """A recorded path from another machine: the session is found under the run by its layout."""
+    report = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
+    session = tmp_path / "exp" / "step1" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    session.mkdir(parents=True)
+    (session / "worker0.xplane.pb").write_bytes(b"")
+    report.summary["measured_trace"] = (
+        "/elsewhere/exp/step1/plugins/profile/2026_01_01_00_00_00/worker0.xplane.pb"
+    )
+    report.write_tensorboard(tmp_path, "exp/step1")
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    assert get_json(c, "/trace?run=exp/step1") == {
+        "recorded": "worker0.xplane.pb",
+        "run": "exp/step1/2026_01_01_00_00_00",
+        "host": "worker0",
+    }
+    report.summary["measured_trace"] = "/elsewhere/other/plugins/profile/s/w.xplane.pb"
+    report.write_tensorboard(tmp_path, "exp/step1")
+    assert get_json(c, "/trace?run=exp/step1")["run"] is None
+
+
+def test_one_palette_for_the_tab_and_the_plot():
+    """The tab's bound colours are the PNG/SVG plot's, and the stylesheet defines none of its own."""
+    from pathlib import Path
+
+    from hlo_roofline.plot import COLORS
+
+    static = Path(tb_plugin.__file__).parent / "static"
+    util = (static / "util.js").read_text()
+    block = util[util.index("export const BOUND_COLORS") :].split("};")[0]
+    tab = dict(re.findall(r"(\w+): \"(#[0-9a-f]{6})\"", block))
+    assert {bound: tab[bound] for bound in COLORS} == COLORS
+    assert not re.search(r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text())

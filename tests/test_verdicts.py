@@ -306,6 +306,16 @@ def test_write_tensorboard_layout(classified, tmp_path):
     )
 
 
+def test_write_tensorboard_stays_in_the_logdir_and_is_readable_by_all(classified, tmp_path):
+    for run in ("../x", "a/../../x", str(tmp_path.parent / "abs")):
+        with pytest.raises(ValueError, match="outside the logdir"):
+            classified.write_tensorboard(tmp_path / "logdir", run)
+    assert not (tmp_path / "x").exists() and not (tmp_path.parent / "abs").exists()
+    where = classified.write_tensorboard(tmp_path / "logdir", "a/../b")  # inside: allowed
+    for name in ("report.csv", "report.json"):
+        assert (where / name).stat().st_mode & 0o777 == 0o644
+
+
 def test_rollup_sums_to_the_totals(classified):
     for by in ("source", "op_name"):
         rolled = classified.rollup(by)
@@ -332,17 +342,27 @@ def test_roofline_wrapper_compiles_once_and_writes_the_report(tmp_path):
     w, x = jnp.ones((128, 128)), jnp.ones((32, 128))
     jnp.zeros(1).block_until_ready()
 
-    @hr.roofline(chip="v5e", logdir=tmp_path, run="train")
-    @jax.jit
-    def step(w, x):
+    def train(w, x):
         return w - 0.1 * jax.grad(lambda w: jnp.sum((x @ w) ** 2))(w)
 
+    # Judged on this machine: the analysis's compile is the one the calls run.
+    step = hr.roofline(jax.jit(train), target="local", logdir=tmp_path, run="train", cache=False)
     before = len(compiles)
     for _ in range(3):
         w = step(w, x)
     assert len(compiles) - before == 1
-    assert step.report is not None and step.report.summary["chip"] == "v5e"
+    assert step.report is not None and step.report.summary["compiled_for"] == "local"
     assert hr.Report.read(tmp_path / "train").module == step.report.module
+    # chip="v5e" on a CPU machine: compiled compile-only for a v5e (as analyze does), run here.
+    def train_again(w, x):  # a new function: jax has not compiled it for this machine yet
+        return train(w, x)
+
+    step = hr.roofline(jax.jit(train_again), chip="v5e", cache=False)
+    before = len(compiles)
+    for _ in range(3):
+        w = step(w, x)
+    assert len(compiles) - before == 2
+    assert step.report.summary["chip"] == "v5e" and step.report.summary["compiled_for"] == "v5e:2x2"
 
 
 def test_xla_dump_directory_gives_one_report_per_module(tmp_path):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape, tiled_elements
 
 COST_MODELS = ("roofline", "xla")
@@ -178,6 +179,7 @@ class CostContext:
     _computation_costs: dict[str, Cost] = field(default_factory=dict)
     _sizes: dict[int, int] = field(default_factory=dict)
     _users: dict[str, dict[int, list[Instruction]]] = field(default_factory=dict)
+    _in_flight: frozenset[str] | None = None
     # What a rule works out once per instruction or computation and reuses from every caller, so
     # that a body called from many places (or nested fusions sharing bodies) is walked once.
     memo: dict[tuple, object] = field(default_factory=dict)
@@ -231,6 +233,12 @@ class CostContext:
                 notes=(f"no cost rule for opcode '{instr.opcode}'",),
             )
         return fn(instr, self)
+
+    def in_flight_channels(self) -> frozenset[str]:
+        """Channels of collectives launched by TPU async-collective starts (memoized)."""
+        if self._in_flight is None:
+            self._in_flight = attrs.in_flight_channels(self.module)
+        return self._in_flight
 
     def users(self, comp: Computation) -> dict[int, list[Instruction]]:
         """``id(instruction) -> its distinct users`` within one computation (memoized)."""

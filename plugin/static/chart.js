@@ -1,33 +1,78 @@
-// Log-log roofline chart on one <canvas>: the chip's roofs and ridges per dtype, one point per op
-// with a nonzero predicted time (colored by bound, area ∝ time share). Canvas keeps a 20k-op report
-// responsive; nothing is decimated.
+// Log-log roofline chart: the chip's roofs and ridges, one point per op with a nonzero predicted
+// time (colored by bound, area ∝ time share); in a measured run also the attained point of each op
+// (FLOPs ÷ measured time, at the same intensity), joined to its predicted point by a line.
 //
-// x = arithmetic intensity (FLOP/byte), y = FLOP/s the op attains under the model (FLOPs / t_roofline).
-// Ops with no FLOPs (or no bytes) have no place on log axes: they are drawn in a gutter strip at the
-// left, higher = more time, so every timed op still has exactly one point.
+// x = arithmetic intensity (FLOP/byte), y = FLOP/s (FLOPs ÷ time). Ops without FLOPs (or bytes)
+// have no place on log axes: they sit in a strip of their own at the left ("no FLOPs"), placed by
+// predicted time on the strip's own scale. A point outside the plotted range is drawn on the edge
+// it crosses as a triangle pointing out, and counted in the legend: no point is ever drawn at a
+// value it does not have.
+//
+// Two stacked canvases: the base (axes, roofs, points) is drawn when the report, the filters or
+// the size change; hover and selection only redraw the overlay, so a 20k-op report stays fast.
 
 import { BOUND_COLORS, el, fmtBytes, fmtPct, fmtSI, fmtTime } from "./util.js";
 
-const MARGIN = { left: 58, right: 170, top: 14, bottom: 44 };
-const GUTTER = 34; // width of the "no FLOP/B" strip, left of the x axis
-const HEIGHT = 400;
+const HEIGHT = 440;
+const TOP = 34; // captions above the plot
+const BOTTOM = 44; // x ticks and title
+const STRIP = 52; // the "no FLOPs" strip
+const Y_LABELS = 44; // y tick labels, between the strip and the plot
+const MAX_Y_DECADES = 9;
+const MAX_X_DECADES = 12;
+const FONT = "11px system-ui, sans-serif";
+const LABEL_GAP = 14; // line height of a roof label
+const SUPERSCRIPT = { "-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹" };
 
 function log10(x) {
   return Math.log(x) / Math.LN10;
 }
 
-/** A power of ten as a short label: 0.01, 0.1, 1, 10, 100, 1k, 10k, ..., 1P. */
-function decade(k, unit = "") {
-  if (k < 0) return `${(10 ** k).toFixed(-k)}${unit}`;
-  const prefixes = ["", "k", "M", "G", "T", "P", "E", "Z"];
-  const p = Math.min(prefixes.length - 1, Math.floor(k / 3));
-  return `${10 ** (k - 3 * p)}${prefixes[p]}${unit}`;
+/** 10^k with an SI prefix: 1, 10, 100, 1k, … 100P; `null` beyond the prefixes. */
+function prefixed(k) {
+  const prefixes = ["", "k", "M", "G", "T", "P", "E"];
+  const p = Math.floor(k / 3);
+  return k >= 0 && p < prefixes.length ? `${10 ** (k - 3 * p)}${prefixes[p]}` : null;
 }
 
-/** Deterministic jitter in [0, 1) from an integer (keeps the gutter stable across redraws). */
+/** A power of ten as an x label: 0.001 … 1 … 100k; "10⁻⁵" beyond. */
+function decadeLabel(k) {
+  if (k >= -3 && k < 0) return (10 ** k).toFixed(-k);
+  if (k >= 0 && k <= 5) return prefixed(k);
+  return `10${String(k)
+    .split("")
+    .map((c) => SUPERSCRIPT[c])
+    .join("")}`;
+}
+
+/** A FLOP/s decade as a y label: 1M, 10G, 1P; powers of ten beyond the prefixes. */
+function rateLabel(k) {
+  return prefixed(k) ?? decadeLabel(k);
+}
+
+/** Deterministic jitter in [0, 1) from an integer (keeps the strip stable across redraws). */
 function jitter(i) {
   const s = Math.sin(i * 12.9898 + 78.233) * 43758.5453;
   return s - Math.floor(s);
+}
+
+/** Spread label centres apart by at least `gap`, each as close to its wish as the others allow. */
+function spread(wishes, gap, lo, hi) {
+  const y = wishes.map((w) => Math.min(hi, Math.max(lo, w)));
+  for (let pass = 0; pass < 50; pass++) {
+    let moved = false;
+    for (let i = 1; i < y.length; i++) {
+      const overlap = gap - (y[i] - y[i - 1]);
+      if (overlap > 0.01) {
+        y[i - 1] -= overlap / 2;
+        y[i] += overlap / 2;
+        moved = true;
+      }
+    }
+    for (let i = 0; i < y.length; i++) y[i] = Math.min(hi - (y.length - 1 - i) * gap, Math.max(lo + i * gap, y[i]));
+    if (!moved) break;
+  }
+  return y;
 }
 
 export class RooflineChart {
@@ -38,28 +83,42 @@ export class RooflineChart {
   constructor(container, { onSelect }) {
     this.onSelect = onSelect;
     this.model = null;
-    this.points = [];
+    this.points = []; // predicted points, big first (drawn first)
+    this.measured = []; // attained points of a measured run
+    this.byRow = new Map(); // row -> {predicted, measured}
+    this.shown = null; // Uint8Array over rows: 1 = passes the table's filters (null = all)
+    this.showMeasured = true;
     this.selected = -1;
-    this.hover = -1;
+    this.hover = null;
+    this.base = el("canvas", { className: "hr-chart-base", attrs: { "aria-hidden": "true" } });
     this.canvas = el("canvas", {
-      className: "hr-chart-canvas",
-      attrs: { role: "img", "aria-label": "Roofline chart", "data-testid": "roofline-canvas" },
+      className: "hr-chart-canvas hr-chart-overlay",
+      attrs: {
+        role: "img",
+        tabindex: 0,
+        "aria-label": "Roofline chart: arrow keys move between points",
+        "data-testid": "roofline-canvas",
+      },
     });
     this.tooltip = el("div", { className: "hr-tooltip", attrs: { role: "tooltip" } });
     this.tooltip.hidden = true;
     this.legend = el("div", { className: "hr-legend" });
-    this.wrap = el("div", { className: "hr-chart-wrap" }, this.canvas, this.tooltip);
-    container.append(this.wrap, this.legend);
+    this.note = el("p", { className: "hr-chart-note hr-muted" });
+    this.wrap = el("div", { className: "hr-chart-wrap" }, this.base, this.canvas, this.tooltip);
+    container.append(this.wrap, this.legend, this.note);
 
     this.canvas.addEventListener("mousemove", (e) => this._onMove(e));
-    this.canvas.addEventListener("mouseleave", () => this._setHover(-1, null));
+    this.canvas.addEventListener("mouseleave", () => this._setHover(null));
     this.canvas.addEventListener("click", (e) => {
-      const i = this._hit(e);
-      if (i >= 0) this.onSelect(this.points[i].row);
+      const p = this._hit(this._xy(e));
+      if (p) this.onSelect(p.row);
     });
-    // Test and debugging hook: the points as drawn (CSS pixels relative to the canvas).
-    this.canvas.hloPoints = () =>
-      this.points.map((p) => ({ row: p.row, x: p.px, y: p.py, r: p.r, bound: p.bound }));
+    this.canvas.addEventListener("keydown", (e) => this._onKey(e));
+    // Test and debugging hooks: points as drawn (CSS pixels relative to the canvas) and layout.
+    this.canvas.hloPoints = () => this.points.map(exportPoint);
+    this.canvas.hloMeasured = () => this.measured.map(exportPoint);
+    this.canvas.hloLayout = () => this._layout;
+    this.canvas.hloHover = (x, y) => this.hoverAt({ x, y });
     this._resize = new ResizeObserver(() => this.draw());
     this._resize.observe(this.wrap);
   }
@@ -68,22 +127,40 @@ export class RooflineChart {
   setModel(model) {
     this.model = model;
     this.selected = -1;
-    this.hover = -1;
+    this.hover = null;
+    this.shown = null;
     this.tooltip.hidden = true;
     this._buildPoints();
-    this._buildLegend();
+    this.draw();
+  }
+
+  /** Rows that pass the table's filters (a Uint8Array over rows); the others are drawn faint. */
+  setShown(mask) {
+    this.shown = mask;
+    this.draw();
+  }
+
+  setShowMeasured(on) {
+    this.showMeasured = on;
     this.draw();
   }
 
   select(row) {
     this.selected = row;
-    this.draw();
+    this._drawOverlay();
+  }
+
+  isShown(row) {
+    return !this.shown || this.shown[row] === 1;
   }
 
   _buildPoints() {
     const m = this.model;
     const points = [];
+    const measured = [];
+    this.byRow = new Map();
     if (m && m.has("t_roofline_s")) {
+      const hasMeasured = m.has("measured_s");
       for (let row = 0; row < m.rows.length; row++) {
         const t = m.get(row, "t_roofline_s");
         if (!(typeof t === "number" && t > 0)) continue;
@@ -91,28 +168,48 @@ export class RooflineChart {
         const intensity = m.get(row, "intensity");
         const onAxes = flops > 0 && typeof intensity === "number" && intensity > 0;
         const share = m.get(row, "share") || 0;
-        points.push({
+        const bound = m.get(row, "bound") || "unknown";
+        const p = {
           row,
+          kind: "predicted",
           t,
-          gutter: !onAxes,
+          strip: !onAxes,
           x: onAxes ? intensity : 0,
           y: onAxes ? flops / t : 0,
-          bound: m.get(row, "bound") || "unknown",
+          bound,
           r: 2.5 + 16 * Math.sqrt(Math.max(0, Math.min(1, share))),
           px: 0,
           py: 0,
-        });
+          out: "",
+        };
+        points.push(p);
+        const entry = { predicted: p, measured: null };
+        const ms = hasMeasured ? m.get(row, "measured_s") : null;
+        if (onAxes && typeof ms === "number" && ms > 0) {
+          const q = { ...p, kind: "measured", t: ms, y: flops / ms, r: 4.5 };
+          measured.push(q);
+          entry.measured = q;
+        }
+        this.byRow.set(row, entry);
       }
     }
-    // Big points first, so small ones stay visible and hoverable on top.
-    points.sort((a, b) => b.r - a.r);
+    points.sort((a, b) => b.r - a.r); // big first, so small ones stay visible and hoverable
     this.points = points;
+    this.measured = measured;
     this.canvas.dataset.points = String(points.length);
+    this.canvas.dataset.measured = String(measured.length);
+    // Keyboard order: along x (intensity; strip ops first, by time), and along y.
+    const along = (key) =>
+      points
+        .slice()
+        .sort((a, b) => (a.strip !== b.strip ? (a.strip ? -1 : 1) : a.strip ? a.t - b.t : a[key] - b[key] || a.row - b.row));
+    this.orderX = along("x");
+    this.orderY = along("y");
   }
 
   _roofs() {
     const s = (this.model && this.model.summary) || {};
-    const bw = s.hbm_bandwidth;
+    const bw = s.hbm_bandwidth > 0 ? s.hbm_bandwidth : null;
     const roofs = [];
     for (const [dtype, roof] of Object.entries(s.roofs || {})) {
       if (!roof || !(roof.peak_flops > 0)) continue;
@@ -126,91 +223,120 @@ export class RooflineChart {
         });
       }
     }
+    roofs.sort((a, b) => b.peak - a.peak);
     const vmem = s.vmem_bandwidth > 0 ? s.vmem_bandwidth : null;
-    return { bw: bw > 0 ? bw : null, vmem, roofs };
+    return { bw, vmem, roofs };
   }
 
+  /** Decades shown: every roof and ridge; the points as far as MAX_*_DECADES allow. */
   _ranges(roofs) {
-    const xs = [];
-    const ys = [];
-    for (const p of this.points) {
-      if (p.gutter) continue;
-      xs.push(p.x);
-      ys.push(p.y);
+    let xLow = Infinity;
+    let xHigh = 0;
+    let yLow = Infinity;
+    let yHigh = 0;
+    const peaks = roofs.roofs.map((r) => r.peak);
+    const ridges = roofs.roofs.map((r) => r.ridge).filter((r) => r > 0);
+    const top = peaks.length ? Math.max(...peaks) : 0;
+    for (const p of this.showMeasured ? [...this.points, ...this.measured] : this.points) {
+      if (p.strip) continue;
+      xLow = Math.min(xLow, p.x);
+      xHigh = Math.max(xHigh, p.x);
+      yLow = Math.min(yLow, p.y);
+      if (!top || p.y <= top * 10) yHigh = Math.max(yHigh, p.y); // a measured op may beat a roof
     }
-    for (const r of roofs.roofs) {
-      if (r.ridge > 0) xs.push(r.ridge);
-      ys.push(r.peak);
-    }
-    let xmin = xs.length ? Math.min(...xs) : 0.1;
-    let xmax = xs.length ? Math.max(...xs) : 1000;
-    let ymax = ys.length ? Math.max(...ys) : 1e12;
-    let ymin = ys.length ? Math.min(...ys) : 1e9;
-    xmin = 10 ** Math.floor(log10(xmin / 1.5));
-    xmax = 10 ** Math.ceil(log10(xmax * 1.5));
-    ymax = 10 ** Math.ceil(log10(ymax * 1.2));
-    ymin = Math.max(10 ** Math.floor(log10(ymin / 1.5)), ymax / 1e9);
-    if (xmax / xmin < 100) xmax = xmin * 100;
-    if (ymax / ymin < 100) ymin = ymax / 100;
-    return { xmin, xmax, ymin, ymax };
+    // y: from the top roof (or the highest point) down, at most MAX_Y_DECADES.
+    const ky1 = Math.ceil(log10(Math.max(top, yHigh, 1) * 1.15));
+    let ky0 = Number.isFinite(yLow) ? Math.floor(log10(yLow / 1.3)) : ky1 - 4;
+    ky0 = Math.min(Math.max(ky0, ky1 - MAX_Y_DECADES), ky1 - 3);
+    // x: room right of the highest ridge for the flat roofs; on the left no further than the data,
+    // nor than where the memory roof leaves the bottom of the plot.
+    const ridgeHigh = ridges.length ? Math.max(...ridges) : 100;
+    const ridgeLow = ridges.length ? Math.min(...ridges) : 1;
+    let kx1 = Math.ceil(log10(Math.max(ridgeHigh * 4, xHigh) * 1.3));
+    const xData = Number.isFinite(xLow) ? xLow : ridgeLow / 100;
+    const xRoofBottom = roofs.bw ? 10 ** ky0 / roofs.bw : xData;
+    let kx0 = Math.floor(log10(Math.min(ridgeLow / 10, Math.max(xData, xRoofBottom)) / 1.3));
+    kx0 = Math.max(kx0, kx1 - MAX_X_DECADES);
+    if (kx1 - kx0 < 3) kx1 = kx0 + 3;
+    return { kx0, kx1, ky0, ky1 };
   }
 
   draw() {
-    const canvas = this.canvas;
-    const width = Math.max(320, this.wrap.clientWidth || 800);
+    const width = Math.max(360, this.wrap.clientWidth || 800);
     const dpr = window.devicePixelRatio || 1;
-    canvas.style.width = `${width}px`;
-    canvas.style.height = `${HEIGHT}px`;
-    canvas.width = Math.round(width * dpr);
-    canvas.height = Math.round(HEIGHT * dpr);
-    const ctx = canvas.getContext("2d");
+    for (const c of [this.base, this.canvas]) {
+      c.style.width = `${width}px`;
+      c.style.height = `${HEIGHT}px`;
+      c.width = Math.round(width * dpr);
+      c.height = Math.round(HEIGHT * dpr);
+    }
+    const ctx = this.base.getContext("2d");
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     const css = getComputedStyle(this.wrap);
-    const fg = css.getPropertyValue("--hr-fg").trim() || "#222";
-    const grid = css.getPropertyValue("--hr-grid").trim() || "#e4e4e4";
-    const muted = css.getPropertyValue("--hr-muted").trim() || "#777";
-    ctx.clearRect(0, 0, width, HEIGHT);
-    ctx.font = "11px system-ui, sans-serif";
-
-    const plot = {
-      left: MARGIN.left + GUTTER,
-      right: width - MARGIN.right,
-      top: MARGIN.top,
-      bottom: HEIGHT - MARGIN.bottom,
+    const color = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+    this.colors = {
+      fg: color("--hr-fg", "#222"),
+      grid: color("--hr-grid", "#e4e4e4"),
+      muted: color("--hr-muted", "#777"),
+      bg: color("--hr-bg", "#fff"),
     };
-    const roofs = this._roofs();
-    const range = this._ranges(roofs);
-    const lx0 = log10(range.xmin);
-    const lx1 = log10(range.xmax);
-    const ly0 = log10(range.ymin);
-    const ly1 = log10(range.ymax);
-    const X = (x) => plot.left + ((log10(x) - lx0) / (lx1 - lx0)) * (plot.right - plot.left);
-    const Y = (y) => plot.bottom - ((log10(y) - ly0) / (ly1 - ly0)) * (plot.bottom - plot.top);
-    this._geom = { plot, X, Y };
+    const { fg, grid, muted } = this.colors;
+    ctx.clearRect(0, 0, width, HEIGHT);
+    ctx.font = FONT;
 
-    // Grid and axes (decades).
+    const roofs = this._roofs();
+    const labels = roofs.roofs.map((r) => ({
+      r,
+      text: `${r.labels.join(", ")} ${fmtSI(r.peak, "FLOP/s")}`,
+      sub: r.ridge > 0 ? ` · ridge ${fmtSI(r.ridge)}` : "",
+    }));
+    const labelWidth = Math.max(
+      90,
+      ...labels.map((l) => ctx.measureText(l.text).width + ctx.measureText(l.sub).width),
+    );
+    const plot = {
+      left: STRIP + 8 + Y_LABELS,
+      right: width - (labelWidth + 26),
+      top: TOP,
+      bottom: HEIGHT - BOTTOM,
+    };
+    const { kx0, kx1, ky0, ky1 } = this._ranges(roofs);
+    const X = (x) => plot.left + ((log10(x) - kx0) / (kx1 - kx0)) * (plot.right - plot.left);
+    const Y = (y) => plot.bottom - ((log10(y) - ky0) / (ky1 - ky0)) * (plot.bottom - plot.top);
+    const xmin = 10 ** kx0;
+    const xmax = 10 ** kx1;
+    const ymin = 10 ** ky0;
+    const ymax = 10 ** ky1;
+
+    // Grid, ticks and titles.
+    const tickLabels = { x: [], y: [] };
     ctx.strokeStyle = grid;
     ctx.fillStyle = muted;
     ctx.lineWidth = 1;
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
-    for (let k = Math.ceil(lx0); k <= Math.floor(lx1); k++) {
+    const xStep = kx1 - kx0 > 9 ? 2 : 1;
+    for (let k = kx0; k <= kx1; k++) {
       const x = Math.round(X(10 ** k)) + 0.5;
       ctx.beginPath();
       ctx.moveTo(x, plot.top);
       ctx.lineTo(x, plot.bottom);
       ctx.stroke();
-      ctx.fillText(decade(k), x, plot.bottom + 5);
+      if ((k - kx0) % xStep === 0) {
+        ctx.fillText(decadeLabel(k), x, plot.bottom + 5);
+        tickLabels.x.push(decadeLabel(k));
+      }
     }
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
-    for (let k = Math.ceil(ly0); k <= Math.floor(ly1); k++) {
+    for (let k = ky0; k <= ky1; k++) {
       const y = Math.round(Y(10 ** k)) + 0.5;
       ctx.beginPath();
       ctx.moveTo(plot.left, y);
       ctx.lineTo(plot.right, y);
       ctx.stroke();
-      ctx.fillText(decade(k), MARGIN.left - 4, y);
+      ctx.fillText(rateLabel(k), plot.left - 5, y);
+      tickLabels.y.push(rateLabel(k));
     }
     ctx.strokeStyle = muted;
     ctx.strokeRect(plot.left + 0.5, plot.top + 0.5, plot.right - plot.left, plot.bottom - plot.top);
@@ -218,61 +344,66 @@ export class RooflineChart {
     ctx.textAlign = "center";
     ctx.textBaseline = "bottom";
     ctx.fillText("arithmetic intensity (FLOP/byte)", (plot.left + plot.right) / 2, HEIGHT - 4);
-    ctx.save();
-    ctx.translate(12, (plot.top + plot.bottom) / 2);
-    ctx.rotate(-Math.PI / 2);
-    ctx.textBaseline = "middle";
-    ctx.fillText("attained FLOP/s (FLOPs / predicted time)", 0, 0);
-    ctx.restore();
-
-    // Gutter for ops without FLOPs.
-    const g0 = MARGIN.left + 4;
-    const g1 = plot.left - 6;
-    ctx.fillStyle = grid;
-    ctx.globalAlpha = 0.45;
-    ctx.fillRect(g0, plot.top, g1 - g0, plot.bottom - plot.top);
-    ctx.globalAlpha = 1;
-    ctx.save();
-    ctx.translate((g0 + g1) / 2, plot.bottom - 4);
-    ctx.rotate(-Math.PI / 2);
-    ctx.fillStyle = muted;
     ctx.textAlign = "left";
-    ctx.textBaseline = "middle";
-    ctx.fillText("no FLOPs ↑ time", 0, 0);
-    ctx.restore();
+    ctx.textBaseline = "alphabetic";
+    ctx.fillText("FLOP/s (FLOPs ÷ time)", plot.left - Y_LABELS, TOP - 10);
 
-    // Roofs: HBM diagonal up to the highest ridge, one flat roof and one ridge mark per peak.
+    // The strip of ops without FLOPs, with its own time scale.
+    const strip = { left: 4, right: 4 + STRIP, top: plot.top, bottom: plot.bottom };
+    const stripPts = this.points.filter((p) => p.strip);
+    let tMin = Infinity;
+    let tMax = -Infinity;
+    for (const p of stripPts) {
+      tMin = Math.min(tMin, p.t);
+      tMax = Math.max(tMax, p.t);
+    }
+    ctx.fillStyle = grid;
+    ctx.globalAlpha = 0.5;
+    ctx.fillRect(strip.left, strip.top, strip.right - strip.left, strip.bottom - strip.top);
+    ctx.globalAlpha = 1;
+    ctx.fillStyle = fg;
+    ctx.textAlign = "center";
+    ctx.fillText("no FLOPs", (strip.left + strip.right) / 2, TOP - 20);
+    ctx.fillStyle = muted;
+    ctx.fillText("by time", (strip.left + strip.right) / 2, TOP - 7);
+    if (stripPts.length) {
+      // Its scale: the longest op at the top, the shortest at the bottom.
+      ctx.textBaseline = "top";
+      ctx.font = "10px system-ui, sans-serif";
+      ctx.fillText(`top ${fmtTime(tMax)}`, (strip.left + strip.right) / 2, strip.bottom + 5);
+      ctx.fillText(`low ${fmtTime(tMin)}`, (strip.left + strip.right) / 2, strip.bottom + 18);
+      ctx.font = FONT;
+      ctx.textBaseline = "alphabetic";
+    }
+
+    // Roofs, clipped to the plot: memory diagonals up to the highest ridge, flat roofs from their
+    // ridges, dashed ridge lines down to the x axis.
     ctx.save();
     ctx.beginPath();
     ctx.rect(plot.left, plot.top, plot.right - plot.left, plot.bottom - plot.top);
     ctx.clip();
-    ctx.lineWidth = 2;
-    ctx.strokeStyle = fg;
-    const top = roofs.roofs.reduce((a, r) => (r.peak > a.peak ? r : a), { peak: 0, ridge: 0 });
-    if (roofs.bw) {
-      const xEnd = top.ridge > 0 ? top.ridge : range.xmax;
-      ctx.beginPath();
-      ctx.moveTo(X(range.xmin), Y(range.xmin * roofs.bw));
-      ctx.lineTo(X(xEnd), Y(xEnd * roofs.bw));
-      ctx.stroke();
-    }
-    if (roofs.vmem) {
-      // Ops fed from a TPU's VMEM sit under this steeper memory roof.
-      const xEnd = top.peak / roofs.vmem;
+    const topRoof = roofs.roofs[0];
+    const memoryLine = (bw, dash) => {
+      const xEnd = topRoof ? topRoof.peak / bw : xmax;
       ctx.save();
-      ctx.setLineDash([6, 4]);
-      ctx.lineWidth = 1;
+      ctx.setLineDash(dash);
+      ctx.lineWidth = dash.length ? 1.2 : 2;
+      ctx.strokeStyle = fg;
       ctx.beginPath();
-      ctx.moveTo(X(range.xmin), Y(range.xmin * roofs.vmem));
-      ctx.lineTo(X(xEnd), Y(xEnd * roofs.vmem));
+      ctx.moveTo(X(xmin), Y(xmin * bw));
+      ctx.lineTo(X(xEnd), Y(xEnd * bw));
       ctx.stroke();
       ctx.restore();
-    }
+    };
+    if (roofs.bw) memoryLine(roofs.bw, []);
+    if (roofs.vmem) memoryLine(roofs.vmem, [6, 4]);
+    ctx.lineWidth = 2;
+    ctx.strokeStyle = fg;
     for (const r of roofs.roofs) {
-      const start = r.ridge > 0 ? r.ridge : range.xmin;
+      const start = r.ridge > 0 ? r.ridge : xmin;
       ctx.beginPath();
       ctx.moveTo(X(start), Y(r.peak));
-      ctx.lineTo(X(range.xmax), Y(r.peak));
+      ctx.lineTo(plot.right, Y(r.peak));
       ctx.stroke();
       if (r.ridge > 0) {
         ctx.save();
@@ -287,89 +418,196 @@ export class RooflineChart {
       }
     }
     ctx.restore();
-    // Roof labels at the right, pushed apart so close peaks stay readable.
-    ctx.textAlign = "left";
-    ctx.textBaseline = "middle";
-    const labels = roofs.roofs
-      .map((r) => ({ r, y: Y(r.peak) }))
-      .filter((l) => l.y >= plot.top - 2 && l.y <= plot.bottom)
-      .sort((a, b) => a.y - b.y);
-    let floor = -Infinity;
-    for (const l of labels) {
-      l.y = Math.max(l.y, floor + 26);
-      floor = l.y;
-    }
-    for (const { r, y } of labels) {
+
+    // Roof labels right of the plot, centred on their roof; when two roofs are closer than a
+    // label, the labels move apart the least they must and a leader joins each to its roof.
+    const placed = labels
+      .map((l) => ({ ...l, wish: Y(l.r.peak) }))
+      .filter((l) => l.wish >= plot.top - 1 && l.wish <= plot.bottom + 1)
+      .sort((a, b) => a.wish - b.wish);
+    const centres = spread(
+      placed.map((l) => l.wish),
+      LABEL_GAP,
+      LABEL_GAP / 2 + 2,
+      HEIGHT - LABEL_GAP / 2 - 2,
+    );
+    const labelX = plot.right + 20;
+    const boxes = [];
+    placed.forEach((l, i) => {
+      const y = centres[i];
+      ctx.strokeStyle = muted;
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      ctx.moveTo(plot.right, l.wish);
+      ctx.lineTo(plot.right + 6, l.wish);
+      ctx.lineTo(labelX - 3, y);
+      ctx.stroke();
+      ctx.textAlign = "left";
+      ctx.textBaseline = "middle";
       ctx.fillStyle = fg;
-      ctx.fillText(`${r.labels.join(", ")}  ${fmtSI(r.peak, "FLOP/s")}`, plot.right + 6, y - 6);
+      ctx.fillText(l.text, labelX, y);
+      const w0 = ctx.measureText(l.text).width;
       ctx.fillStyle = muted;
-      if (r.ridge > 0) ctx.fillText(`ridge ${fmtSI(r.ridge)} FLOP/B`, plot.right + 6, y + 7);
-    }
-    if (roofs.bw) {
+      ctx.fillText(l.sub, labelX + w0, y);
+      const w = w0 + ctx.measureText(l.sub).width;
+      boxes.push({ text: l.text + l.sub, line: l.wish, x: labelX, y: y - LABEL_GAP / 2, w, h: LABEL_GAP });
+    });
+
+    // Memory roof captions on their own diagonal, turned to its slope.
+    const captions = [];
+    const diagonalCaption = (bw, text) => {
+      const lo = Math.max(log10(xmin), log10(ymin / bw));
+      const hi = Math.min(log10(topRoof ? topRoof.peak / bw : xmax), log10(ymax / bw), log10(xmax));
+      if (!(hi > lo)) return;
+      const x0 = 10 ** (lo + 0.15 * (hi - lo));
+      const x1 = 10 ** (lo + 0.16 * (hi - lo));
+      const angle = Math.atan2(Y(x1 * bw) - Y(x0 * bw), X(x1) - X(x0));
+      ctx.save();
+      ctx.translate(X(x0), Y(x0 * bw));
+      ctx.rotate(angle);
       ctx.fillStyle = muted;
       ctx.textAlign = "left";
-      ctx.fillText(`HBM ${fmtSI(roofs.bw, "B/s")}`, plot.left + 6, plot.bottom - 10);
-      if (roofs.vmem) {
-        ctx.fillText(`VMEM ${fmtSI(roofs.vmem, "B/s")} (dashed)`, plot.left + 6, plot.bottom - 26);
-      }
-    }
+      ctx.textBaseline = "bottom";
+      ctx.fillText(text, 4, -3);
+      ctx.restore();
+      captions.push({ text, x: X(x0), y: Y(x0 * bw), angle });
+    };
+    if (roofs.bw) diagonalCaption(roofs.bw, `HBM ${fmtSI(roofs.bw, "B/s")}`);
+    if (roofs.vmem) diagonalCaption(roofs.vmem, `VMEM ${fmtSI(roofs.vmem, "B/s")} (dashed)`);
 
-    // Points. Gutter points: x jittered in the strip, y = log time rank within the plot height.
-    const gutterPts = this.points.filter((p) => p.gutter);
-    let tMin = Infinity;
-    let tMax = -Infinity;
-    for (const p of gutterPts) {
-      tMin = Math.min(tMin, p.t);
-      tMax = Math.max(tMax, p.t);
-    }
+    // Where each point goes; a point beyond an edge sits on it and is marked.
     const lt0 = log10(tMin);
     const lt1 = log10(tMax);
-    for (const p of this.points) {
-      if (p.gutter) {
+    const place = (p) => {
+      if (p.strip) {
         const f = lt1 > lt0 ? (log10(p.t) - lt0) / (lt1 - lt0) : 0.5;
-        p.px = g0 + 4 + jitter(p.row) * Math.max(1, g1 - g0 - 8);
-        p.py = plot.bottom - 8 - f * (plot.bottom - plot.top - 16);
-      } else {
-        p.px = Math.min(plot.right, Math.max(plot.left, X(p.x)));
-        p.py = Math.min(plot.bottom, Math.max(plot.top, Y(p.y)));
+        p.px = strip.left + 6 + jitter(p.row) * (strip.right - strip.left - 12);
+        p.py = strip.bottom - 6 - f * (strip.bottom - strip.top - 12);
+        p.out = "";
+        return;
       }
-    }
+      // An edge marker sits just inside the edge it crosses, its tip on the axis.
+      const inset = 6;
+      let px = X(p.x);
+      let py = Y(p.y);
+      p.out = "";
+      if (py > plot.bottom) (py = plot.bottom - inset), (p.out = "bottom");
+      else if (py < plot.top) (py = plot.top + inset), (p.out = "top");
+      if (px < plot.left) (px = plot.left + inset), (p.out ||= "left");
+      else if (px > plot.right) (px = plot.right - inset), (p.out ||= "right");
+      p.px = Math.min(plot.right, Math.max(plot.left, px));
+      p.py = Math.min(plot.bottom, Math.max(plot.top, py));
+    };
+    for (const p of this.points) place(p);
+    for (const p of this.measured) place(p);
+
+    // Points: faint ones (filtered out) first, then by color; one path per group.
+    const drawGroup = (pts, shape) => {
+      const groups = new Map();
+      for (const p of pts) {
+        const key = `${p.bound}|${this.isShown(p.row) ? 1 : 0}`;
+        if (!groups.has(key)) groups.set(key, []);
+        groups.get(key).push(p);
+      }
+      const keys = [...groups.keys()].sort((a, b) => a.slice(-1) - b.slice(-1));
+      for (const key of keys) {
+        const [bound, on] = key.split("|");
+        const c = BOUND_COLORS[bound] || BOUND_COLORS.unknown;
+        ctx.beginPath();
+        for (const p of groups.get(key)) shape(ctx, p);
+        ctx.fillStyle = c;
+        ctx.strokeStyle = c;
+        ctx.globalAlpha = on === "1" ? 0.5 : 0.08;
+        ctx.fill();
+        ctx.globalAlpha = on === "1" ? 0.95 : 0.2;
+        ctx.stroke();
+      }
+      ctx.globalAlpha = 1;
+    };
     ctx.lineWidth = 1;
-    for (const p of this.points) {
-      const color = BOUND_COLORS[p.bound] || BOUND_COLORS.unknown;
+    const measured = this.showMeasured ? this.measured : [];
+    if (measured.length) {
+      // Each attained point joined to its predicted point: the gap is the efficiency.
+      ctx.strokeStyle = muted;
+      ctx.globalAlpha = 0.6;
       ctx.beginPath();
-      ctx.arc(p.px, p.py, p.r, 0, 2 * Math.PI);
-      ctx.globalAlpha = 0.55;
-      ctx.fillStyle = color;
-      ctx.fill();
-      ctx.globalAlpha = 0.95;
-      ctx.strokeStyle = color;
+      for (const q of measured) {
+        const p = this.byRow.get(q.row).predicted;
+        ctx.moveTo(p.px, p.py);
+        ctx.lineTo(q.px, q.py);
+      }
       ctx.stroke();
+      ctx.globalAlpha = 1;
     }
-    ctx.globalAlpha = 1;
-    for (const [row, color, width] of [
-      [this.hover >= 0 ? this.points[this.hover]?.row : -1, fg, 1.5],
-      [this.selected, "#111", 3],
-    ]) {
-      const p = row >= 0 ? this.points.find((q) => q.row === row) : null;
-      if (!p) continue;
+    drawGroup(
+      this.points.filter((p) => !p.out),
+      (c, p) => {
+        c.moveTo(p.px + p.r, p.py);
+        c.arc(p.px, p.py, p.r, 0, 2 * Math.PI);
+      },
+    );
+    drawGroup(
+      measured.filter((p) => !p.out),
+      (c, p) => {
+        c.moveTo(p.px, p.py - p.r - 1);
+        c.lineTo(p.px + p.r + 1, p.py);
+        c.lineTo(p.px, p.py + p.r + 1);
+        c.lineTo(p.px - p.r - 1, p.py);
+        c.closePath();
+      },
+    );
+    const edge = [...this.points, ...measured].filter((p) => p.out);
+    drawGroup(edge, (c, p) => triangle(c, p.px, p.py, p.out, 5));
+
+    this._geom = { plot, strip, X, Y };
+    this._layout = {
+      width,
+      height: HEIGHT,
+      plot,
+      strip,
+      labels: boxes,
+      captions,
+      decades: { x: [kx0, kx1], y: [ky0, ky1] },
+      tickLabels,
+    };
+    this._buildLegend(edge, { xmin, xmax, ymin, ymax });
+    this._drawOverlay();
+  }
+
+  _drawOverlay() {
+    const ctx = this.canvas.getContext("2d");
+    const dpr = window.devicePixelRatio || 1;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    if (!this._geom) return;
+    const { fg } = this.colors;
+    const ring = (p, radius, color, width) => {
       ctx.beginPath();
-      ctx.arc(p.px, p.py, p.r + 3, 0, 2 * Math.PI);
+      ctx.arc(p.px, p.py, radius, 0, 2 * Math.PI);
       ctx.strokeStyle = color;
       ctx.lineWidth = width;
       ctx.stroke();
-      if (row === this.selected) {
+    };
+    if (this.hover) ring(this.hover, this.hover.r + 3, fg, 1.5);
+    const entry = this.byRow.get(this.selected);
+    if (entry) {
+      const p = entry.predicted;
+      const q = this.showMeasured ? entry.measured : null;
+      if (q) {
         ctx.beginPath();
-        ctx.arc(p.px, p.py, p.r + 5, 0, 2 * Math.PI);
-        ctx.strokeStyle = "#ffd400";
+        ctx.moveTo(p.px, p.py);
+        ctx.lineTo(q.px, q.py);
+        ctx.strokeStyle = fg;
         ctx.lineWidth = 2;
         ctx.stroke();
+        ring(q, q.r + 4, "#111", 2);
       }
+      ring(p, p.r + 3, "#111", 3);
+      ring(p, p.r + 5, "#ffd400", 2);
     }
-    ctx.lineWidth = 1;
   }
 
-  _buildLegend() {
+  _buildLegend(edge, range) {
     const counts = {};
     for (const p of this.points) counts[p.bound] = (counts[p.bound] || 0) + 1;
     const items = Object.entries(counts)
@@ -382,60 +620,122 @@ export class RooflineChart {
           `${bound} (${n})`,
         ),
       );
-    const note = el("span", {
-      className: "hr-muted",
-      text: `${this.points.length} ops with a predicted time · point area ∝ time share`,
-    });
-    this.legend.replaceChildren(...items, note);
+    const parts = [`${this.points.length} ops with a predicted time · area ∝ time share`];
+    if (this.measured.length && this.showMeasured) {
+      parts.push(`◆ ${this.measured.length} measured: FLOPs ÷ measured time, joined to the prediction`);
+    }
+    const beyond = { bottom: 0, top: 0, left: 0, right: 0 };
+    for (const p of edge) beyond[p.out] += 1;
+    const words = {
+      bottom: `▼ ${beyond.bottom} below ${fmtSI(range.ymin, "FLOP/s")}`,
+      top: `▲ ${beyond.top} above ${fmtSI(range.ymax, "FLOP/s")}`,
+      left: `◀ ${beyond.left} below ${fmtSI(range.xmin)} FLOP/B`,
+      right: `▶ ${beyond.right} above ${fmtSI(range.xmax)} FLOP/B`,
+    };
+    const out = Object.keys(beyond)
+      .filter((k) => beyond[k])
+      .map((k) => words[k]);
+    const clipped = out.length
+      ? el("span", {
+          className: "hr-clipped",
+          text: `outside the plot, drawn on its edge: ${out.join(" · ")}`,
+          dataset: { count: String(edge.length) },
+        })
+      : null;
+    this.legend.replaceChildren(
+      ...items,
+      el("span", { className: "hr-muted", text: parts.join(" · ") }),
+      ...(clipped ? [clipped] : []),
+    );
+    this.canvas.dataset.outside = String(edge.length);
+    this.note.textContent =
+      "Ridges on the chart: each roof's peak ÷ HBM bandwidth. An op's own ridge (in its " +
+      "details) is its peak ÷ the bandwidth its bytes move at — higher where XLA keeps them " +
+      "in VMEM — so it can differ from the roof's.";
+    this.note.hidden = !this.points.length;
   }
 
-  _hit(event) {
+  _xy(event) {
     const rect = this.canvas.getBoundingClientRect();
-    const x = event.clientX - rect.left;
-    const y = event.clientY - rect.top;
-    let best = -1;
+    return { x: event.clientX - rect.left, y: event.clientY - rect.top };
+  }
+
+  /** The point under (x, y): measured points first (drawn on top), then the smallest predicted. */
+  _hit({ x, y }) {
+    let best = null;
     let bestD = Infinity;
-    // Later points are drawn on top: on ties prefer them.
-    for (let i = this.points.length - 1; i >= 0; i--) {
-      const p = this.points[i];
+    const test = (p) => {
       const d = Math.hypot(p.px - x, p.py - y);
       if (d <= p.r + 3 && d < bestD) {
-        best = i;
+        best = p;
         bestD = d;
       }
-    }
+    };
+    if (this.showMeasured) for (const p of this.measured) test(p);
+    if (best) return best;
+    for (let i = this.points.length - 1; i >= 0; i--) test(this.points[i]);
     return best;
   }
 
   _onMove(event) {
+    this._last = this._xy(event);
     if (this._pending) return;
     this._pending = true;
     requestAnimationFrame(() => {
       this._pending = false;
-      this._setHover(this._hit(event), event);
+      this.hoverAt(this._last);
     });
   }
 
-  _setHover(i, event) {
-    if (i !== this.hover) {
-      this.hover = i;
-      this.draw();
+  /** Hover the point at canvas coordinates (x, y), if any (also the test hook for timing). */
+  hoverAt(xy) {
+    this._setHover(this._hit(xy), xy);
+  }
+
+  _setHover(p, xy) {
+    if (p !== this.hover) {
+      this.hover = p;
+      this._drawOverlay();
     }
-    if (i < 0 || !event) {
+    if (!p) {
       this.tooltip.hidden = true;
       this.canvas.style.cursor = "";
       return;
     }
     this.canvas.style.cursor = "pointer";
-    this._fillTooltip(this.points[i]);
-    const rect = this.wrap.getBoundingClientRect();
-    const x = event.clientX - rect.left;
-    const y = event.clientY - rect.top;
+    this._fillTooltip(p);
+    this._placeTooltip(xy || { x: p.px, y: p.py });
+  }
+
+  _placeTooltip({ x, y }) {
     this.tooltip.hidden = false;
     const w = this.tooltip.offsetWidth;
-    const left = x + 14 + w > rect.width ? Math.max(0, x - 14 - w) : x + 14;
+    const width = this.wrap.clientWidth;
+    const left = x + 14 + w > width ? Math.max(0, x - 14 - w) : x + 14;
     this.tooltip.style.left = `${left}px`;
     this.tooltip.style.top = `${Math.max(0, y - 10)}px`;
+  }
+
+  _onKey(event) {
+    const order = { ArrowRight: [this.orderX, 1], ArrowLeft: [this.orderX, -1], ArrowUp: [this.orderY, 1], ArrowDown: [this.orderY, -1] }[event.key];
+    if (event.key === "Escape") {
+      this._setHover(null);
+      return;
+    }
+    if (!order || !this.points.length) return;
+    event.preventDefault();
+    const [list, step] = order;
+    let i = list.findIndex((p) => p.row === this.selected);
+    // Skip ops the filters hide: the keys walk what the table shows.
+    for (let n = 0; n < list.length; n++) {
+      i = i < 0 ? (step > 0 ? 0 : list.length - 1) : (i + step + list.length) % list.length;
+      if (this.isShown(list[i].row)) break;
+    }
+    const p = list[i];
+    this.onSelect(p.row);
+    this.hover = null;
+    this._fillTooltip(p);
+    this._placeTooltip({ x: p.px, y: p.py });
   }
 
   _fillTooltip(p) {
@@ -445,9 +745,12 @@ export class RooflineChart {
       value === "" || value === null || value === undefined
         ? null
         : el("div", {}, el("span", { className: "hr-k", text: label }), " ", String(value));
+    const where = p.out ? ` (off the plot: drawn on its ${p.out} edge)` : "";
     this.tooltip.replaceChildren(
       ...[
         el("div", { className: "hr-tt-name", text: g("name") }),
+        p.kind === "measured" ? el("div", { className: "hr-k", text: "measured point" }) : null,
+        !this.isShown(p.row) ? el("div", { className: "hr-k", text: "hidden by the table's filters" }) : null,
         line("opcode", g("opcode")),
         line("bound", g("bound")),
         line("op_name", g("op_name")),
@@ -455,15 +758,32 @@ export class RooflineChart {
         line("FLOPs", fmtSI(g("flops"))),
         line("bytes", fmtBytes(g("bytes_accessed"))),
         g("comm_bytes") ? line("comm bytes", fmtBytes(g("comm_bytes"))) : null,
-        line("intensity", p.gutter ? "no FLOPs (off axes)" : `${fmtSI(g("intensity"))} FLOP/B`),
+        line("intensity", p.strip ? "no FLOPs (off the axes)" : `${fmtSI(g("intensity"))} FLOP/B${where}`),
+        p.strip ? null : line(p.kind === "measured" ? "attained" : "predicted", fmtSI(p.y, "FLOP/s")),
         line(
           "time",
           `${fmtTime(g("t_roofline_s"))} (compute ${fmtTime(g("t_compute_s"))}, ` +
             `memory ${fmtTime(g("t_memory_s"))}, comm ${fmtTime(g("t_comm_s"))})`,
         ),
+        m.has("measured_s") ? line("measured", fmtTime(g("measured_s"))) : null,
+        m.has("efficiency") ? line("efficiency", fmtPct(g("efficiency"))) : null,
         line("share", fmtPct(g("share"))),
         line("hint", g("hint")),
       ].filter(Boolean),
     );
   }
+}
+
+function exportPoint(p) {
+  return { row: p.row, x: p.px, y: p.py, r: p.r, bound: p.bound, out: p.out, strip: p.strip, kind: p.kind };
+}
+
+/** A triangle at (x, y) pointing out of the plot through the edge `out`. */
+function triangle(ctx, x, y, out, s) {
+  const dir = { bottom: [0, 1], top: [0, -1], left: [-1, 0], right: [1, 0] }[out];
+  const [dx, dy] = dir;
+  ctx.moveTo(x + dx * s, y + dy * s);
+  ctx.lineTo(x - dx * s * 0.2 - dy * s, y - dy * s * 0.2 + dx * s);
+  ctx.lineTo(x - dx * s * 0.2 + dy * s, y - dy * s * 0.2 - dx * s);
+  ctx.closePath();
 }

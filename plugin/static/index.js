@@ -4,10 +4,16 @@
 // Layout: toolbar (run, chip, compare, CSV) · summary header · roofline chart + selection panel ·
 // op table (filters, virtualized rows) · comparison with another run.
 // Verdicts always come from the server (report?chip=... re-classifies with hlo_roofline itself).
+//
+// State that survives a reload (run, chip, compared run, filters, selected op) lives in the URL:
+// in TensorBoard's own hash as p.hlo_roofline.<key> (what its plugin API reads back), or in this
+// document's query when it is opened on its own. TensorBoard's reload button and auto-reload reach
+// the tab through its plugin message channel and re-read the runs and the report.
 
 import { RooflineChart } from "./chart.js";
 import { VirtualTable } from "./table.js";
 import {
+  BOUND_COLORS,
   BOUNDS,
   el,
   fmtBytes,
@@ -16,10 +22,16 @@ import {
   fmtSI,
   fmtTime,
   getJSON,
+  getJSONText,
+  longest,
   option,
   route,
   setChildren,
 } from "./util.js";
+
+const PLUGIN = "hlo_roofline";
+const URL_KEYS = ["run", "chip", "other", "op", "bound", "opcode", "q", "all"];
+const POLL_MS = 30_000; // runs re-listed this often when no TensorBoard host tells us to reload
 
 /** One report payload ({columns, data, summary, ...}) with column access by name. */
 class Model {
@@ -39,6 +51,8 @@ class Model {
         .join("\n")
         .toLowerCase(),
     );
+    const name = this.index.name;
+    this.byName = new Map(this.rows.map((r, i) => [r[name], i]));
   }
 
   has(column) {
@@ -49,23 +63,138 @@ class Model {
     const i = this.index[column];
     return i === undefined ? undefined : this.rows[row][i];
   }
+
+  /** Distinct values of a text column. */
+  distinct(column) {
+    const i = this.index[column];
+    return i === undefined ? [] : [...new Set(this.rows.map((r) => String(r[i] ?? "")))];
+  }
 }
 
 const state = {
-  runs: [],
+  runs: [], // runs whose report loads
+  errors: {}, // run -> why it cannot be shown
   run: null,
   chip: "", // "" = the chip the report was written for
   chips: [],
   model: null,
+  reportText: "",
   selected: -1,
   filter: { bound: "", opcode: "", text: "", timedOnly: true },
   other: "",
   compare: null,
   onlyFlipped: false,
   requestId: 0,
+  pendingOp: null, // an op named by the URL, selected once its report is shown
 };
 
 const ui = {};
+
+// -- the URL ------------------------------------------------------------------------------------
+
+/** TensorBoard's window when the tab is in its iframe (same origin), else null. */
+function hostWindow() {
+  try {
+    if (window.parent !== window && window.parent.location.href) return window.parent;
+  } catch {
+    // another origin: no host access
+  }
+  return null;
+}
+
+function parseHash(hash) {
+  const parts = hash.replace(/^#/, "").split("&");
+  const tab = parts[0].includes("=") ? "" : parts.shift();
+  const pairs = parts
+    .filter((p) => p.includes("="))
+    .map((p) => p.split("=").map((x) => decodeURIComponent(x)));
+  return { tab, pairs };
+}
+
+function readURL() {
+  const host = hostWindow();
+  const values = {};
+  if (host) {
+    const prefix = `p.${PLUGIN}.`;
+    for (const [k, v] of parseHash(host.location.hash).pairs)
+      if (k.startsWith(prefix)) values[k.slice(prefix.length)] = v;
+  }
+  // Opened on its own (data/plugin_entry.html?name=hlo_roofline&run=...): its own query.
+  const own = new URLSearchParams(window.location.search);
+  for (const k of URL_KEYS) if (!(k in values) && own.has(k)) values[k] = own.get(k);
+  return values;
+}
+
+function urlValues() {
+  const f = state.filter;
+  const op = state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : "";
+  return {
+    run: state.run || "",
+    chip: state.chip,
+    other: state.other,
+    op: op || "",
+    bound: f.bound,
+    opcode: f.opcode,
+    q: f.text,
+    all: f.timedOnly ? "" : "1",
+  };
+}
+
+/** Put the tab's state in the URL soon (one write per burst of clicks or keys: browsers throttle
+ * history updates, and the write need not delay the selection it records). */
+function writeURL() {
+  clearTimeout(state.urlTimer);
+  state.urlTimer = setTimeout(writeURLNow, 100);
+}
+
+/** Put the tab's state in the URL (replacing the entry: no history step per click). */
+function writeURLNow() {
+  const values = urlValues();
+  const host = hostWindow();
+  if (host) {
+    const { tab, pairs } = parseHash(host.location.hash);
+    if (tab !== PLUGIN) return; // another tab is showing: leave its URL alone
+    const prefix = `p.${PLUGIN}.`;
+    const kept = pairs.filter(([k]) => !k.startsWith(prefix));
+    for (const k of URL_KEYS) if (values[k]) kept.push([prefix + k, values[k]]);
+    const hash = [tab, ...kept.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`)];
+    const url = new URL(host.location.href);
+    url.hash = hash.join("&");
+    if (url.href !== host.location.href) host.history.replaceState(host.history.state, "", url.href);
+    return;
+  }
+  const query = new URLSearchParams(window.location.search);
+  for (const k of URL_KEYS) {
+    if (values[k]) query.set(k, values[k]);
+    else query.delete(k);
+  }
+  const url = new URL(window.location.href);
+  url.search = query.toString();
+  if (url.href !== window.location.href) window.history.replaceState(null, "", url.href);
+}
+
+/** TensorBoard's plugin channel: its reload button and auto-reload say "experimental.DataReloaded". */
+function connectHost(onReload) {
+  if (!hostWindow()) return false;
+  const channel = new MessageChannel();
+  channel.port1.onmessage = (event) => {
+    let message;
+    try {
+      message = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    if (message.isReply) return;
+    if (message.type === "experimental.DataReloaded" || message.type === "experimental.RunsChanged")
+      onReload();
+    const reply = { type: message.type, id: message.id, payload: null, error: null, isReply: true };
+    channel.port1.postMessage(JSON.stringify(reply));
+  };
+  window.parent.postMessage("experimental.bootstrap", window.location.origin, [channel.port2]);
+  return true;
+}
+
+// -- layout -------------------------------------------------------------------------------------
 
 function css() {
   const link = el("link", {
@@ -87,6 +216,7 @@ function buildLayout() {
   });
   ui.other.addEventListener("change", () => {
     state.other = ui.other.value;
+    writeURL();
     loadCompare();
   });
 
@@ -99,12 +229,28 @@ function buildLayout() {
     ui.csv,
     ui.status,
   );
+  ui.runErrors = el("details", { className: "hr-run-errors", attrs: { id: "hr-run-errors" } });
+  ui.runErrors.hidden = true;
   ui.error = el("div", { className: "hr-error", attrs: { role: "alert" } });
   ui.error.hidden = true;
   ui.summary = el("section", { className: "hr-summary", attrs: { "aria-label": "Summary" } });
 
   ui.chartBox = el("section", { className: "hr-chart", attrs: { "aria-label": "Roofline chart" } });
-  ui.details = el("aside", { className: "hr-details", attrs: { "aria-label": "Selected op" } });
+  ui.showMeasured = el("input", { attrs: { type: "checkbox", id: "hr-show-measured" } });
+  ui.showMeasured.checked = true;
+  ui.showMeasured.addEventListener("change", () => ui.chart.setShowMeasured(ui.showMeasured.checked));
+  ui.measuredToggle = el(
+    "label",
+    { className: "hr-chart-toggle" },
+    ui.showMeasured,
+    " measured points (◆ FLOPs ÷ measured time)",
+  );
+  ui.measuredToggle.hidden = true;
+  ui.chartBox.append(ui.measuredToggle);
+  ui.details = el("aside", {
+    className: "hr-details",
+    attrs: { "aria-label": "Selected op", "aria-live": "polite" },
+  });
   ui.main = el("div", { className: "hr-main" }, ui.chartBox, ui.details);
 
   ui.compareBox = el("section", { className: "hr-compare", attrs: { "aria-label": "Comparison" } });
@@ -142,7 +288,15 @@ function buildLayout() {
     el("label", {}, ui.timedOnly, " only ops with time"),
     ui.count,
   );
-  ui.tableBox = el("section", { className: "hr-ops", attrs: { "aria-label": "Ops" } }, filters);
+  // Shown when the selected op is one the filters hide (a click on a faint point, a URL).
+  ui.hiddenNote = el("div", { className: "hr-hidden-note", attrs: { id: "hr-hidden-note", role: "status" } });
+  ui.hiddenNote.hidden = true;
+  ui.tableBox = el(
+    "section",
+    { className: "hr-ops", attrs: { "aria-label": "Ops" } },
+    filters,
+    ui.hiddenNote,
+  );
   ui.content = el(
     "div",
     { className: "hr-content" },
@@ -151,12 +305,12 @@ function buildLayout() {
     ui.compareBox,
     ui.tableBox,
   );
-  ui.root = el("div", { className: "hr-app" }, toolbar, ui.error, ui.content);
+  ui.root = el("div", { className: "hr-app" }, toolbar, ui.runErrors, ui.error, ui.content);
   document.body.append(ui.root);
 
-  ui.chart = new RooflineChart(ui.chartBox, { onSelect: (row) => selectOp(row, true) });
+  ui.chart = new RooflineChart(ui.chartBox, { onSelect: (row) => selectOp(row) });
   ui.table = new VirtualTable(ui.tableBox, opColumns(), {
-    onSelect: (row) => selectOp(row, false),
+    onSelect: (row) => selectOp(row),
     sort: { key: "t_roofline_s", dir: -1 },
     label: "Ops",
   });
@@ -167,86 +321,42 @@ function pill(bound) {
   return bound ? `hr-pill hr-bound-${bound}` : "";
 }
 
+/** The longest texts a column shows over the report's rows (its width is measured from them). */
+function fitOf(format) {
+  const m = state.model;
+  if (!m) return [];
+  return longest(m.rows.map((_, i) => format(i)));
+}
+
 function opColumns() {
   const g = (c) => (row) => state.model.get(row, c);
   const text = (c) => (row) => String(state.model.get(row, c) ?? "");
+  const numeric = (key, label, format) => {
+    const show = (r) => format(g(key)(r));
+    return { key, label, num: true, value: g(key), text: show, fit: fitOf(show) };
+  };
+  const m = state.model;
   return [
     { key: "name", label: "name", width: "minmax(140px, 1.4fr)", text: text("name") },
-    { key: "opcode", label: "opcode", width: "110px", text: text("opcode") },
+    { key: "opcode", label: "opcode", text: text("opcode"), fit: m ? longest(m.distinct("opcode")) : [] },
     {
       key: "bound",
       label: "bound",
-      width: "104px",
       text: text("bound"),
       cls: (row) => pill(state.model.get(row, "bound")),
+      fit: BOUNDS,
     },
-    { key: "dtype", label: "dtype", width: "60px", text: text("dtype") },
-    {
-      key: "flops",
-      label: "FLOPs",
-      width: "78px",
-      num: true,
-      value: g("flops"),
-      text: (r) => fmtSI(g("flops")(r)),
-    },
-    {
-      key: "bytes_accessed",
-      label: "bytes",
-      width: "78px",
-      num: true,
-      value: g("bytes_accessed"),
-      text: (r) => fmtBytes(g("bytes_accessed")(r)),
-    },
-    {
-      key: "intensity",
-      label: "FLOP/B",
-      width: "70px",
-      num: true,
-      value: g("intensity"),
-      text: (r) => fmtSI(g("intensity")(r)),
-    },
-    {
-      key: "t_roofline_s",
-      label: "time",
-      width: "78px",
-      num: true,
-      value: g("t_roofline_s"),
-      text: (r) => fmtTime(g("t_roofline_s")(r)),
-    },
-    {
-      key: "share",
-      label: "share",
-      width: "62px",
-      num: true,
-      value: g("share"),
-      text: (r) => fmtPct(g("share")(r)),
-    },
-    ...measuredColumns(g),
+    { key: "dtype", label: "dtype", text: text("dtype"), fit: m ? longest(m.distinct("dtype")) : [] },
+    numeric("flops", "FLOPs", fmtSI),
+    numeric("bytes_accessed", "bytes", fmtBytes),
+    numeric("intensity", "FLOP/B", fmtSI),
+    numeric("t_roofline_s", "time", fmtTime),
+    numeric("share", "share", fmtPct),
+    ...(m && m.has("measured_s")
+      ? [numeric("measured_s", "measured", fmtTime), numeric("efficiency", "efficiency", fmtPct)]
+      : []),
     { key: "op_name", label: "op_name", width: "minmax(160px, 2fr)", text: text("op_name") },
     { key: "hint", label: "hint", width: "minmax(120px, 1.2fr)", text: text("hint") },
-  ];
-}
-
-/** Measured time and roofline efficiency, shown next to the prediction when a profile was joined. */
-function measuredColumns(g) {
-  if (!state.model || !state.model.has("measured_s")) return [];
-  return [
-    {
-      key: "measured_s",
-      label: "measured",
-      width: "84px",
-      num: true,
-      value: g("measured_s"),
-      text: (r) => fmtTime(g("measured_s")(r)),
-    },
-    {
-      key: "efficiency",
-      label: "efficiency",
-      width: "78px",
-      num: true,
-      value: g("efficiency"),
-      text: (r) => fmtPct(g("efficiency")(r)),
-    },
   ];
 }
 
@@ -260,44 +370,135 @@ function showError(message) {
   ui.content.hidden = Boolean(message);
 }
 
+// -- runs ---------------------------------------------------------------------------------------
+
+/** List the runs and which of them cannot be shown; fill the run menus. */
+async function listRuns() {
+  const [runs, errors] = await Promise.all([
+    getJSON(route("runs")),
+    getJSON(route("run_errors")).catch(() => ({})),
+  ]);
+  state.errors = errors || {};
+  state.runs = runs.filter((r) => !(r in state.errors));
+  const bad = runs.filter((r) => r in state.errors);
+  const options = state.runs.map((r) => option(r, r, r === state.run));
+  if (bad.length) {
+    const group = el("optgroup", { attrs: { label: "cannot be loaded" } });
+    for (const r of bad) {
+      const o = option(r, `${r} (error)`, r === state.run);
+      o.disabled = true;
+      group.append(o);
+    }
+    options.push(group);
+  }
+  setChildren(ui.run, ...options);
+  if (state.run) ui.run.value = state.run;
+  ui.runErrors.hidden = !bad.length;
+  setChildren(
+    ui.runErrors,
+    el("summary", {
+      text: `${bad.length} run${bad.length === 1 ? "" : "s"} cannot be loaded (not offered above)`,
+    }),
+    el(
+      "ul",
+      {},
+      ...bad.map((r) =>
+        el("li", { dataset: { run: r } }, el("strong", { text: r }), `: ${state.errors[r]}`),
+      ),
+    ),
+  );
+  fillOther();
+  return runs;
+}
+
+function fillOther() {
+  setChildren(
+    ui.other,
+    option("", "—"),
+    ...state.runs.filter((r) => r !== state.run).map((r) => option(r, r, r === state.other)),
+  );
+}
+
 async function init() {
   css();
   buildLayout();
   setStatus("loading…");
+  const wanted = readURL();
+  let all;
   try {
-    [state.runs, state.chips] = await Promise.all([
-      getJSON(route("runs")),
-      getJSON(route("chips")).catch(() => []),
-    ]);
+    [all, state.chips] = await Promise.all([listRuns(), getJSON(route("chips")).catch(() => [])]);
   } catch (err) {
     showError(`cannot list runs: ${err.message}`);
     return;
   }
-  if (!state.runs.length) {
-    ui.content.hidden = true;
-    ui.error.hidden = false;
-    ui.error.textContent =
-      "No hlo_roofline reports under this logdir. Write one with " +
-      "Report.write_tensorboard(logdir, run) and reload.";
-    setStatus("");
+  const hosted = connectHost(() => refresh());
+  if (!hosted) setInterval(() => refresh(), POLL_MS);
+  if (!all.length) {
+    showEmpty();
     return;
   }
-  setChildren(ui.run, ...state.runs.map((r) => option(r, r)));
-  // Opened directly (data/plugin_entry.html?name=hlo_roofline&run=NAME), start on that run.
-  const wanted = new URLSearchParams(window.location.search).get("run");
-  await selectRun(state.runs.includes(wanted) ? wanted : state.runs[0]);
+  state.chip = wanted.chip || "";
+  state.other = state.runs.includes(wanted.other) ? wanted.other : "";
+  state.filter = {
+    bound: wanted.bound || "",
+    opcode: wanted.opcode || "",
+    text: wanted.q || "",
+    timedOnly: wanted.all !== "1",
+  };
+  ui.search.value = state.filter.text;
+  ui.timedOnly.checked = state.filter.timedOnly;
+  state.pendingOp = wanted.op || null;
+  // A run the URL names is shown even if it cannot load (its error, not another run); otherwise
+  // the first run that loads.
+  const run = all.includes(wanted.run) ? wanted.run : state.runs[0];
+  if (run === undefined) {
+    ui.content.hidden = true;
+    setStatus("");
+    ui.root.dataset.state = "error";
+    return;
+  }
+  await selectRun(run);
+}
+
+function showEmpty() {
+  ui.content.hidden = true;
+  ui.error.hidden = false;
+  ui.error.textContent =
+    "No hlo_roofline reports under this logdir. Write one with " +
+    "Report.write_tensorboard(logdir, run); it shows up on TensorBoard's next reload.";
+  setStatus("");
+  ui.root.dataset.state = "empty";
+}
+
+/** TensorBoard reloaded (button or auto-reload): new runs, rewritten reports, vanished runs. */
+async function refresh() {
+  if (state.refreshing) return;
+  state.refreshing = true;
+  try {
+    const all = await listRuns();
+    if (!all.length) {
+      state.run = null;
+      showEmpty();
+      return;
+    }
+    if (!state.run || !all.includes(state.run)) {
+      if (state.runs.length) await selectRun(state.runs[0]);
+      return;
+    }
+    await loadReport({ quiet: true });
+  } catch (err) {
+    setStatus(`reload failed: ${err.message}`);
+  } finally {
+    state.refreshing = false;
+  }
 }
 
 async function selectRun(run) {
+  if (run !== state.run) state.selected = -1;
   state.run = run;
-  state.selected = -1;
   ui.run.value = run;
   if (state.other === run) state.other = "";
-  setChildren(
-    ui.other,
-    option("", "—"),
-    ...state.runs.filter((r) => r !== run).map((r) => option(r, r, r === state.other)),
-  );
+  fillOther();
   await loadReport();
 }
 
@@ -311,17 +512,21 @@ function fillChips() {
   setChildren(ui.chip, ...options);
 }
 
-async function loadReport() {
+async function loadReport({ quiet = false } = {}) {
   const id = ++state.requestId;
-  setStatus("loading…");
-  ui.root.dataset.state = "loading";
+  if (!quiet) {
+    setStatus("loading…");
+    ui.root.dataset.state = "loading";
+  }
   ui.csv.href = route("csv", { run: state.run, chip: state.chip });
   let payload;
+  let text;
   try {
-    payload = await getJSON(route("report", { run: state.run, chip: state.chip }));
+    ({ body: payload, text } = await getJSONText(route("report", { run: state.run, chip: state.chip })));
   } catch (err) {
     if (id !== state.requestId) return;
     state.model = null;
+    state.reportText = "";
     ui.table.setRows([]);
     ui.chart.setModel(null);
     fillChips();
@@ -329,41 +534,77 @@ async function loadReport() {
     setStatus("");
     ui.root.dataset.state = "error";
     ui.root.dataset.run = state.run;
+    writeURL();
     return;
   }
   if (id !== state.requestId) return;
   showError("");
+  setStatus("");
+  if (quiet && text === state.reportText) return; // a reload that changed nothing
   const previous =
-    state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : null;
+    state.pendingOp ??
+    (state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : null);
+  state.pendingOp = null;
   state.model = new Model(payload);
+  state.reportText = text;
   ui.table.setColumns(opColumns());
   fillChips();
-  state.selected = -1;
-  if (previous !== null) {
-    const row = state.model.rows.findIndex((_, i) => state.model.get(i, "name") === previous);
-    if (row >= 0) state.selected = row;
-  }
+  state.selected = previous === null ? -1 : (state.model.byName.get(previous) ?? -1);
   renderSummary();
   fillFilters();
+  ui.measuredToggle.hidden = !state.model.has("measured_s");
+  ui.chart.showMeasured = ui.showMeasured.checked;
   ui.chart.setModel(state.model);
   applyFilter();
-  renderDetails();
-  if (state.selected >= 0) selectOp(state.selected, true);
-  setStatus("");
+  if (state.selected >= 0) selectOp(state.selected);
+  else renderDetails();
   // For tests and scripts: which run and chip the page shows, and that it is done loading.
   ui.root.dataset.run = state.run;
   ui.root.dataset.chip = state.model.summary.chip || "";
   ui.root.dataset.state = "ready";
+  writeURL();
   if (state.other) await loadCompare();
+  if (state.model.summary.measured_trace) linkTrace(id);
+}
+
+/** In a measured run, a link to the XProf session its trace was captured in. */
+async function linkTrace(id) {
+  const box = ui.summary.querySelector("[data-card=measured] .hr-card-sub");
+  if (!box) return;
+  let where;
+  try {
+    where = await getJSON(route("trace", { run: state.run }));
+  } catch {
+    return;
+  }
+  if (id !== state.requestId) return;
+  const link = where.run
+    ? el("a", {
+        className: "hr-xprof",
+        text: "open its trace in XProf ↗",
+        attrs: {
+          id: "hr-xprof",
+          href: route("../profile/index.html", { run: where.run, tool: "trace_viewer", host: where.host }),
+          target: "_blank",
+          rel: "noopener",
+          title: `XProf session ${where.run}`,
+        },
+      })
+    : el("span", {
+        className: "hr-muted",
+        text: `trace ${where.recorded} (not under this logdir)`,
+        attrs: { id: "hr-xprof" },
+      });
+  box.append(el("br"), link);
 }
 
 function renderSummary() {
   const m = state.model;
   const s = m.summary;
-  const card = (label, value, sub) =>
+  const card = (label, value, sub, key) =>
     el(
       "div",
-      { className: "hr-card" },
+      { className: "hr-card", dataset: key ? { card: key } : {} },
       el("div", { className: "hr-card-label", text: label }),
       el("div", { className: "hr-card-value", text: value }),
       sub ? el("div", { className: "hr-card-sub", text: sub }) : null,
@@ -405,6 +646,17 @@ function renderSummary() {
       classified ? "perfect overlap – no overlap" : "choose a chip above",
     ),
     card("MFU upper bound", fmtPct(s.mfu_upper_bound), s.chip_name || s.chip || ""),
+    classified && s.step_time_scheduled_s !== undefined && s.step_time_scheduled_s !== null
+      ? card(
+          "step as scheduled",
+          fmtTime(s.step_time_scheduled_s),
+          s.comm_time_s
+            ? `communication ${fmtTime(s.comm_time_s)}, exposed ${fmtTime(s.exposed_comm_s)} ` +
+                `(${fmtPct(s.exposed_comm_share)} of the step)`
+            : "no communication",
+          "scheduled",
+        )
+      : null,
     classified ? timeBox : null,
     card(
       "coverage",
@@ -422,14 +674,72 @@ function renderSummary() {
           fmtTime(s.measured_step_s),
           `per-op times cover ${fmtPct(s.measured_coverage)}` +
             (s.measured_overlap ? " · ops overlapped: capture on one core" : ""),
+          "measured",
         )
       : null,
+    memoryCard(s),
     card(
       "module",
       m.module || "–",
       `${m.rows.length} ops${s.cost_model ? ` · ${s.cost_model} model` : ""}`,
     ),
   );
+}
+
+/** The third roofline: the step's HBM need per device as a bar against one device's HBM. */
+function memoryCard(s) {
+  const mem = s.memory;
+  if (!mem) return null;
+  const fit = s.memory_fit;
+  const box = el(
+    "div",
+    { className: "hr-card hr-card-wide", dataset: { card: "memory" } },
+    el("div", { className: "hr-card-label", text: "HBM per device" }),
+  );
+  if (!fit) {
+    box.append(
+      el("div", {
+        className: "hr-card-value",
+        text: `${mem.complete ? "" : "≥ "}${fmtBytes(mem.need_bytes)}`,
+      }),
+      el("div", { className: "hr-card-sub", text: "choose a chip to see whether it fits" }),
+    );
+    return box;
+  }
+  const used = fit.used_fraction;
+  const bar = el("div", {
+    className: "hr-sharebar hr-membar",
+    attrs: { role: "meter", "aria-label": "HBM used", "aria-valuenow": String(used) },
+  });
+  const seg = el("span", {
+    className: `hr-fit-${fit.verdict.replace(/ /g, "-")}`,
+    title: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)}`,
+  });
+  seg.style.width = `${Math.min(100, Math.max(0.5, used * 100))}%`;
+  bar.append(seg);
+  const source = {
+    "compiler error": " · the compiler refused the program",
+    hlo: " · temporaries unknown (HLO text only)",
+  }[mem.source] || "";
+  box.append(
+    el("div", {
+      className: "hr-card-value",
+      text: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)} (${fmtPct(used)}): ${fit.verdict}`,
+    }),
+    bar,
+    el("div", { className: "hr-card-sub", text: `per device${source}` }),
+  );
+  if (fit.verdict === "does not fit" || fit.verdict === "tight") {
+    const largest = (mem.largest || [])
+      .slice(0, 3)
+      .map((b) => `${b.name} ${fmtBytes(b.bytes)}`)
+      .join(", ");
+    if (largest) box.append(el("div", { className: "hr-card-sub", text: `largest: ${largest}` }));
+    for (const advice of fit.advice || []) {
+      box.append(el("div", { className: "hr-card-sub", text: `try: ${advice}` }));
+    }
+  }
+  return box;
 }
 
 function fillFilters() {
@@ -458,6 +768,18 @@ function fillFilters() {
 function setFilter(change) {
   Object.assign(state.filter, change);
   applyFilter();
+  writeURL();
+}
+
+function clearFilters() {
+  state.filter = { bound: "", opcode: "", text: "", timedOnly: false };
+  ui.boundFilter.value = "";
+  ui.opcodeFilter.value = "";
+  ui.search.value = "";
+  ui.timedOnly.checked = false;
+  applyFilter();
+  if (state.selected >= 0) selectOp(state.selected);
+  writeURL();
 }
 
 function applyFilter() {
@@ -467,34 +789,66 @@ function applyFilter() {
   const needle = text.trim().toLowerCase();
   const hasTime = m.has("t_roofline_s");
   const ids = [];
+  const shown = new Uint8Array(m.rows.length);
   for (let i = 0; i < m.rows.length; i++) {
     if (bound && m.get(i, "bound") !== bound) continue;
     if (opcode && m.get(i, "opcode") !== opcode) continue;
     if (timedOnly && hasTime && !(m.get(i, "t_roofline_s") > 0)) continue;
     if (needle && !m.search[i].includes(needle)) continue;
     ids.push(i);
+    shown[i] = 1;
   }
   ui.table.setRows(ids);
+  ui.chart.setShown(ids.length === m.rows.length ? null : shown);
   ui.count.textContent = `${ids.length} of ${m.rows.length} ops`;
   ui.count.dataset.shown = String(ids.length);
   ui.count.dataset.total = String(m.rows.length);
   if (state.selected >= 0) ui.table.select(state.selected, true);
+  showHiddenNote();
 }
 
-function selectOp(row, fromChart) {
+/** Say so when the selected op is one the filters hide; offer to show it (never done silently). */
+function showHiddenNote() {
+  const row = state.selected;
+  const hidden = state.model && row >= 0 && !ui.table.has(row);
+  ui.hiddenNote.hidden = !hidden;
+  if (!hidden) return;
+  const button = el("button", {
+    className: "hr-button",
+    text: "Clear the filters",
+    attrs: { type: "button", id: "hr-clear-filters" },
+    on: { click: clearFilters },
+  });
+  setChildren(
+    ui.hiddenNote,
+    `“${state.model.get(row, "name")}” is hidden by the table's filters. `,
+    button,
+  );
+}
+
+function selectOp(row) {
   state.selected = row;
-  if (fromChart && !ui.table.has(row)) {
-    // The op is filtered out of the table: clear the filters so the row can be shown.
-    state.filter = { bound: "", opcode: "", text: "", timedOnly: false };
-    ui.boundFilter.value = "";
-    ui.opcodeFilter.value = "";
-    ui.search.value = "";
-    ui.timedOnly.checked = false;
-    applyFilter();
-  }
   ui.table.select(row, true);
   ui.chart.select(row);
+  showHiddenNote();
   renderDetails();
+  writeURL();
+}
+
+/** An op's ridge and where it comes from: its peak over the bandwidth its bytes move at. */
+function ridgeText(g) {
+  const ridge = g("critical_intensity");
+  const peak = g("t_compute_s") > 0 ? (g("flops") + (g("transcendentals") || 0)) / g("t_compute_s") : null;
+  const bandwidth = g("t_memory_s") > 0 ? g("bytes_accessed") / g("t_memory_s") : null;
+  if (!(ridge > 0) || !peak || !bandwidth) return fmtSI(ridge) + " FLOP/B";
+  const hbm = state.model.summary.hbm_bandwidth;
+  const vmem = g("vmem_bytes") > 0 ? `, ${fmtPct(g("vmem_bytes") / g("bytes_accessed"), 0)} of them in VMEM` : "";
+  let text =
+    `${fmtSI(ridge)} FLOP/B = its peak ${fmtSI(peak, "FLOP/s")} ÷ the ` +
+    `${fmtSI(bandwidth, "B/s")} its bytes move at${vmem}`;
+  if (hbm > 0 && Math.abs(bandwidth / hbm - 1) > 0.005)
+    text += `; the chart's ridge for this peak is ÷ HBM: ${fmtSI(peak / hbm)} FLOP/B`;
+  return text;
 }
 
 function renderDetails() {
@@ -503,7 +857,10 @@ function renderDetails() {
   if (!m || row < 0) {
     setChildren(
       ui.details,
-      el("p", { className: "hr-muted", text: "Click a point or a row to see the op." }),
+      el("p", {
+        className: "hr-muted",
+        text: "Click a point or a row to see the op (or focus the chart or the table and use the arrow keys).",
+      }),
     );
     return;
   }
@@ -514,7 +871,7 @@ function renderDetails() {
     ["computation", g("computation")],
     ["fusion kind", g("fusion_kind")],
     ["dtype", g("dtype")],
-    ...(state.model.has("precision") && g("precision") ? [["precision", g("precision")]] : []),
+    ...(m.has("precision") && g("precision") ? [["precision", g("precision")]] : []),
     ["shape", g("shape")],
     ["count per step", fmtNum(g("count"))],
     ["FLOPs", fmtSI(g("flops"))],
@@ -522,13 +879,14 @@ function renderDetails() {
     ["bytes", fmtBytes(g("bytes_accessed"))],
     ["of them in VMEM", g("vmem_bytes") ? fmtBytes(g("vmem_bytes")) : ""],
     ["comm bytes", g("comm_bytes") ? fmtBytes(g("comm_bytes")) : ""],
-    ["intensity", `${fmtSI(g("intensity"))} FLOP/B (ridge ${fmtSI(g("critical_intensity"))})`],
+    ["intensity", g("intensity") > 0 ? `${fmtSI(g("intensity"))} FLOP/B` : "no FLOPs"],
+    ["ridge", ridgeText(g)],
     ["t compute", fmtTime(g("t_compute_s"))],
     ["t memory", fmtTime(g("t_memory_s"))],
     ["t comm", fmtTime(g("t_comm_s"))],
     ["t roofline", fmtTime(g("t_roofline_s"))],
     ["share", fmtPct(g("share"))],
-    ...(state.model.has("measured_s")
+    ...(m.has("measured_s")
       ? [
           ["measured", fmtTime(g("measured_s"))],
           [
@@ -617,10 +975,11 @@ function renderCompare() {
     el("div", {
       className: "hr-muted",
       text:
-        `${c.counts.matched} ops matched by op_name, source, opcode and shape · ` +
+        `${c.counts.matched} timed ops matched (as hlo-roofline diff matches them) · ` +
         `${c.counts.flipped} flipped verdict(s) · ${c.counts.only_run} only in ${c.run} · ` +
         `${c.counts.only_other} only in ${c.other}`,
     }),
+    c.note ? el("div", { className: "hr-muted", text: `${c.other} ${c.note}` }) : null,
   );
   const only = el("input", { attrs: { type: "checkbox", id: "hr-only-flipped" } });
   only.checked = state.onlyFlipped;
@@ -634,58 +993,60 @@ function renderCompare() {
   const tableBox = el("div", {});
   setChildren(ui.compareBox, head, box, tableBox);
   const text = (col) => (row) => String(get(row, col) ?? "");
+  const fit = (show) => longest(c.data.map((_, i) => show(i)));
+  const time = (col) => (r) => fmtTime(get(r, col));
   const table = new VirtualTable(
     tableBox,
     [
       {
         key: "flipped",
         label: "⇄",
-        width: "34px",
+        fit: ["⇄"],
         value: (r) => (get(r, "flipped") ? 0 : 1),
         text: (r) => (get(r, "flipped") ? "⇄" : ""),
         title: "verdict flipped",
       },
       { key: "op_name", label: "op_name", width: "minmax(180px, 2fr)", text: text("op_name") },
-      { key: "opcode", label: "opcode", width: "100px", text: text("opcode") },
+      { key: "opcode", label: "opcode", text: text("opcode"), fit: fit(text("opcode")) },
       {
         key: "bound",
         label: `bound (${c.run})`,
-        width: "minmax(110px, 0.8fr)",
         text: text("bound"),
         cls: (r) => pill(get(r, "bound")),
+        fit: BOUNDS,
       },
       {
         key: "bound_other",
         label: `bound (${c.other})`,
-        width: "minmax(110px, 0.8fr)",
         text: text("bound_other"),
         cls: (r) => pill(get(r, "bound_other")),
+        fit: BOUNDS,
       },
       {
         key: "t_roofline_s",
         label: "time",
-        width: "78px",
         num: true,
         value: (r) => get(r, "t_roofline_s"),
-        text: (r) => fmtTime(get(r, "t_roofline_s")),
+        text: time("t_roofline_s"),
+        fit: fit(time("t_roofline_s")),
       },
       {
         key: "t_roofline_s_other",
         label: "time (other)",
-        width: "90px",
         num: true,
         value: (r) => get(r, "t_roofline_s_other"),
-        text: (r) => fmtTime(get(r, "t_roofline_s_other")),
+        text: time("t_roofline_s_other"),
+        fit: fit(time("t_roofline_s_other")),
       },
       {
         key: "delta_s",
         label: "Δ time",
-        width: "84px",
         num: true,
         value: (r) => Math.abs(get(r, "delta_s")),
-        text: (r) => fmtTime(get(r, "delta_s")),
+        text: time("delta_s"),
+        fit: fit(time("delta_s")),
       },
-      { key: "match", label: "match", width: "86px", text: text("match") },
+      { key: "match", label: "match", text: text("match"), fit: ["exact", "shape", "only_run", "only_other"] },
       {
         key: "name",
         label: "names",
@@ -700,11 +1061,8 @@ function renderCompare() {
       // Clicking a row shows the op of the current run (if it has one) in the chart and panel.
       onSelect: (r) => {
         const name = get(r, "name");
-        const row =
-          name === null
-            ? -1
-            : state.model.rows.findIndex((_, i) => state.model.get(i, "name") === name);
-        if (row >= 0) selectOp(row, true);
+        const row = name === null ? -1 : (state.model.byName.get(name) ?? -1);
+        if (row >= 0) selectOp(row);
       },
     },
   );
@@ -720,6 +1078,10 @@ function renderCompare() {
 }
 
 export function render() {
+  // The stylesheet's bound colours come from the one palette the chart uses too.
+  for (const [bound, color] of Object.entries(BOUND_COLORS)) {
+    document.documentElement.style.setProperty(`--hr-${bound}`, color);
+  }
   init().catch((err) => {
     console.error(err);
     if (ui.error) {

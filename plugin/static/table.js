@@ -1,8 +1,10 @@
 // A virtualized, sortable table: only the rows in view exist in the DOM, so 20k ops scroll freely.
 //
-// columns: [{key, label, width (CSS grid track), num (right-aligned, numeric sort),
+// columns: [{key, label, width (CSS grid track), fit (strings the column must show whole: its
+//            width is measured from them and the label), num (right-aligned, numeric sort),
 //            value(id) -> sort value, text(id) -> displayed string, cls(id) -> extra class}]
 // Rows are opaque ids (row indices of the report); the caller supplies the filtered id list.
+// Keyboard: the body is focusable; ↑/↓, PgUp/PgDn, Home/End move the selection.
 
 import { el } from "./util.js";
 
@@ -12,11 +14,20 @@ export class VirtualTable {
     this.onSelect = onSelect || (() => {});
     this.sort = sort || { key: columns[0].key, dir: 1 };
     this.ids = [];
+    this.position = new Map();
     this.selected = -1;
     this.header = el("div", { className: "hr-row hr-head", attrs: { role: "row" } });
     this.setColumns(columns);
     this.sizer = el("div", { className: "hr-sizer" });
-    this.body = el("div", { className: "hr-body", attrs: { role: "rowgroup" } }, this.sizer);
+    this.body = el(
+      "div",
+      {
+        className: "hr-body",
+        attrs: { role: "rowgroup", tabindex: 0, "aria-label": `${label || "table"} rows: ↑ ↓ select` },
+      },
+      this.sizer,
+    );
+    this.body.addEventListener("keydown", (e) => this._onKey(e));
     this.maxHeight = height;
     this.body.style.height = `${height}px`;
     this.root = el(
@@ -33,7 +44,7 @@ export class VirtualTable {
   /** (Re)build the header: reports differ in columns (a measured report adds some). */
   setColumns(columns) {
     this.columns = columns;
-    this.template = columns.map((c) => c.width || "minmax(80px, 1fr)").join(" ");
+    this.template = columns.map((c) => this._track(c)).join(" ");
     this.header.style.gridTemplateColumns = this.template;
     this.header.replaceChildren(
       ...columns.map((c) =>
@@ -49,6 +60,21 @@ export class VirtualTable {
         }),
       ),
     );
+  }
+
+  /** A column's grid track: measured to fit its label (with the sort arrow) and `fit` strings. */
+  _track(c) {
+    if (!c.fit) return c.width || "minmax(80px, 1fr)";
+    if (!VirtualTable._ctx) VirtualTable._ctx = document.createElement("canvas").getContext("2d");
+    const ctx = VirtualTable._ctx;
+    const style = getComputedStyle(document.body);
+    const font = `${style.fontSize} ${style.fontFamily}`;
+    ctx.font = `600 ${font}`;
+    let widest = ctx.measureText(`${c.label} ▾`).width;
+    ctx.font = font;
+    const extra = c.cls ? 14 : 0; // a bound pill's dot
+    for (const text of c.fit) widest = Math.max(widest, ctx.measureText(String(text)).width + extra);
+    return `${Math.ceil(widest) + 16}px`; // + cell padding and rounding
   }
 
   /** Show these row ids (sorted by the current sort). */
@@ -73,7 +99,10 @@ export class VirtualTable {
 
   _sort() {
     const col = this.columns.find((c) => c.key === this.sort.key);
-    if (!col) return;
+    if (!col) {
+      this.position = new Map(this.ids.map((id, pos) => [id, pos]));
+      return;
+    }
     const dir = this.sort.dir;
     const value = col.value || col.text;
     const keyed = this.ids.map((id) => [value(id), id]);
@@ -88,6 +117,7 @@ export class VirtualTable {
       return a[1] - b[1];
     });
     this.ids = keyed.map((k) => k[1]);
+    this.position = new Map(this.ids.map((id, pos) => [id, pos]));
     for (const cell of this.header.children) {
       const on = cell.dataset.key === this.sort.key;
       cell.classList.toggle("hr-sorted", on);
@@ -98,7 +128,7 @@ export class VirtualTable {
   /** Highlight a row and scroll it into view (if it is shown). */
   select(id, scroll = true) {
     this.selected = id;
-    const pos = this.ids.indexOf(id);
+    const pos = this.position.get(id) ?? -1;
     if (scroll && pos >= 0) {
       const top = pos * this.rowHeight;
       const view = this.body.clientHeight;
@@ -110,7 +140,21 @@ export class VirtualTable {
   }
 
   has(id) {
-    return this.ids.includes(id);
+    return this.position.has(id);
+  }
+
+  _onKey(event) {
+    if (!this.ids.length) return;
+    const page = Math.max(1, Math.floor(this.body.clientHeight / this.rowHeight) - 1);
+    const step = { ArrowDown: 1, ArrowUp: -1, PageDown: page, PageUp: -page }[event.key];
+    const pos = this.position.get(this.selected) ?? -1;
+    let next;
+    if (step !== undefined) next = pos < 0 ? 0 : Math.min(this.ids.length - 1, Math.max(0, pos + step));
+    else if (event.key === "Home") next = 0;
+    else if (event.key === "End") next = this.ids.length - 1;
+    else return;
+    event.preventDefault();
+    this.onSelect(this.ids[next]);
   }
 
   _schedule() {

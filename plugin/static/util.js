@@ -5,6 +5,8 @@
 
 export const BOUNDS = ["compute", "memory", "communication", "unknown", "none"];
 
+// The one palette of bounds: the chart, the stylesheet (set from here) and the PNG/SVG plot
+// (hlo_roofline/plot.py, held equal by tests/test_plugin_routes.py).
 export const BOUND_COLORS = {
   compute: "#d6453d",
   memory: "#3b76c4",
@@ -88,7 +90,8 @@ export function fmtTime(s) {
   if (a >= 1) return `${sign}${fmt3(a)} s`;
   if (a >= 1e-3) return `${sign}${fmt3(a * 1e3)} ms`;
   if (a >= 1e-6) return `${sign}${fmt3(a * 1e6)} µs`;
-  return `${sign}${fmt3(a * 1e9)} ns`;
+  if (a >= 1e-9) return `${sign}${fmt3(a * 1e9)} ns`;
+  return `${sign}${fmt3(a * 1e12)} ps`;
 }
 
 export function fmtBytes(b) {
@@ -116,7 +119,12 @@ export function route(path, params = {}) {
 
 /** GET JSON; throw an Error carrying the server's {"error": ...} message if any. */
 export async function getJSON(url, signal) {
-  const response = await fetch(url, { signal, credentials: "same-origin" });
+  return (await getJSONText(url, signal)).body;
+}
+
+/** GET JSON as {body, text} (the text tells a reload whether anything changed). */
+export async function getJSONText(url, signal) {
+  const response = await fetch(url, { signal, credentials: "same-origin", cache: "no-store" });
   const text = await response.text();
   let body;
   try {
@@ -127,5 +135,19 @@ export async function getJSON(url, signal) {
   if (!response.ok) {
     throw new Error(body && body.error ? body.error : `${response.status} ${response.statusText}`);
   }
-  return body;
+  return { body, text };
+}
+
+/** The `n` longest strings (what a column must fit). */
+export function longest(strings, n = 3) {
+  const top = [];
+  for (const s of strings) {
+    if (top.length < n) top.push(s);
+    else {
+      let k = 0;
+      for (let i = 1; i < n; i++) if (top[i].length < top[k].length) k = i;
+      if (s.length > top[k].length) top[k] = s;
+    }
+  }
+  return top;
 }

@@ -1,0 +1,287 @@
+"""The third roofline: does the step fit the chip's memory?
+
+The book bounds a step by compute, by bandwidth, and by "the total memory available to store data".
+The first two are priced per op; this module answers the third for the whole step, per device:
+
+    need = arguments + outputs − what donation aliases + temporaries (+ XLA's reserved space)
+
+From the compiler when it compiled the program (``Compiled.memory_analysis()``: its buffer
+assignment), from the compiler's own refusal when it did not (XLA:TPU's "Ran out of memory on HBM"
+names what it needed and what it had), or, from HLO text alone, the entry computation's parameters
+and outputs (temporaries unknown: a lower bound). :func:`judge` then compares the need with the HBM
+of one device of a chip: fits, tight (more than 90%), or does not fit, with the largest buffers and
+the remedies the book tries first (donate, shard over more devices, rematerialise).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+from hlo_roofline.cost.base import array_bytes
+from hlo_roofline.hlo import Module
+
+__all__ = [
+    "TIGHT",
+    "Buffer",
+    "describe",
+    "from_error",
+    "from_module",
+    "from_stats",
+    "is_out_of_memory",
+    "judge",
+    "largest_temporaries",
+]
+
+TIGHT = 0.90  # above this share of HBM a step "fits" only until the next allocation
+LARGEST = 5  # buffers listed as the biggest contributors
+GIB = 1024**3
+
+
+class Buffer(NamedTuple):
+    """One array that occupies HBM for the step, per device."""
+
+    name: str
+    kind: str  # "parameter", "output" or "temporary"
+    bytes: int
+    shape: str = ""  # per device
+    global_shape: str = ""  # of the whole array, where it is sharded over devices
+
+    def as_dict(self) -> dict:
+        return self._asdict()
+
+
+def from_stats(stats: dict, parameters: list[Buffer], donatable: int, temporaries=()) -> dict:
+    """The need from the compiler's buffer assignment (``Compiled.memory_analysis()``'s fields).
+
+    ``parameters`` are the step's inputs per device (named by their place in the arguments),
+    ``temporaries`` the largest intermediate results of the optimized module (:func:`from_module`).
+    """
+    arguments = stats["argument_size_in_bytes"]
+    outputs = stats["output_size_in_bytes"]
+    aliased = stats["alias_size_in_bytes"]
+    temp = stats["temp_size_in_bytes"]
+    code = stats.get("generated_code_size_in_bytes", 0)
+    return {
+        "source": "compiler",
+        "arguments_bytes": arguments,
+        "outputs_bytes": outputs,
+        "aliased_bytes": aliased,
+        "temporaries_bytes": temp,
+        "generated_code_bytes": code,
+        "available_bytes": None,
+        "reserved_bytes": None,
+        "need_bytes": arguments + outputs - aliased + temp + code,
+        "complete": True,
+        "largest": _largest([*parameters, *temporaries]),
+        "donatable_bytes": max(donatable, 0),
+        "compiler_error": None,
+    }
+
+
+# XLA:TPU: "... the total memory required for HLO temporaries (22.00G) exceeds available HBM
+# (15.75G)", sizes in GiB. Other wordings leave the figures unknown; the refusal still counts.
+_REQUIRED = re.compile(r"required for [^()]*\((?P<size>[\d.]+)(?P<unit>[KMGT])i?B?\)")
+_AVAILABLE = re.compile(r"available HBM \((?P<size>[\d.]+)(?P<unit>[KMGT])i?B?\)")
+_UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def is_out_of_memory(message: str) -> bool:
+    """Whether a compile error is the target's compiler refusing a program too big for its HBM."""
+    return "RESOURCE_EXHAUSTED" in message and "out of memory" in message.lower()
+
+
+def from_error(
+    message: str, parameters: list[Buffer], donatable: int, capacity: float | None = None
+) -> dict:
+    """The need as the compiler's refusal states it (XLA:TPU gives one total for all buffers).
+
+    ``capacity`` is the HBM of one device of the chip compiled for: what the compiler keeps of it
+    for itself (capacity − the "available" it names) is reserved space, counted in the need."""
+    need, available = (_size(pattern.search(message)) for pattern in (_REQUIRED, _AVAILABLE))
+    reserved = max(capacity - available, 0.0) if capacity and available else None
+    arguments = sum(b.bytes for b in parameters)
+    return {
+        "source": "compiler error",
+        "arguments_bytes": arguments,
+        "outputs_bytes": None,
+        "aliased_bytes": None,
+        "temporaries_bytes": None,
+        "generated_code_bytes": None,
+        "available_bytes": available,
+        "reserved_bytes": reserved,
+        "need_bytes": need if need is not None else arguments,
+        "complete": need is not None,
+        "largest": _largest(parameters),
+        "donatable_bytes": max(donatable, 0),
+        "compiler_error": " ".join(message.split())[:500],
+    }
+
+
+def _size(match: re.Match | None) -> float | None:
+    return float(match["size"]) * _UNITS[match["unit"]] if match else None
+
+
+_NOT_BUFFERS = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
+
+
+def from_module(module: Module) -> dict:
+    """What the HLO text alone says: entry parameters and outputs; temporaries are unknown, but
+    the entry's largest intermediate results are listed (not all of them are live at once)."""
+    entry = module.entry
+    parameters = [
+        Buffer(p.name, "parameter", _bytes(p.shape), str(p.shape)) for p in entry.parameters
+    ]
+    returned = _returned(entry.root)
+    results = [
+        Buffer(i.name, "output" if i.name in returned else "temporary", _bytes(i.shape), str(i.shape))
+        for i in entry.instructions
+        if i.opcode not in _NOT_BUFFERS and i is not entry.root
+    ]
+    outputs = entry.root.shape.leaves() if entry.root is not None else []
+    aliased_outputs = _aliased_output_indices(module.attrs.get("input_output_alias", ""))
+    output_bytes = [array_bytes(s) for s in outputs]
+    aliased = sum(b for i, b in enumerate(output_bytes) if i in aliased_outputs)
+    arguments = sum(b.bytes for b in parameters)
+    unaliased = [s for i, s in enumerate(outputs) if i not in aliased_outputs]
+    return {
+        "source": "hlo",
+        "arguments_bytes": arguments,
+        "outputs_bytes": sum(output_bytes),
+        "aliased_bytes": aliased,
+        "temporaries_bytes": None,
+        "generated_code_bytes": None,
+        "available_bytes": None,
+        "reserved_bytes": None,
+        "need_bytes": arguments + sum(output_bytes) - aliased,
+        "complete": False,
+        "largest": _largest([*parameters, *sorted(results, key=lambda b: -b.bytes)[:LARGEST]]),
+        "donatable_bytes": _matching_bytes(parameters, unaliased),
+        "compiler_error": None,
+    }
+
+
+def largest_temporaries(memory: dict) -> list[Buffer]:
+    """The results :func:`from_module` listed, to carry into the compiler's figures."""
+    return [Buffer(**b) for b in memory.get("largest", ()) if b["kind"] != "parameter"]
+
+
+def _returned(root) -> set[str]:
+    """Instructions whose results are the step's outputs (through tuples and views of them)."""
+    seen: set[str] = set()
+    stack = [root] if root is not None else []
+    while stack:
+        instr = stack.pop()
+        if instr.name in seen:
+            continue
+        seen.add(instr.name)
+        if instr.opcode in ("tuple", "get-tuple-element", "bitcast"):
+            stack.extend(instr.operands)
+    return seen
+
+
+def judge(memory: dict | None, chip) -> dict:
+    """Summary entries for ``chip``: capacity per device, share used, verdict, remedies."""
+    capacity = chip.per_device().hbm_capacity if chip is not None else None
+    if not memory or not capacity:
+        return {"memory_fit": None}
+    reserved = memory.get("reserved_bytes")  # the compiler's own share, where it said
+    need = float(memory["need_bytes"]) + (reserved or 0.0)
+    used = need / capacity
+    if used > 1:
+        verdict = "does not fit"
+    elif not memory["complete"]:
+        verdict = "unknown"  # temporaries unknown: the need is only a lower bound
+    elif used > TIGHT:
+        verdict = "tight"
+    else:
+        verdict = "fits"
+    return {
+        "memory_fit": {
+            "verdict": verdict,
+            "need_bytes": need,
+            "capacity_bytes": float(capacity),
+            "reserved_bytes": reserved,
+            "used_fraction": used,
+            "advice": _advice(memory, need, capacity, verdict),
+        }
+    }
+
+
+def describe(summary: dict) -> list[str]:
+    """The fit in words, for the CLI and the demo: one line, then the largest buffers and the
+    remedies when it does not fit (or is tight)."""
+    memory, fit = summary.get("memory"), summary.get("memory_fit")
+    if not memory:
+        return []
+    if not fit:
+        bound = "" if memory["complete"] else " at least"
+        return [f"HBM per device:{bound} {memory['need_bytes'] / 1e9:.3g} GB (no chip to fit)"]
+    lines = [
+        f"HBM per device: {fit['need_bytes'] / 1e9:.3g} GB of {fit['capacity_bytes'] / 1e9:.3g} GB "
+        f"({fit['used_fraction']:.0%}): {fit['verdict']}"
+        + {"compiler error": " (the compiler refused the program)", "hlo": " (temporaries "
+           "unknown from HLO text)"}.get(memory["source"], "")
+    ]  # fmt: skip
+    if fit["verdict"] in ("does not fit", "tight"):
+        largest = ", ".join(
+            f"{b['name']} {b['bytes'] / 1e9:.3g} GB" for b in memory.get("largest", [])[:3]
+        )
+        if largest:
+            lines.append(f"  largest: {largest}")
+        lines += [f"  try: {advice}" for advice in fit["advice"]]
+    return lines
+
+
+def _advice(memory: dict, need: float, capacity: float, verdict: str) -> list[str]:
+    """The book's first moves, with this step's numbers (largest saving first)."""
+    if verdict not in ("does not fit", "tight"):
+        return []
+    advice = []
+    target = capacity * TIGHT
+    donatable = memory.get("donatable_bytes") or 0
+    if donatable:
+        advice.append(
+            f"donate the inputs the step returns updated (parameters, optimizer state: "
+            f"jax.jit(..., donate_argnums=...)): saves up to {donatable / 1e9:.2f} GB per device"
+        )
+    shards = math.ceil(need / target)
+    if shards > 1:
+        advice.append(
+            f"shard over {shards}x more devices: with parameters, optimizer state and their "
+            f"updates sharded (FSDP / ZeRO), the {need / 1e9:.2f} GB per device becomes about "
+            f"{need / shards / 1e9:.2f} GB"
+        )
+    temporaries = memory.get("temporaries_bytes")
+    if temporaries and temporaries > 0.25 * need:
+        advice.append(
+            f"rematerialise activations (jax.checkpoint): temporaries are "
+            f"{temporaries / 1e9:.2f} GB of the {need / 1e9:.2f} GB"
+        )
+    return advice
+
+
+def _largest(buffers: list[Buffer]) -> list[dict]:
+    return [b.as_dict() for b in sorted(buffers, key=lambda b: -b.bytes)[:LARGEST]]
+
+
+def _bytes(shape) -> int:
+    return sum(array_bytes(s) for s in shape.leaves())
+
+
+def _matching_bytes(parameters: list[Buffer], outputs) -> int:
+    """Bytes of parameters an output could take the place of (same shape and type, unaliased)."""
+    free = [str(s).split("{")[0] for s in outputs]
+    total = 0
+    for p in parameters:
+        spelled = p.shape.split("{")[0]
+        if spelled in free:
+            free.remove(spelled)
+            total += p.bytes
+    return total
+
+
+def _aliased_output_indices(text: str) -> set[int]:
+    """Top-level output indices in ``input_output_alias={ {0}: (0, {}, may-alias), ... }``."""
+    return {int(i) for i in re.findall(r"\{(\d+)(?:,\s*\d+)*\}\s*:", text)}
