@@ -319,3 +319,26 @@ def test_a_long_line_that_is_neither_hlo_nor_a_file_gets_a_short_message():
     with pytest.raises(HloParseError, match=r"\(5000 characters\): File name too long") as info:
         parse("x" * 5000)
     assert len(str(info.value)) < 300
+
+
+def test_a_sparsecore_offload_started_without_operands_parses():
+    """XLA:TPU starts a SparseCore gather with ``call-start()``: no operands, although the
+    computation it names takes two parameters (seen in a compiled GPT step; the caller-callee
+    check applies to fusions, calls, loops and branches, not to async starts)."""
+    text = """HloModule m
+
+%called_computation (p0: bf16[64,16], p1: s32[8]) -> bf16[8,16] {
+  %p0 = bf16[64,16]{1,0} parameter(0)
+  %p1 = s32[8]{0} parameter(1)
+  ROOT %g = bf16[8,16]{1,0} broadcast(%p1), dimensions={0}
+}
+
+ENTRY %e (x: bf16[8,16]) -> bf16[8,16] {
+  %x = bf16[8,16]{1,0} parameter(0)
+  %start = ((), (), (s32[1]{0})) call-start(), async_execution_thread="sparsecore", to_apply=%called_computation
+  ROOT %n = bf16[8,16]{1,0} negate(%x)
+}
+"""
+    module = parse(text)
+    assert [c.name for c in module.entry.instructions[1].called] == ["called_computation"]
+    assert analyze_hlo(text).summary["coverage"] > 0

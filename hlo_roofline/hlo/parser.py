@@ -772,12 +772,11 @@ def _resolve_callees(
             _check_call(instr, number, text, agree)
 
 
-# Ops whose callee receives their operands as its parameters (and, but for async starts, whose
-# result is the callee's result): XLA requires the shapes to agree, and the cost rules follow
-# values across the boundary by parameter number.
-_PASSES_OPERANDS = frozenset(
-    {"fusion", "call", "async-start", "call-start", "while", "conditional"}
-)
+# Ops whose callee receives their operands as its parameters and whose result is the callee's
+# result: XLA requires the shapes to agree, and the cost rules follow values across the boundary
+# by parameter number. (Not async starts: a TPU SparseCore offload's ``call-start()`` passes its
+# computation's parameters another way.)
+_PASSES_OPERANDS = frozenset({"fusion", "call", "while", "conditional"})
 
 
 def _compatible(a: Shape, b: Shape) -> bool:
@@ -819,8 +818,7 @@ def _check_call(
             _call_error(instr, number, text, f"{message}, not {len(instr.operands)}")
         plan = [(b, instr.operands[k + 1 : k + 2], instr.shape) for k, b in enumerate(branches)]
     else:
-        result = None if opcode.endswith("-start") else instr.shape
-        plan = [(instr.called[0], instr.operands, result)]
+        plan = [(instr.called[0], instr.operands, instr.shape)]
     for callee, operands, result in plan:
         params = callee.parameters
         if len(params) != len(operands):
