@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hlo_roofline.chips import Chip
+from hlo_roofline.hlo import attrs
 
 __all__ = [
     "Axis",
@@ -209,7 +210,7 @@ def infer(chip: Chip, devices: int, groups: Iterable[Sequence[int]] = ()) -> Top
     chips (``4x8`` for 32 v5e, ``4x4x4`` for 64 v5p), ids row-major over its axes, the axes in the
     order that puts the most ``groups`` on whole axes. None when the chip has no interconnect data.
     """
-    if devices < 1:
+    if devices < 1 or devices > attrs.MAX_DEVICES:  # more are not laid out one by one
         return None
     if chip.ici is None:
         if chip.scaleup is None:
@@ -242,7 +243,9 @@ def slice_shape(chips: int, ndim: int) -> tuple[int, ...]:
         exponents = [k // ndim + (1 if i >= ndim - k % ndim else 0) for i in range(ndim)]
         return tuple(sorted((2**e for e in exponents), reverse=ndim == 3 and k == 2))
     best = (chips,) + (1,) * (ndim - 1)
-    for dims in itertools.product(range(1, chips + 1), repeat=ndim - 1):
+    small = [d for d in range(1, math.isqrt(chips) + 1) if chips % d == 0]
+    divisors = sorted({*small, *(chips // d for d in small)})  # the only sizes an axis can have
+    for dims in itertools.product(divisors, repeat=ndim - 1):
         last, rest = divmod(chips, math.prod(dims))
         if rest == 0 and max(*dims, last) < max(best):
             best = (*dims, last)

@@ -92,7 +92,11 @@ def _comm_times(ops: pd.DataFrame, chip: Chip, topology) -> tuple[np.ndarray, ob
     if not len(rows):
         return t_comm, None
     texts = ops["replica_group"].to_numpy() if "replica_group" in ops else np.full(len(ops), "")
-    parsed = {t: parse_group_text(t) for t in dict.fromkeys(texts[rows]) if t}
+    parsed = {}
+    for text in dict.fromkeys(texts[rows]):
+        with contextlib.suppress(ValueError):  # unreadable: that collective is priced as one ring
+            parsed[text] = parse_group_text(text) if text else None
+    parsed = {t: p for t, p in parsed.items() if p is not None}
     topology = _topology(chip, topology, parsed.values())
     spans: dict[str, interconnect.Span | None] = {}
     collective, group_size = ops["collective"].to_numpy(), ops["group_size"].to_numpy()

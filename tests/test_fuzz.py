@@ -375,6 +375,52 @@ def test_notes_stay_bounded_however_many_distinct_ones_a_body_has():
     assert fusion.note.count("opaque custom call") == MAX_NOTES
 
 
+ALL_REDUCE = """HloModule m, num_partitions=1099511627776
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %e (p: f32[1024]) -> f32[1024] {
+  %p = f32[1024]{0} parameter(0)
+  ROOT %r = f32[1024]{0} all-reduce(%p), channel_id=1, GROUPS, use_global_device_ids=true, to_apply=%add
+}
+"""
+
+
+HUGE_GROUPS = ["replica_groups=[1,1099511627776]<=[1099511627776]", "replica_groups={}",
+               "replica_groups=mesh['a'=1048576,'b'=1048576] {'a'}",
+               "replica_groups=[65521,2]<=[131042]"]  # fmt: skip
+HOSTILE_GROUP_TEXT = ["0-99999999999999 of 99999999999999", "0-3 of 99999999999999999999999",
+                      "x of y", "0-70000:1 of 70001", "0>1,1>x of 2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("groups", HUGE_GROUPS)
+def test_programs_of_two_to_the_forty_devices_are_not_listed_device_by_device(groups):
+    """The ids of a collective's groups (and a topology's coordinates) are listed only for
+    programs of at most attrs.MAX_DEVICES devices; past that the collective is priced as one
+    ring, not expanded for minutes (or until memory runs out)."""
+    text = ALL_REDUCE.replace("GROUPS", groups)
+    assert check(text) == "analyzed"
+    for chip in ("v5p", "h100"):
+        (row,) = analyze_hlo(text, chip=chip).ops.query("opcode == 'all-reduce'").itertuples()
+        assert row.comm_bytes > 0 and row.t_comm_s > 0
+
+
+@pytest.mark.parametrize("group", HOSTILE_GROUP_TEXT)
+def test_a_report_with_hostile_group_text_is_judged_without_listing_it(group):
+    """A report is read from a file (the TensorBoard tab re-judges them): its group text is
+    not trusted to name few devices, nor to be well formed."""
+    report = analyze_hlo(ALL_REDUCE.replace("num_partitions=1099511627776", "num_partitions=4")
+                         .replace("GROUPS", "replica_groups={{0,1,2,3}}"))  # fmt: skip
+    report.ops.loc[report.ops.opcode == "all-reduce", "replica_group"] = group
+    with time_limit(SECONDS_PER_EXAMPLE):
+        judged = report.classify("v5p")
+    assert (judged.ops.loc[judged.ops.opcode == "all-reduce", "t_comm_s"] > 0).all()
+
+
 def test_operands_must_be_defined_above_their_users():
     """XLA's rule, and what keeps operand chains acyclic: ``%c = copy(%c)`` used to hang the
     trip-count inference (it follows copies down to a constant)."""

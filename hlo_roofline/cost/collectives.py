@@ -160,18 +160,24 @@ def _ranges(ids: list[int]) -> str:
 
 
 def parse_group_text(text: str) -> tuple[list[int] | None, list[tuple[int, int]] | None, int]:
-    """A row's group text read back: (group ids, or a permute's pairs, devices in the program)."""
+    """A row's group text read back: (group ids, or a permute's pairs, devices in the program).
+    ValueError for text that is not one, or that lists more than ``attrs.MAX_DEVICES`` devices
+    (a report is read from a file: its ranges are not trusted to be small)."""
     body, _, devices = text.rpartition(" of ")
-    total = int(devices) if devices.isdigit() else 0
+    total = int(devices) if devices.isdigit() and len(devices) < 19 else 0
+    if total > attrs.MAX_DEVICES:
+        raise ValueError(f"a program of {total} devices: more than {attrs.MAX_DEVICES}")
     if ">" in body:
         pairs = [tuple(int(v) for v in item.split(">")) for item in body.split(",")]
         return None, [(a, b) for a, b in pairs], total
-    ids: list[int] = []
+    ranges = []
     for item in filter(None, body.split(",")):
         first, _, rest = item.partition("-")
         last, _, step = rest.partition(":")
-        ids.extend(range(int(first), int(last or first) + 1, int(step or 1)))
-    return ids, None, total
+        ranges.append(range(int(first), int(last or first) + 1, int(step or 1)))
+    if sum(map(len, ranges)) > attrs.MAX_DEVICES:
+        raise ValueError(f"a group of more than {attrs.MAX_DEVICES} devices")
+    return [i for r in ranges for i in r], None, total
 
 
 ASYNC_START_MARKER, ASYNC_DONE_MARKER = attrs.ASYNC_COLLECTIVE_MARKERS

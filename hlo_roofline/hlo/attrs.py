@@ -315,6 +315,17 @@ def _field(config: dict, *path: str):
     return value
 
 
+# Device ids are listed (groups expanded, topologies laid out) for programs of at most this many
+# devices; a text naming more (2^40 partitions) has its groups unread, not listed for minutes.
+MAX_DEVICES = 1 << 15
+
+
+def _listable(count: int) -> int:
+    if count > MAX_DEVICES:
+        raise ValueError(f"{count} devices: more than the {MAX_DEVICES} whose ids are listed")
+    return count
+
+
 def replica_groups(instr: Instruction, module: Module) -> list[list[int]]:
     """Every group of a collective as device (partition) ids, from any ``replica_groups`` form.
 
@@ -338,7 +349,7 @@ def _groups(instr: Instruction, module: Module) -> list[list[int]]:
         shape_text, _, devices = text.partition("<=")
         shape = [int(d) for d in _INT.findall(shape_text)]
         dims_text, _, perm_text = devices.partition("T")
-        ids = np.arange(math.prod(int(d) for d in _INT.findall(dims_text)))
+        ids = np.arange(_listable(math.prod(int(d) for d in _INT.findall(dims_text))))
         ids = ids.reshape([int(d) for d in _INT.findall(dims_text)])
         if perm_text:
             ids = ids.transpose([int(d) for d in _INT.findall(perm_text)])
@@ -348,13 +359,15 @@ def _groups(instr: Instruction, module: Module) -> list[list[int]]:
         named = re.findall(r"'([^']+)'=(\d+)", axes)
         sizes = [int(size) for _, size in named]
         picked = [i for i, (name, _) in enumerate(named) if f"'{name}'" in chosen]
-        ids = np.arange(math.prod(sizes)).reshape(sizes)
+        ids = np.arange(_listable(math.prod(sizes))).reshape(sizes)
         kept = [i for i in range(len(sizes)) if i not in picked]
         size = math.prod(sizes[i] for i in picked)
         return ids.transpose(kept + picked).reshape(-1, size).tolist()
     groups = [[int(v) for v in _INT.findall(g)] for g in re.findall(r"\{([^{}]*)\}", text)]
     groups = [g for g in groups if g]
-    return groups or [list(range(participants(instr, module)))]
+    if sum(map(len, groups)) > MAX_DEVICES:
+        raise ValueError(f"groups listing more than {MAX_DEVICES} devices")
+    return groups or [list(range(_listable(participants(instr, module))))]
 
 
 def replica_group_size(instr: Instruction, module: Module) -> int:
