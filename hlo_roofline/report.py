@@ -13,8 +13,8 @@ import math
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
