@@ -30,7 +30,7 @@ TENSORBOARD_PLUGIN = "hlo_roofline"
 _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "user_source", "note", "fused_ops", "collective", "bound", "hint", "stack",
+    "source", "user_source", "note", "fused_ops", "collective", "bound", "hint", "call_stack",
 )  # fmt: skip
 BOUNDS = ("compute", "memory", "communication")
 # What rollup() groups by besides the report's own text columns: derived from op_name/user_source.
@@ -134,41 +134,41 @@ class Report:
     # -- attribution ------------------------------------------------------------------------
     def stack(self, op: str | int) -> list[str]:
         """The Python call stack of an op (its name, or its row's index), innermost first."""
-        if "stack" not in self.ops:
+        if "call_stack" not in self.ops:
             return []
         rows = self.ops.index[self.ops["name"] == op] if isinstance(op, str) else [op]
         if len(rows) == 0:
             raise KeyError(f"no op named {op!r}")
-        text = self.ops.at[rows[0], "stack"]
+        text = self.ops.at[rows[0], "call_stack"]
         return text.split("\n") if text else []
 
     def attribute(self, libraries: Sequence[str] = attrs.LIBRARIES) -> Report:
         """The same report with ``user_source`` found again, treating ``libraries`` (package
         names, or directories) as library code besides installed packages and the standard
         library: ``report.attribute([*hlo_roofline.LIBRARIES, "my_layers"])``."""
-        if "stack" not in self.ops:
+        if "call_stack" not in self.ops:
             return self
         users = {}
-        for text in self.ops["stack"].unique():
+        for text in self.ops["call_stack"].unique():
             frames = [f for f in map(attrs.parse_frame, text.split("\n")) if f] if text else []
             user = attrs.user_frame(frames, libraries)
             users[text] = attrs.frame_text(user) if user else ""
-        ops = self.ops.assign(user_source=self.ops["stack"].map(users))
+        ops = self.ops.assign(user_source=self.ops["call_stack"].map(users))
         return Report(ops, dict(self.summary), self.module)
 
     # -- saving and reading -----------------------------------------------------------------
     def to_dict(self) -> dict:
         """A JSON-safe dict: NaN and ±inf become null.
 
-        The ``stack`` column holds an index into ``stacks``, the distinct stacks: ops share a
-        few dozen of them, and each is a dozen lines long.
+        The ``call_stack`` column holds an index into ``call_stacks``, the distinct stacks: ops
+        share a few dozen of them, and each is a dozen lines long.
         """
         ops = self.ops
         stacks: list[str] = []
-        if "stack" in ops:
-            codes, uniques = pd.factorize(ops["stack"].fillna(""), sort=False)
+        if "call_stack" in ops:
+            codes, uniques = pd.factorize(ops["call_stack"].fillna(""), sort=False)
             stacks = [str(text) for text in uniques]
-            ops = ops.assign(stack=codes)
+            ops = ops.assign(call_stack=codes)
         ops = ops.astype(object).where(ops.notna(), None)
         payload = {
             "format": FORMAT,
@@ -178,8 +178,8 @@ class Report:
             "columns": list(ops.columns),
             "data": [[_json_safe(v) for v in row] for row in ops.itertuples(index=False)],
         }
-        if "stack" in self.ops:
-            payload["stacks"] = stacks
+        if "call_stack" in self.ops:
+            payload["call_stacks"] = stacks
         return payload
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
@@ -230,11 +230,11 @@ class Report:
         if data.get("version") != VERSION:
             raise ReportError(f"report version {data.get('version')} is not {VERSION}")
         ops = pd.DataFrame(data["data"], columns=data["columns"])
-        if "stacks" in data and "stack" in ops:
-            stacks = data["stacks"]
+        if "call_stacks" in data and "call_stack" in ops:
+            stacks = data["call_stacks"]
             if not isinstance(stacks, list) or not all(isinstance(t, str) for t in stacks):
-                raise ReportError("its 'stacks' is not a list of strings")
-            ops["stack"] = [_stack_text(stacks, i) for i in ops["stack"]]
+                raise ReportError("its 'call_stacks' is not a list of strings")
+            ops["call_stack"] = [_stack_text(stacks, i) for i in ops["call_stack"]]
         return cls(_restore_types(ops), _summary(data), data.get("module", ""))
 
     @classmethod
@@ -328,7 +328,7 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _stack_text(stacks: list[str], index) -> str:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(stacks):
-        raise ReportError(f"a 'stack' of {index!r} is not an index into 'stacks'")
+        raise ReportError(f"a call_stack of {index!r} is not an index into 'call_stacks'")
     return stacks[index]
 
 

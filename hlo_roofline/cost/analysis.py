@@ -29,7 +29,7 @@ ROW_COLUMNS = (
     "name", "opcode", "computation", "count", "flops", "transcendentals", "bytes_accessed",
     "comm_bytes", "vmem_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name",
     "source", "user_source", "note",
-    "fused_ops", "collective", "group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "stack",
+    "fused_ops", "collective", "group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "call_stack",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _RULE_ERRORS = (
@@ -168,7 +168,7 @@ def rows(
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
-    # metadata text -> (op_name, source, user_source, stack)
+    # metadata text -> (op_name, source, user_source, call_stack)
     metadata: dict[str, tuple[str, str, str, str]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
@@ -240,10 +240,10 @@ def rows(
 
 
 def _attribution(meta: Metadata, module: Module) -> tuple[str, str, str, str]:
-    """(op_name, source, user_source, stack) of decoded metadata.
+    """(op_name, source, user_source, call_stack) of decoded metadata.
 
     ``source`` is the innermost frame (often inside a framework: ``flax/nnx/nn/linear.py``);
-    ``user_source`` the innermost frame of the user's own code; ``stack`` every frame, innermost
+    ``user_source`` the innermost frame of the user's own code; ``call_stack`` every frame, innermost
     first, one ``file:line (function)`` a line.
     """
     frames = attrs.frames_of(meta, module)
