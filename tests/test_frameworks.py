@@ -16,14 +16,10 @@ from pathlib import Path
 
 import pytest
 from conftest import shared_cache_dir
+from framework_models import equinox_mlp, linen_lm, nnx_lm
 
-pytest.importorskip("flax")
-pytest.importorskip("equinox")
-
-from framework_models import equinox_mlp, linen_lm, nnx_lm  # noqa: E402
-
-from hlo_roofline import analyze  # noqa: E402
-from hlo_roofline.report import UNATTRIBUTED  # noqa: E402
+from hlo_roofline import analyze
+from hlo_roofline.report import UNATTRIBUTED
 
 TARGETS = ("cpu", "v5e", "h100")
 MODELS = {"nnx": nnx_lm, "linen": linen_lm, "equinox": equinox_mlp}

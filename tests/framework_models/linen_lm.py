@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from framework_models.nnx_lm import CONFIG, COMPUTE, Config
+from framework_models.nnx_lm import COMPUTE, CONFIG, Config
 
 
 def dense(features: int, name: str) -> nn.Dense:
