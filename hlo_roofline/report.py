@@ -364,7 +364,7 @@ def _summary(data: dict) -> dict:
 _STRUCTURE = frozenset({
     "while", "body", "cond", "closed_call", "core_call", "call", "remat", "checkpoint",
     "rematted_computation", "scan", "shard_map", "xla_call", "xla_pmap", "pmap", "named_call",
-    "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "run_state", "vmap",
+    "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "run_state", "vmap", "eval_jaxpr",
 })  # fmt: skip
 _BRANCH = re.compile(r"branch_\d+_fun")
 _WRAPPED = re.compile(r"(?P<wrapper>[\w.-]+)\((?P<inner>.*)\)$", re.DOTALL)

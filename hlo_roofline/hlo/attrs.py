@@ -308,12 +308,16 @@ _STDLIB = re.compile(r"[/\\]lib[/\\]python3[\d.]*t?[/\\]|^<frozen ")
 _EXAMPLES = re.compile(r"[/\\]hlo_roofline[/\\]examples[/\\][^/\\]+\.py$")
 
 
+def _is_path(entry: str) -> bool:
+    return "/" in entry or "\\" in entry
+
+
 @functools.lru_cache(maxsize=256)
 def _library_dirs(entry: str) -> tuple[str, ...]:
-    """Where a library lives: a directory as given (it has a slash), or where the package of that
-    name is installed here (found without importing it; nothing if it is not installed)."""
-    if "/" in entry or "\\" in entry:
-        return (entry.rstrip("/\\") + os.sep,)
+    """Where a library lives: a file or directory as given (it has a slash), or where the package
+    of that name is installed here (found without importing it; nothing if it is not installed)."""
+    if _is_path(entry):
+        return (entry if entry.endswith(".py") else entry.rstrip("/\\") + os.sep,)
     try:
         spec = importlib.util.find_spec(entry)
     except (ImportError, ValueError):
@@ -324,13 +328,20 @@ def _library_dirs(entry: str) -> tuple[str, ...]:
 
 
 def is_library(path: str, libraries: Sequence[str] = LIBRARIES) -> bool:
-    """Whether a frame's file is library code rather than the user's: an installed package, the
-    standard library, or inside one of ``libraries`` (package names, or directories)."""
+    """Whether a frame's file is library code rather than the user's: a file or directory given
+    in ``libraries``, an installed package, the standard library, or a package named in
+    ``libraries`` (where it is installed here)."""
+
+    def inside(entries) -> bool:
+        return any(path.startswith(d) for entry in entries for d in _library_dirs(entry))
+
+    if inside(e for e in libraries if _is_path(e)):
+        return True
     if _EXAMPLES.search(path):
         return False
     if _INSTALLED.search(path) or _STDLIB.search(path):
         return True
-    return any(path.startswith(d) for entry in libraries for d in _library_dirs(entry))
+    return inside(e for e in libraries if not _is_path(e))
 
 
 def user_frame(
