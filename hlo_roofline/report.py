@@ -31,6 +31,7 @@ _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
     "source", "user_source", "note", "fused_ops", "collective", "bound", "hint", "call_stack",
+    "scope", "user_function",  # derived (rollup's keys), in the TensorBoard tab's payload
 )  # fmt: skip
 BOUNDS = ("compute", "memory", "communication")
 # What rollup() groups by besides the report's own text columns: derived from op_name/user_source.
