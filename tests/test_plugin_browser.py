@@ -694,6 +694,8 @@ def test_ops_group_by_user_line_and_scope_and_show_their_stack(page, server, log
     frame.locator("#hr-group-by").select_option("scope")
     scopes = frame.locator("#hr-groups[data-state=ready][data-by=scope]")
     scopes.wait_for()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "hlo_roofline_grouped.png"), full_page=True)
     names = scopes.locator('.hr-body [data-key="scope"]').all_text_contents()
     assert {"attention/qkv", "mlp/up", "logits"} <= set(names)
     assert len(names) == min(len(report.rollup("scope")), len(names))

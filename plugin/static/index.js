@@ -335,12 +335,7 @@ function buildLayout() {
   });
   ui.groupBox = el("div", { className: "hr-groups", attrs: { id: "hr-groups" } });
   ui.groupBox.hidden = true;
-  ui.tableBox.append(ui.groupBox);
-  ui.groupTable = new VirtualTable(ui.groupBox, [], {
-    onSelect: (row) => openGroup(row),
-    sort: { key: "t_roofline_s", dir: -1 },
-    label: "Groups",
-  });
+  ui.tableBox.append(ui.groupBox); // its table is made when the ops are first grouped
 }
 
 /** Table cell class for a bound ("" when the op has none, e.g. only in one compared run). */
@@ -869,6 +864,13 @@ async function loadGroups() {
   const by = state.groupBy;
   const id = state.requestId;
   ui.groupBox.dataset.state = "loading";
+  if (!ui.groupTable) {
+    ui.groupTable = new VirtualTable(ui.groupBox, [], {
+      onSelect: (row) => openGroup(row),
+      sort: { key: "t_roofline_s", dir: -1 },
+      label: "Groups",
+    });
+  }
   let body;
   try {
     body = await getJSON(route("rollup", { run: state.run, by, chip: state.chip }));
