@@ -4,17 +4,41 @@
 and returns a :class:`Report`; ``analyze_hlo(text_or_path)`` does the same from HLO text;
 ``roofline(...)`` wraps a training step so its first call writes the report; ``measure(fn, *args)``
 runs the step under the profiler and joins measured per-op times to the report.
+
+The names are loaded on first use (PEP 562), so ``import hlo_roofline.hlo`` or the TensorBoard
+plugin's start-up pay for neither JAX nor pandas.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 # First: environment defaults JAX reads when it starts its backends (see the module).
 import hlo_roofline._jax_env  # noqa: F401  # isort: skip
-from hlo_roofline import chips
-from hlo_roofline.api import analyze, analyze_dump, analyze_hlo, roofline
-from hlo_roofline.hlo import HloParseError
-from hlo_roofline.measured import measure, read_trace
-from hlo_roofline.report import Report, ReportError
 
-__all__ = [
+if TYPE_CHECKING:
+    from hlo_roofline import chips
+    from hlo_roofline.api import analyze, analyze_dump, analyze_hlo, roofline
+    from hlo_roofline.hlo import HloParseError
+    from hlo_roofline.measured import measure, read_trace
+    from hlo_roofline.report import Report, ReportError
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "HloParseError": "hlo_roofline.hlo",
+    "Report": "hlo_roofline.report",
+    "ReportError": "hlo_roofline.report",
+    "analyze": "hlo_roofline.api",
+    "analyze_dump": "hlo_roofline.api",
+    "analyze_hlo": "hlo_roofline.api",
+    "chips": "hlo_roofline.chips",
+    "measure": "hlo_roofline.measured",
+    "read_trace": "hlo_roofline.measured",
+    "roofline": "hlo_roofline.api",
+}
+
+__all__ = [  # the names of _EXPORTS, spelled out for readers and type checkers
     "HloParseError",
     "Report",
     "ReportError",
@@ -26,3 +50,18 @@ __all__ = [
     "read_trace",
     "roofline",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hlo_roofline' has no attribute {name!r}")
+    value = importlib.import_module(module)
+    if name != module.rpartition(".")[2]:
+        value = getattr(value, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

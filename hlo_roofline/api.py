@@ -293,7 +293,21 @@ def _analyze_step(
                 program.memory, inputs, donatable, temporaries
             )
     report = labelled(report, target, how)
-    return report.classify(chip) if chip is not None else report
+    if chip is None:
+        return report
+    return report.classify(chip, topology=_mesh(placed_args, placed_kwargs))
+
+
+def _mesh(*placed) -> jax.sharding.Mesh | None:
+    """The mesh the step's arguments are sharded on (the largest, if several): it places the
+    devices of the collective model exactly (TPU torus coordinates, GPU hosts)."""
+    meshes = [
+        x.sharding.mesh
+        for x in jax.tree_util.tree_leaves(placed)
+        if isinstance(getattr(x, "sharding", None), NamedSharding)
+        and x.sharding.mesh.devices.size > 1  # not the one-device default place_args gives
+    ]
+    return max(meshes, key=lambda m: m.devices.size, default=None)
 
 
 def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:

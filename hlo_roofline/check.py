@@ -8,6 +8,8 @@ A rule set selects ops and states what must hold. All percentages are of the pre
 ``require``           every selected op must be ``compute`` (or ``memory``, ``communication``) bound
 ``max_memory_share``  memory-bound ops among the selection take at most this percent of the step
 ``min_coverage``      at least this percent of the ops have a known cost
+``max_exposed_comm``  communication not hidden behind compute takes at most this percent of the
+                      step as scheduled (``exposed_comm_s / step_time_scheduled_s``)
 ``max_regression``    the step is predicted at most this percent slower than ``baseline``
 ``max_hbm``           the step needs at most this percent of one device's HBM (the memory fit)
 
@@ -48,6 +50,7 @@ class Rules:
     require: str | None = None
     max_memory_share: float | None = None
     min_coverage: float | None = None
+    max_exposed_comm: float | None = None
     max_regression: float | None = None
     max_hbm: float | None = None
     baseline: str | Path | Report | None = field(default=None, compare=False)
@@ -60,7 +63,10 @@ class Rules:
                 raise RuleError(f"bad select regex {self.select!r}: {exc}") from None
         if self.require is not None and self.require not in REQUIRABLE:
             raise RuleError(f"require must be one of {', '.join(REQUIRABLE)}, not {self.require!r}")
-        for name in ("min_share", "max_memory_share", "min_coverage", "max_regression", "max_hbm"):
+        for name in (
+            "min_share", "max_memory_share", "min_coverage", "max_exposed_comm", "max_regression",
+            "max_hbm",
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is None:
                 continue
@@ -103,10 +109,7 @@ class Rules:
 
     @property
     def needs_verdicts(self) -> bool:
-        return any(
-            getattr(self, n) is not None
-            for n in ("select", "min_share", "require", "max_memory_share", "max_regression")
-        )
+        return any(getattr(self, n) is not None for n in _NEED_VERDICTS)
 
     def describe(self) -> str:
         parts = [
@@ -119,6 +122,11 @@ class Rules:
         if isinstance(self.baseline, str | Path):
             parts.append(f"baseline={self.baseline}")
         return ", ".join(parts)
+
+
+_NEED_VERDICTS = (
+    "select", "min_share", "require", "max_memory_share", "max_exposed_comm", "max_regression",
+)  # fmt: skip
 
 
 def _flag(name: str) -> str:
@@ -240,6 +248,8 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
             if unknown:
                 detail += f"; unknown: {', '.join(map(str, unknown[:5]))}"
             violations.append(Violation("min-coverage", "(step)", detail=detail))
+    if rules.max_exposed_comm is not None:
+        violations += _exposed_comm(report, rules.max_exposed_comm)
     if rules.max_hbm is not None:
         violations += _hbm(report, rules.max_hbm)
     if rules.max_regression is not None:
@@ -258,6 +268,30 @@ def _memory_share(selected: pd.DataFrame, limit: float) -> list[Violation]:
     largest = ", ".join(f"{op.name} {op.share:.1%}" for op in memory.head(3).itertuples())
     detail = f"memory-bound ops take {share:.1f}% of the step (max {limit:g}%); largest: {largest}"
     return [Violation("max-memory-share", "(step)", "", "memory", share / 100, detail)]
+
+
+def _exposed_comm(report: Report, limit: float) -> list[Violation]:
+    """Communication the schedule leaves exposed, as a share of the scheduled step."""
+    step = report.summary.get("step_time_scheduled_s")
+    if step is None or "t_exposed_s" not in report.ops:
+        raise RuleError(
+            "max-exposed-comm: the report has no scheduled step (written by an older version): "
+            "judge it again against its chip"
+        )
+    exposed = float(report.summary.get("exposed_comm_s", 0.0))
+    share = exposed / step * 100 if step else 0.0
+    if share <= limit:
+        return []
+    ops = report.ops[(report.ops["collective"] != "") & (report.ops["t_exposed_s"] > 0)]
+    largest = ", ".join(
+        f"{op.name} {format_seconds(op.t_exposed_s)}"
+        for op in ops.nlargest(3, "t_exposed_s").itertuples()
+    )
+    detail = (
+        f"exposed communication {format_seconds(exposed)} is {share:.1f}% of the scheduled step "
+        f"{format_seconds(step)} (max {limit:g}%); largest: {largest}"
+    )
+    return [Violation("max-exposed-comm", "(step)", "", "communication", share / 100, detail)]
 
 
 def _hbm(report: Report, limit: float) -> list[Violation]:

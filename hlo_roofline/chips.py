@@ -237,6 +237,8 @@ class Chip:
     mxu: tuple[int, ...] = ()
     memory: Mapping[str, MemorySpace] = field(default_factory=_frozen)
     vpu_flops: float | None = None  # vector unit, whole chip
+    eup_rate: float | None = None  # transcendental unit (TPU EUP), results per second, whole chip
+    clock_hz: float | None = None  # core clock: converts XLA:TPU's cycle estimates to seconds
     ici: Ici | None = None
     scaleup: ScaleUp | None = None
     dcn_per_chip: float | None = None  # TPU data-centre network egress per chip, B/s
@@ -326,6 +328,7 @@ class Chip:
             hbm_bandwidth=self.hbm_bandwidth / n,
             hbm_capacity=share(self.hbm_capacity),
             vpu_flops=share(self.vpu_flops),
+            eup_rate=share(self.eup_rate),
             cores=_frozen(cores),
             memory=_frozen(memory),
         )
@@ -378,6 +381,7 @@ class Chip:
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth"},
     "vpu": {"per", "flops"},
+    "eup": {"per", "rate"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
     | {"wraparound"},  # { multiple_of = 4 } or { sizes = [16] }
     "scaleup": {f.name for f in dataclasses.fields(ScaleUp)},
@@ -385,6 +389,7 @@ _SECTIONS = {
     "host": {"pcie", "pcie_bidirectional", "c2c", "link"},
 }
 _TOP_KEYS = {"name", "kind", "vendor", "status", "aliases", "cores", "megacore", "mxu", "flops"}
+_TOP_KEYS |= {"clock"}
 _TOP_KEYS |= {"memory", "book", *_SECTIONS}
 
 
@@ -463,6 +468,8 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
     hbm, host, net = (_section(t, s, key) for s in ("hbm", "host", "network"))
     vpu = _section(t, "vpu", key)
     vpu_flops = vpu["flops"] * (cores.get(vpu["per"], 1) if "per" in vpu else 1) if vpu else None
+    eup = _section(t, "eup", key)
+    eup_rate = eup["rate"] * (cores.get(eup["per"], 1) if "per" in eup else 1) if eup else None
     ici = None
     if sec := _section(t, "ici", key):
         wrap = sec.pop("wraparound", {})
@@ -489,6 +496,8 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
         mxu=tuple(t.get("mxu", ())),
         memory=_frozen(memory),
         vpu_flops=vpu_flops,
+        eup_rate=eup_rate,
+        clock_hz=t.get("clock"),
         ici=ici,
         scaleup=scaleup,
         dcn_per_chip=net.get("dcn_per_chip"),

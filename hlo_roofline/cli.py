@@ -692,6 +692,7 @@ def summary_text(report: Report) -> str:
             f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
             f"step time: ≥ {format_seconds(s['step_time_lower_s'])} (perfect overlap), "
             f"≤ {format_seconds(s['step_time_upper_s'])} (no overlap)",
+            *_scheduled_lines(s),
             f"MFU bound: ≤ {_percent(s['mfu_upper_bound'])} of the {s.get('mfu_dtype', 'bf16')} peak",
             "time per bound: "
             + ", ".join(f"{b} {_percent(v)}" for b, v in s["time_share"].items()),
@@ -714,6 +715,20 @@ def summary_text(report: Report) -> str:
         coverage += f" (unknown: {', '.join(map(str, s['unknown_ops'][:5]))})"
     lines.append(coverage)
     return "\n".join(lines)
+
+
+def _scheduled_lines(s: dict) -> list[str]:
+    """The step as XLA scheduled it, and the communication it leaves exposed (newer reports)."""
+    if s.get("step_time_scheduled_s") is None:
+        return []
+    lines = [f"step time as scheduled: {format_seconds(s['step_time_scheduled_s'])}"]
+    if s.get("comm_time_s"):
+        lines.append(
+            f"communication: {format_seconds(s['comm_time_s'])}, exposed "
+            f"{format_seconds(s['exposed_comm_s'])} ({_percent(s['exposed_comm_share'])} of the "
+            "scheduled step)"
+        )
+    return lines
 
 
 def _report_text(report: Report, heading: str, top: int) -> str:
@@ -820,6 +835,9 @@ def _load_report(path: Path, chip: chips.Chip | None) -> Report:
               help="Memory-bound selected ops take at most PCT% of the step.")  # fmt: skip
 @click.option("--min-coverage", type=click.FloatRange(0, 100), metavar="PCT",
               help="At least PCT% of the ops have a known cost.")  # fmt: skip
+@click.option("--max-exposed-comm", type=click.FloatRange(0, 100), metavar="PCT",
+              help="Communication not hidden behind compute is at most PCT% of the scheduled "
+                   "step.")  # fmt: skip
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="REPORT",
               help="Report to compare the predicted step time with.")  # fmt: skip
 @click.option("--max-hbm", type=float, metavar="PCT",
@@ -854,8 +872,8 @@ def check_command(
     if rules.empty:
         raise click.UsageError(
             "no rules: pass --require, --max-memory-share, --min-coverage, --max-hbm, "
-            "--max-regression or "
-            "--rules FILE, or add [tool.hlo-roofline.check] to pyproject.toml"
+            "--max-exposed-comm, --max-regression or --rules FILE, or add "
+            "[tool.hlo-roofline.check] to pyproject.toml"
         )
     if entry is not None:
         report = _compile(entry, chip, target, cost_model, no_cache=no_cache)

@@ -123,6 +123,10 @@ def summary_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.Data
             "ridge (bf16)": f"{chip.critical_intensity('bf16'):.0f} FLOP/B",
             "step time, perfect overlap": f"{s['step_time_lower_s'] * 1e3:.2f} ms",
             "step time, no overlap": f"{s['step_time_upper_s'] * 1e3:.2f} ms",
+            "step time as scheduled": f"{s['step_time_scheduled_s'] * 1e3:.2f} ms",
+            "communication exposed": (
+                f"{s['exposed_comm_s'] * 1e3:.2f} of {s['comm_time_s'] * 1e3:.2f} ms"
+            ),
             "MFU upper bound": f"{s['mfu_upper_bound']:.0%}",
             "time compute / memory / comm": (
                 f"{shares['compute']:.0%} / {shares['memory']:.0%} / {shares['communication']:.0%}"

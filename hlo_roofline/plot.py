@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
+# The tab's palette (plugin/static/util.js BOUND_COLORS), so a chart reads the same everywhere.
 COLORS = {
-    "compute": "#1f77b4",
-    "memory": "#d62728",
-    "communication": "#2ca02c",
-    "unknown": "#7f7f7f",
+    "compute": "#d6453d",
+    "memory": "#3b76c4",
+    "communication": "#e08a1e",
+    "unknown": "#8c7a6b",
 }
 
 

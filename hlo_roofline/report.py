@@ -22,22 +22,23 @@ import pandas as pd
 
 from hlo_roofline import chips, memory
 from hlo_roofline.hlo import attrs
+from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 
 FORMAT = "hlo_roofline.report"
 VERSION = 1
 CSV_MAGIC = "#hlo_roofline.report "
-TENSORBOARD_PLUGIN = "hlo_roofline"
 _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "user_source", "note", "fused_ops", "collective", "bound", "hint", "call_stack",
+    "source", "user_source", "note", "fused_ops", "collective", "replica_group", "waits_for",
+    "bound", "hint", "prefetch_for", "call_stack",
     "scope", "user_function",  # derived (rollup's keys), in the TensorBoard tab's payload
 )  # fmt: skip
 BOUNDS = ("compute", "memory", "communication")
 # What rollup() groups by besides the report's own text columns: derived from op_name/user_source.
 DERIVED_KEYS = ("user_function", "scope", "pass")
 UNATTRIBUTED = "(unattributed)"
-_TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s")
+_TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s", "t_exposed_s")
 
 
 class ReportError(ValueError):
@@ -65,11 +66,19 @@ class Report:
     def chip(self) -> str | None:
         return self.summary.get("chip")
 
-    def classify(self, chip) -> Report:
-        """The same ops judged against ``chip`` (a name, alias or :class:`~hlo_roofline.chips.Chip`)."""
+    def classify(self, chip, topology=None) -> Report:
+        """The same ops judged against ``chip`` (a name, alias or :class:`~hlo_roofline.chips.Chip`).
+
+        ``topology`` places the devices for the collective model: the mesh the program was
+        sharded on (exact TPU coordinates, GPU hosts) or an
+        :class:`~hlo_roofline.interconnect.Topology`; by default the one this report was judged
+        with, else one inferred from the chip and the replica groups.
+        """
         from hlo_roofline import verdict
 
-        ops, summary_update = verdict.classify(self.ops, chip)
+        if topology is None:
+            topology = self.summary.get("topology")
+        ops, summary_update = verdict.classify(self.ops, chip, topology)
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
             from hlo_roofline.measured import add_efficiency
 
@@ -204,7 +213,7 @@ class Report:
         """Read a report written by :meth:`to_json` or :meth:`to_csv` (or a TensorBoard run dir)."""
         path = Path(path)
         if path.is_dir():
-            path = path / "plugins" / TENSORBOARD_PLUGIN / "report.json"
+            path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -255,10 +264,10 @@ class Report:
         inside = (root / run).resolve()
         if inside != root and root not in inside.parents:
             raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
-        directory = Path(logdir) / run / "plugins" / TENSORBOARD_PLUGIN
+        directory = Path(logdir) / run / "plugins" / PLUGIN_NAME
         directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(directory / "report.csv", self.to_csv(), mode=0o644)
-        _write_atomic(directory / "report.json", self.to_json(), mode=0o644)
+        _write_atomic(directory / REPORT_CSV, self.to_csv(), mode=0o644)
+        _write_atomic(directory / REPORT_JSON, self.to_json(), mode=0o644)
         return directory
 
     # -- showing ----------------------------------------------------------------------------

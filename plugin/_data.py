@@ -7,15 +7,19 @@ TensorBoard startup. Every verdict comes from ``Report.classify``; nothing here 
 from __future__ import annotations
 
 import os
-import re
 import threading
-from collections import OrderedDict, defaultdict, deque
+from collections import OrderedDict
+
+import pandas as pd
 
 from hlo_roofline import chips
 from hlo_roofline.chips import UnknownChipError
+from hlo_roofline.diff import compare as diff_compare
+from hlo_roofline.diff import judged_alike
+from hlo_roofline.logdir import REPORT_CSV, REPORT_JSON
 from hlo_roofline.report import Report, ReportError, function_of, scope_of
 from hlo_roofline.verdict import VERDICT_COLUMNS
-from hlo_roofline_tensorboard.plugin import REPORT_CSV, REPORT_JSON, dumps
+from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
     "ReportError",
@@ -33,22 +37,6 @@ _CACHE_SIZE = 8  # (report file, chip) entries; a 20k-op report is a few MB of J
 _cache: OrderedDict[tuple, tuple[dict, str, Report]] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
-
-# An op's identity across two compiles: fusion and instruction names change, these do not.
-IDENTITY = ("op_name", "source", "opcode", "shape")
-COMPARE_COLUMNS = (
-    "op_name", "source", "opcode", "shape", "shape_other", "name", "name_other", "bound",
-    "bound_other", "t_roofline_s", "t_roofline_s_other", "delta_s", "flipped", "match",
-)  # fmt: skip
-
-
-_LAYOUT = re.compile(r"\{[^{}]*\}")
-
-
-def _shape_key(shape) -> str:
-    """A shape without its layouts (tiling and memory space change between compiles)."""
-    return _LAYOUT.sub("", shape) if isinstance(shape, str) else str(shape)
-
 
 def _stamp(path: str) -> tuple:
     st = os.stat(path)
@@ -189,107 +177,67 @@ def report_csv(report_dir: str, chip: str | None = None) -> bytes:
     return load(report_dir, chip)[2].ops.to_csv(index=False).encode()
 
 
-def _rows(payload: dict) -> list[dict]:
-    index = {c: i for i, c in enumerate(payload["columns"])}
-    wanted = (*IDENTITY, "name", "bound", "t_roofline_s")
-    missing = [c for c in wanted if c not in index]
-    if missing:
-        raise ReportError(f"report has no column(s) {missing}")
-    return [{c: row[index[c]] for c in wanted} for row in payload["data"]]
-
-
-def _pair(rows_a, rows_b, left_a, left_b, key) -> list[tuple[int, int]]:
-    """Pair the k-th op of ``left_a`` with a given key with the k-th of ``left_b`` (stable)."""
-    queues: dict[tuple, deque] = defaultdict(deque)
-    for j in left_b:
-        k = key(rows_b[j])
-        if k is not None:
-            queues[k].append(j)
-    pairs = []
-    for i in left_a:
-        k = key(rows_a[i])
-        if k is not None and queues.get(k):
-            pairs.append((i, queues[k].popleft()))
-    return pairs
-
-
-def _time(row: dict | None) -> float:
-    t = row["t_roofline_s"] if row else None
-    return float(t) if isinstance(t, int | float) and t == t else 0.0
+COMPARE_COLUMNS = (
+    "op_name", "source", "opcode", "shape", "shape_other", "name", "name_other", "bound",
+    "bound_other", "t_roofline_s", "t_roofline_s_other", "delta_s", "flipped", "match",
+)  # fmt: skip
 
 
 def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
-    """Match the ops of two runs by identity and report flipped verdicts and time deltas.
+    """The CLI's comparison of two runs (:func:`hlo_roofline.diff.compare`), shaped for the tab.
 
-    Ops are paired on (op_name, source, opcode, shape without layout), the k-th occurrence with the
-    k-th; ops left over are then paired on (op_name, source, opcode) when they carry an op_name or a
-    source (the same program at another size). Rows are sorted flipped first, then by |delta|. With ``chip``
-    both runs are re-classified for that chip; without it each keeps its own.
+    With ``chip`` both runs are judged on that chip first; without it the second run is judged on
+    the first run's chip, as ``hlo-roofline diff`` does (``note`` says so).
     """
-    payload_a, payload_b = load(dir_a, chip)[0], load(dir_b, chip)[0]
-    rows_a, rows_b = _rows(payload_a), _rows(payload_b)
-    left_a, left_b = list(range(len(rows_a))), list(range(len(rows_b)))
-    matched: list[tuple[int, int, str]] = []
-
-    def exact(r):
-        return (r["op_name"], r["source"], r["opcode"], _shape_key(r["shape"]))
-
-    def loose(r):
-        return (r["op_name"], r["source"], r["opcode"]) if (r["op_name"] or r["source"]) else None
-
-    for key, how in ((exact, "exact"), (loose, "shape")):
-        pairs = _pair(rows_a, rows_b, left_a, left_b, key)
-        matched += [(i, j, how) for i, j in pairs]
-        used_a, used_b = {i for i, _ in pairs}, {j for _, j in pairs}
-        left_a = [i for i in left_a if i not in used_a]
-        left_b = [j for j in left_b if j not in used_b]
-
-    sides = (
-        [(rows_a[i], rows_b[j], how) for i, j, how in matched]
-        + [(rows_a[i], None, "only_run") for i in left_a]
-        + [(None, rows_b[j], "only_other") for j in left_b]
+    report_a, report_b, note = judged_alike(_report(dir_a, chip), _report(dir_b, chip))
+    diff = diff_compare(report_a, report_b)  # b is on a's chip already: compared as it is
+    ops = diff.ops
+    matched = ops["name_a"].notna() & ops["name_b"].notna()
+    frame = pd.DataFrame(
+        {
+            "op_name": ops["op_name"],
+            "source": ops["source"],
+            "opcode": ops["opcode"],
+            "shape": ops["shape_a"],
+            "shape_other": ops["shape_b"],
+            "name": ops["name_a"],
+            "name_other": ops["name_b"],
+            "bound": ops["bound_a"],
+            "bound_other": ops["bound_b"],
+            "t_roofline_s": ops["t_roofline_s_a"],
+            "t_roofline_s_other": ops["t_roofline_s_b"],
+            "delta_s": ops["delta_s"],
+            "flipped": ops["change"] == "flipped",
+            "match": ops["change"].map({"added": "only_other", "removed": "only_run"}).fillna(
+                "matched"
+            ),
+        },
+        columns=list(COMPARE_COLUMNS),
     )
-    data = []
-    counts = {"matched": len(matched), "flipped": 0, "only_run": len(left_a)}
-    counts["only_other"] = len(left_b)
-    for a, b, how in sides:
-        t_a, t_b = _time(a), _time(b)
-        if t_a == 0 and t_b == 0:
-            continue  # bookkeeping on both sides (parameters, tuples, bitcasts)
-        ident = a or b
-        flipped = a is not None and b is not None and a["bound"] != b["bound"]
-        counts["flipped"] += flipped
-        data.append(
-            [
-                ident["op_name"],
-                ident["source"],
-                ident["opcode"],
-                a["shape"] if a else None,
-                b["shape"] if b else None,
-                a["name"] if a else None,
-                b["name"] if b else None,
-                a["bound"] if a else None,
-                b["bound"] if b else None,
-                t_a if a else None,
-                t_b if b else None,
-                t_b - t_a,
-                flipped,
-                how,
-            ]
-        )
-    data.sort(key=lambda r: (not r[12], -abs(r[11])))
+    data = frame.astype(object).where(frame.notna(), None).to_numpy().tolist()
 
-    def side(payload: dict) -> dict:
-        s = payload.get("summary") or {}
-        keys = ("chip", "chip_name", "step_time_lower_s", "step_time_upper_s", "mfu_upper_bound")
-        return {"module": payload.get("module"), "ops": len(payload["data"])} | {
+    def side(report, step: float) -> dict:
+        s = report.summary
+        keys = ("chip", "chip_name", "step_time_upper_s", "mfu_upper_bound")
+        return {"module": report.module, "ops": len(report.ops), "step_time_lower_s": step} | {
             k: s.get(k) for k in keys
         }
 
     return {
-        "chip": chips.resolve(chip) if chip else None,
-        "summary": {"run": side(payload_a), "other": side(payload_b)},
-        "counts": counts,
+        "chip": diff.chip,
+        "note": note,
+        "summary": {"run": side(report_a, diff.step_a), "other": side(report_b, diff.step_b)},
+        "counts": {
+            "matched": int(matched.sum()),
+            "flipped": len(diff.flipped),
+            "only_run": len(diff.removed),
+            "only_other": len(diff.added),
+        },
         "columns": list(COMPARE_COLUMNS),
         "data": data,
     }
+
+
+def _report(report_dir: str, chip: str | None) -> Report:
+    """A run's report as the routes serve it (cached; re-judged for ``chip`` when given)."""
+    return load(report_dir, chip)[2]

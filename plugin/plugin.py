@@ -5,13 +5,13 @@ Runs are directories ``<logdir>/<run>/plugins/hlo_roofline/`` holding ``report.j
 No event file is needed: the plugin walks the logdir itself.
 
 This module is what TensorBoard imports at startup, so it imports only the standard library,
-tensorboard and werkzeug. Reading, re-classifying and comparing reports (hlo_roofline, pandas)
-happens in :mod:`hlo_roofline_tensorboard._data`, imported by the first request that needs it.
+tensorboard, werkzeug and the logdir layout (``hlo_roofline`` loads its names lazily: no JAX, no
+pandas). Reading, re-classifying and comparing reports (pandas) happens in
+:mod:`hlo_roofline_tensorboard._data`, imported by the first request that needs it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -24,12 +24,12 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
+from hlo_roofline_tensorboard._json import dumps
+
 logger = logging.getLogger(__name__)
 
-PLUGIN_NAME = "hlo_roofline"
 TAB_NAME = "HLO Roofline"
-REPORT_JSON = "report.json"
-REPORT_CSV = "report.csv"
 TOP_RUN = "."
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -53,25 +53,6 @@ class BadRequest(ValueError):
 
 class NotFound(LookupError):
     """A well-formed run that has no report (answered with 404)."""
-
-
-def _json_safe(value):
-    """``value`` with NaN and ±inf replaced by None (JSON has neither)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def dumps(value) -> str:
-    """Strict JSON (no NaN tokens, which ``JSON.parse`` rejects)."""
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        return json.dumps(_json_safe(value), allow_nan=False, separators=(",", ":"))
 
 
 def _json_response(request, value, code: int = 200):

@@ -136,6 +136,7 @@ def first_chip_flip(report: Report, chips: list[str]) -> tuple[str, str, str, st
 # The same program compiled for two targets, each judged on its own chip: candidates for a compare
 # that flips a verdict (the first that does is used; chip data and fixtures evolve).
 COMPARE_CANDIDATES = [
+    ("gpt_tiny", ("tpu_v5e", "v5e"), ("h100", "h100-sxm")),  # fusion differs: up/down flip on v5e
     ("random", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
     ("reductions", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
     ("fsdp_train_step", ("tpu_v5e", "v5e"), ("tpu_v5p", "v5p")),
@@ -153,11 +154,12 @@ def _verdicts(report: Report) -> dict[tuple[str, str], set[str]]:
 
 def write_flipping_pair(logdir: Path) -> tuple[str, str]:
     """Write the first candidate pair where an op (same op_name and opcode, one verdict on each
-    side) changes its verdict; return the two run names."""
+    side) changes its verdict, the second run judged on the first's chip as every comparison
+    (``hlo_roofline.diff.compare``) does; return the two run names."""
     for program, (target_a, chip_a), (target_b, chip_b) in COMPARE_CANDIDATES:
         a = fixture_report(program, target_a, chip_a)
         b = fixture_report(program, target_b, chip_b)
-        va, vb = _verdicts(a), _verdicts(b)
+        va, vb = _verdicts(a), _verdicts(b.classify(chip_a))
         if any(len(va[k]) == len(vb[k]) == 1 and va[k] != vb[k] for k in va.keys() & vb.keys()):
             runs = f"{program}/{target_a}", f"{program}/{target_b}"
             a.write_tensorboard(logdir, runs[0])

@@ -239,6 +239,17 @@ def test_rules_file_and_pyproject(workdir, tmp_path, monkeypatch):
     invoke("check", str(workdir / "elementwise.json"), "--require", "memory")
 
 
+def test_max_exposed_comm_gate_and_summary(workdir):
+    hlo = "fixtures/fsdp_train_step/h100.hlo.txt"
+    output = invoke("hlo", hlo, "--chip", "h100", "--json", "fsdp.json").output
+    assert "step time as scheduled: " in output and "exposed" in output
+    share = Report.read(workdir / "fsdp.json").summary["exposed_comm_share"] * 100
+    result = invoke("check", "fsdp.json", "--max-exposed-comm", f"{share - 1:.1f}", code=1)
+    assert re.search(r"max-exposed-comm\s+\(step\)\s+communication", result.stdout)
+    invoke("check", "fsdp.json", "--max-exposed-comm", f"{share + 1:.1f}")
+    invoke("check", "fsdp.json", "--max-exposed-comm", "101", code=2)
+
+
 def test_check_json_output(workdir):
     result = invoke("check", "elementwise.json", "--require", "compute", "--format", "json", code=1)
     data = json.loads(result.stdout)

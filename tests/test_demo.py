@@ -15,7 +15,8 @@ import pytest
 from conftest import shared_cache_dir
 
 from hlo_roofline import Report, chips, demo
-from hlo_roofline.report import TENSORBOARD_PLUGIN, scope_of
+from hlo_roofline.logdir import PLUGIN_NAME
+from hlo_roofline.report import scope_of
 
 RUNS = [run for run, _, _ in demo.RUNS]
 
@@ -42,7 +43,7 @@ def test_demo_writes_every_output(demo_run):
         for suffix in (".csv", ".json"):
             assert Report.read(out / f"{run}{suffix}").ops.shape[0] > 100
         assert (out / f"{run}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        plugin = out / run / "plugins" / TENSORBOARD_PLUGIN
+        plugin = out / run / "plugins" / PLUGIN_NAME
         assert json.loads((plugin / "report.json").read_text())["format"] == "hlo_roofline.report"
         assert Report.read(out / run).summary["chip"] == Report.read(out / f"{run}.json").chip
     assert printed.rstrip().endswith(f"tensorboard --logdir {out}")

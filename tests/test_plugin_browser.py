@@ -74,6 +74,7 @@ def logdir(tmp_path_factory) -> Path:
     write_corrupt(root, "broken")
     write_corrupt(root, CORRUPT_FIRST)
     too_big_for_v5e().write_tensorboard(root, "too_big")
+    fixture_report("fsdp_train_step", "h100", "h100-sxm").write_tensorboard(root, "fsdp/h100")
     return root
 
 
@@ -699,3 +700,12 @@ def test_ops_group_by_user_line_and_scope_and_show_their_stack(page, server, log
     names = scopes.locator('.hr-body [data-key="scope"]').all_text_contents()
     assert {"attention/qkv", "mlp/up", "logits"} <= set(names)
     assert len(names) == min(len(report.rollup("scope")), len(names))
+
+
+def test_exposed_communication_is_in_the_summary(page, server, logdir):
+    summary = read(logdir, "fsdp/h100").summary
+    assert summary["exposed_comm_s"] > 0  # XLA put the weight all-gathers where nothing hides them
+    open_plugin(page, server, "fsdp/h100")
+    text = page.locator("[data-card=scheduled]").text_content()
+    assert "step as scheduled" in text and "exposed" in text
+    assert f"({summary['exposed_comm_share'] * 100:.1f}% of the step)" in text

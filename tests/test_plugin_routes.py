@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -83,12 +84,15 @@ def test_entry_point_resolves_to_the_loader():
 
 
 def test_plugin_module_imports_light():
+    """TensorBoard imports the plugin at start-up: no pandas, numpy or JAX; of hlo_roofline only
+    the logdir layout (its package loads names lazily)."""
     code = (
         "import sys, hlo_roofline_tensorboard.plugin as p; "
-        "print(sorted(m for m in ('pandas', 'numpy', 'jax', 'hlo_roofline') if m in sys.modules))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pandas', 'numpy', 'jax', 'hlo_roofline')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.strip() == str(["hlo_roofline", "hlo_roofline._jax_env", "hlo_roofline.logdir"])
 
 
 def test_listing_shows_an_iframe_tab(client):
@@ -285,23 +289,21 @@ def _compare_rows(body):
 def test_compare_with_itself_is_all_matched(client, logdir):
     body = get_json(client, "/compare?run=mlp/v5e&other=mlp/v5e")
     report = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json")
-    assert body["counts"] == {
-        "matched": len(report.ops),
-        "flipped": 0,
-        "only_run": 0,
-        "only_other": 0,
-    }
+    timed = int((report.ops["t_roofline_s"] > 0).sum())  # ops that take no time are not compared
+    assert body["counts"] == {"matched": timed, "flipped": 0, "only_run": 0, "only_other": 0}
     rows = _compare_rows(body)
-    assert len(rows) == int((report.ops["t_roofline_s"] > 0).sum())
+    assert len(rows) == timed
     assert all(r["delta_s"] == 0 and r["name"] == r["name_other"] for r in rows)
 
 
 def test_compare_two_targets_lists_flipped_ops(client, logdir):
-    """One program compiled for two targets, each judged on its own chip: some verdicts flip."""
+    """One program compiled for two targets: the second is judged on the first's chip, as the
+    CLI's diff does, and some verdicts flip."""
     run_a, run_b = (f"pair/{run}" for run in PAIR)
     report_a = Report.read(logdir / run_a / "plugins/hlo_roofline/report.json")
     report_b = Report.read(logdir / run_b / "plugins/hlo_roofline/report.json")
-    a, b = report_a.ops, report_b.ops
+    judged_b = report_b.classify(report_a.chip)
+    a, b = report_a.ops, judged_b.ops
     body = get_json(client, f"/compare?run={run_a}&other={run_b}")
     rows = _compare_rows(body)
     flipped = [r for r in rows if r["flipped"]]
@@ -315,8 +317,35 @@ def test_compare_two_targets_lists_flipped_ops(client, logdir):
         assert op_a["op_name"] == op_b["op_name"] == r["op_name"]
         assert op_a["opcode"] == op_b["opcode"] == r["opcode"]
         assert r["delta_s"] == pytest.approx(op_b["t_roofline_s"] - op_a["t_roofline_s"])
-    assert body["summary"]["run"]["chip"] == report_a.summary["chip"]
-    assert body["summary"]["other"]["chip"] == report_b.summary["chip"]
+    assert body["summary"]["run"]["chip"] == body["summary"]["other"]["chip"] == report_a.chip
+    assert body["note"].startswith(f"re-judged against {report_a.chip}")
+
+
+@pytest.mark.parametrize("pair", ["flipping", "random"])
+def test_the_tab_and_the_cli_compare_alike(client, logdir, pair):
+    """One comparison for every face: the tab's route and `hlo-roofline diff --format json`."""
+    from click.testing import CliRunner
+
+    from hlo_roofline import cli
+
+    run_a, run_b = (
+        [f"pair/{run}" for run in PAIR] if pair == "flipping"
+        else ["random/tpu_v5e", "random/tpu_v5p"]
+    )  # fmt: skip
+    files = [logdir / run / "plugins/hlo_roofline/report.json" for run in (run_a, run_b)]
+    result = CliRunner().invoke(cli.main, ["diff", *map(str, files), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    cli_diff = json.loads(result.output)
+    body = get_json(client, f"/compare?run={run_a}&other={run_b}")
+    counts = body["counts"]
+    assert (counts["flipped"], counts["only_other"], counts["only_run"]) == (
+        cli_diff["flipped"], cli_diff["added"], cli_diff["removed"],
+    )  # fmt: skip
+    assert len(body["data"]) == len(cli_diff["ops"])
+    assert body["summary"]["other"]["step_time_lower_s"] == pytest.approx(cli_diff["step_b_s"])
+    pairs_tab = sorted((r["name"] or "", r["name_other"] or "") for r in _compare_rows(body))
+    pairs_cli = sorted((o["name_a"] or "", o["name_b"] or "") for o in cli_diff["ops"])
+    assert pairs_tab == pairs_cli
 
 
 def test_compare_on_one_chip(client):
@@ -411,3 +440,17 @@ def test_report_payload_carries_scope_and_user_function(client):
     assert {"user_source", "call_stack", "scope", "user_function"} <= set(columns)
     stack = columns.index("call_stack")
     assert all(0 <= row[stack] < len(body["call_stacks"]) for row in body["data"])
+
+
+def test_one_palette_for_the_tab_and_the_plot():
+    """The tab's bound colours are the PNG/SVG plot's, and the stylesheet defines none of its own."""
+    from pathlib import Path
+
+    from hlo_roofline.plot import COLORS
+
+    static = Path(tb_plugin.__file__).parent / "static"
+    util = (static / "util.js").read_text()
+    block = util[util.index("export const BOUND_COLORS") :].split("};")[0]
+    tab = dict(re.findall(r"(\w+): \"(#[0-9a-f]{6})\"", block))
+    assert {bound: tab[bound] for bound in COLORS} == COLORS
+    assert not re.search(r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text())

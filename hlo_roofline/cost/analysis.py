@@ -14,7 +14,12 @@ import numpy as np
 
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import COST_MODELS, Cost, CostContext, array_bytes, callee
-from hlo_roofline.cost.collectives import COLLECTIVES, find_collective
+from hlo_roofline.cost.collectives import (
+    COLLECTIVES,
+    async_start_of,
+    find_collective,
+    group_text,
+)
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
 from hlo_roofline.cost.linalg import matmul_geometry
 from hlo_roofline.hlo import attrs
@@ -29,7 +34,9 @@ ROW_COLUMNS = (
     "name", "opcode", "computation", "count", "flops", "transcendentals", "bytes_accessed",
     "comm_bytes", "vmem_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name",
     "source", "user_source", "note",
-    "fused_ops", "collective", "group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "call_stack",
+    "fused_ops", "collective", "group_size", "replica_group", "waits_for",
+    "mm_batch", "mm_m", "mm_n", "mm_k", "xla_cycles",
+    "prefetch_for", "call_stack",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _RULE_ERRORS = (
@@ -41,6 +48,7 @@ _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = (
     "count", "flops", "transcendentals", "bytes_accessed", "comm_bytes", "vmem_bytes",
+    "xla_cycles",
 )  # fmt: skip
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
@@ -174,8 +182,11 @@ def rows(
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
+    groups: dict[int, str] = {}  # id(collective) -> the devices it talks to (group_text)
+    in_flight: frozenset[str] | None = None  # channels of TPU async collectives (found once)
     # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
+    prefetches = _prefetch_consumers(module) if vmem_layouts else {}
     table: list[tuple] = []
     for instr, count, cost in ops:
         code = instr.opcode
@@ -200,7 +211,9 @@ def rows(
             if instr.called:
                 body = bodies.get(id(instr.called[0]))
                 if body is None:
-                    body = bodies[id(instr.called[0])] = _Body(instr)
+                    if in_flight is None:
+                        in_flight = attrs.in_flight_channels(module)
+                    body = bodies[id(instr.called[0])] = _Body(instr, in_flight)
                 fused, found, geometry = body.fused_ops, body.collective, body.geometry
                 dtype, precision = body.matmul_dtype or dtype, body.matmul_precision
         else:
@@ -219,7 +232,21 @@ def rows(
                 geometry = _geometry(instr)
                 precision = _precision(instr) if geometry else ""
         batch, m, n, k = geometry or _NO_GEOMETRY
+        group = ""
+        if found is not None:
+            group = groups.get(id(found))
+            if group is None:
+                group = groups[id(found)] = _group_text(found, module)
+        waits_for = ""
+        if code.endswith("-done") or code == "fusion":
+            start = _async_start(instr)
+            waits_for = start.name if start is not None else ""
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
+        cycles = (  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
+            attrs.estimated_cycles(instr)
+            if "estimated_cycles" in instr_attrs.get("backend_config", "")
+            else None
+        )
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
         table.append((
@@ -228,7 +255,9 @@ def rows(
             vmem * count, cost.unknown, kind, dtype, precision, described[0], meta[0], meta[1],
             meta[2], "; ".join(cost.notes) if cost.notes else "", fused,
             found.opcode.removesuffix("-start") if found is not None else "",
-            _group_size(found, module) if found is not None else 0, batch, m, n, k, meta[3],
+            _group_size(found, module) if found is not None else 0, group, waits_for,
+            batch, m, n, k, cycles * count if cycles is not None else math.nan,
+            prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3],
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
             _transpose_onto(columns, table)
@@ -254,6 +283,40 @@ def _attribution(meta: Metadata, module: Module) -> tuple[str, str, str, str]:
         attrs.frame_text(user) if user else "",
         "\n".join(map(attrs.frame_text, frames)),
     )
+
+
+def _in_vmem(shape) -> bool:
+    return shape.layout is not None and shape.layout.memory_space == VMEM
+
+
+def _prefetch_consumers(module: Module) -> dict[int, str]:
+    """``id(copy-start) -> the ops that read its copy-done`` (comma-separated), for every async
+    copy from HBM into VMEM: such a copy exists only to feed them (XLA's prefetch)."""
+    found: dict[int, str] = {}
+    for comp in module.computations.values():
+        dones = {}
+        for instr in comp.instructions:
+            if instr.opcode != "copy-done" or not instr.operands:
+                continue
+            start = instr.operands[0]
+            leaves = start.shape.leaves() if start.opcode == "copy-start" else []
+            if len(leaves) >= 2 and _in_vmem(leaves[0]) and not _in_vmem(leaves[1]):
+                dones[id(instr)] = start
+        if not dones:
+            continue
+        readers: dict[int, list[str]] = {}
+        aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
+        for instr in comp.instructions:
+            for op in dict.fromkeys(instr.operands):
+                start = aliases.get(id(op))
+                if start is None:
+                    continue
+                if instr.opcode == "bitcast":
+                    aliases[id(instr)] = start
+                else:
+                    readers.setdefault(id(start), []).append(instr.name)
+        found.update({key: ",".join(names) for key, names in readers.items()})
+    return found
 
 
 def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -> int:
@@ -284,7 +347,7 @@ class _Body:
 
     __slots__ = ("collective", "fused_ops", "geometry", "matmul_dtype", "matmul_precision")
 
-    def __init__(self, fusion: Instruction) -> None:
+    def __init__(self, fusion: Instruction, in_flight: frozenset[str]) -> None:
         counts: dict[str, int] = {}
         matmul = collective = None
         has_geometry = False
@@ -301,7 +364,12 @@ class _Body:
             matmul.operands[0].shape.dtype if matmul is not None and matmul.operands else None
         )
         self.fused_ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
-        self.collective = collective
+        continued = (
+            collective is not None
+            and collective.attrs.get("channel_id") in in_flight
+            and attrs.async_marker(fusion) != attrs.ASYNC_COLLECTIVE_MARKERS[0]
+        )  # a fusion that only continues (or finishes) a TPU async collective started earlier
+        self.collective = None if continued else collective
         self.geometry = _geometry(fusion) if has_geometry else None
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
@@ -327,6 +395,20 @@ def _group_size(collective: Instruction, module: Module) -> int:
         return attrs.replica_group_size(collective, module)
     except _RULE_ERRORS:
         return 0  # replica_groups it cannot read: the op's own row is flagged by its rule
+
+
+def _group_text(collective: Instruction, module: Module) -> str:
+    try:
+        return group_text(collective, module)
+    except (*_RULE_ERRORS, RecursionError):
+        return ""  # groups it cannot read: priced as one ring (see hlo_roofline.interconnect)
+
+
+def _async_start(done: Instruction) -> Instruction | None:
+    try:
+        return async_start_of(done)
+    except (*_RULE_ERRORS, RecursionError):
+        return None
 
 
 def _geometry(instr: Instruction) -> tuple[int, int, int, int] | None:

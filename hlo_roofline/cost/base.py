@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape
 
 COST_MODELS = ("roofline", "xla")
@@ -177,6 +178,7 @@ class CostContext:
     _computation_costs: dict[str, Cost] = field(default_factory=dict)
     _sizes: dict[int, int] = field(default_factory=dict)
     _users: dict[str, dict[int, list[Instruction]]] = field(default_factory=dict)
+    _in_flight: frozenset[str] | None = None
 
     @property
     def roofline(self) -> bool:
@@ -227,6 +229,12 @@ class CostContext:
                 notes=(f"no cost rule for opcode '{instr.opcode}'",),
             )
         return fn(instr, self)
+
+    def in_flight_channels(self) -> frozenset[str]:
+        """Channels of collectives launched by TPU async-collective starts (memoized)."""
+        if self._in_flight is None:
+            self._in_flight = attrs.in_flight_channels(self.module)
+        return self._in_flight
 
     def users(self, comp: Computation) -> dict[int, list[Instruction]]:
         """``id(instruction) -> its distinct users`` within one computation (memoized)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hlo_roofline.cost.base import Cost, CostContext, rule
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Instruction, Shape
+from hlo_roofline.hlo.ir import Instruction, Module, Shape
 
 
 def group_size(instr: Instruction, ctx: CostContext) -> int:
@@ -118,4 +118,81 @@ def find_collective(instr: Instruction) -> Instruction | None:
             found = find_collective(inner)
             if found is not None:
                 return found
+    return None
+
+
+def group_text(instr: Instruction, module: Module) -> str:
+    """The devices a collective talks to, as a report stores them: its first replica group
+    (``0-3``, ``0-28:4``, ``0-3,16-19``) or a permute's pairs (``0>1,1>2``), then ``of`` the
+    devices of the program (``0-3 of 32``): enough to place the group on a topology later."""
+    devices = max(module.num_partitions * module.replica_count, 1)
+    if instr.opcode.removesuffix("-start") == "collective-permute":
+        pairs = attrs.ints(instr, "source_target_pairs")
+        body = ",".join(f"{a}>{b}" for a, b in zip(pairs[::2], pairs[1::2], strict=True))
+        return f"{body} of {max(devices, max(pairs, default=-1) + 1)}"
+    if instr.opcode in ("send", "recv"):
+        return ""
+    group = sorted(attrs.replica_groups(instr, module)[0])
+    return f"{_ranges(group)} of {max(devices, group[-1] + 1 if group else 0)}"
+
+
+def _ranges(ids: list[int]) -> str:
+    """Sorted ids as runs of equal steps: ``0-3``, ``0-28:4``, ``5``."""
+    parts, i = [], 0
+    while i < len(ids):
+        step = ids[i + 1] - ids[i] if i + 1 < len(ids) else 1
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] - ids[j] == step:
+            j += 1
+        if j - i >= 2 or (j == i + 1 and step == 1):  # a run (two apart is two singles)
+            parts.append(f"{ids[i]}-{ids[j]}" + (f":{step}" if step != 1 else ""))
+            i = j + 1
+        else:
+            parts.append(str(ids[i]))
+            i += 1
+    return ",".join(parts)
+
+
+def parse_group_text(text: str) -> tuple[list[int] | None, list[tuple[int, int]] | None, int]:
+    """A row's group text read back: (group ids, or a permute's pairs, devices in the program)."""
+    body, _, devices = text.rpartition(" of ")
+    total = int(devices) if devices.isdigit() else 0
+    if ">" in body:
+        pairs = [tuple(int(v) for v in item.split(">")) for item in body.split(",")]
+        return None, [(a, b) for a, b in pairs], total
+    ids: list[int] = []
+    for item in filter(None, body.split(",")):
+        first, _, rest = item.partition("-")
+        last, _, step = rest.partition(":")
+        ids.extend(range(int(first), int(last or first) + 1, int(step or 1)))
+    return ids, None, total
+
+
+ASYNC_START_MARKER, ASYNC_DONE_MARKER = attrs.ASYNC_COLLECTIVE_MARKERS
+_SEARCH_LIMIT = 256  # ops looked at, walking back from a TPU async-collective done to its start
+
+
+def async_start_of(done: Instruction) -> Instruction | None:
+    """The op that launched what ``done`` waits for: an ``X-start``, ``async-start``, ``send`` or
+    ``recv`` (its operand), or for a TPU async-collective done fusion the start fusion upstream.
+    None if ``done`` waits for nothing (or its start is in another computation)."""
+    code = done.opcode
+    if code.endswith("-done") and done.operands:
+        start = done.operands[0]
+        while start.opcode.endswith("-update") and start.operands:  # async-start → update → done
+            start = start.operands[0]
+        launched = start.opcode.endswith("-start") or start.opcode in ("send", "recv")
+        return start if launched else None  # e.g. a loop-carried start of a pipelined collective
+    if code != "fusion" or attrs.async_marker(done) != ASYNC_DONE_MARKER:
+        return None
+    seen: set[int] = set()
+    queue = list(done.operands)
+    while queue and len(seen) < _SEARCH_LIMIT:
+        op = queue.pop(0)
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        if op.opcode == "fusion" and attrs.async_marker(op) == ASYNC_START_MARKER:
+            return op
+        queue.extend(op.operands)
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hlo_roofline.cost.base import Cost, CostContext, rule
 from hlo_roofline.cost.data_movement import gather, scatter
+from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction
 
 IMMEDIATE_CONSTANT_MAX_ELEMENTS = 1  # larger constants inside a fusion are read from memory
@@ -19,10 +20,11 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
             if inner.opcode == "scatter":
                 return scatter(inner, ctx)
     inner = ctx.computation(body)
-    if ctx.roofline and body.root.opcode == "custom-call":
-        marker = body.root.attrs.get("custom_call_target", "").strip('"')
+    if ctx.roofline:
+        marker = attrs.async_marker(instr)
         if marker in ASYNC_MARKERS:  # a TPU async collective split into start/done fusions
             return _async_collective_half(instr, inner, marker, ctx)
+        inner = _without_continued(body, inner, ctx)
     written = _output_bytes(instr, body, ctx)
     constants = sum(
         ctx.size(i.shape)
@@ -52,7 +54,25 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
     )
 
 
-ASYNC_MARKERS = ("AsyncCollectiveStart", "AsyncCollectiveDone")
+ASYNC_MARKERS = attrs.ASYNC_COLLECTIVE_MARKERS
+
+
+def _without_continued(body: Computation, inner: Cost, ctx: CostContext) -> Cost:
+    """A fusion's inner cost less the collectives it only continues (priced at their start)."""
+    channels = ctx.in_flight_channels()
+    if not channels:
+        return inner
+    continued = [
+        ctx.cost(i)
+        for i in body.instructions
+        if i.opcode != "parameter" and i.attrs.get("channel_id") in channels
+    ]
+    if not continued:
+        return inner
+    return inner.replace(
+        flops=inner.flops - sum(c.flops for c in continued),
+        comm_bytes=inner.comm_bytes - sum(c.comm_bytes for c in continued),
+    )
 
 
 def _async_collective_half(instr: Instruction, inner: Cost, marker: str, ctx: CostContext) -> Cost:

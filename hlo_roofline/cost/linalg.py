@@ -159,15 +159,32 @@ def dot_geometry(lhs: Shape, rhs: Shape, numbers: attrs.DotDims) -> tuple[int, i
 def conv_geometry(
     instr: Instruction, lhs: Shape, rhs: Shape, out: Shape
 ) -> tuple[int, int, int, int]:
-    """A convolution as a matmul: M = images × output positions, N = output features,
-    K = input features per group × kernel taps."""
+    """A convolution as a matmul (batch, M, N, K), with 2·batch·M·N·K its FLOPs.
+
+    M = images × output positions, N = output features per group, K = input features per group ×
+    the real kernel taps each output sees (padding taps left out). Feature groups are a batch of
+    matmuls (depthwise: N = 1). A spatial dim where every output meets exactly one of W > 1
+    distinct taps on its own input element is a batch dim: XLA:TPU lowers a batched dot
+    (attention's ``btnh,bsnh->bnts``) that way, with ``lhs_dilate`` = window size."""
     dims = attrs.conv_dims(instr)
     groups = attrs.int_attr(instr, "feature_group_count", 1)
-    m = out.dims[dims.output_batch] * math.prod(out.dims[d] for d in dims.output_spatial)
-    k = (lhs.dims[dims.input_feature] // groups) * math.prod(
-        rhs.dims[d] for d in dims.kernel_spatial
-    )
-    return 1, m, out.dims[dims.output_feature], k
+    batch_groups = attrs.int_attr(instr, "batch_group_count", 1)
+    batch, positions, taps = groups * batch_groups, 1, 1
+    for i, w in enumerate(attrs.window(instr)):
+        kernel = rhs.dims[dims.kernel_spatial[i]]
+        outputs = out.dims[dims.output_spatial[i]]
+        inputs = lhs.dims[dims.input_spatial[i]]
+        pairs = _valid_positions(
+            w, Extent(0, 1, kernel), Extent(0, 1, outputs), Extent(0, 1, inputs)
+        )
+        if kernel > 1 and pairs == outputs == inputs == kernel:  # a batch dim in disguise
+            batch *= outputs
+        else:
+            positions *= outputs
+            taps *= pairs
+    m = out.dims[dims.output_batch] // batch_groups * positions
+    k = (lhs.dims[dims.input_feature] // groups) * max(round(taps / max(positions, 1)), 1)
+    return batch, m, out.dims[dims.output_feature] // (groups * batch_groups), k
 
 
 def matmul_geometry(instr: Instruction) -> tuple[int, int, int, int] | None:

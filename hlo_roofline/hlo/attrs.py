@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from hlo_roofline.hlo.ir import Instruction, Metadata, Module, StackFrame
 
 _INT = re.compile(r"-?\d+")
@@ -175,6 +177,30 @@ def _parse_json(text: str | None) -> dict:
     except (ValueError, TypeError, RecursionError):  # RecursionError: nested thousands deep
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def estimated_cycles(instr: Instruction) -> float | None:
+    """XLA:TPU's own cycle estimate for the op as compiled (``"estimated_cycles"`` in its
+    ``backend_config``, at any depth), or None where the compiler recorded none."""
+    if "estimated_cycles" not in instr.attrs.get("backend_config", ""):
+        return None
+    found = _find_key(backend_config(instr), "estimated_cycles")
+    try:
+        return float(found) if found is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _find_key(node, key: str):
+    if isinstance(node, dict):
+        if key in node:
+            return node[key]
+        node = list(node.values())
+    if isinstance(node, list):
+        for value in node:
+            if isinstance(value, dict | list) and (found := _find_key(value, key)) is not None:
+                return found
+    return None
 
 
 def known_trip_count(instr: Instruction) -> int | None:
@@ -363,6 +389,48 @@ def fusion_kind(instr: Instruction) -> str:
     return f"{kind}:{sub}" if sub else kind
 
 
+def replica_groups(instr: Instruction, module: Module) -> list[list[int]]:
+    """Every group of a collective as device (partition) ids, from any ``replica_groups`` form.
+
+    Explicit ``{{0,1},{2,3}}``; iota ``[G,S]<=[d0,d1]T(1,0)`` (an iota over the devices, reshaped,
+    transposed, cut into G groups of S); mesh ``mesh['a'=4,'b'=2] {'b'}`` (the devices of a
+    row-major mesh varying along the named axes); none or ``{}``: every participant in one group.
+    """
+    return _cached(instr, "groups", lambda: _groups(instr, module))
+
+
+def participants(instr: Instruction, module: Module) -> int:
+    """Devices taking part in a collective when its groups do not list them."""
+    if "use_global_device_ids" in instr.attrs:
+        return module.replica_count * module.num_partitions
+    return module.num_partitions if "channel_id" in instr.attrs else module.replica_count
+
+
+def _groups(instr: Instruction, module: Module) -> list[list[int]]:
+    text = instr.attrs.get("replica_groups", "").strip()
+    if text.startswith("["):
+        shape_text, _, devices = text.partition("<=")
+        shape = [int(d) for d in _INT.findall(shape_text)]
+        dims_text, _, perm_text = devices.partition("T")
+        ids = np.arange(math.prod(int(d) for d in _INT.findall(dims_text)))
+        ids = ids.reshape([int(d) for d in _INT.findall(dims_text)])
+        if perm_text:
+            ids = ids.transpose([int(d) for d in _INT.findall(perm_text)])
+        return ids.reshape(shape[0], -1).tolist() if shape else [ids.ravel().tolist()]
+    if text.startswith("mesh"):
+        axes, _, chosen = text.partition("]")
+        named = re.findall(r"'([^']+)'=(\d+)", axes)
+        sizes = [int(size) for _, size in named]
+        picked = [i for i, (name, _) in enumerate(named) if f"'{name}'" in chosen]
+        ids = np.arange(math.prod(sizes)).reshape(sizes)
+        kept = [i for i in range(len(sizes)) if i not in picked]
+        size = math.prod(sizes[i] for i in picked)
+        return ids.transpose(kept + picked).reshape(-1, size).tolist()
+    groups = [[int(v) for v in _INT.findall(g)] for g in re.findall(r"\{([^{}]*)\}", text)]
+    groups = [g for g in groups if g]
+    return groups or [list(range(participants(instr, module)))]
+
+
 def replica_group_size(instr: Instruction, module: Module) -> int:
     """Devices in one group of a collective, from any of the three ``replica_groups`` forms."""
     return _cached(instr, "group_size", lambda: _group_size(instr, module))
@@ -382,7 +450,34 @@ def _group_size(instr: Instruction, module: Module) -> int:
     first = next((g for g in groups if g.strip()), None)
     if first is not None:
         return len(_INT.findall(first))
-    # Empty groups: every participant of the collective's mode.
-    if "use_global_device_ids" in instr.attrs:
-        return module.replica_count * module.num_partitions
-    return module.num_partitions if "channel_id" in instr.attrs else module.replica_count
+    return participants(instr, module)  # empty groups: every participant of the collective's mode
+
+
+ASYNC_COLLECTIVE_MARKERS = ("AsyncCollectiveStart", "AsyncCollectiveDone")
+
+
+def async_marker(fusion: Instruction) -> str:
+    """``AsyncCollectiveStart``/``Done`` for the halves of a TPU async collective, else ``""``."""
+    root = fusion.called[0].root if fusion.called else None
+    if root is None or root.opcode != "custom-call":
+        return ""
+    marker = root.attrs.get("custom_call_target", "").strip('"')
+    return marker if marker in ASYNC_COLLECTIVE_MARKERS else ""
+
+
+def in_flight_channels(module: Module) -> frozenset[str]:
+    """Channels of the collectives TPU async-collective start fusions launch.
+
+    XLA:TPU fuses the later steps of such a collective into the fusions scheduled while it is in
+    flight (a matmul "continuing" an all-gather) and into its done fusion: the same collective,
+    same ``channel_id``, already priced at its start.
+    """
+    channels = set()
+    for comp in module.computations.values():
+        root = comp.root
+        if root is None or root.opcode != "custom-call":
+            continue
+        if root.attrs.get("custom_call_target", "").strip('"') != ASYNC_COLLECTIVE_MARKERS[0]:
+            continue
+        channels.update(i.attrs["channel_id"] for i in comp.instructions if "channel_id" in i.attrs)
+    return frozenset(channels)

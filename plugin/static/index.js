@@ -14,6 +14,7 @@
 import { RooflineChart } from "./chart.js";
 import { VirtualTable } from "./table.js";
 import {
+  BOUND_COLORS,
   BOUNDS,
   el,
   fmtBytes,
@@ -695,6 +696,17 @@ function renderSummary() {
       classified ? "perfect overlap – no overlap" : "choose a chip above",
     ),
     card("MFU upper bound", fmtPct(s.mfu_upper_bound), s.chip_name || s.chip || ""),
+    classified && s.step_time_scheduled_s !== undefined && s.step_time_scheduled_s !== null
+      ? card(
+          "step as scheduled",
+          fmtTime(s.step_time_scheduled_s),
+          s.comm_time_s
+            ? `communication ${fmtTime(s.comm_time_s)}, exposed ${fmtTime(s.exposed_comm_s)} ` +
+                `(${fmtPct(s.exposed_comm_share)} of the step)`
+            : "no communication",
+          "scheduled",
+        )
+      : null,
     classified ? timeBox : null,
     card(
       "coverage",
@@ -1139,10 +1151,11 @@ function renderCompare() {
     el("div", {
       className: "hr-muted",
       text:
-        `${c.counts.matched} ops matched by op_name, source, opcode and shape · ` +
+        `${c.counts.matched} timed ops matched (as hlo-roofline diff matches them) · ` +
         `${c.counts.flipped} flipped verdict(s) · ${c.counts.only_run} only in ${c.run} · ` +
         `${c.counts.only_other} only in ${c.other}`,
     }),
+    c.note ? el("div", { className: "hr-muted", text: `${c.other} ${c.note}` }) : null,
   );
   const only = el("input", { attrs: { type: "checkbox", id: "hr-only-flipped" } });
   only.checked = state.onlyFlipped;
@@ -1241,6 +1254,10 @@ function renderCompare() {
 }
 
 export function render() {
+  // The stylesheet's bound colours come from the one palette the chart uses too.
+  for (const [bound, color] of Object.entries(BOUND_COLORS)) {
+    document.documentElement.style.setProperty(`--hr-${bound}`, color);
+  }
   init().catch((err) => {
     console.error(err);
     if (ui.error) {

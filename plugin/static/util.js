@@ -5,6 +5,8 @@
 
 export const BOUNDS = ["compute", "memory", "communication", "unknown", "none"];
 
+// The one palette of bounds: the chart, the stylesheet (set from here) and the PNG/SVG plot
+// (hlo_roofline/plot.py, held equal by tests/test_plugin_routes.py).
 export const BOUND_COLORS = {
   compute: "#d6453d",
   memory: "#3b76c4",

@@ -1,0 +1,90 @@
+"""The step as XLA scheduled it: one compute stream, and engines that move data beside it.
+
+An optimized module is scheduled (``is_scheduled=true``): its ops run in the order they are printed.
+Walking that order, each op occupies the compute stream for its roofline time, except that
+
+- an async start (``all-gather-start``, ``async-start``, ``copy-start``, a TPU async-collective start
+  fusion, ``send``/``recv``) hands its transfer to an engine — the interconnect for collectives, a
+  DMA engine for copies — which runs it beside the ops scheduled before its done, one transfer at a
+  time per engine;
+- its done waits until the transfer has finished: the wait is the collective's *exposed* time;
+- a synchronous collective waits for the interconnect and blocks the stream for its whole time.
+
+A loop body's rows carry the loop's trip count already, so walking them once is walking every
+iteration (each term of the walk is a sum or a max of times that all scale with the trip count).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+COLLECTIVE_ENGINE, COPY_ENGINE = "interconnect", "dma"
+
+
+class Scheduled(NamedTuple):
+    """The walk's result: the step, and per row the time the stream waited for that row's transfer
+    (for a synchronous collective: all of its time)."""
+
+    step_s: float
+    exposed_s: np.ndarray
+
+
+def walk(
+    names: np.ndarray,
+    opcodes: np.ndarray,
+    waits_for: np.ndarray,
+    collective: np.ndarray,
+    durations: np.ndarray,
+) -> Scheduled:
+    """Walk rows in schedule order: ``names``, ``opcodes``, the start each row ``waits_for`` (done
+    rows), whether a row is a ``collective``, and its ``durations`` (seconds, per step). A start is
+    an op some done waits for, or any ``*-start``, ``send`` or ``recv`` (its done may be in the
+    next loop iteration)."""
+    n = len(names)
+    exposed = np.zeros(n)
+    starts = {w for w in waits_for if w}
+    is_start = np.array(
+        [name in starts or launches(code) for name, code in zip(names, opcodes, strict=True)],
+        dtype=bool,
+    ).reshape(n)
+    is_done = waits_for != ""
+    is_sync = collective & ~is_start & ~is_done
+    events = np.flatnonzero(is_start | is_done | is_sync)
+    between = np.where(is_start | is_done | is_sync, 0.0, durations)
+    elapsed = np.concatenate([[0.0], np.cumsum(between)])  # stream time of the rows before each
+    clock = 0.0
+    last = 0
+    free = {COLLECTIVE_ENGINE: 0.0, COPY_ENGINE: 0.0}
+    in_flight: dict[str, tuple[float, int]] = {}  # start name -> (end of its transfer, its row)
+    for i in events:
+        clock += elapsed[i] - elapsed[last]
+        last = i + 1
+        if is_start[i]:
+            engine = COLLECTIVE_ENGINE if collective[i] else COPY_ENGINE
+            end = max(clock, free[engine]) + durations[i]
+            free[engine] = end
+            in_flight[names[i]] = (end, i)
+        elif is_done[i]:
+            end, start = in_flight.pop(waits_for[i], (clock, -1))
+            if end > clock:
+                exposed[start] += end - clock
+                clock = end
+            clock += durations[i]
+        else:  # a synchronous collective: the interconnect first finishes what it is doing
+            end = max(clock, free[COLLECTIVE_ENGINE]) + durations[i]
+            free[COLLECTIVE_ENGINE] = end
+            exposed[i] += end - clock
+            clock = end
+    clock += elapsed[n] - elapsed[last]
+    for end, start in sorted(in_flight.values()):  # launched, never waited for: the step waits
+        if end > clock:
+            exposed[start] += end - clock
+            clock = end
+    return Scheduled(float(clock), exposed)
+
+
+def launches(opcode: str) -> bool:
+    """An op that starts a transfer whatever waits for it."""
+    return opcode.endswith("-start") or opcode in ("send", "recv")
