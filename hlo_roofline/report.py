@@ -155,7 +155,7 @@ class Report:
     def attribute(self, libraries: Sequence[str] = attrs.LIBRARIES) -> Report:
         """The same report with ``user_source`` found again, treating ``libraries`` (package
         names, or directories) as library code besides installed packages and the standard
-        library: ``report.attribute([*hlo_roofline.LIBRARIES, "my_layers"])``."""
+        library: ``report.attribute([*hlo_roofline.hlo.attrs.LIBRARIES, "my_layers"])``."""
         if "call_stack" not in self.ops:
             return self
         users = {}
