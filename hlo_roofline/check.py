@@ -3,7 +3,7 @@
 A rule set selects ops and states what must hold. All percentages are of the predicted step time
 (the lower bound, Σ per-op max) unless said otherwise:
 
-``select``            regex searched in each op's name, opcode, op_name and source
+``select``            regex searched in each op's name, opcode, op_name, source and user_source
 ``min_share``         select only ops taking at least this percent of the step
 ``require``           every selected op must be ``compute`` (or ``memory``, ``communication``) bound
 ``max_memory_share``  memory-bound ops among the selection take at most this percent of the step
@@ -33,7 +33,7 @@ from hlo_roofline.diff import compare, judged_alike, require_verdicts
 from hlo_roofline.report import Report
 
 REQUIRABLE = ("compute", "memory", "communication")
-SEARCHED = ("name", "opcode", "op_name", "source")
+SEARCHED = ("name", "opcode", "op_name", "source", "user_source")
 PYPROJECT_TABLE = ("tool", "hlo-roofline", "check")
 
 
@@ -207,7 +207,7 @@ def select(report: Report, rules: Rules) -> pd.DataFrame:
     if rules.select is not None:
         pattern = re.compile(rules.select)
         hit = pd.Series(False, index=ops.index)
-        for column in SEARCHED:
+        for column in (c for c in SEARCHED if c in ops):  # reports before user_source lack it
             hit |= ops[column].astype(str).map(lambda s: pattern.search(s) is not None)
         ops = ops[hit]
     if rules.min_share is not None:

@@ -13,6 +13,7 @@ import importlib.util
 import inspect
 import json
 import re
+import shutil
 import sys
 import traceback
 import warnings
@@ -565,8 +566,12 @@ def _modules_table(reports: dict[str, Report]) -> str:
     return format_table(rows, right=("ops", "step ≥", "MFU ≤", "memory", "FLOPs", "bytes"))
 
 
-def ops_table(report: Report, top: int = 10) -> str:
-    """The top ops by predicted time (or by bytes, for a report not judged against a chip)."""
+def ops_table(report: Report, top: int = 10, width: int | None = None) -> str:
+    """The top ops by predicted time (or by bytes, for a report not judged against a chip).
+
+    Each op names the user's line that produced it and its op_name; those two are cut in the
+    middle (a path's file name and line survive) to fit ``width`` (default: the terminal's).
+    """
     ops = report.top(top or len(report.ops))
     rows = []
     if report.chip:
@@ -582,24 +587,80 @@ def ops_table(report: Report, top: int = 10) -> str:
                     "FLOP/B": _number(op.intensity),
                     "ridge": f"{op.critical_intensity:.0f}",
                     **_measured_cells(op),
+                    **_where_cells(op),
                     "hint": op.hint,
                 }
             )
-        return format_table(rows, right=("time", "share", "FLOP/B", "ridge", "measured", "eff."))
-    for op in ops.itertuples():
-        rows.append(
-            {
-                "op": op.name,
-                "opcode": op.opcode,
-                "FLOPs": f"{op.flops:.3g}",
-                "bytes": f"{op.bytes_accessed:.3g}",
-                "FLOP/B": _number(
-                    op.flops / op.bytes_accessed if op.bytes_accessed else float("nan")
-                ),
-                "op_name": op.op_name,
-            }
-        )
-    return format_table(rows, right=("FLOPs", "bytes", "FLOP/B"))
+        right = ("time", "share", "FLOP/B", "ridge", "measured", "eff.")
+    else:
+        for op in ops.itertuples():
+            rows.append(
+                {
+                    "op": op.name,
+                    "opcode": op.opcode,
+                    "FLOPs": f"{op.flops:.3g}",
+                    "bytes": f"{op.bytes_accessed:.3g}",
+                    "FLOP/B": _number(
+                        op.flops / op.bytes_accessed if op.bytes_accessed else float("nan")
+                    ),
+                    **_where_cells(op),
+                }
+            )
+        right = ("FLOPs", "bytes", "FLOP/B")
+    _fit(rows, ("user line", "op_name"), width or shutil.get_terminal_size((120, 24)).columns)
+    return format_table(rows, right=right)
+
+
+_MIN_WIDTH = {"user line": 32, "op_name": 20}
+
+
+def _where_cells(op) -> dict[str, str]:
+    """The user's line (its path relative to the working directory when inside it) and op_name."""
+    user_source = getattr(op, "user_source", "")  # reports written before user_source lack it
+    return {"user line": user_source.removeprefix(f"{Path.cwd()}/"), "op_name": op.op_name}
+
+
+def _fit(rows: list[dict[str, str]], flexible: tuple[str, ...], width: int) -> None:
+    """Shorten the ``flexible`` columns' cells so that the table fits ``width`` (each column keeps
+    at least its minimum)."""
+    if not rows:
+        return
+    widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in rows[0]}
+    fixed = sum(w for h, w in widths.items() if h not in flexible) + 2 * (len(widths) - 1)
+    wanted = {h: widths[h] for h in flexible}
+    spare, total = width - fixed, sum(wanted.values())
+    if total <= spare:
+        return
+    for h in flexible:  # room in proportion to what each column wants
+        allowed = max(_MIN_WIDTH[h], spare * wanted[h] // total)
+        shorten = shorten_path if h == "user line" else cut_middle
+        for row in rows:
+            row[h] = shorten(row[h], allowed)
+
+
+def cut_middle(text: str, width: int) -> str:
+    """``text`` shortened to ``width`` characters by an ellipsis in the middle; the end, where an
+    op_name has its innermost scopes and a path its file, keeps three quarters."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 4
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def shorten_path(where: str, width: int) -> str:
+    """``dir/file.py:line (function)`` in ``width`` characters: the directories are cut first, in
+    their middle, so the file, line and function stay readable."""
+    if len(where) <= width:
+        return where
+    directory, _, last = where.rpartition("/")
+    if len(last) + 2 <= width:
+        keep = width - len(last) - 2  # "…/" between what is kept of the directories and the file
+        return f"{directory[:keep]}…/{last}"
+    file_line, paren, function = last.partition(" (")
+    room = width - len(file_line) - 5  # "…/", " (" and ")" around a function cut in the middle
+    if not paren or room < 5:
+        return cut_middle(where, width)
+    return f"…/{file_line} ({cut_middle(function.removesuffix(')'), room)})"
 
 
 def _measured_cells(op) -> dict[str, str]:
@@ -765,7 +826,7 @@ def _load_report(path: Path, chip: chips.Chip | None) -> Report:
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML rules (top-level keys or [tool.hlo-roofline.check]).")  # fmt: skip
 @click.option("--select", callback=_regex, metavar="REGEX",
-              help="Ops whose name, opcode, op_name or source matches.")  # fmt: skip
+              help="Ops whose name, opcode, op_name, source or user line matches.")  # fmt: skip
 @click.option("--min-share", type=click.FloatRange(0, 100), metavar="PCT",
               help="Ops taking at least PCT% of the predicted step.")  # fmt: skip
 @click.option("--require", type=click.Choice(REQUIRABLE),

@@ -83,8 +83,9 @@ def workdir(tmp_path_factory):
 
 def test_analyze_prints_the_op_table_and_summary(workdir):
     output = invoke("analyze", "steps.py:matmul_step", "--chip", "v5e", "--top", "3").output
-    header = output.splitlines()[0].split()
-    assert header == ["op", "opcode", "bound", "time", "share", "FLOP/B", "ridge", "hint"]
+    assert re.split(r"\s{2,}", output.splitlines()[0]) == [
+        "op", "opcode", "bound", "time", "share", "FLOP/B", "ridge", "user line", "op_name", "hint"
+    ]
     first = output.splitlines()[2]
     top = Report.read(workdir / "large.json").top(1).iloc[0]  # the same step, analyzed for v5e
     # its ridge: the bf16 peak over the bandwidth its bytes move at (some sit in VMEM on a TPU)
@@ -92,6 +93,7 @@ def test_analyze_prints_the_op_table_and_summary(workdir):
     assert top.critical_intensity == pytest.approx(peak * top.t_memory_s / top.bytes_accessed)
     assert " compute " in first and "819" in first and f" {top.critical_intensity:.0f} " in first
     assert "compute-bound at M=1024; ridge at M≈" in first and top.hint in first
+    assert " steps.py:9 (matmul) " in first  # the user's line, relative to the working directory
     for text in ("step time: ≥", "(no overlap)", "MFU bound: ≤", "time per bound: compute 9",
                  "coverage: 100.0%", "compiled for: v5e:2x2", "chip: TPU v5e (v5e, vendor)"):  # fmt: skip
         assert text in output
@@ -120,7 +122,9 @@ def test_analyze_writes_every_output(workdir):
 
 def test_analyze_without_a_chip_reports_flops_and_bytes(workdir):
     output = invoke("analyze", "steps.py:elementwise_step").output
-    assert output.splitlines()[0].split() == ["op", "opcode", "FLOPs", "bytes", "FLOP/B", "op_name"]
+    assert re.split(r"\s{2,}", output.splitlines()[0].strip()) == [
+        "op", "opcode", "FLOPs", "bytes", "FLOP/B", "user line", "op_name"
+    ]
     assert "chip: none (pass --chip" in output and "compiled for: local" in output
 
 
@@ -181,6 +185,24 @@ def test_large_matmul_passes_require_compute(workdir):
     result = invoke("check", "large.json", "--select", "dot_general", "--require", "compute")
     assert result.stdout.startswith("passed: select=dot_general, require=compute (1 ops selected)")
     invoke("check", "small.json", "--select", "dot_general", "--require", "compute", code=1)
+
+
+def test_check_selects_by_the_users_line(workdir):
+    """``x @ w`` is steps.py line 9, in matmul(): --select finds its op by that line."""
+    result = invoke("check", "large.json", "--select", r"steps\.py:9 ", "--require", "compute")
+    assert "(1 ops selected)" in result.stdout
+    invoke("check", "large.json", "--select", r"steps\.py:13 ", code=1)  # no op: a violation
+
+
+def test_op_table_fits_the_width_by_cutting_the_middle():
+    where = "/home/me/project/src/models/transformer.py:123 (Block.__call__)"
+    assert cli.shorten_path(where, 80) == where
+    assert cli.shorten_path(where, 45) == "/home/me…/transformer.py:123 (Block.__call__)"
+    short = cli.shorten_path(where, 30)
+    assert len(short) == 30 and short.startswith("…/transformer.py:123 (")
+    op_name = "jit(train_step)/transpose(jvp())/while/body/closed_call/attention/qkv/dot_general"
+    cut = cli.cut_middle(op_name, 40)
+    assert len(cut) == 40 and cut.endswith("attention/qkv/dot_general") and "…" in cut
 
 
 def test_check_from_a_step_and_other_chips(workdir):
