@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
 from hlo_roofline import chips, cli
+from hlo_roofline.cli import analyze as cli_analyze
 from hlo_roofline.report import Report
 
 DOCS = ROOT / "docs" / "cli.md"
@@ -390,7 +391,7 @@ def run_pytest_example(path: Path) -> None:
     """Call each test function of a documented test file, with `steps` the CLI already loaded."""
     namespace: dict = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(sys.modules, "steps", cli._import_file(path.parent / "steps.py"))
+        patch.setitem(sys.modules, "steps", cli_analyze._import_file(path.parent / "steps.py"))
         exec(compile(path.read_text(), str(path), "exec"), namespace)
     tests = [f for name, f in namespace.items() if name.startswith("test_")]
     assert tests
