@@ -3,7 +3,7 @@
 A rule set selects ops and states what must hold. All percentages are of the predicted step time
 (the lower bound, Σ per-op max) unless said otherwise:
 
-``select``            regex searched in each op's name, opcode, op_name and source
+``select``            regex searched in each op's name, opcode, op_name, source and user_source
 ``min_share``         select only ops taking at least this percent of the step
 ``require``           every selected op must be ``compute`` (or ``memory``, ``communication``) bound
 ``max_memory_share``  memory-bound ops among the selection take at most this percent of the step
@@ -31,9 +31,10 @@ import pandas as pd
 
 from hlo_roofline.diff import compare, judged_alike, require_verdicts
 from hlo_roofline.report import Report
+from hlo_roofline.text import format_seconds, format_table
 
 REQUIRABLE = ("compute", "memory", "communication")
-SEARCHED = ("name", "opcode", "op_name", "source")
+SEARCHED = ("name", "opcode", "op_name", "source", "user_source")
 PYPROJECT_TABLE = ("tool", "hlo-roofline", "check")
 
 
@@ -207,7 +208,7 @@ def select(report: Report, rules: Rules) -> pd.DataFrame:
     if rules.select is not None:
         pattern = re.compile(rules.select)
         hit = pd.Series(False, index=ops.index)
-        for column in SEARCHED:
+        for column in (c for c in SEARCHED if c in ops):  # reports before user_source lack it
             hit |= ops[column].astype(str).map(lambda s: pattern.search(s) is not None)
         ops = ops[hit]
     if rules.min_share is not None:
@@ -340,34 +341,6 @@ def _regression(baseline: Report, report: Report, limit: float) -> list[Violatio
 
 
 # -- showing ---------------------------------------------------------------------------------------
-
-
-def format_seconds(seconds: float) -> str:
-    """``1.23 ms``, ``45.6 µs``: three significant digits in the nearest unit."""
-    if seconds is None or not math.isfinite(seconds):
-        return "—"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
-def format_table(rows: Sequence[Mapping[str, object]], right: Sequence[str] = ()) -> str:
-    """A plain-text table; columns named in ``right`` are right-aligned (numbers)."""
-    if not rows:
-        return ""
-    headers = list(rows[0])
-    cells = [[str(row.get(h, "")) for h in headers] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(w) if h in right else v.ljust(w)
-            for h, v, w in zip(headers, values, widths, strict=True)
-        ]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])
 
 
 def violation_table(violations: Sequence[Violation]) -> str:

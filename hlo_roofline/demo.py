@@ -18,7 +18,6 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -29,45 +28,28 @@ import pandas as pd
 from hlo_roofline import Report, chips, targets  # targets before jax starts: see its docstring
 from hlo_roofline.examples import analyze_example, default_cache_dir
 from hlo_roofline.examples.gpt import CONFIG
+from hlo_roofline.report import UNATTRIBUTED, scope_of
 
 EXAMPLE = "gpt"
 # (run name, target, label): the chip is the target's.
 RUNS = (("gpt_v5e", "v5e:2x2", "TPU v5e"), ("gpt_h100", "h100", "H100 SXM"))
 DEFAULT_OUT = Path("out/demo")
-# The model's named scopes (see examples/gpt.py), most specific first.
-PARTS = re.compile(r"(attention/(?:qkv|scores|context|out)|mlp/(?:up|down)|logits|embed)")
-
-
-def model_part(op_name: str) -> str:
-    """Which part of the model an op computes, from its JAX op_name: "mlp/up (backward)"."""
-    found = PARTS.search(op_name)
-    if found:
-        part = found.group(1)
-    elif "/attention/" in op_name or "(attention)" in op_name:
-        part = "attention (norm, residual)"
-    elif "/mlp/" in op_name or "(mlp)" in op_name:
-        part = "mlp (norm, residual)"
-    elif "/while/" in op_name:
-        part = "layer scan (stacking)"
-    elif "transpose(" in op_name or "jvp(" in op_name:
-        part = "loss and final norm"
-    else:
-        return "optimizer and other"
-    return f"{part} ({'backward' if 'transpose(' in op_name else 'forward'})"
+def part_label(scope: str, pass_: str) -> str:
+    """A row of the parts table: the named scope and, under autodiff, the pass."""
+    scope = "(no named scope)" if scope == UNATTRIBUTED else scope
+    return scope if pass_ == UNATTRIBUTED else f"{scope} ({pass_})"
 
 
 def parts_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.DataFrame:
-    """Predicted time per model part on each chip, with the bound that dominates it."""
+    """Predicted time per model part on each chip, with the bound that dominates it: the report's
+    rollup by named scope and pass (``report.rollup(["scope", "pass"])``)."""
     columns = {}
     for run, report in reports.items():
-        ops = report.ops.assign(part=report.ops["op_name"].map(model_part))
-        by_bound = ops.pivot_table(
-            index="part", columns="bound", values="t_roofline_s", aggfunc="sum", fill_value=0.0
-        )
-        time_s = by_bound.sum(axis=1)
-        columns[(labels[run], "ms")] = time_s * 1e3
-        columns[(labels[run], "share")] = time_s / report.summary["step_time_lower_s"]
-        columns[(labels[run], "mostly")] = by_bound.idxmax(axis=1)
+        rolled = report.rollup(["scope", "pass"])
+        rolled.index = [part_label(scope, pass_) for scope, pass_ in rolled.index]
+        columns[(labels[run], "ms")] = rolled["t_roofline_s"] * 1e3
+        columns[(labels[run], "share")] = rolled["share"]
+        columns[(labels[run], "mostly")] = rolled["bound"]
     table = pd.DataFrame(columns).fillna({c: 0.0 for c in columns if c[1] != "mostly"})
     first = next(iter(labels.values()))
     return table.sort_values((first, "ms"), ascending=False)
@@ -108,7 +90,7 @@ def verdict_flips(reports: dict[str, Report], labels: dict[str, str]) -> list[st
     for op_name in ops[run_a].index.intersection(ops[run_b].index):
         x, y = ops[run_a].loc[op_name], ops[run_b].loc[op_name]
         if x["bound"] != y["bound"]:
-            part = model_part(op_name).removesuffix(" (forward)")
+            part = scope_of(op_name)
             lines.append(
                 f"{part}: {x['bound']}-bound on {labels[run_a]} ({x['intensity']:.0f} FLOP/B vs "
                 f"ridge {x['critical_intensity']:.0f}, op {x['name']}), {y['bound']}-bound on "

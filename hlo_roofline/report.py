@@ -11,7 +11,9 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, memory
+from hlo_roofline.hlo import attrs
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 
 FORMAT = "hlo_roofline.report"
@@ -27,9 +30,14 @@ CSV_MAGIC = "#hlo_roofline.report "
 _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "note", "fused_ops", "collective", "replica_group", "waits_for", "bound", "hint",
-    "prefetch_for", "measurement_problem",
+    "source", "user_source", "note", "fused_ops", "collective", "replica_group", "waits_for",
+    "bound", "hint", "prefetch_for", "call_stack", "measurement_problem",
+    "scope", "user_function",  # derived (rollup's keys), in the TensorBoard tab's payload
 )  # fmt: skip
+BOUNDS = ("compute", "memory", "communication")
+# What rollup() groups by besides the report's own text columns: derived from op_name/user_source.
+DERIVED_KEYS = ("user_function", "scope", "pass")
+UNATTRIBUTED = "(unattributed)"
 _TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s", "t_exposed_s")
 
 
@@ -85,37 +93,105 @@ class Report:
         by = by or ("t_roofline_s" if "t_roofline_s" in self.ops else "bytes_accessed")
         return self.ops.nlargest(n, by)
 
-    def rollup(self, by: str = "source") -> pd.DataFrame:
-        """Totals per Python line (``by="source"``) or per JAX name scope (``by="op_name"``)."""
-        if by not in ("source", "op_name"):
-            raise ValueError(f"rollup by 'source' or 'op_name', not {by!r}")
+    def rollup(self, by: str | Sequence[str] = "source") -> pd.DataFrame:
+        """Totals per group of ops, largest predicted time first.
+
+        ``by`` is a text column (``"source"``: the innermost Python line; ``"user_source"``: the
+        user's own line; ``"op_name"``: the JAX name scope; ``"opcode"``, …) or a derived key:
+        ``"user_function"`` (the user's function, any line of it), ``"scope"`` (the named scopes
+        of op_name: ``jax.named_scope``, Flax Linen module paths; see :func:`scope_of`) or
+        ``"pass"`` (``forward``/``backward`` under autodiff; see :func:`pass_of`). A list groups
+        by several (``["scope", "pass"]``). Ops without one are grouped as ``(unattributed)``.
+        A classified report adds each group's dominant ``bound`` and its bound mix:
+        ``mix_compute``/``mix_memory``/``mix_communication``, the share of the group's predicted
+        time in ops of that verdict.
+        """
+        keys = [by] if isinstance(by, str) else list(by)
+        if not keys:
+            raise ValueError("rollup needs at least one key")
+        groups = [self._group_key(key) for key in keys]
         sums = ["count", "flops", "transcendentals", "bytes_accessed", "comm_bytes"]
         sums += [c for c in (*_TIME_COLUMNS, "share", "measured_s") if c in self.ops]
-        grouped = self.ops.groupby(self.ops[by].replace("", "(unattributed)"), sort=False)
+        grouped = self.ops.groupby(groups, sort=False)
         out = grouped[sums].sum()
         out.insert(0, "ops", grouped.size())
         if "t_roofline_s" in out:
             parts = out[["t_compute_s", "t_memory_s", "t_comm_s"]].to_numpy()
             out["bound"] = np.where(
-                parts.max(axis=1) > 0,
-                np.array(["compute", "memory", "communication"])[parts.argmax(axis=1)],
-                "none",
+                parts.max(axis=1) > 0, np.array(BOUNDS)[parts.argmax(axis=1)], "none"
             )
-            out = out.sort_values("t_roofline_s", ascending=False)
+            time_s = self.ops["t_roofline_s"]
+            total = out["t_roofline_s"].where(out["t_roofline_s"] > 0)
+            for bound in BOUNDS:
+                by_bound = time_s.where(self.ops["bound"] == bound, 0.0).groupby(groups).sum()
+                out[f"mix_{bound}"] = (by_bound.reindex(out.index) / total).fillna(0.0)
+            out = out.sort_values("t_roofline_s", ascending=False, kind="stable")
         return out
+
+    def _group_key(self, key: str) -> pd.Series:
+        if key in DERIVED_KEYS:
+            source = "user_source" if key == "user_function" else "op_name"
+            if source not in self.ops:
+                raise ValueError(f"rollup by {key!r} needs the column {source!r}")
+            derive = {"user_function": function_of, "scope": scope_of, "pass": pass_of}[key]
+            values = self.ops[source].map(derive)
+        elif key in self.ops and key in _TEXT_COLUMNS:
+            values = self.ops[key]
+        else:
+            known = [c for c in _TEXT_COLUMNS if c in self.ops] + list(DERIVED_KEYS)
+            raise ValueError(f"rollup by one of {', '.join(known)}, not {key!r}")
+        return values.replace("", UNATTRIBUTED).rename(key)
+
+    # -- attribution ------------------------------------------------------------------------
+    def stack(self, op: str | int) -> list[str]:
+        """The Python call stack of an op (its name, or its row's index), innermost first."""
+        if "call_stack" not in self.ops:
+            return []
+        rows = self.ops.index[self.ops["name"] == op] if isinstance(op, str) else [op]
+        if len(rows) == 0:
+            raise KeyError(f"no op named {op!r}")
+        text = self.ops.at[rows[0], "call_stack"]
+        return text.split("\n") if text else []
+
+    def attribute(self, libraries: Sequence[str] = attrs.LIBRARIES) -> Report:
+        """The same report with ``user_source`` found again, treating ``libraries`` (package
+        names, or directories) as library code besides installed packages and the standard
+        library: ``report.attribute([*hlo_roofline.hlo.attrs.LIBRARIES, "my_layers"])``."""
+        if "call_stack" not in self.ops:
+            return self
+        users = {}
+        for text in self.ops["call_stack"].unique():
+            frames = [f for f in map(attrs.parse_frame, text.split("\n")) if f] if text else []
+            user = attrs.user_frame(frames, libraries)
+            users[text] = attrs.frame_text(user) if user else ""
+        ops = self.ops.assign(user_source=self.ops["call_stack"].map(users))
+        return Report(ops, dict(self.summary), self.module)
 
     # -- saving and reading -----------------------------------------------------------------
     def to_dict(self) -> dict:
-        """A JSON-safe dict: NaN and ±inf become null."""
-        ops = self.ops.astype(object).where(self.ops.notna(), None)
-        return {
+        """A JSON-safe dict: NaN and ±inf become null.
+
+        The ``call_stack`` column holds an index into ``call_stacks``, the distinct stacks: ops
+        share a few dozen of them, and each is a dozen lines long.
+        """
+        ops = self.ops
+        stacks: list[str] = []
+        if "call_stack" in ops:
+            codes, uniques = pd.factorize(ops["call_stack"].fillna(""), sort=False)
+            stacks = [str(text) for text in uniques]
+            ops = ops.assign(call_stack=codes)
+        ops = ops.astype(object).where(ops.notna(), None)
+        payload = {
             "format": FORMAT,
             "version": VERSION,
             "module": self.module,
             "summary": _json_safe(self.summary),
-            "columns": list(self.ops.columns),
+            "columns": list(ops.columns),
             "data": [[_json_safe(v) for v in row] for row in ops.itertuples(index=False)],
         }
+        if "call_stack" in self.ops:
+            payload["call_stacks"] = stacks
+        return payload
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         text = json.dumps(self.to_dict(), allow_nan=False)
@@ -165,6 +241,11 @@ class Report:
         if data.get("version") != VERSION:
             raise ReportError(f"report version {data.get('version')} is not {VERSION}")
         ops = pd.DataFrame(data["data"], columns=data["columns"])
+        if "call_stacks" in data and "call_stack" in ops:
+            stacks = data["call_stacks"]
+            if not isinstance(stacks, list) or not all(isinstance(t, str) for t in stacks):
+                raise ReportError("its 'call_stacks' is not a list of strings")
+            ops["call_stack"] = [_stack_text(stacks, i) for i in ops["call_stack"]]
         return cls(_restore_types(ops), _summary(data), data.get("module", ""))
 
     @classmethod
@@ -256,6 +337,12 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     return ops
 
 
+def _stack_text(stacks: list[str], index) -> str:
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(stacks):
+        raise ReportError(f"a call_stack of {index!r} is not an index into 'call_stacks'")
+    return stacks[index]
+
+
 def _write_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """Write to a temporary file beside ``path`` and rename it over: readers never see half a file.
 
@@ -279,3 +366,75 @@ def _summary(data: dict) -> dict:
     if not isinstance(summary, dict) or not isinstance(data.get("module", ""), str):
         raise ReportError("its 'summary' is not an object or its 'module' not a string")
     return summary
+
+
+# -- attribution: model parts from op_name and the user's line ------------------------------------
+
+# Path components of an op_name that are program structure, not the model's names: control flow,
+# calls and transformations (``while/body``, ``closed_call``, ``remat``, ``cond/branch_1_fun``).
+_STRUCTURE = frozenset({
+    "while", "body", "cond", "closed_call", "core_call", "call", "remat", "checkpoint",
+    "rematted_computation", "scan", "shard_map", "xla_call", "xla_pmap", "pmap", "named_call",
+    "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "run_state", "vmap", "eval_jaxpr",
+})  # fmt: skip
+_BRANCH = re.compile(r"branch_\d+_fun")
+_WRAPPED = re.compile(r"(?P<wrapper>[\w.-]+)\((?P<inner>.*)\)$", re.DOTALL)
+_FUNCTIONS = ("jit", "pjit")  # jit(f): a function boundary (user_function says which), not a scope
+
+
+def _components(op_name: str) -> list[str]:
+    """op_name split at the slashes outside parentheses (``jvp(a/b)`` stays whole)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(op_name):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif char == "/" and depth == 0:
+            parts.append(op_name[start:i])
+            start = i + 1
+    parts.append(op_name[start:])
+    return parts
+
+
+def _scope_part(part: str) -> str:
+    while (found := _WRAPPED.match(part)) is not None:
+        if found["wrapper"] in _FUNCTIONS:
+            return ""
+        part = found["inner"]
+    if "/" in part:  # a scope inside a transformation: jvp(model/block)
+        return "/".join(filter(None, map(_scope_part, _components(part))))
+    if part in _STRUCTURE or _BRANCH.fullmatch(part) or "->" in part:  # "->": an einsum's spec
+        return ""
+    return part
+
+
+def scope_of(op_name: str) -> str:
+    """The named scopes an op ran under: ``jax.named_scope`` names and Flax Linen module paths,
+    without transformations, control flow and the primitive itself.
+
+    ``jit(train_step)/transpose(jvp())/while/body/closed_call/attention/scores/exp`` →
+    ``attention/scores``; ``jit(step)/jvp(LM)/Block_0/Dense_1/dot_general`` →
+    ``LM/Block_0/Dense_1``; a parameter's op_name (``params['w']``) → ``""``.
+    """
+    parts = _components(op_name)
+    if len(parts) < 2:
+        return ""
+    return "/".join(filter(None, map(_scope_part, parts[:-1])))
+
+
+def pass_of(op_name: str) -> str:
+    """``backward`` for an op of a gradient (under ``transpose``), ``forward`` for one of the
+    differentiated function (under ``jvp``), ``""`` for the rest (the optimizer, or a step that
+    takes no gradient)."""
+    if "transpose(" in op_name:
+        return "backward"
+    return "forward" if "jvp(" in op_name else ""
+
+
+_LINE = re.compile(r":\d+(?= \(|$)")
+
+
+def function_of(user_source: str) -> str:
+    """``path (function)`` of a ``path:line (function)``: every line of one function together."""
+    return _LINE.sub("", user_source, count=1)

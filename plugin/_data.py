@@ -17,7 +17,7 @@ from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.logdir import REPORT_CSV, REPORT_JSON
-from hlo_roofline.report import Report, ReportError
+from hlo_roofline.report import Report, ReportError, function_of, scope_of
 from hlo_roofline.verdict import VERDICT_COLUMNS
 from hlo_roofline_tensorboard._json import dumps
 
@@ -30,15 +30,13 @@ __all__ = [
     "load",
     "report_csv",
     "report_json",
+    "rollup",
 ]
 
 _CACHE_SIZE = 8  # (report file, chip) entries; a 20k-op report is a few MB of JSON
-_cache: OrderedDict[tuple, tuple[dict, str]] = OrderedDict()
+_cache: OrderedDict[tuple, tuple[dict, str, Report]] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
-
-# An op's identity across two compiles: fusion and instruction names change, these do not.
-
 
 def _stamp(path: str) -> tuple:
     st = os.stat(path)
@@ -50,8 +48,14 @@ def chip_list() -> list[dict]:
     return [{"key": key, "name": chips.get(key).name} for key in chips.names()]
 
 
-def _build(path: str, key_chip: str | None) -> tuple[dict, str]:
-    """One cache entry: the report, re-classified for ``key_chip`` if given, and its JSON text.
+# What the tab groups the op table by (see rollup); the payload carries each op's value of each.
+GROUPINGS = ("user_source", "user_function", "scope")
+
+
+def _build(path: str, key_chip: str | None) -> tuple[dict, str, Report]:
+    """One cache entry: the report, re-classified for ``key_chip`` if given, as a payload (with
+    each op's scope and user function, which the tab groups and filters by), its JSON text, and
+    the report itself.
 
     A report that names a chip but lacks a verdict column, or cannot be re-classified for want of
     a column, is a ReportError: the tab would otherwise draw an empty chart with "none" verdicts.
@@ -66,12 +70,18 @@ def _build(path: str, key_chip: str | None) -> tuple[dict, str]:
         missing = [c for c in VERDICT_COLUMNS if c not in report.ops.columns]
         if missing:
             raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
-    payload = report.to_dict()
-    return payload, dumps(payload)
+    ops = report.ops
+    if "op_name" in ops:
+        ops = ops.assign(scope=ops["op_name"].map(scope_of))
+    if "user_source" in ops:
+        ops = ops.assign(user_function=ops["user_source"].map(function_of))
+    payload = Report(ops, report.summary, report.module).to_dict()
+    return payload, dumps(payload), report
 
 
-def load(report_dir: str, chip: str | None = None) -> tuple[dict, str]:
-    """The report of one run as ``(to_dict(), its JSON text)``, re-classified for ``chip``.
+def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report]:
+    """The report of one run as ``(payload, its JSON text, the report)``, re-classified for
+    ``chip``.
 
     Cached by file identity (mtime, size, inode: ``write_tensorboard`` replaces the file
     atomically, so a rewrite is a new entry) and canonical chip key. Concurrent requests for one
@@ -135,6 +145,28 @@ def report_json(report_dir: str, chip: str | None = None) -> str:
     return load(report_dir, chip)[1]
 
 
+def rollup(report_dir: str, by: str, chip: str | None = None) -> dict:
+    """``Report.rollup(by)`` of a run as ``{"by", "columns", "data"}``: one row per group, its key
+    first, largest predicted time first."""
+    report = load(report_dir, chip)[2]
+    try:
+        table = report.rollup(by)
+    except ValueError as exc:  # a report without the column (written before user_source)
+        raise ReportError(str(exc)) from None
+    table = table.reset_index()
+    table = table.astype(object).where(table.notna(), None)
+    return {
+        "by": by,
+        "columns": list(table.columns),
+        "data": [[_plain(v) for v in row] for row in table.itertuples(index=False)],
+    }
+
+
+def _plain(value):
+    """A numpy scalar as the Python number JSON knows."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def report_csv(report_dir: str, chip: str | None = None) -> bytes:
     """The CSV written next to the report, or (re-classified, or no CSV file) one made from it."""
     written = os.path.join(report_dir, REPORT_CSV)
@@ -142,9 +174,7 @@ def report_csv(report_dir: str, chip: str | None = None) -> bytes:
         load(report_dir)  # a corrupt report must not be served as if it were fine
         with open(written, "rb") as f:
             return f.read()
-    payload = load(report_dir, chip)[0]
-    frame = pd.DataFrame(payload["data"], columns=payload["columns"])
-    return frame.to_csv(index=False).encode()
+    return load(report_dir, chip)[2].ops.to_csv(index=False).encode()
 
 
 COMPARE_COLUMNS = (
@@ -210,5 +240,4 @@ def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
 
 def _report(report_dir: str, chip: str | None) -> Report:
     """A run's report as the routes serve it (cached; re-judged for ``chip`` when given)."""
-    payload = load(report_dir, chip)[0]
-    return Report.from_dict(payload)
+    return load(report_dir, chip)[2]

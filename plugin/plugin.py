@@ -192,6 +192,7 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
                 "/report": self._serve_report,
                 "/csv": self._serve_csv,
                 "/compare": self._serve_compare,
+                "/rollup": self._serve_rollup,
             }
         )
         return apps
@@ -283,6 +284,19 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
             path_b = self._index.report_dir(other)
             result = _data.compare(path_a, path_b, _chip_param(request))
             return _json_response(request, {"run": run, "other": other, **result})
+
+        return self._guarded(request, answer)
+
+    @wrappers.Request.application
+    def _serve_rollup(self, request):
+        """The run's ops grouped by user line, user function or scope (``Report.rollup``)."""
+
+        def answer(_data):
+            by = request.args.get("by", "")
+            if by not in _data.GROUPINGS:
+                raise BadRequest(f"by must be one of {', '.join(_data.GROUPINGS)}, not {by!r}")
+            path = self._index.report_dir(request.args.get("run"))
+            return _json_response(request, _data.rollup(path, by, _chip_param(request)))
 
         return self._guarded(request, answer)
 

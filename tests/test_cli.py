@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
 from hlo_roofline import chips, cli
+from hlo_roofline.cli import analyze as cli_analyze
 from hlo_roofline.report import Report
 
 DOCS = ROOT / "docs" / "cli.md"
@@ -83,8 +84,9 @@ def workdir(tmp_path_factory):
 
 def test_analyze_prints_the_op_table_and_summary(workdir):
     output = invoke("analyze", "steps.py:matmul_step", "--chip", "v5e", "--top", "3").output
-    header = output.splitlines()[0].split()
-    assert header == ["op", "opcode", "bound", "time", "share", "FLOP/B", "ridge", "hint"]
+    assert re.split(r"\s{2,}", output.splitlines()[0]) == [
+        "op", "opcode", "bound", "time", "share", "FLOP/B", "ridge", "user line", "op_name", "hint"
+    ]
     first = output.splitlines()[2]
     top = Report.read(workdir / "large.json").top(1).iloc[0]  # the same step, analyzed for v5e
     # its ridge: the bf16 peak over the bandwidth its bytes move at (some sit in VMEM on a TPU)
@@ -92,7 +94,8 @@ def test_analyze_prints_the_op_table_and_summary(workdir):
     assert top.critical_intensity == pytest.approx(peak * top.t_memory_s / top.bytes_accessed)
     assert " compute " in first and "819" in first and f" {top.critical_intensity:.0f} " in first
     assert "compute-bound at M=1024; ridge at M≈" in first and top.hint in first
-    for text in ("step time: ≥", "(no overlap)", "MFU bound: ≤", "time per bound: compute 9",
+    assert " steps.py:9 (matmul) " in first  # the user's line, relative to the working directory
+    for text in ("step time: ≥", "(no overlap)", "MFU bound: ≤", "time per bound: compute 100.0%",
                  "coverage: 100.0%", "compiled for: v5e:2x2", "chip: TPU v5e (v5e, vendor)"):  # fmt: skip
         assert text in output
 
@@ -120,7 +123,9 @@ def test_analyze_writes_every_output(workdir):
 
 def test_analyze_without_a_chip_reports_flops_and_bytes(workdir):
     output = invoke("analyze", "steps.py:elementwise_step").output
-    assert output.splitlines()[0].split() == ["op", "opcode", "FLOPs", "bytes", "FLOP/B", "op_name"]
+    assert re.split(r"\s{2,}", output.splitlines()[0].strip()) == [
+        "op", "opcode", "FLOPs", "bytes", "FLOP/B", "user line", "op_name"
+    ]
     assert "chip: none (pass --chip" in output and "compiled for: local" in output
 
 
@@ -181,6 +186,24 @@ def test_large_matmul_passes_require_compute(workdir):
     result = invoke("check", "large.json", "--select", "dot_general", "--require", "compute")
     assert result.stdout.startswith("passed: select=dot_general, require=compute (1 ops selected)")
     invoke("check", "small.json", "--select", "dot_general", "--require", "compute", code=1)
+
+
+def test_check_selects_by_the_users_line(workdir):
+    """``x @ w`` is steps.py line 9, in matmul(): --select finds its op by that line."""
+    result = invoke("check", "large.json", "--select", r"steps\.py:9 ", "--require", "compute")
+    assert "(1 ops selected)" in result.stdout
+    invoke("check", "large.json", "--select", r"steps\.py:13 ", code=1)  # no op: a violation
+
+
+def test_op_table_fits_the_width_by_cutting_the_middle():
+    where = "/home/me/project/src/models/transformer.py:123 (Block.__call__)"
+    assert cli.shorten_path(where, 80) == where
+    assert cli.shorten_path(where, 45) == "/home/me…/transformer.py:123 (Block.__call__)"
+    short = cli.shorten_path(where, 30)
+    assert len(short) == 30 and short.startswith("…/transformer.py:123 (")
+    op_name = "jit(train_step)/transpose(jvp())/while/body/closed_call/attention/qkv/dot_general"
+    cut = cli.cut_middle(op_name, 40)
+    assert len(cut) == 40 and cut.endswith("attention/qkv/dot_general") and "…" in cut
 
 
 def test_check_from_a_step_and_other_chips(workdir):
@@ -368,7 +391,7 @@ def run_pytest_example(path: Path) -> None:
     """Call each test function of a documented test file, with `steps` the CLI already loaded."""
     namespace: dict = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(sys.modules, "steps", cli._import_file(path.parent / "steps.py"))
+        patch.setitem(sys.modules, "steps", cli_analyze._import_file(path.parent / "steps.py"))
         exec(compile(path.read_text(), str(path), "exec"), namespace)
     tests = [f for name, f in namespace.items() if name.startswith("test_")]
     assert tests

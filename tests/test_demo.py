@@ -16,6 +16,7 @@ from conftest import shared_cache_dir
 
 from hlo_roofline import Report, chips, demo
 from hlo_roofline.logdir import PLUGIN_NAME
+from hlo_roofline.report import scope_of
 
 RUNS = [run for run, _, _ in demo.RUNS]
 
@@ -96,14 +97,21 @@ def test_verdicts_differ_where_the_numbers_say_they_must(demo_run, reports):
     printed = [line for line in demo_run[1].splitlines() if "verdicts differ:" in line]
     assert len(printed) == len(must_differ)
     for op_name in must_differ:
-        part = demo.model_part(op_name).removesuffix(" (forward)")
+        part = scope_of(op_name)
         assert any(f"verdicts differ: {part}:" in line for line in printed), part
 
 
-def test_model_part_names_the_scopes():
-    assert demo.model_part("jit(train_step)/jvp()/while/body/closed_call/mlp/up/dot_general") == (
-        "mlp/up (forward)"
-    )
-    name = "jit(train_step)/transpose(jvp())/while/body/closed_call/attention/scores/exp"
-    assert demo.model_part(name) == "attention/scores (backward)"
-    assert demo.model_part("jit(train_step)/add") == "optimizer and other"
+def test_parts_table_is_the_rollup_by_scope_and_pass(demo_run, reports):
+    """The parts table is each report's rollup by named scope and pass: every part of the model
+    (examples/gpt.py's scopes) forward and backward, the optimizer outside any scope, and the
+    times add up to the step."""
+    table = demo.parts_table(reports, {run: run for run in reports})
+    for scope in ("attention/qkv", "attention/scores", "attention/context", "attention/out",
+                  "mlp/up", "mlp/down", "logits"):  # fmt: skip
+        for pass_ in ("forward", "backward"):
+            assert f"{scope} ({pass_})" in table.index, (scope, pass_)
+    assert "(no named scope)" in table.index  # the AdamW update
+    for run, report in reports.items():
+        assert table[(run, "ms")].sum() == pytest.approx(report.summary["step_time_lower_s"] * 1e3)
+    printed = demo_run[1].split("by part of the model")[1]
+    assert "mlp/up (backward)" in printed and "(no named scope)" in printed

@@ -147,7 +147,7 @@ def wait_shown(frame, n: int):
 
 
 def body_rows(frame):
-    return frame.locator(".hr-ops .hr-body .hr-row")
+    return frame.locator('.hr-ops [role=grid][aria-label="Ops"] .hr-body .hr-row')
 
 
 def test_tab_appears_and_chart_has_one_point_per_timed_op(page, server, logdir):
@@ -209,7 +209,7 @@ def test_filters_narrow_the_table(page, server, logdir):
 
     name = timed.sort_values("t_roofline_s").iloc[-1]["name"]
     frame.locator("#hr-search").fill(name)
-    hay = timed[["name", "op_name", "source", "opcode", "hint", "fused_ops", "bound"]]
+    hay = timed[["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]]
     matches = hay.apply(lambda r: name.lower() in "\n".join(r).lower(), axis=1)
     wait_shown(frame, int(matches.sum()))
     assert name in body_rows(frame).locator('[data-key="name"]').all_text_contents()
@@ -489,7 +489,7 @@ def test_op_names_read_as_written_in_python(page, server, logdir):
 def test_no_truncated_headers_or_cells(page, server, logdir):
     """Item 4: fixed columns are as wide as their longest text and their header."""
     script = """root => [...root.querySelectorAll('.hr-head .hr-cell, .hr-body .hr-cell')]
-        .filter(c => c.closest('.hr-head') || !['name', 'op_name', 'hint'].includes(c.dataset.key))
+        .filter(c => c.closest('.hr-head') || !['name', 'op_name', 'user_source', 'hint'].includes(c.dataset.key))
         .filter(c => c.scrollWidth > c.clientWidth + 1)
         .map(c => c.dataset.key + ': ' + c.textContent)"""
     for run in ("measured", "gpt/h100", "big"):
@@ -648,6 +648,58 @@ def test_memory_fit_bar_shows_the_need_against_the_chip(page, server, logdir):
     page.locator("#hr-chip").select_option("v5p")
     page.locator('.hr-app[data-state=ready][data-chip="v5p"]').wait_for()
     assert page.locator("[data-card=memory] .hr-card-value").text_content().endswith(": fits")
+
+
+def test_ops_group_by_user_line_and_scope_and_show_their_stack(page, server, logdir):
+    """Grouped by user line, the table has one row per line of the model (Report.rollup on the
+    server); a click on one lists its ops; an op's panel shows its call stack, the user's line
+    marked. Grouped by scope, the GPT example's named scopes are the rows."""
+    report = read(logdir, "gpt/v5e")
+    rolled = report.rollup("user_source")
+    frame = open_plugin(page, server, "gpt/v5e")
+    frame.locator("#hr-group-by").select_option("user_source")
+    groups = frame.locator("#hr-groups[data-state=ready][data-by=user_source]")
+    groups.wait_for()
+    count = frame.locator("#hr-count").text_content()
+    assert count == f"{len(rolled)} groups of {len(report.ops)} ops"
+    first = groups.locator(".hr-body .hr-row").first
+    top = rolled.index[0]
+    cell = first.locator('[data-key="user_source"]')
+    assert cell.get_attribute("title") == top
+    assert cell.text_content() == (top.rsplit("/", 1)[-1] if top.startswith("/") else top)
+    assert first.locator('[data-key="bound"]').text_content() == rolled.iloc[0]["bound"]
+
+    # the busiest line of the model itself: its ops, one row each
+    line = next(u for u in rolled.index if u.startswith("/"))
+    ops = report.ops[(report.ops["user_source"] == line) & (report.ops["t_roofline_s"] > 0)]
+    groups.locator(".hr-body .hr-row").filter(
+        has=frame.locator(f'[data-key="user_source"][title="{line}"]')
+    ).click()
+    wait_shown(frame, len(ops))
+    page.wait_for_function("() => new URLSearchParams(location.search).has('in')")
+    page.reload()  # the group shown is in the URL
+    wait_shown(frame, len(ops))
+    assert frame.locator("#hr-groups").is_hidden()
+    assert frame.locator("#hr-group-filter strong").get_attribute("title") == line
+    shown = body_rows(frame).locator('[data-key="user_source"]').all_text_contents()
+    assert set(shown) == {line.rsplit("/", 1)[-1]}
+    op = ops.sort_values("t_roofline_s").iloc[-1]
+    body_rows(frame).filter(has=frame.locator(f'[data-key="name"]:text-is("{op["name"]}")')).click()
+    frames = frame.locator("#hr-stack li")
+    assert frames.all_text_contents() == report.stack(op["name"])
+    assert frame.locator('#hr-stack li[aria-current="true"]').text_content() == line
+    assert frame.locator('.hr-details dd[data-field="user line"]').text_content() == line
+
+    frame.locator("#hr-clear-group").click()
+    wait_shown(frame, int((report.ops["t_roofline_s"] > 0).sum()))
+    frame.locator("#hr-group-by").select_option("scope")
+    scopes = frame.locator("#hr-groups[data-state=ready][data-by=scope]")
+    scopes.wait_for()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "hlo_roofline_grouped.png"), full_page=True)
+    names = scopes.locator('.hr-body [data-key="scope"]').all_text_contents()
+    assert {"attention/qkv", "mlp/up", "logits"} <= set(names)
+    assert len(names) == min(len(report.rollup("scope")), len(names))
 
 
 def test_exposed_communication_is_in_the_summary(page, server, logdir):

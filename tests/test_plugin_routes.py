@@ -25,6 +25,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
 from hlo_roofline import Report
+from hlo_roofline.report import function_of, scope_of
 from hlo_roofline_tensorboard import plugin as tb_plugin
 
 PREFIX = "/data/plugin/hlo_roofline"
@@ -190,8 +191,13 @@ def test_symlink_out_of_the_logdir_is_refused(tmp_path):
 def test_report_is_the_written_report(client, logdir):
     body = get_json(client, "/report?run=mlp/v5e")
     expected = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json").to_dict()
-    assert body["columns"] == expected["columns"]
-    assert body["data"] == _strict_json(json.dumps(expected["data"]))
+    # plus each op's scope and user function (what the tab groups by), from hlo_roofline.report
+    assert body["columns"] == [*expected["columns"], "scope", "user_function"]
+    n = len(expected["columns"])
+    assert [row[:n] for row in body["data"]] == _strict_json(json.dumps(expected["data"]))
+    ops = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json").ops
+    assert [row[n] for row in body["data"]] == [scope_of(x) for x in ops["op_name"]]
+    assert [row[n + 1] for row in body["data"]] == [function_of(x) for x in ops["user_source"]]
     assert body["summary"]["chip"] == "v5e"
     assert {"step_time_lower_s", "step_time_upper_s", "mfu_upper_bound", "roofs"} <= set(
         body["summary"]
@@ -399,6 +405,41 @@ def test_trace_found_under_the_logdir_by_its_layout(tmp_path):
     report.summary["measured_trace"] = "/elsewhere/other/plugins/profile/s/w.xplane.pb"
     report.write_tensorboard(tmp_path, "exp/step1")
     assert get_json(c, "/trace?run=exp/step1")["run"] is None
+
+
+# -- rollup (the tab's grouping) -------------------------------------------------------------------
+
+
+def test_rollup_is_the_reports_rollup(client, logdir):
+    """``/rollup?by=`` answers Report.rollup of the run (re-classified for ``chip``), key first."""
+    report = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json")
+    for by in ("user_source", "user_function", "scope"):
+        body = get_json(client, f"/rollup?run=mlp/v5e&by={by}")
+        expected = report.rollup(by)
+        assert body["by"] == by and body["columns"][0] == by
+        rows = [dict(zip(body["columns"], row, strict=True)) for row in body["data"]]
+        assert [r[by] for r in rows] == list(expected.index)
+        assert [r["ops"] for r in rows] == list(expected["ops"])
+        assert [r["bound"] for r in rows] == list(expected["bound"])
+    other = get_json(client, "/rollup?run=mlp/v5e&by=scope&chip=v5p")
+    share = other["columns"].index("t_roofline_s")
+    assert sum(r[share] for r in other["data"]) == pytest.approx(
+        report.classify("v5p").summary["step_time_lower_s"]
+    )
+
+
+def test_rollup_rejects_other_keys_and_old_reports(client, logdir):
+    assert "by must be one of" in get_json(client, "/rollup?run=mlp/v5e&by=flops", 400)["error"]
+    assert "by must be one of" in get_json(client, "/rollup?run=mlp/v5e", 400)["error"]
+    get_json(client, "/rollup?run=nope&by=scope", 404)
+
+
+def test_report_payload_carries_scope_and_user_function(client):
+    body = get_json(client, "/report?run=mlp/v5e")
+    columns = body["columns"]
+    assert {"user_source", "call_stack", "scope", "user_function"} <= set(columns)
+    stack = columns.index("call_stack")
+    assert all(0 <= row[stack] < len(body["call_stacks"]) for row in body["data"])
 
 
 def test_one_palette_for_the_tab_and_the_plot():

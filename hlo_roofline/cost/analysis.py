@@ -23,7 +23,7 @@ from hlo_roofline.cost.collectives import (
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
 from hlo_roofline.cost.linalg import matmul_geometry
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Computation, Instruction, Module
+from hlo_roofline.hlo.ir import Computation, Instruction, Metadata, Module
 
 # Ops that only name, view or order values: never "unpriced", left out of coverage.
 BOOKKEEPING = frozenset(
@@ -33,10 +33,10 @@ BOOKKEEPING = frozenset(
 ROW_COLUMNS = (
     "name", "opcode", "computation", "count", "flops", "transcendentals", "bytes_accessed",
     "comm_bytes", "vmem_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "note",
+    "source", "user_source", "note",
     "fused_ops", "collective", "group_size", "replica_group", "waits_for",
     "mm_batch", "mm_m", "mm_n", "mm_k", "xla_cycles",
-    "prefetch_for",
+    "prefetch_for", "call_stack",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _RULE_ERRORS = (
@@ -191,7 +191,8 @@ def rows(
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
-    metadata: dict[str, tuple[str, str]] = {}  # metadata text -> (op_name, source)
+    # metadata text -> (op_name, source, user_source, call_stack)
+    metadata: dict[str, tuple[str, str, str, str]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
@@ -214,8 +215,7 @@ def rows(
         meta_text = instr_attrs.get("metadata", "")
         meta = metadata.get(meta_text)
         if meta is None:
-            decoded = attrs.parse_metadata(meta_text)
-            meta = metadata[meta_text] = (decoded.op_name, attrs.metadata_source(decoded, module))
+            meta = metadata[meta_text] = _attribution(attrs.parse_metadata(meta_text), module)
         kind = fused = precision = ""
         dtype = described[1]
         found = geometry = None
@@ -269,11 +269,11 @@ def rows(
             instr.name, code, instr.computation.name, float(count), cost.flops * count,
             cost.transcendentals * count, cost.bytes_accessed * count, cost.comm_bytes * count,
             vmem * count, cost.unknown, kind, dtype, precision, described[0], meta[0], meta[1],
-            "; ".join(cost.notes) if cost.notes else "", fused,
+            meta[2], "; ".join(cost.notes) if cost.notes else "", fused,
             found.opcode.removesuffix("-start") if found is not None else "",
             _group_size(found, module) if found is not None else 0, group, waits_for,
             batch, m, n, k, cycles * count if cycles is not None else math.nan,
-            prefetches.get(id(instr), "") if code == "copy-start" else "",
+            prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3],
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
             _transpose_onto(columns, table)
@@ -282,6 +282,23 @@ def rows(
     for name in _FLOAT_COLUMNS:
         columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0)
     return columns
+
+
+def _attribution(meta: Metadata, module: Module) -> tuple[str, str, str, str]:
+    """(op_name, source, user_source, call_stack) of decoded metadata.
+
+    ``source`` is the innermost frame (often inside a framework: ``flax/nnx/nn/linear.py``);
+    ``user_source`` the innermost frame of the user's own code; ``call_stack`` every frame, innermost
+    first, one ``file:line (function)`` a line.
+    """
+    frames = attrs.frames_of(meta, module)
+    user = attrs.user_frame(frames)
+    return (
+        meta.op_name,
+        attrs.metadata_source(meta, module),
+        attrs.frame_text(user) if user else "",
+        "\n".join(map(attrs.frame_text, frames)),
+    )
 
 
 def _in_vmem(shape) -> bool:

@@ -2,7 +2,8 @@
 // /data/plugin/hlo_roofline/ and calls render() once. Every URL below is relative to that base.
 //
 // Layout: toolbar (run, chip, compare, CSV) · summary header · roofline chart + selection panel ·
-// op table (filters, virtualized rows) · comparison with another run.
+// op table (filters, virtualized rows; or the ops grouped by user line, function or named scope,
+// a group's row opening its ops) · comparison with another run.
 // Verdicts always come from the server (report?chip=... re-classifies with hlo_roofline itself).
 //
 // State that survives a reload (run, chip, compared run, filters, selected op) lives in the URL:
@@ -30,7 +31,10 @@ import {
 } from "./util.js";
 
 const PLUGIN = "hlo_roofline";
-const URL_KEYS = ["run", "chip", "other", "op", "bound", "opcode", "q", "all"];
+const URL_KEYS = ["run", "chip", "other", "op", "bound", "opcode", "q", "all", "by", "in"];
+// What the table can group ops by (the server's Report.rollup keys), and the label of each.
+const GROUPINGS = { user_source: "user line", user_function: "function", scope: "scope" };
+const UNATTRIBUTED = "(unattributed)"; // the group of ops without one (Report.rollup's name)
 const POLL_MS = 30_000; // runs re-listed this often when no TensorBoard host tells us to reload
 
 /** One report payload ({columns, data, summary, ...}) with column access by name. */
@@ -42,7 +46,8 @@ class Model {
     this.rows = payload.data || [];
     this.summary = payload.summary || {};
     this.module = payload.module || "";
-    const fields = ["name", "op_name", "source", "opcode", "hint", "fused_ops", "bound"]
+    this.stacks = payload.call_stacks || []; // the call_stack column indexes this list
+    const fields = ["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]
       .map((c) => this.index[c])
       .filter((i) => i !== undefined);
     this.search = this.rows.map((r) =>
@@ -80,7 +85,8 @@ const state = {
   model: null,
   reportText: "",
   selected: -1,
-  filter: { bound: "", opcode: "", text: "", timedOnly: true },
+  filter: { bound: "", opcode: "", text: "", timedOnly: true, group: null }, // group: {key, value}
+  groupBy: "", // "" (one row per op) or a key of GROUPINGS
   other: "",
   compare: null,
   onlyFlipped: false,
@@ -137,6 +143,8 @@ function urlValues() {
     opcode: f.opcode,
     q: f.text,
     all: f.timedOnly ? "" : "1",
+    by: state.groupBy,
+    in: f.group ? `${f.group.key}=${f.group.value}` : "",
   };
 }
 
@@ -279,6 +287,16 @@ function buildLayout() {
     timer = setTimeout(() => setFilter({ text: ui.search.value }), 120);
   });
   ui.timedOnly.addEventListener("change", () => setFilter({ timedOnly: ui.timedOnly.checked }));
+  ui.groupBy = el("select", { attrs: { id: "hr-group-by", "aria-label": "Group ops by" } });
+  setChildren(
+    ui.groupBy,
+    option("", "op (no grouping)"),
+    ...Object.entries(GROUPINGS).map(([key, label]) => option(key, label)),
+  );
+  ui.groupBy.addEventListener("change", () => setGroupBy(ui.groupBy.value));
+  // The group whose ops the table shows (after a click on a group's row), with a way back.
+  ui.groupFilter = el("span", { className: "hr-group-filter", attrs: { id: "hr-group-filter" } });
+  ui.groupFilter.hidden = true;
   const filters = el(
     "div",
     { className: "hr-filters" },
@@ -286,6 +304,8 @@ function buildLayout() {
     el("label", {}, "Opcode ", ui.opcodeFilter),
     ui.search,
     el("label", {}, ui.timedOnly, " only ops with time"),
+    el("label", {}, "Group by ", ui.groupBy),
+    ui.groupFilter,
     ui.count,
   );
   // Shown when the selected op is one the filters hide (a click on a faint point, a URL).
@@ -314,6 +334,9 @@ function buildLayout() {
     sort: { key: "t_roofline_s", dir: -1 },
     label: "Ops",
   });
+  ui.groupBox = el("div", { className: "hr-groups", attrs: { id: "hr-groups" } });
+  ui.groupBox.hidden = true;
+  ui.tableBox.append(ui.groupBox); // its table is made when the ops are first grouped
 }
 
 /** Table cell class for a bound ("" when the op has none, e.g. only in one compared run). */
@@ -355,9 +378,25 @@ function opColumns() {
     ...(m && m.has("measured_s")
       ? [numeric("measured_s", "measured", fmtTime), numeric("efficiency", "efficiency", fmtPct)]
       : []),
+    ...(m && m.has("user_source")
+      ? [
+          {
+            key: "user_source",
+            label: "user line",
+            width: "minmax(160px, 1.5fr)",
+            text: (row) => shortLine(state.model.get(row, "user_source")),
+            tip: text("user_source"),
+          },
+        ]
+      : []),
     { key: "op_name", label: "op_name", width: "minmax(160px, 2fr)", text: text("op_name") },
     { key: "hint", label: "hint", width: "minmax(120px, 1.2fr)", text: text("hint") },
   ];
+}
+
+/** ``file.py:line (function)`` of a user line (its directories are in the cell's tooltip). */
+function shortLine(where) {
+  return where ? String(where).replace(/^.*[\\/](?=[^\\/]*:\d+)/, "") : "";
 }
 
 function setStatus(text) {
@@ -444,7 +483,9 @@ async function init() {
     opcode: wanted.opcode || "",
     text: wanted.q || "",
     timedOnly: wanted.all !== "1",
+    group: parseGroup(wanted.in),
   };
+  state.groupBy = GROUPINGS[wanted.by] ? wanted.by : "";
   ui.search.value = state.filter.text;
   ui.timedOnly.checked = state.filter.timedOnly;
   state.pendingOp = wanted.op || null;
@@ -458,6 +499,14 @@ async function init() {
     return;
   }
   await selectRun(run);
+}
+
+/** ``key=value`` (the URL's "in") as a group filter, or null. */
+function parseGroup(text) {
+  if (!text) return null;
+  const at = text.indexOf("=");
+  const key = text.slice(0, at);
+  return at > 0 && GROUPINGS[key] ? { key, value: text.slice(at + 1) } : null;
 }
 
 function showEmpty() {
@@ -556,6 +605,7 @@ async function loadReport({ quiet = false } = {}) {
   ui.chart.showMeasured = ui.showMeasured.checked;
   ui.chart.setModel(state.model);
   applyFilter();
+  setGroupBy(state.groupBy);
   if (state.selected >= 0) selectOp(state.selected);
   else renderDetails();
   // For tests and scripts: which run and chip the page shows, and that it is done loading.
@@ -772,7 +822,7 @@ function setFilter(change) {
 }
 
 function clearFilters() {
-  state.filter = { bound: "", opcode: "", text: "", timedOnly: false };
+  state.filter = { bound: "", opcode: "", text: "", timedOnly: false, group: null };
   ui.boundFilter.value = "";
   ui.opcodeFilter.value = "";
   ui.search.value = "";
@@ -786,6 +836,7 @@ function applyFilter() {
   const m = state.model;
   if (!m) return;
   const { bound, opcode, text, timedOnly } = state.filter;
+  const group = state.filter.group && m.has(state.filter.group.key) ? state.filter.group : null;
   const needle = text.trim().toLowerCase();
   const hasTime = m.has("t_roofline_s");
   const ids = [];
@@ -795,6 +846,7 @@ function applyFilter() {
     if (opcode && m.get(i, "opcode") !== opcode) continue;
     if (timedOnly && hasTime && !(m.get(i, "t_roofline_s") > 0)) continue;
     if (needle && !m.search[i].includes(needle)) continue;
+    if (group && (m.get(i, group.key) || UNATTRIBUTED) !== group.value) continue;
     ids.push(i);
     shown[i] = 1;
   }
@@ -805,6 +857,111 @@ function applyFilter() {
   ui.count.dataset.total = String(m.rows.length);
   if (state.selected >= 0) ui.table.select(state.selected, true);
   showHiddenNote();
+  showGroupFilter();
+}
+
+// -- grouping -----------------------------------------------------------------------------------
+
+/** Show the ops one row per group (Report.rollup on the server), or one row per op (""). */
+function setGroupBy(by) {
+  state.groupBy = GROUPINGS[by] ? by : "";
+  ui.groupBy.value = state.groupBy;
+  ui.table.root.hidden = Boolean(state.groupBy);
+  ui.groupBox.hidden = !state.groupBy;
+  writeURL();
+  if (state.groupBy) loadGroups();
+}
+
+async function loadGroups() {
+  const by = state.groupBy;
+  const id = state.requestId;
+  ui.groupBox.dataset.state = "loading";
+  if (!ui.groupTable) {
+    ui.groupTable = new VirtualTable(ui.groupBox, [], {
+      onSelect: (row) => openGroup(row),
+      sort: { key: "t_roofline_s", dir: -1 },
+      label: "Groups",
+    });
+  }
+  let body;
+  try {
+    body = await getJSON(route("rollup", { run: state.run, by, chip: state.chip }));
+  } catch (err) {
+    if (id !== state.requestId || by !== state.groupBy) return;
+    ui.groupTable.setColumns([]);
+    ui.groupTable.setRows([]);
+    ui.groupBox.dataset.state = "error";
+    ui.count.textContent = `cannot group by ${GROUPINGS[by]}: ${err.message}`;
+    return;
+  }
+  if (id !== state.requestId || by !== state.groupBy) return;
+  const idx = Object.fromEntries(body.columns.map((c, i) => [c, i]));
+  const get = (row, col) => body.data[row][idx[col]];
+  state.groups = { by, get };
+  const fit = (show) => longest(body.data.map((_, i) => show(i)));
+  const numeric = (key, label, format) => {
+    const show = (r) => (idx[key] === undefined ? "" : format(get(r, key)));
+    return { key, label, num: true, value: (r) => get(r, key), text: show, fit: fit(show) };
+  };
+  const key = (r) => String(get(r, by));
+  ui.groupTable.setColumns([
+    {
+      key: by,
+      label: GROUPINGS[by],
+      width: "minmax(240px, 3fr)",
+      text: by === "scope" ? key : (r) => shortLine(key(r)) || key(r),
+      tip: key,
+    },
+    numeric("ops", "ops", (x) => String(x)),
+    ...(idx.t_roofline_s === undefined
+      ? [numeric("flops", "FLOPs", fmtSI), numeric("bytes_accessed", "bytes", fmtBytes)]
+      : [
+          numeric("t_roofline_s", "time", fmtTime),
+          numeric("share", "share", fmtPct),
+          { key: "bound", label: "bound", text: (r) => get(r, "bound"), cls: (r) => pill(get(r, "bound")), fit: BOUNDS },
+          numeric("mix_compute", "compute-bound", fmtPct),
+          numeric("mix_memory", "memory-bound", fmtPct),
+          numeric("flops", "FLOPs", fmtSI),
+        ]),
+  ]);
+  ui.groupTable.setRows(body.data.map((_, i) => i));
+  ui.groupBox.dataset.state = "ready";
+  ui.groupBox.dataset.by = by;
+  ui.count.textContent = `${body.data.length} groups of ${state.model.rows.length} ops`;
+}
+
+/** A click on a group: its ops, one row each (the filter says which group, with a way back). */
+function openGroup(row) {
+  const { by, get } = state.groups;
+  state.filter.group = { key: by, value: String(get(row, by)) };
+  setGroupBy("");
+  applyFilter();
+  writeURL();
+}
+
+function showGroupFilter() {
+  const group = state.filter.group;
+  ui.groupFilter.hidden = !group;
+  if (!group) return;
+  setChildren(
+    ui.groupFilter,
+    `${GROUPINGS[group.key] || group.key}: `,
+    el("strong", { text: group.key === "scope" ? group.value : shortLine(group.value) || group.value, title: group.value }),
+    " ",
+    el("button", {
+      className: "hr-button",
+      text: "✕",
+      title: "Show every op",
+      attrs: { type: "button", id: "hr-clear-group", "aria-label": "Show every op" },
+      on: {
+        click: () => {
+          state.filter.group = null;
+          applyFilter();
+          writeURL();
+        },
+      },
+    }),
+  );
 }
 
 /** Say so when the selected op is one the filters hide; offer to show it (never done silently). */
@@ -900,6 +1057,7 @@ function renderDetails() {
         ]
       : []),
     ["op_name", g("op_name")],
+    ["user line", g("user_source")],
     ["source", g("source")],
     ["hint", g("hint")],
     ["note", g("note")],
@@ -910,12 +1068,30 @@ function renderDetails() {
     dl.append(el("dt", { text: k }), el("dd", { text: v, dataset: { field: k } }));
   }
   const fused = g("fused_ops");
+  const stack = m.stacks[g("call_stack")] || "";
   setChildren(
     ui.details,
     el("h3", { className: "hr-op-name", text: g("name") }),
     dl,
     fused ? el("h4", { text: "fused ops" }) : null,
     fused ? el("pre", { className: "hr-fused", text: fused }) : null,
+    stack ? el("h4", { text: "call stack (innermost first; the user's line marked)" }) : null,
+    stack ? callStack(stack.split("\n"), g("user_source")) : null,
+  );
+}
+
+/** The Python frames an op was traced in, innermost first; the user's own line stands out. */
+function callStack(frames, userLine) {
+  return el(
+    "ol",
+    { className: "hr-stack", attrs: { id: "hr-stack" } },
+    ...frames.map((frame) =>
+      el("li", {
+        text: frame,
+        className: frame === userLine ? "hr-user-frame" : "",
+        attrs: { "aria-current": frame === userLine ? "true" : null },
+      }),
+    ),
   );
 }
 

@@ -2,7 +2,8 @@
 //
 // columns: [{key, label, width (CSS grid track), fit (strings the column must show whole: its
 //            width is measured from them and the label), num (right-aligned, numeric sort),
-//            value(id) -> sort value, text(id) -> displayed string, cls(id) -> extra class}]
+//            value(id) -> sort value, text(id) -> displayed string, tip(id) -> tooltip (default:
+//            the text), cls(id) -> extra class}]
 // Rows are opaque ids (row indices of the report); the caller supplies the filtered id list.
 // Keyboard: the body is focusable; ↑/↓, PgUp/PgDn, Home/End move the selection.
 
@@ -190,7 +191,7 @@ export class VirtualTable {
           el("div", {
             className: `hr-cell${c.num ? " hr-num" : ""}${extra ? " " + extra : ""}`,
             text,
-            title: c.num ? null : text,
+            title: c.tip ? c.tip(id) : c.num ? null : text,
             attrs: { role: "gridcell", "data-key": c.key },
           }),
         );

@@ -1,0 +1,63 @@
+"""``diff A B``: two reports matched op by op."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from hlo_roofline.check import Rules, check
+from hlo_roofline.cli._common import (
+    CONTEXT,
+    _format_option,
+    _input_errors,
+    _load_report,
+    chip_option,
+    top_option,
+)
+from hlo_roofline.cli.render import diff_text
+from hlo_roofline.diff import compare, judged_alike
+
+
+@click.command("diff", context_settings=CONTEXT, short_help="Compare two reports op by op.")
+@click.argument("a", type=click.Path(exists=True, path_type=Path), metavar="A")
+@click.argument("b", type=click.Path(exists=True, path_type=Path), metavar="B")
+@chip_option
+@click.option("--fail-on-regression", type=float, metavar="PCT",
+              help="Exit 1 if B's predicted step is more than PCT% slower than A's.")  # fmt: skip
+@_format_option("table", "csv", "json")
+@top_option
+def diff_command(a, b, chip, fail_on_regression, fmt, top):
+    """Compare two reports op by op: bound flips, time deltas, added and removed ops.
+
+    Ops are matched by (op_name, source, opcode, shape), then without the shape, since fusion
+    names change between compiles; duplicates pair up in program order. B is judged against A's
+    chip (or both against --chip).
+
+    \b
+    Example:
+      $ hlo-roofline diff small.json large.json
+      $ hlo-roofline diff small.json large.json --format csv
+      $ hlo-roofline diff small.json large.json --fail-on-regression 5  # exit 1
+    """
+    report_a, report_b = _load_report(a, chip), _load_report(b, chip)
+    with _input_errors():
+        diff = compare(report_a, report_b)
+    if fmt == "json":
+        click.echo(json.dumps(diff.to_dict(), default=float))
+    elif fmt == "csv":
+        click.echo(diff.ops.to_csv(index=False), nl=False)
+    else:
+        click.echo(diff_text(diff, top))
+    if fail_on_regression is not None:
+        _, report_b, _ = judged_alike(report_a, report_b)
+        rules = Rules(max_regression=fail_on_regression, baseline=str(a))
+        result = check(report_b, rules, report_a)
+        if not result.passed:
+            if fmt == "table":
+                click.echo("\n" + result.table())
+            click.echo(f"failed: predicted step regressed more than {fail_on_regression:g}%",
+                       err=fmt != "table")  # fmt: skip
+            raise SystemExit(1)
+

@@ -1,0 +1,30 @@
+"""``plot REPORT -o F``: the roofline chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hlo_roofline.cli._common import CONTEXT, _image, _load_report, _note, chip_option
+
+
+@click.command("plot", context_settings=CONTEXT, short_help="Draw a report's roofline chart.")
+@click.argument("report_path", metavar="REPORT", type=click.Path(exists=True, path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              callback=_image, help="The chart: .png or .svg.")  # fmt: skip
+@chip_option
+@click.option("--title", help="Chart title (default: module and chip).")
+def plot_command(report_path, output, chip, title):
+    """Draw a report's roofline chart: roofs per dtype, one point per op sized by its share.
+
+    \b
+    Example:
+      $ hlo-roofline plot large.json -o roofline.png
+      $ hlo-roofline plot mlp.json -o mlp.svg --chip v5p
+    """
+    report = _load_report(report_path, chip)
+    if report.chip is None:
+        raise click.UsageError("REPORT is not judged against a chip: pass --chip")
+    _note(f"wrote {report.plot(output, title)}")
+

@@ -1,0 +1,144 @@
+"""The house's layering: data flows one way (docs/architecture.md), and no import closes a cycle.
+
+Every import counts, function-local ones included: a cycle hidden inside a function is still a
+cycle for whoever reads the code. ``from hlo_roofline import chips`` is an import of
+``hlo_roofline.chips`` (the package's own names load lazily).
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import subprocess
+import sys
+
+from conftest import ROOT
+
+PACKAGES = {"hlo_roofline": ROOT / "hlo_roofline", "hlo_roofline_tensorboard": ROOT / "plugin"}
+
+# Lowest first; a module may import its own layer and the layers before it, never a later one.
+LAYERS = [
+    ("base", ["hlo_roofline._jax_env", "hlo_roofline._gc", "hlo_roofline.logdir", "hlo_roofline.text"]),
+    ("text → IR", ["hlo_roofline.hlo", "hlo_roofline.hlo.*"]),
+    ("prices", ["hlo_roofline.cost", "hlo_roofline.cost.*"]),
+    ("chip data", ["hlo_roofline.chips"]),
+    (
+        "judgments",
+        [
+            "hlo_roofline.host",
+            "hlo_roofline.interconnect",
+            "hlo_roofline.memory",
+            "hlo_roofline.schedule",
+            "hlo_roofline.verdict",
+        ],
+    ),
+    ("the result", ["hlo_roofline.report", "hlo_roofline.plot"]),
+    ("comparisons", ["hlo_roofline.diff", "hlo_roofline.check"]),
+    (
+        "compiling and measuring",
+        [
+            "hlo_roofline.targets",
+            "hlo_roofline.cache",
+            "hlo_roofline.api",
+            "hlo_roofline.xplane",
+            "hlo_roofline.measured",
+        ],
+    ),
+    (
+        "faces",
+        [
+            "hlo_roofline",
+            "hlo_roofline.cli",
+            "hlo_roofline.cli.*",
+            "hlo_roofline.testing",
+            "hlo_roofline.demo",
+            "hlo_roofline.examples",
+            "hlo_roofline.examples.*",
+            "hlo_roofline_tensorboard",
+            "hlo_roofline_tensorboard.*",
+        ],
+    ),
+]
+
+
+def modules() -> dict[str, object]:
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path, known: dict) -> set[str]:
+    """The project's modules ``name`` imports anywhere in its body."""
+    is_package = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")[: len(name.split(".")) - node.level + is_package]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            submodules = [f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in known]
+            out.update(submodules)
+            if len(submodules) < len(node.names) and module in known:
+                out.add(module)
+    out.discard(name)
+    return out
+
+
+def layer_of(name: str) -> int:
+    for index, (_, patterns) in enumerate(LAYERS):
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            return index
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS and to docs/architecture.md")
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_every_import_goes_down_the_layers():
+    upward = [
+        f"{a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
+        for a, deps in sorted(graph().items())
+        for b in sorted(deps)
+        if layer_of(b) > layer_of(a)
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycles():
+    edges = graph()
+    cycles, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                cycles.append(" → ".join([*path[path.index(nxt) :], nxt]))
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_package_and_its_ir_load_light():
+    """``import hlo_roofline`` loads no JAX or pandas, ``hlo_roofline.hlo`` no pandas either."""
+    code = (
+        "import sys, hlo_roofline, hlo_roofline.hlo; "
+        "print(sorted(m for m in ('jax', 'pandas', 'google.protobuf') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
