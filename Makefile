@@ -65,5 +65,10 @@ fixtures: install
 bench: install
 	$(VENV)/bin/python benchmarks/run.py
 
+# 100,000 semantic mutants of the committed fixtures, each with a time limit; exit 1 on any escape
+# (an exception other than HloParseError) or hang.
+fuzz: install
+	$(VENV)/bin/python benchmarks/fuzz.py --inputs 100000 --jobs 2 --seconds 10
+
 clean:
 	rm -rf $(VENV) $(VENV_OLDEST) .pytest_cache .ruff_cache out test-artifacts

@@ -26,7 +26,7 @@ import re
 import threading
 import tomllib
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -611,16 +611,25 @@ def resolve(name: str) -> str:
 
 HOST = "host"  # this machine's CPU, measured by hlo_roofline.host
 
+# Chips made on first use (name -> factory): hlo_roofline.host provides "host", measuring this
+# machine's CPU, so the database needs no import of what measures it.
+_providers: dict[str, Callable[[], Chip]] = {}
+
+
+def provide(name: str, factory: Callable[[], Chip]) -> None:
+    """Make ``chips.get(name)`` call ``factory`` (once it has registered a chip, that one is used)."""
+    _providers[name.strip().lower()] = factory
+
 
 def get(name: str | Chip, profile: str = "vendor") -> Chip:
     """Look a chip up by key, alias or jax ``device_kind`` (``"host"``: this machine's CPU,
     measured on first use); raise :class:`UnknownChipError` with close matches."""
     if isinstance(name, Chip):
         return name
-    if isinstance(name, str) and name.strip().lower() == HOST and HOST not in _custom:
-        from hlo_roofline.host import host_chip  # measured on first use, then cached on disk
-
-        return host_chip()
+    if isinstance(name, str) and name.strip().lower() in _providers:
+        key = name.strip().lower()
+        if key not in _custom:
+            return _providers[key]()
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {PROFILES}")
     key = resolve(name)

@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, memory
+from hlo_roofline import chips, efficiency, memory, verdict
 from hlo_roofline.hlo import attrs
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
+from hlo_roofline.plot import roofline_chart
 
 FORMAT = "hlo_roofline.report"
 VERSION = 1
@@ -74,16 +75,12 @@ class Report:
         :class:`~hlo_roofline.interconnect.Topology`; by default the one this report was judged
         with, else one inferred from the chip and the replica groups.
         """
-        from hlo_roofline import verdict
-
         if topology is None:
             topology = self.summary.get("topology")
         ops, summary_update = verdict.classify(self.ops, chip, topology)
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
-            from hlo_roofline.measured import add_efficiency, problem_count
-
-            ops = add_efficiency(ops, chip)
-            summary_update["measured_problems"] = problem_count(ops)
+            ops = efficiency.add_efficiency(ops, chip)
+            summary_update["measured_problems"] = efficiency.problem_count(ops)
         # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
         fit = memory.judge(self.summary.get("memory"), chips.get(chip))
         return Report(ops, {**self.summary, **summary_update, **fit}, self.module)
@@ -296,8 +293,6 @@ class Report:
 
     def plot(self, path: str | os.PathLike, title: str | None = None) -> Path:
         """A log-log roofline chart (PNG or SVG by extension) of a classified report."""
-        from hlo_roofline.plot import roofline_chart
-
         return roofline_chart(self, Path(path), title)
 
 

@@ -25,6 +25,7 @@ LAYERS = [
     (
         "judgments",
         [
+            "hlo_roofline.efficiency",
             "hlo_roofline.host",
             "hlo_roofline.interconnect",
             "hlo_roofline.memory",

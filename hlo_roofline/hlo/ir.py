@@ -111,6 +111,27 @@ class StackFrame:
     parent: int  # frame id of the caller, 0 for none
 
 
+def split_attributes(text: str) -> dict[str, str]:
+    """Split ``", key=value, ..."`` attribute text into a dict: the parser's own splitter.
+
+    Only the parser hands an instruction its attributes as text, and it installs its splitter here
+    when it loads (:func:`use_attribute_splitter`), so the IR needs no import of the parser."""
+    return _attribute_splitter(text)
+
+
+def _no_splitter(text: str) -> dict[str, str]:
+    raise RuntimeError("attribute text without the HLO parser loaded")
+
+
+_attribute_splitter = _no_splitter
+
+
+def use_attribute_splitter(splitter) -> None:
+    """Install the function that splits attribute text (called once by the parser)."""
+    global _attribute_splitter
+    _attribute_splitter = splitter
+
+
 class Instruction:
     """One HLO instruction. ``attrs`` maps attribute names to their unparsed text.
 
@@ -170,8 +191,6 @@ class Instruction:
         """The attributes, without keeping the split form (one read of many instructions)."""
         attrs = self._attrs
         if attrs.__class__ is str:
-            from hlo_roofline.hlo.parser import split_attributes  # the parser imports this module
-
             return split_attributes(attrs)
         return attrs
 

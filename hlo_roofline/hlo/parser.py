@@ -30,6 +30,7 @@ from hlo_roofline.hlo.ir import (
     Shape,
     StackFrame,
     tiled_elements,
+    use_attribute_splitter,
 )
 
 
@@ -440,6 +441,9 @@ def _fast_instruction(
 def split_attributes(text: str) -> dict[str, str]:
     """``", key=value, ..."`` (already checked by ``_FAST_ATTRS``) as a dict."""
     return {intern(key): value for key, value in _FAST_ATTR_ITEM.findall(text)}
+
+
+use_attribute_splitter(split_attributes)  # instructions split their attribute text on first use
 
 
 def _fast_operands_and_attrs(
