@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, xplane
-from hlo_roofline.host import host_chip
 from hlo_roofline.api import analyze_hlo, jitted, local_chip
 from hlo_roofline.efficiency import (  # noqa: F401  (measured.* names kept for callers)
     HOST_ROOF_LOW,
@@ -45,6 +44,7 @@ from hlo_roofline.efficiency import (  # noqa: F401  (measured.* names kept for 
     problem_count,
 )
 from hlo_roofline.hlo import Module, attrs, parse
+from hlo_roofline.host import host_chip
 from hlo_roofline.report import Report
 from hlo_roofline.xplane import Event, Plane, TraceError
 
