@@ -143,3 +143,14 @@ def test_the_package_and_its_ir_load_light():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_host_chip_is_known_through_the_package():
+    """``chips.get("host")`` works from ``from hlo_roofline import chips`` alone (the database
+    does not import what measures the host; the package loads it with the database)."""
+    code = (
+        "from hlo_roofline import chips; import sys; "
+        "print(chips.resolve('v5e'), chips._providers.get('host') is not None)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["v5e", "True"]
