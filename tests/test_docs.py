@@ -7,6 +7,7 @@ blocks (no prompts) are not run. Numbers that depend on the machine are elided w
 from __future__ import annotations
 
 import doctest
+import re
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,23 @@ def test_the_pages_link_each_other():
         if page.name != "index.md":
             assert f"]({page.name})" in index, page.name
     assert "docs/index.md" in (ROOT / "README.md").read_text()
+
+
+def _documented_columns() -> set[str]:
+    """The column names in docs/method.md's table of the report's columns."""
+    text = (ROOT / "docs" / "method.md").read_text()
+    table = text[text.index("## The report's columns") :].split("\n## ")[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    return {name for cell in rows for name in re.findall(r"`([a-z_0-9]+)`", cell)}
+
+
+def test_every_report_column_is_documented():
+    """A real classified report's columns, each with a row in docs/method.md (and no row for a
+    column the report does not have), so a new column cannot ship without its unit and meaning."""
+    from hlo_roofline import analyze_hlo
+
+    report = analyze_hlo(ROOT / "fixtures" / "gpt_tiny" / "tpu_v5e.hlo.txt", chip="v5e")
+    documented = _documented_columns()
+    assert set(report.ops.columns) - documented == set()
+    measured = {"measured_s"}  # the measured columns have their own table in measure.md
+    assert documented - set(report.ops.columns) - measured == set()
