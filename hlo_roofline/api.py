@@ -253,11 +253,11 @@ def analyze(
     return _analyze_step(step, args, {}, chip, target, how, cost_model, cache, isolate_trace)
 
 
-def lower(step, args: tuple, kwargs: dict, target: str | None, isolate_trace: bool = False):
-    """``step.lower`` with the arguments placed on ``target``; see ``analyze`` for the thread."""
+def _lower(step, args: tuple, kwargs: dict, isolate_trace: bool = False):
+    """``step.lower`` of arguments already placed; see ``analyze`` for the thread."""
 
     def run():
-        return step.lower(*place_args(args, target), **place_args(kwargs, target))
+        return step.lower(*args, **kwargs)
 
     if not isolate_trace:
         return run()
@@ -274,7 +274,7 @@ def _analyze_step(
     not fit, with the compiler's figures (see :mod:`hlo_roofline.memory`)."""
     log.info("%s", how)
     placed_args, placed_kwargs = place_args(args, target), place_args(kwargs, target)
-    lowered = lower(step, placed_args, placed_kwargs, None, isolate_trace)  # placed already
+    lowered = _lower(step, placed_args, placed_kwargs, isolate_trace)
     inputs, donatable = _inputs(step, lowered, (placed_args, placed_kwargs))
     try:
         program = compile_program(lowered, target, cache)

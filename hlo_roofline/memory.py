@@ -36,7 +36,6 @@ __all__ = [
 
 TIGHT = 0.90  # above this share of HBM a step "fits" only until the next allocation
 LARGEST = 5  # buffers listed as the biggest contributors
-GIB = 1024**3
 
 
 class Buffer(NamedTuple):
