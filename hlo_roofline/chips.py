@@ -238,6 +238,9 @@ class Chip:
     memory: Mapping[str, MemorySpace] = field(default_factory=_frozen)
     vpu_flops: float | None = None  # vector unit, whole chip
     eup_rate: float | None = None  # transcendental unit (TPU EUP), results per second, whole chip
+    vector_elements_rate: float | None = None  # elements/s a TPU vector loop passes, whole chip
+    lane_reduce_rate: float | None = None  # elements/s a TPU standalone reduce folds across lanes
+    op_floor_s: float | None = None  # the least time any op takes (a TPU's per-op overhead)
     clock_hz: float | None = None  # core clock: converts XLA:TPU's cycle estimates to seconds
     ici: Ici | None = None
     scaleup: ScaleUp | None = None
@@ -329,6 +332,8 @@ class Chip:
             hbm_capacity=share(self.hbm_capacity),
             vpu_flops=share(self.vpu_flops),
             eup_rate=share(self.eup_rate),
+            vector_elements_rate=share(self.vector_elements_rate),
+            lane_reduce_rate=share(self.lane_reduce_rate),
             cores=_frozen(cores),
             memory=_frozen(memory),
         )
@@ -380,8 +385,9 @@ class Chip:
 
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth"},
-    "vpu": {"per", "flops"},
+    "vpu": {"per", "flops", "elements"},
     "eup": {"per", "rate"},
+    "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
     | {"wraparound"},  # { multiple_of = 4 } or { sizes = [16] }
     "scaleup": {f.name for f in dataclasses.fields(ScaleUp)},
@@ -389,7 +395,7 @@ _SECTIONS = {
     "host": {"pcie", "pcie_bidirectional", "c2c", "link"},
 }
 _TOP_KEYS = {"name", "kind", "vendor", "status", "aliases", "cores", "megacore", "mxu", "flops"}
-_TOP_KEYS |= {"clock"}
+_TOP_KEYS |= {"clock", "op_floor"}
 _TOP_KEYS |= {"memory", "book", *_SECTIONS}
 
 
@@ -467,9 +473,15 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
     }
     hbm, host, net = (_section(t, s, key) for s in ("hbm", "host", "network"))
     vpu = _section(t, "vpu", key)
-    vpu_flops = vpu["flops"] * (cores.get(vpu["per"], 1) if "per" in vpu else 1) if vpu else None
+    per_vpu = cores.get(vpu["per"], 1) if "per" in vpu else 1
+    vpu_flops = vpu["flops"] * per_vpu if "flops" in vpu else None
+    vector_elements = vpu["elements"] * per_vpu if "elements" in vpu else None
     eup = _section(t, "eup", key)
     eup_rate = eup["rate"] * (cores.get(eup["per"], 1) if "per" in eup else 1) if eup else None
+    xlu = _section(t, "xlu", key)
+    lane_reduce = (
+        xlu["lane_reduce"] * (cores.get(xlu["per"], 1) if "per" in xlu else 1) if xlu else None
+    )
     ici = None
     if sec := _section(t, "ici", key):
         wrap = sec.pop("wraparound", {})
@@ -497,6 +509,9 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
         memory=_frozen(memory),
         vpu_flops=vpu_flops,
         eup_rate=eup_rate,
+        vector_elements_rate=vector_elements,
+        lane_reduce_rate=lane_reduce,
+        op_floor_s=t.get("op_floor"),
         clock_hz=t.get("clock"),
         ici=ici,
         scaleup=scaleup,

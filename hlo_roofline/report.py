@@ -32,7 +32,7 @@ _INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
 _TEXT_COLUMNS = (
     "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
     "source", "user_source", "note", "fused_ops", "collective", "replica_group", "waits_for",
-    "bound", "hint", "prefetch_for", "call_stack", "measurement_problem",
+    "bound", "compute_unit", "hint", "xla_gap", "prefetch_for", "call_stack", "measurement_problem",
     "scope", "user_function",  # derived (rollup's keys), in the TensorBoard tab's payload
 )  # fmt: skip
 BOUNDS = ("compute", "memory", "communication")

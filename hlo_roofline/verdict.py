@@ -24,8 +24,8 @@ from hlo_roofline.cost.collectives import parse_group_text
 
 BOUNDS = ("compute", "memory", "communication", "unknown", "none")
 VERDICT_COLUMNS = (
-    "intensity", "critical_intensity", "bound", "t_compute_s", "t_memory_s", "t_comm_s",
-    "t_roofline_s", "share", "t_exposed_s", "hint", "xla_estimate_s",
+    "intensity", "critical_intensity", "bound", "t_compute_s", "compute_unit", "t_memory_s", "t_comm_s",
+    "t_roofline_s", "share", "t_exposed_s", "hint", "xla_estimate_s", "xla_gap",
 )  # fmt: skip
 RIDGE_DTYPES = ("bf16", "fp8", "int8", "tf32", "fp32")
 NO_RATE = "compute time unknown: "  # how a row whose matmul dtype the chip has no rate for begins
@@ -140,6 +140,134 @@ def _mxu_width(chip: Chip) -> int:
     return chip.mxu[0] if chip.mxu else 0
 
 
+def _padded(dims: np.ndarray, tile: int) -> np.ndarray:
+    return -(-dims // tile) * tile
+
+
+def mxu_padding(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """How much more work each matmul does on the chip's MXUs than it asks for: the K×N weight
+    tile padded to the systolic array's width (the M rows stream through it unpadded, as the book
+    counts them); 1 where the chip has no MXU shape, or the op is a matrix-vector product (a
+    depthwise convolution: it runs on the vector unit)."""
+    width = _mxu_width(chip)
+    n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_n", "mm_k"))
+    factor = np.ones(len(ops))
+    on_mxu = (n > 1) & (k > 1)
+    if width and on_mxu.any():
+        asked = (n * k)[on_mxu].astype(float)
+        factor[on_mxu] = _padded(n[on_mxu], width) * _padded(k[on_mxu], width) / asked
+    return factor
+
+
+# The units an op's compute time can come from (the ``compute_unit`` column).
+COMPUTE_UNITS = {
+    "mxu": "matmul FLOPs (padded to the MXU's tiles on a TPU) at the matmul peak",
+    "vector": "FLOPs at the vector peak (VPU, CUDA cores)",
+    "eup": "transcendentals at the TPU EUP's rate",
+    "loop": "elements through a TPU vector loop at the rate XLA:TPU's cost model charges",
+    "xlu": "elements a standalone TPU reduce folds across lanes (XLU)",
+}
+
+
+def _compute_times(
+    ops: pd.DataFrame, chip: Chip, matmul: np.ndarray, peaks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's time on the units that run it, and the unit that sets it (the slowest).
+
+    A matmul: its FLOPs on the MXU with padding (:func:`mxu_padding`), and the elements of its
+    result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
+    EUP's rate where the chip has one (else at the vector peak, with the FLOPs), and the elements of
+    its loop through the vector unit where the chip has that rate (TPUs), a standalone reduce's
+    elements across the lanes at the XLU's."""
+    flops = ops["flops"].to_numpy(dtype=float)
+    transcendentals = ops["transcendentals"].to_numpy(dtype=float)
+    mxu_flops = (
+        2.0
+        * ops["count"].to_numpy(dtype=float)
+        * np.prod(
+            [ops[c].to_numpy(dtype=float) for c in ("mm_batch", "mm_m", "mm_n", "mm_k")], axis=0
+        )
+    )
+    padding = mxu_padding(ops, chip) - 1.0
+    zero = np.zeros(len(ops))
+    eup = transcendentals / chip.eup_rate if chip.eup_rate else zero
+    vector = (flops if chip.eup_rate else flops + transcendentals) / peaks
+    candidates = {
+        "mxu": np.where(matmul, (flops + transcendentals + mxu_flops * padding) / peaks, 0.0),
+        "vector": np.where(matmul, 0.0, vector),
+        "eup": np.where(matmul, 0.0, eup),
+        "loop": zero,
+        "xlu": zero,
+    }
+    if chip.vector_elements_rate and "vector_elements" in ops:
+        elements = ops["vector_elements"].to_numpy(dtype=float)
+        candidates["loop"] = elements / chip.vector_elements_rate
+    if chip.lane_reduce_rate and "lane_reduced_elements" in ops:
+        candidates["xlu"] = (
+            ops["lane_reduced_elements"].to_numpy(dtype=float) / chip.lane_reduce_rate
+        )
+    times = np.stack(list(candidates.values()))
+    unit = np.array(list(candidates), dtype=object)[times.argmax(axis=0)]
+    t_compute = times.max(axis=0)
+    unit[t_compute == 0] = ""
+    return t_compute, unit
+
+
+def _op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
+    """The least time each op that runs on the core takes: the chip's per-op overhead (a TPU's,
+    where the database has one) once per execution; 0 for ops that only move data by DMA."""
+    if not chip.op_floor_s or "vector_elements" not in ops:
+        return np.zeros(len(ops))
+    runs_on_core = (ops["vector_elements"].to_numpy(dtype=float) > 0) | matmul
+    return np.where(runs_on_core, chip.op_floor_s * ops["count"].to_numpy(dtype=float), 0.0)
+
+
+# Why XLA:TPU's estimate sits far above every roof of an op, as far as the model can tell.
+XLA_GAPS = {
+    "tiny_op": "XLA charges each op a fixed overhead; the op's work is a small part of it",
+    "mxu_padding": "N or K far below the MXU width: XLA pays for whole tiles",
+    "mxu_weight_loads": "few rows (M) per weight tile: XLA charges each K×N tile's load",
+    "vector_matmul": "a matrix-vector product (depthwise convolution): no MXU, vector loop",
+    "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
+    "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
+    "unexplained": "no unit the model has explains XLA's time",
+}
+_FAR_ABOVE = 2.0  # XLA's estimate over the roofline at which a row names the gap
+
+
+def _xla_gaps(ops: pd.DataFrame, chip: Chip, t_roofline: np.ndarray, xla: np.ndarray):
+    """For each op whose XLA:TPU estimate is over twice its roofline time, the likely reason (a
+    key of :data:`XLA_GAPS`); "" elsewhere. Information for the user, never fitted away."""
+    gaps = np.full(len(ops), "", dtype=object)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        far = np.flatnonzero(xla > _FAR_ABOVE * t_roofline)
+    if not len(far):
+        return gaps
+    padding = mxu_padding(ops, chip)
+    width = _mxu_width(chip)
+    floor = (chip.op_floor_s or 0.0) * ops["count"].to_numpy(dtype=float)
+    columns = ("opcode", "fused_ops", "mm_m", "mm_n", "mm_k")
+    opcode, fused, m, n, k = (ops[c].to_numpy() for c in columns)
+    for i in far:
+        if k[i] > 0:
+            reason = (
+                "vector_matmul" if min(n[i], k[i]) == 1
+                else "mxu_padding" if padding[i] >= 1.5
+                else "mxu_weight_loads" if width and m[i] < 8 * width
+                else "unexplained"
+            )  # fmt: skip
+        elif opcode[i] in ("copy", "transpose") or "transpose" in fused[i] or "copy" in fused[i]:
+            reason = "layout_change"
+        elif opcode[i] == "reduce" or "reduce" in fused[i]:
+            reason = "lane_reduction"
+        elif t_roofline[i] <= _FAR_ABOVE * floor[i]:
+            reason = "tiny_op"
+        else:
+            reason = "unexplained"
+        gaps[i] = reason
+    return gaps
+
+
 def _hint(row, critical: float, chip: Chip) -> str:
     """What would move a matmul: the lhs rows (M) at which it reaches the ridge, else the
     contracting size (K: the tokens of a weight gradient) at which it would; MXU padding."""
@@ -243,11 +371,11 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
     )
     no_rate = np.isnan(peaks)
     flops = ops["flops"].to_numpy(dtype=float)
-    work = flops + ops["transcendentals"].to_numpy(dtype=float)
     data = ops["bytes_accessed"].to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = np.where(data > 0, flops / data, np.nan)
-    t_compute = np.where(no_rate, 0.0, work / np.where(no_rate, 1.0, peaks))
+    t_compute, compute_unit = _compute_times(ops, chip, matmul, np.where(no_rate, 1.0, peaks))
+    t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm
     vmem_bandwidth = _vmem_bandwidth(chip)
     if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
@@ -262,7 +390,9 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
         t_memory = hbm_bytes / hbm + vmem / vmem_bandwidth
     t_comm, topology = _comm_times(ops, chip, topology)
     times = np.stack([t_compute, t_memory, t_comm])
-    t_roofline = times.max(axis=0)
+    # an op takes at least the chip's per-op floor; its bound is the unit that would set it above
+    floors = _op_floors(ops, chip, matmul)
+    t_roofline = np.maximum(times.max(axis=0), floors)
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
     bound[t_roofline == 0] = "none"
     bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
@@ -280,6 +410,7 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
         critical_intensity=peaks * per_byte,  # peak / HBM bandwidth, unless bytes sit in VMEM
         bound=bound,
         t_compute_s=t_compute,
+        compute_unit=compute_unit,
         t_memory_s=t_memory,
         t_comm_s=t_comm,
         t_roofline_s=t_roofline,
@@ -287,6 +418,7 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
         t_exposed_s=scheduled.exposed_s,
         xla_estimate_s=_xla_estimate(ops, chip),
     )
+    ops["xla_gap"] = _xla_gaps(ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy())
     ops["hint"] = [
         _hint(row, ci, chip) if mm and not missing else ""
         for row, ci, mm, missing in zip(
@@ -311,7 +443,7 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
             f"HBM→VMEM prefetch for {names}: its HBM time is charged to them"
             for names in ops.loc[is_prefetch, "prefetch_for"]
         ]
-    summary = _summary(ops, chip, step, float(times.sum()))
+    summary = _summary(ops, chip, step, float(np.maximum(times.sum(axis=0), floors).sum()))
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
     summary.update(

@@ -182,21 +182,21 @@ def test_format_seconds():
 # -- assert_roofline -------------------------------------------------------------------------------
 
 
-def scaled_tanh(x):
-    return jnp.tanh(x) * 2 + jnp.sin(x)
+def scaled_tanh(x, y):
+    return jnp.tanh(x) * 2 + jnp.sin(y)
 
 
-X = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)
+X = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)  # 12 B per element: memory-bound on v5e
 
 
 def test_assert_roofline_passes_and_returns_the_report():
-    r = assert_roofline(scaled_tanh, X, chip="v5e", require="memory", min_coverage=100)
+    r = assert_roofline(scaled_tanh, X, X, chip="v5e", require="memory", min_coverage=100)
     assert r.chip == "v5e" and r.summary["compiled_for"] == "v5e:2x2"
 
 
 def test_assert_roofline_message_is_the_violation_table():
     with pytest.raises(AssertionError) as info:
-        assert_roofline(scaled_tanh, X, chip="v5e", select="sin|tanh", require="compute")
+        assert_roofline(scaled_tanh, X, X, chip="v5e", select="sin|tanh", require="compute")
     message = str(info.value)
     assert message.startswith("roofline check failed on TPU v5e (select=sin|tanh, require=compute)")
     assert "require compute" in message and "memory" in message
@@ -205,6 +205,6 @@ def test_assert_roofline_message_is_the_violation_table():
 
 def test_assert_roofline_rejects_unknown_or_missing_rules():
     with pytest.raises(RuleError, match="did you mean require"):
-        assert_roofline(scaled_tanh, X, chip="v5e", requires="compute")
+        assert_roofline(scaled_tanh, X, X, chip="v5e", requires="compute")
     with pytest.raises(TypeError, match="at least one rule"):
-        assert_roofline(scaled_tanh, X, chip="v5e")
+        assert_roofline(scaled_tanh, X, X, chip="v5e")

@@ -30,17 +30,20 @@ def step_hlo(
             'rhs_contracting_dims={0}, metadata={op_name="jit(step)/dot_general" '
             'source_file="/src/model.py" source_line=12}'
         )
+    wide = f"f32[{b},8192]"  # 8 B per element: the HBM, not a TPU's vector loop, sets its time
+    body.append(f'  %a = {wide}{{1,0}} parameter(2), metadata={{op_name="a"}}')
     body.append(
-        f'  %{tanh} = {row}{{1,0}} tanh(%x), metadata={{op_name="jit(step)/tanh" '
+        f'  %{tanh} = {wide}{{1,0}} tanh(%a), metadata={{op_name="jit(step)/tanh" '
         'source_file="/src/model.py" source_line=13}'
     )
     names.append(tanh)
     if copy:
-        body.append(f"  %copy.3 = {row}{{0,1}} copy(%x)")
+        body.append(f"  %copy.3 = {wide}{{0,1}} copy(%a)")
         names.append("copy.3")
-    shape = "(" + ", ".join([row] * len(names)) + ")"
+    shapes = [row] * dots + [wide] * (len(names) - dots)
+    shape = "(" + ", ".join(shapes) + ")"
     body.append(f"  ROOT %out = {shape} tuple({', '.join('%' + n for n in names)})")
-    params = f"(x: {row}, w: bf16[8192,8192])"
+    params = f"(x: {row}, w: bf16[8192,8192], a: {wide})"
     return "HloModule step\nENTRY %main " + params + f" -> {shape} {{\n" + "\n".join(body) + "\n}\n"
 
 

@@ -23,7 +23,10 @@ from hlo_roofline.report import UNATTRIBUTED
 
 TARGETS = ("cpu", "v5e", "h100")
 MODELS = {"nnx": nnx_lm, "linen": linen_lm, "equinox": equinox_mlp}
-CASES = [(m, t) for m in ("equinox", "nnx") for t in TARGETS] + [("linen", "cpu"), ("linen", "h100")]
+CASES = [(m, t) for m in ("equinox", "nnx") for t in TARGETS] + [
+    ("linen", "cpu"),
+    ("linen", "h100"),
+]
 IDS = [f"{m}-{t}" for m, t in CASES]
 
 
@@ -168,19 +171,27 @@ def test_rollup_by_user_line_gives_one_row_per_model_line(analyzed, target):
 @pytest.mark.filterwarnings("ignore::hlo_roofline.chips.RateFallbackWarning")
 def test_verdicts_are_what_a_practitioner_expects(analyzed, target):
     """At 4096 tokens a step the projections are compute-bound on both chips; layer norms and the
-    AdamW update are memory-bound; on H100 attention's score and context matmuls (head_dim 128,
+    AdamW update are memory-bound (on v5e: memory or the vector loop, never the MXU); on H100 attention's score and context matmuls (head_dim 128,
     intensity ~85 FLOP/B against a ridge of 295) are memory-bound."""
     report = analyzed("nnx", target)
     ops = report.ops
     lines = marked_lines(nnx_lm)
     matmuls = ops[ops["mm_k"] > 0]
-    projections = matmuls[matmuls["user_source"].isin([lines[k] for k in ("q", "k", "v", "out", "up", "down", "head")])]
+    projections = matmuls[
+        matmuls["user_source"].isin(
+            [lines[k] for k in ("q", "k", "v", "out", "up", "down", "head")]
+        )
+    ]
     assert len(projections) >= 7 and (projections["bound"] == "compute").all()
     timed = ops[ops["t_roofline_s"] > 0]
     optimizer = timed[timed["user_source"] == lines["optimizer"]]
     norms = timed[timed["call_stack"].str.contains("nnx/nn/normalization.py", regex=False)]
-    assert len(optimizer) > 5 and (optimizer["bound"] == "memory").all()
-    assert len(norms) > 5 and (norms["bound"] == "memory").all()
+    # on a TPU the loop over their elements may set the time instead (XLA:TPU's vector loop rate)
+    off_the_mxu = (timed["bound"] == "memory") | timed["compute_unit"].isin(["loop", "xlu"])
+    assert len(optimizer) > 5 and off_the_mxu[optimizer.index].all()
+    assert len(norms) > 5 and off_the_mxu[norms.index].all()
+    if target == "h100":
+        assert (optimizer["bound"] == "memory").all() and (norms["bound"] == "memory").all()
     if target == "h100":
         attention = matmuls[matmuls["user_source"].isin([lines["scores"], lines["context"]])]
         assert len(attention) >= 4 and (attention["bound"] == "memory").all()
@@ -198,7 +209,11 @@ def test_linen_module_paths_are_model_parts(analyzed, target):
     for layer in range(c.n_layers):
         block = f"DecoderLM/block_{layer}"
         assert rolled.loc[f"{block}/attention/out", "flops"] == pytest.approx(projection, rel=0.01)
-        qkv = sum(rolled.loc[f"{block}/attention/{p}", "flops"] for p in "qkv" if f"{block}/attention/{p}" in rolled.index)
+        qkv = sum(
+            rolled.loc[f"{block}/attention/{p}", "flops"]
+            for p in "qkv"
+            if f"{block}/attention/{p}" in rolled.index
+        )
         assert qkv == pytest.approx(3 * projection, rel=0.01)
         for part in ("up", "down"):
             assert rolled.loc[f"{block}/{part}", "flops"] == pytest.approx(mlp, rel=0.01)

@@ -23,7 +23,7 @@ from hlo_roofline.cost.collectives import (
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
 from hlo_roofline.cost.linalg import matmul_geometry
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Computation, Instruction, Metadata, Module
+from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Metadata, Module
 
 # Ops that only name, view or order values: never "unpriced", left out of coverage.
 BOOKKEEPING = frozenset(
@@ -36,7 +36,7 @@ ROW_COLUMNS = (
     "source", "user_source", "note",
     "fused_ops", "collective", "group_size", "replica_group", "waits_for",
     "mm_batch", "mm_m", "mm_n", "mm_k", "xla_cycles",
-    "prefetch_for", "call_stack",
+    "prefetch_for", "call_stack", "vector_elements", "lane_reduced_elements",
 )  # fmt: skip
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _RULE_ERRORS = (
@@ -45,10 +45,16 @@ _RULE_ERRORS = (
 _CONTAINERS = frozenset({"while", "call", "conditional"})  # opened by walk() (see _open)
 _MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
+# Ops whose data moves by DMA or that only hand control on: no loop of theirs runs on a vector unit.
+_NO_VECTOR_LOOP = BOOKKEEPING | _CONTAINERS | {
+    "copy-start", "copy-done", "custom-call", "send", "recv", "send-done", "recv-done", "infeed",
+    "outfeed", "async-start", "async-update", "async-done", "opt-barrier", "partition-id",
+    "replica-id",
+}  # fmt: skip
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = (
     "count", "flops", "transcendentals", "bytes_accessed", "comm_bytes", "vmem_bytes",
-    "xla_cycles",
+    "xla_cycles", "vector_elements", "lane_reduced_elements",
 )  # fmt: skip
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
@@ -274,6 +280,9 @@ def rows(
             _group_size(found, module) if found is not None else 0, group, waits_for,
             batch, m, n, k, cycles * count if cycles is not None else math.nan,
             prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3],
+            _vector_elements(instr, cost, geometry) * count
+            if found is None and code not in _NO_VECTOR_LOOP else 0.0,
+            _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
             _transpose_onto(columns, table)
@@ -348,6 +357,39 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
             )
         total += size
     return total
+
+
+def _vector_elements(instr: Instruction, cost: Cost, geometry) -> float:
+    """Elements the op's loop passes through a vector unit: its largest array, capped by the bytes
+    its rule says it touches (a slice of a large operand reads only the slice). A matmul's operands
+    stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a word)."""
+    leaves = instr.shape.leaves()
+    if geometry is not None:
+        return float(max((leaf.elements * min(DTYPE_BYTES.get(leaf.dtype, 4), 4) / 4
+                          for leaf in leaves), default=0.0))  # fmt: skip
+    leaves = [*leaves, *(leaf for op in instr.operands for leaf in op.shape.leaves())]
+    if not leaves:
+        return 0.0
+    largest = max(leaf.elements for leaf in leaves)
+    smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
+    return float(min(largest, cost.bytes_accessed / smallest_item))
+
+
+def _lane_reduced_elements(reduce: Instruction) -> float:
+    """Elements a standalone reduce folds across the lanes: its operand's when the reduced
+    dimensions include the operand's minor-most one (the 128 lanes of a TPU vector register)."""
+    if not reduce.operands or not reduce.operands[0].shape.is_array:
+        return 0.0
+    operand = reduce.operands[0].shape
+    if not operand.dims:
+        return 0.0
+    layout = operand.layout
+    minor = layout.minor_to_major[0] if layout and layout.minor_to_major else len(operand.dims) - 1
+    try:
+        reduced = attrs.ints(reduce, "dimensions")
+    except _RULE_ERRORS:
+        return 0.0
+    return float(operand.elements) if minor in reduced else 0.0
 
 
 def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
