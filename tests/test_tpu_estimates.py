@@ -23,7 +23,7 @@ from hlo_roofline.hlo.parser import parse
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_estimates"
 CHIPS = ("v5e", "v5p", "v6e")
 # Floors from what the model reached (docs/validation.md); raise them as the model improves.
-# Ops that read no prefetched buffer (the gate of issue 12):
+# Ops that read no prefetched buffer (the gate on the model's TPU estimates):
 IN_BAND_FLOOR = {"v5e": 0.10, "v5p": 0.07, "v6e": 0.06}
 # Ops that read a buffer XLA prefetched into VMEM, compared at their own placement (the matmuls):
 READER_IN_BAND_FLOOR = {"v5e": 0.60, "v5p": 0.65, "v6e": 0.40}
