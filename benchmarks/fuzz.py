@@ -5,7 +5,7 @@ and verdicts on three chips, each input under a time limit. Failures are counted
     .venv/bin/python benchmarks/fuzz.py --inputs 2000 --jobs 1 --seconds 5
     .venv/bin/python benchmarks/fuzz.py --replay 4711          # one input, with its traceback
 
-The property (issue 19): ``parse_module`` returns a module or raises ``HloParseError``; analysis of a
+The property: ``parse_module`` returns a module or raises ``HloParseError``; analysis of a
 module raises nothing, under either cost model, and its report is sane (no NaN or negative costs,
 coverage in [0, 1], a known bound for every row on every chip, JSON that can be written). An input
 that breaks it is an *escape* (kind: exception type and the line of hlo_roofline that raised it);

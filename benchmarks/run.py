@@ -4,18 +4,24 @@
     .venv/bin/python benchmarks/run.py --targets cpu        # only the GPT step, compiled for the CPU
     .venv/bin/python benchmarks/run.py --quick              # fewer repeats, no compile, 20k module
 
-It prints the machine, then these figures:
+It prints the machine, the details below, and last the four figures the project holds itself to,
+each measured in this run next to its target ("figure: measured vs target (met / not met)"):
 
-(a) our parse + analysis ÷ XLA's parse + cost analysis (``jaxlib._hlo.hlo_module_from_text`` +
-    ``jaxlib._jax.hlo_module_cost_analysis`` on the CPU client), on every committed fixture and on
-    the modules the examples compile to: the GPT step for the CPU and for TPU v5e, and the conv net
-    for TPU v5e, the largest module any example produces;
-(b) our analysis of each of those steps (parse + ``analyze_hlo`` of ``compiled.as_text()``) ÷ the
-    ``jit(step).lower(...).compile()`` time of that step;
-(c) a generated 100k-instruction module (``benchmarks/generate.py``): time, and peak RSS measured
-    in fresh subprocesses (``resource.getrusage``) against the size of the text;
-(d) ``hlo_roofline.analyze`` of each example step in a new process with an empty compile cache, then
-    in another new process: the cached second analysis as a fraction of the first.
+(a) GPT-2 small's training step, its 12 layers unrolled (``benchmarks/gpt2.py``), compiled for TPU
+    v5e (18k instructions; for the CPU, 14k, with ``--targets cpu`` or without libtpu): our parse
+    + analysis ÷ XLA's parse + cost analysis (``jaxlib._hlo.hlo_module_from_text`` +
+    ``jaxlib._jax.hlo_module_cost_analysis`` on the CPU client), target ≤ 1.3;
+(b) a generated 100k-instruction module (``benchmarks/generate.py``): the peak RSS its analysis
+    adds in a fresh subprocess (``/proc/self/status``) ÷ the size of its text, target ≤ 4;
+(c) the TensorBoard tab on a real ``tensorboard --logdir`` (loopback): the first ``/report`` of a
+    run of 20k ops (generated module, judged on v5e), target ≤ 1 s;
+(d) that run re-judged for another chip (the tab's chip switch, ``/report?chip=``; the median of
+    three chips, each asked for the first time), target ≤ 0.3 s.
+
+The details: the same ratio as (a) on every committed fixture and on the examples' steps (the GPT
+step for the CPU and TPU v5e, the conv net for v5e); our analysis of each step ÷ its
+``jit(step).lower(...).compile()``; the generated module's time; and ``hlo_roofline.analyze`` of
+each example step in a new process with an empty compile cache, then in another new process.
 
 Every time is the minimum over ``--repeat`` runs, ours and XLA's interleaved so that both see the same
 machine load (the load average is printed: on a shared machine absolute times move, ratios less).
@@ -29,12 +35,16 @@ import gc
 import json
 import os
 import platform
+import re
 import resource
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -42,7 +52,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-TARGETS = {"a": 1.0, "b": 0.05, "c_seconds": 3.0, "c_rss": 4.0}
+# The figures the benchmark is held to (printed first, measured vs target), then older targets
+# shown with the details: every fixture ≤ XLA, analysis ≤ 5 % of the compile, 100k in ≤ 3 s.
+TARGETS = {"gpt2": 1.3, "rss": 4.0, "tab_first": 1.0, "tab_switch": 0.3}
+DETAIL_TARGETS = {"fixtures": 1.0, "compile": 0.05, "seconds": 3.0}
 
 
 # -- the machine --------------------------------------------------------------------------------
@@ -326,6 +339,109 @@ def bench_generated(instructions: int, repeat: int) -> dict:
     }
 
 
+# -- the GPT-2 module ----------------------------------------------------------------------------
+
+
+def bench_gpt2(target: str, repeat: int) -> dict:
+    """GPT-2 small's step (``benchmarks/gpt2.py``) compiled for ``target``: ours ÷ XLA's."""
+    import jax
+    from gpt2 import gpt2_step
+
+    from hlo_roofline.api import place_args
+
+    step, args, jit_kwargs = gpt2_step()
+    lowered = jax.jit(step, **jit_kwargs).lower(
+        *place_args(args, None if target == "cpu" else target)
+    )
+    text = lowered.compile().as_text()
+    return {
+        "target": target,
+        "bytes": len(text),
+        "instructions": sum(1 for line in text.splitlines() if " = " in line),
+        **compare(text, repeat),
+    }
+
+
+# -- the TensorBoard tab --------------------------------------------------------------------------
+
+_TB_URL = re.compile(r"TensorBoard \S+ at (http://\S+?)/? \(Press CTRL\+C to quit\)")
+_ROUTE = "/data/plugin/hlo_roofline/report"
+
+
+def _get(url: str) -> tuple[float, int]:
+    """Wall seconds of one GET read to its end (gzip accepted, as a browser does), and its size."""
+    start = time.perf_counter()
+    request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status}")
+    return time.perf_counter() - start, len(body)
+
+
+@contextlib.contextmanager
+def _tensorboard(logdir: str):
+    """A real ``tensorboard --logdir`` on a free loopback port, ready: yields its URL."""
+    command = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
+               "--host", "127.0.0.1", "--port", "0"]  # fmt: skip
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if found := _TB_URL.search(line):
+                url = found.group(1)
+                break
+        else:
+            raise RuntimeError("tensorboard did not start:\n" + "".join(lines[-20:]))
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # never block its writes
+        deadline = time.monotonic() + 60
+        while True:  # the listing route answers once the plugins are loaded (none of ours runs)
+            try:
+                _get(url + "/data/plugins_listing")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+def bench_tab(ops: int, servers: int) -> dict:
+    """The tab on a real TensorBoard: the first ``/report`` of a run of ``ops`` ops (the route's
+    first use: it imports pandas and hlo_roofline, reads, encodes), then the same run re-judged
+    for other chips (the tab's chip switch), each chip asked for the first time. ``servers`` fresh
+    servers; the best of them is kept (the others were disturbed by the machine, not the code).
+    """
+    from generate import generate_module
+
+    from hlo_roofline import analyze_hlo, chips
+
+    report = analyze_hlo(generate_module(2 * ops), chip="v5e")  # about one op per 2 instructions
+    others = [key for key in chips.names() if key != "v5e"][:3]
+    first, cached, switch = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = report.write_tensorboard(tmp, "big") / "report.json"
+        for _ in range(servers):
+            with _tensorboard(tmp) as url:
+                seconds, size = _get(f"{url}{_ROUTE}?run=big")
+                first.append(seconds)
+                cached.append(_get(f"{url}{_ROUTE}?run=big")[0])
+                switch.append([_get(f"{url}{_ROUTE}?run=big&chip={chip}")[0] for chip in others])
+        file_bytes = path.stat().st_size
+    return {
+        "ops": len(report.ops), "report_bytes": file_bytes, "response_bytes": size,
+        "first": min(first), "first_runs": first, "cached": min(cached),
+        "chips": others, "switch": min(statistics.median(s) for s in switch), "switch_runs": switch,
+    }  # fmt: skip
+
+
 # -- report -------------------------------------------------------------------------------------
 
 
@@ -344,7 +460,7 @@ def report(results: dict) -> None:
           f"at end {results['load_average_end'][0]:.1f}")  # fmt: skip
     print()
     fx = results["fixtures"]
-    print("(a) parse + analysis, ours ÷ XLA's C++ (best of runs):")
+    print("parse + analysis, ours ÷ XLA's C++ (best of runs):")
     print(f"    {'module':34} {'KB':>7} {'ours':>10} {'XLA':>10} {'ratio':>6}")
     worst = sorted(fx["files"].items(), key=lambda kv: -kv[1]["ratio"])[:3]
     largest = sorted(fx["files"].items(), key=lambda kv: -kv[1]["bytes"])[:3]
@@ -355,7 +471,7 @@ def report(results: dict) -> None:
     print(f"    all {len(fx['files'])} fixtures: {_ms(fx['total_ours'])} vs {_ms(fx['total_xla'])}"
           f" = {total:.2f}x (CPU time {fx['total_cpu_ratio']:.2f}x; median file "
           f"{fx['median_ratio']:.2f}x, worst {fx['max_ratio']:.2f}x)  target <= 1.0: "
-          f"{_met(total <= TARGETS['a'])}")  # fmt: skip
+          f"{_met(total <= DETAIL_TARGETS['fixtures'])}")  # fmt: skip
     untabled = (fx["total_ours"] - fx["total_table"]) / fx["total_xla"]
     print(f"    of which building the pandas tables: {_ms(fx['total_table'])}; without them "
           f"{untabled:.2f}x")  # fmt: skip
@@ -365,31 +481,67 @@ def report(results: dict) -> None:
               f"parse {_ms(r['parse'])} + analysis {_ms(r['analysis'])} = {_ms(r['ours'])} vs "
               f"XLA {_ms(r['xla_parse'])} + {_ms(r['xla_cost'])} = {_ms(r['xla'])}: "
               f"{r['ratio']:.2f}x (CPU time {r['cpu_ratio']:.2f}x)  target <= 1.0: "
-              f"{_met(r['ratio'] <= TARGETS['a'])}")  # fmt: skip
+              f"{_met(r['ratio'] <= DETAIL_TARGETS['fixtures'])}")  # fmt: skip
     print()
-    print("(b) our analysis ÷ jit(step).lower(...).compile() of the same step:")
+    print("our analysis ÷ jit(step).lower(...).compile() of the same step:")
     for case, r in examples.items():
         print(f"    {case:17}: {_ms(r['ours'])} / {_ms(r['compile'])} = "
               f"{r['analysis_over_compile']:.2%} (as_text() {_ms(r['as_text'])})  target <= 5%: "
-              f"{_met(r['analysis_over_compile'] <= TARGETS['b'])}")  # fmt: skip
+              f"{_met(r['analysis_over_compile'] <= DETAIL_TARGETS['compile'])}")  # fmt: skip
     g = results.get("generated")
     if g:
         print()
-        print(f"(c) generated module: {g['instructions']} instructions, {g['bytes'] / 1e6:.1f} MB "
+        print(f"generated module: {g['instructions']} instructions, {g['bytes'] / 1e6:.1f} MB "
               f"of text, {g['rows']} rows")  # fmt: skip
         print(f"    parse {_ms(g['parse'])} + analysis {_ms(g['analysis'])} = {_ms(g['seconds'])}"
               f" (CPU time {_ms(g['cpu_seconds'])})  target <= 3 s: "
-              f"{_met(g['seconds'] <= TARGETS['c_seconds'])}"
+              f"{_met(g['seconds'] <= DETAIL_TARGETS['seconds'])}"
               f"   (XLA: parse {_ms(g['xla_parse'])} + cost {_ms(g['xla_cost'])})")  # fmt: skip
         print(f"    peak RSS {g['peak_rss'] / 1e6:.0f} MB, {g['baseline_rss'] / 1e6:.0f} MB of it "
               f"before reading the file (Python, numpy, pandas): the module costs "
               f"{(g['peak_rss'] - g['baseline_rss']) / 1e6:.0f} MB = {g['rss_over_text']:.1f}x its "
-              f"text  target <= 4x: {_met(g['rss_over_text'] <= TARGETS['c_rss'])}")  # fmt: skip
+              f"text  target <= 4x: {_met(g['rss_over_text'] <= TARGETS['rss'])}")  # fmt: skip
+
+
+def _figure(name: str, measured: float, target: float, unit: str) -> None:
+    value = f"{measured:.2f}{unit}"
+    print(
+        f"  {name}: {value} vs target <= {target:g}{unit} ({'met' if measured <= target else 'not met'})"
+    )
+
+
+def report_figures(results: dict) -> None:
+    """The four figures, one line each: measured in this run, next to its target."""
+    print("figures, measured in this run:")
+    if g2 := results.get("gpt2"):
+        _figure(
+            f"(a) GPT-2 small step for {g2['target']} ({g2['instructions']:,} instructions, "
+            f"{g2['bytes'] / 1e6:.1f} MB): parse + analysis ÷ XLA's parse + cost analysis "
+            f"({_ms(g2['ours'])} vs {_ms(g2['xla'])}; CPU time {g2['cpu_ratio']:.2f}x)",
+            g2["ratio"], TARGETS["gpt2"], "x",
+        )  # fmt: skip
+    if g := results.get("generated"):
+        _figure(
+            f"(b) peak RSS of the {g['instructions']:,}-instruction module ÷ its text "
+            f"({(g['peak_rss'] - g['baseline_rss']) / 1e6:.0f} MB for {g['bytes'] / 1e6:.1f} MB)",
+            g["rss_over_text"], TARGETS["rss"], "x",
+        )  # fmt: skip
+    if tab := results.get("tab"):
+        _figure(
+            f"(c) the tab's first /report of a {tab['ops']:,}-op run on a fresh TensorBoard "
+            f"({tab['report_bytes'] / 1e6:.1f} MB file; cached again: {_ms(tab['cached'])})",
+            tab["first"], TARGETS["tab_first"], " s",
+        )  # fmt: skip
+        _figure(
+            f"(d) that run re-judged for another chip, /report?chip= (median of "
+            f"{', '.join(tab['chips'])})",
+            tab["switch"], TARGETS["tab_switch"], " s",
+        )  # fmt: skip
 
 
 def report_cache(results: dict) -> None:
     print()
-    print("(d) the same step analyzed again in a new process (the optimized HLO from the cache):")
+    print("the same step analyzed again in a new process (the optimized HLO from the cache):")
     for case, r in results.items():
         cold, cached = r["cold"], r["cached"]
         print(f"    {case:17}: analyze() {_ms(cold['analyze'])} -> {_ms(cached['analyze'])} "
@@ -404,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", help="only the GPT step, for these targets: cpu,v5e:2x2,...")
     parser.add_argument("--no-compile", action="store_true", help="skip the example steps")
     parser.add_argument("--quick", action="store_true", help="--repeat 2 --no-compile, 20k module")
+    parser.add_argument("--tab-ops", type=int, default=20_000, help="ops of the tab's run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -422,12 +575,19 @@ def main(argv: list[str] | None = None) -> int:
         results["examples"] = bench_examples(cases, args.repeat)
         print("analyzing them twice in new processes (compile cache) ...", file=sys.stderr)
         results["cache"] = bench_cache(cases)
+        gpt2_target = "cpu" if args.targets or ("gpt", "v5e:2x2") not in cases else "v5e:2x2"
+        print(f"compiling GPT-2 small for {gpt2_target} ...", file=sys.stderr)
+        results["gpt2"] = bench_gpt2(gpt2_target, args.repeat)
     print(f"measuring a generated {args.instructions}-instruction module ...", file=sys.stderr)
     results["generated"] = bench_generated(args.instructions, max(args.repeat // 2, 1) + 1)
+    print(f"serving a {args.tab_ops}-op run from a real TensorBoard ...", file=sys.stderr)
+    results["tab"] = bench_tab(args.tab_ops, 1 if args.repeat < 3 else 2)
     results["load_average_end"] = os.getloadavg()
     report(results)
     if "cache" in results:
         report_cache(results["cache"])
+    print()
+    report_figures(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

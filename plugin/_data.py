@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 _CACHE_SIZE = 8  # (report file, chip) entries; a 20k-op report is a few MB of JSON
-_cache: OrderedDict[tuple, tuple[dict, str, Report]] = OrderedDict()
+_cache: OrderedDict[tuple, tuple[dict, str, Report, dict]] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
 
@@ -52,36 +52,51 @@ def chip_list() -> list[dict]:
 GROUPINGS = ("user_source", "user_function", "scope")
 
 
-def _build(path: str, key_chip: str | None) -> tuple[dict, str, Report]:
-    """One cache entry: the report, re-classified for ``key_chip`` if given, as a payload (with
-    each op's scope and user function, which the tab groups and filters by), its JSON text, and
-    the report itself.
+def _derived(report: Report) -> dict[str, pd.Series]:
+    """Each op's scope and user function, which the tab groups and filters by: they depend on the
+    op's names, not on the chip, so every chip's entry of a run shares them."""
+    ops, derived = report.ops, {}
+    if "op_name" in ops:
+        derived["scope"] = ops["op_name"].map(scope_of)
+    if "user_source" in ops:
+        derived["user_function"] = ops["user_source"].map(function_of)
+    return derived
 
-    A report that names a chip but lacks a verdict column, or cannot be re-classified for want of
-    a column, is a ReportError: the tab would otherwise draw an empty chart with "none" verdicts.
+
+def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str, Report, dict]:
+    """One cache entry: the report, re-classified for ``key_chip`` if given, as a payload (with
+    each op's scope and user function), its JSON text, the report itself, and those two columns.
+
+    A chip's entry starts from the run's own entry (cached: the file is read and its names
+    derived once, whichever chips the tab then asks for). A report that names a chip but lacks a
+    verdict column, or cannot be re-classified for want of a column, is a ReportError: the tab
+    would otherwise draw an empty chart with "none" verdicts.
     """
-    report = Report.read(path)
+    derived = None
     if key_chip is not None:
+        try:
+            _, _, report, derived = load(report_dir)
+        except ReportError:  # not showable as written (no verdict columns), maybe once judged
+            report = Report.read(path)
         try:
             report = report.classify(chips.get(key_chip))
         except KeyError as exc:
             raise ReportError(f"cannot classify it: missing column {exc}") from None
-    elif report.chip:
-        missing = [c for c in VERDICT_COLUMNS if c not in report.ops.columns]
-        if missing:
-            raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
-    ops = report.ops
-    if "op_name" in ops:
-        ops = ops.assign(scope=ops["op_name"].map(scope_of))
-    if "user_source" in ops:
-        ops = ops.assign(user_function=ops["user_source"].map(function_of))
-    payload = Report(ops, report.summary, report.module).to_dict()
-    return payload, dumps(payload), report
+    else:
+        report = Report.read(path)
+        if report.chip:
+            missing = [c for c in VERDICT_COLUMNS if c not in report.ops.columns]
+            if missing:
+                raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
+    if derived is None:
+        derived = _derived(report)
+    payload = Report(report.ops.assign(**derived), report.summary, report.module).to_dict()
+    return payload, dumps(payload), report, derived
 
 
-def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report]:
-    """The report of one run as ``(payload, its JSON text, the report)``, re-classified for
-    ``chip``.
+def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, dict]:
+    """The report of one run as ``(payload, its JSON text, the report, columns derived for the
+    tab)``, re-classified for ``chip``.
 
     Cached by file identity (mtime, size, inode: ``write_tensorboard`` replaces the file
     atomically, so a rewrite is a new entry) and canonical chip key. Concurrent requests for one
@@ -102,7 +117,7 @@ def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report]:
             with _lock:
                 if key in _cache:  # built by the request we waited for
                     return _cache[key]
-            entry = _build(path, key_chip)
+            entry = _build(report_dir, path, key_chip)
             if _stamp(path) == key[1]:  # not rewritten while we read it
                 with _lock:
                     _cache[key] = entry

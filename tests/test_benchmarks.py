@@ -9,16 +9,24 @@ import sys
 from conftest import ROOT
 
 
-def test_benchmark_prints_the_three_figures(tmp_path):
+def test_benchmark_prints_its_figures_against_their_targets(tmp_path):
     out = tmp_path / "bench.json"
     command = [
         sys.executable, str(ROOT / "benchmarks" / "run.py"), "--repeat", "1",
-        "--targets", "cpu", "--instructions", "3000", "--json", str(out),
+        "--targets", "cpu", "--instructions", "3000", "--tab-ops", "1000", "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    for figure in ("(a) parse + analysis", "(b) our analysis", "(c) generated module", "(d) the same step"):
-        assert figure in done.stdout
+    for section in (
+        "parse + analysis, ours",
+        "our analysis ÷",
+        "generated module",
+        "the same step",
+    ):
+        assert section in done.stdout
+    figures = [line for line in done.stdout.splitlines() if " vs target <= " in line]
+    assert [line.split(")", 1)[0].strip() for line in figures] == ["(a", "(b", "(c", "(d"]
+    assert all(line.endswith(("(met)", "(not met)")) for line in figures)
     results = json.loads(out.read_text())
     fixtures = results["fixtures"]
     assert len(fixtures["files"]) == len(list(ROOT.glob("fixtures/*/*.hlo.txt")))
@@ -29,6 +37,9 @@ def test_benchmark_prints_the_three_figures(tmp_path):
     assert cached["analyze_ratio"] > 0  # measured, not asserted: timings are noisy
     generated = results["generated"]
     assert generated["instructions"] >= 3000 and generated["peak_rss"] > generated["baseline_rss"]
+    assert results["gpt2"]["instructions"] > 10_000 and results["gpt2"]["ratio"] > 0
+    tab = results["tab"]
+    assert tab["ops"] >= 1000 and tab["response_bytes"] > 0 and tab["first"] > 0 < tab["switch"]
 
 
 def test_scaling_script_measures_time_and_memory_per_instruction(tmp_path):

@@ -1,7 +1,7 @@
-"""Chip database tests against the book's answers (shared/reference/book_cases.md, chips.md).
+"""Chip database tests against the book's answers (docs/book.md) and published chip tables.
 
-Expected numbers here come from the reference (book answers and the reference's CI table), never
-from the data file under test.
+Expected numbers here come from the book's answers and the published chip tables, never from the
+data file under test.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ LAYERS = [
             "hlo_roofline.api",
             "hlo_roofline.xplane",
             "hlo_roofline.measured",
+            "hlo_roofline.measured.*",
         ],
     ),
     (

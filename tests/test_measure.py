@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import warnings
 from pathlib import Path
@@ -480,7 +481,7 @@ def _producer_and_user(module):
 
 
 def test_measure_in_process_leaves_no_trace_behind(tmp_path, monkeypatch):
-    monkeypatch.setattr(measured.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     x = jnp.ones((128, 128), jnp.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", measured.OverlapWarning)  # this process may use 2 cores

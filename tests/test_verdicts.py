@@ -1,5 +1,5 @@
 """Roofline verdicts through the public API, against the book's worked answers
-(../shared/reference/book_cases.md) and real programs compiled for TPU and GPU targets."""
+(*How to Scale Your Model*, docs/book.md) and real programs compiled for TPU and GPU targets."""
 
 from __future__ import annotations
 

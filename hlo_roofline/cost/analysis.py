@@ -199,6 +199,10 @@ def rows(
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
     # metadata text -> (op_name, source, user_source, call_stack)
     metadata: dict[str, tuple[str, str, str, str]] = {}
+    stacks: dict[tuple[str, int, int], tuple[str, str, str]] = {}  # see _attribution
+    # attribute text -> (metadata, kind, backend_config): many rows share one text (a TPU module
+    # of 17k instructions has 750 distinct ones), so each is split once
+    attributes_read: dict[str, tuple[str, str, str]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
@@ -212,21 +216,33 @@ def rows(
     table: list[tuple] = []
     for instr, count, cost in ops:
         code = instr.opcode
-        instr_attrs = instr.peek_attrs()  # read once here: not worth keeping for every row
+        text = instr.attr_text
+        read = attributes_read.get(text) if text is not None else None
+        if read is None:  # split here, not kept by the instruction: one read of many rows
+            split = instr.peek_attrs()
+            read = (
+                split.get("metadata", ""),
+                split.get("kind", ""),
+                split.get("backend_config", ""),
+            )
+            if text is not None:
+                attributes_read[text] = read
+        meta_text, kind_attr, backend_config = read
         described = shapes.get(id(instr.shape))
         if described is None:
             leaves = instr.shape.leaves()
             first = leaves[0].dtype if leaves else instr.shape.dtype
             described = shapes[id(instr.shape)] = (str(instr.shape), first)
-        meta_text = instr_attrs.get("metadata", "")
         meta = metadata.get(meta_text)
         if meta is None:
-            meta = metadata[meta_text] = _attribution(attrs.parse_metadata(meta_text), module)
+            meta = metadata[meta_text] = _attribution(
+                attrs.parse_metadata(meta_text), module, stacks
+            )
         kind = fused = precision = ""
         dtype = described[1]
         found = geometry = None
         if code == "fusion":
-            config_key = (instr_attrs.get("kind", ""), instr_attrs.get("backend_config", ""))
+            config_key = (kind_attr, backend_config)
             kind = fusion_kinds.get(config_key)
             if kind is None:
                 kind = fusion_kinds[config_key] = attrs.fusion_kind(instr)
@@ -265,9 +281,7 @@ def rows(
             waits_for = start.name if start is not None else ""
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
         cycles = (  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
-            attrs.estimated_cycles(instr)
-            if "estimated_cycles" in instr_attrs.get("backend_config", "")
-            else None
+            attrs.estimated_cycles(instr) if "estimated_cycles" in backend_config else None
         )
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
@@ -293,21 +307,27 @@ def rows(
     return columns
 
 
-def _attribution(meta: Metadata, module: Module) -> tuple[str, str, str, str]:
+def _attribution(
+    meta: Metadata, module: Module, stacks: dict[tuple[str, int, int], tuple[str, str, str]]
+) -> tuple[str, str, str, str]:
     """(op_name, source, user_source, call_stack) of decoded metadata.
 
     ``source`` is the innermost frame (often inside a framework: ``flax/nnx/nn/linear.py``);
     ``user_source`` the innermost frame of the user's own code; ``call_stack`` every frame, innermost
-    first, one ``file:line (function)`` a line.
+    first, one ``file:line (function)`` a line. The last three depend only on the op's source line
+    and stack frame, which many ops with different names share: ``stacks`` keeps them by those.
     """
-    frames = attrs.frames_of(meta, module)
-    user = attrs.user_frame(frames)
-    return (
-        meta.op_name,
-        attrs.metadata_source(meta, module),
-        attrs.frame_text(user) if user else "",
-        "\n".join(map(attrs.frame_text, frames)),
-    )
+    where = (meta.source_file, meta.source_line, meta.stack_frame_id)
+    found = stacks.get(where)
+    if found is None:
+        frames = attrs.frames_of(meta, module)
+        user = attrs.user_frame(frames)
+        found = stacks[where] = (
+            attrs.metadata_source(meta, module),
+            attrs.frame_text(user) if user else "",
+            "\n".join(map(attrs.frame_text, frames)),
+        )
+    return (meta.op_name, *found)
 
 
 def _in_vmem(shape) -> bool:

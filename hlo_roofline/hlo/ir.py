@@ -187,6 +187,13 @@ class Instruction:
             self._attrs = self.peek_attrs()
         return self._attrs
 
+    @property
+    def attr_text(self) -> str | None:
+        """The attributes' text as the parser kept it (None once split, or if never text): equal
+        texts have equal attributes, so a reader of many instructions can split each text once."""
+        attrs = self._attrs
+        return attrs if attrs.__class__ is str else None
+
     def peek_attrs(self) -> dict[str, str]:
         """The attributes, without keeping the split form (one read of many instructions)."""
         attrs = self._attrs
