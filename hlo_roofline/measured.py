@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, xplane
+from hlo_roofline import chips, schema, xplane
 from hlo_roofline.api import analyze_hlo, jitted, local_chip
 from hlo_roofline.efficiency import (  # noqa: F401  (measured.* names kept for callers)
     HOST_ROOF_LOW,
@@ -50,10 +50,7 @@ from hlo_roofline.xplane import Event, Plane, TraceError
 
 __all__ = ["MEASURED_COLUMNS", "OverlapWarning", "TraceError", "measure", "read_trace"]
 
-MEASURED_COLUMNS = (
-    "measured_s", "measured_p10_s", "measured_p90_s", "measured_count",
-    "achieved_flops_per_s", "achieved_bytes_per_s", "efficiency",
-)  # fmt: skip
+MEASURED_COLUMNS = schema.names("measured", "float")  # the numbers the join adds
 CONTAINERS = frozenset({"while", "conditional", "call"})
 CONTAINER_NOTE = "control flow: measured self time only (its body ops have rows of their own)"
 _HLO_STATS = ("Hlo Proto", "hlo_proto")

@@ -165,6 +165,8 @@ TEXT_COLUMNS = names(dtype="text")
 INT_COLUMNS = names(dtype="int")
 BOOL_COLUMNS = names(dtype="bool")
 
+# The hint's fields beside its text (reports written before them have the text alone).
+HINT_FIELDS = ("hint_reason", "ridge_m", "ridge_k", "mxu_waste")
 # The codes of ``hint_reason``.
 HINT_REASONS = (
     "ridge_m", "ridge_k", "unreachable", "batched_weights", "split_k", "prefetch", "no_rate",

@@ -150,10 +150,12 @@ def _hints(
     compute time meets its memory time), from its geometry and how its arrays cross HBM.
 
     From the op as it is, one more lhs row (M) adds ``2·N·K`` FLOPs and ``K·lhs + N·out`` bytes
-    per batch element, each array at its own element size (s8 in, s32 out: 1 and 4 B); what else
-    the op moves or computes (the weights, fused extras) stays. Where that line crosses the ridge
-    is the M at which the verdict flips: exact for a single matmul, and on the row's own verdict
-    for any op. The same along K gives the contracting size where no M reaches the ridge. Per-batch
+    per batch element, each array at its own element size (s8 in, s32 out: 1 and 4 B), and its
+    share of the bytes a fusion moves besides the matmul's arrays (result-shaped: an activation
+    saved, a weight update); the weights and other FLOPs (a fused convert) stay. Where that line
+    crosses the ridge is the M at which the verdict flips: exact for a single matmul, and on the
+    row's own verdict for any op. Along K (the extras fixed) it gives the contracting size where
+    no M reaches the ridge. Per-batch
     weights (batch dims on both operands) keep the intensity whatever the batch, so M and K are
     per batch element; a split-K GEMM is solved as the one unsplit GEMM it computes (weights and
     result once), which is what XLA compiles at a larger M."""
@@ -173,13 +175,17 @@ def _hints(
     lhs, rhs, out = (np.where(np.isnan(e) | (e <= 0), average, e) for e in sizes)
     split = slices > 1
     per = count * batch  # matmuls of this shape per step
+    row_bytes = per * (k_total * lhs + n * out)  # an lhs row and a result row
+    weights, results = per * k_total * n * rhs, per * m * n * out
+    with np.errstate(divide="ignore", invalid="ignore"):  # fused extras: result-shaped, ∝ M
+        extra = np.where(m > 0, np.maximum(data - m * row_bytes - weights, 0) / m, 0)
     # a split-K GEMM from nothing: its weights (along M) or its result (along K) once
-    start = np.where(split, 0.0, m), np.where(split, 0.0, k_total)
-    start_flops = np.where(split, 0.0, flops)
-    ridge_m = _solve(start[0], start_flops, np.where(split, per * k_total * n * rhs, data),
-                     2 * per * n * k_total, per * (k_total * lhs + n * out), ridge)  # fmt: skip
-    ridge_k = _solve(start[1], start_flops, np.where(split, per * m * n * out, data),
-                     2 * per * m * n, per * (m * lhs + n * rhs), ridge)  # fmt: skip
+    ridge_m = _solve(np.where(split, 0.0, m), np.where(split, 0.0, flops),
+                     np.where(split, weights, data), 2 * per * n * k_total,
+                     row_bytes + np.where(split, 0.0, extra), ridge)  # fmt: skip
+    ridge_k = _solve(np.where(split, 0.0, k_total), np.where(split, 0.0, flops),
+                     np.where(split, results, data), 2 * per * m * n,
+                     per * (m * lhs + n * rhs), ridge)  # fmt: skip
     ridge_k[~np.isnan(ridge_m)] = np.nan  # said only where no M reaches the ridge
     reason = np.where(
         ~np.isnan(ridge_m), "ridge_m", np.where(~np.isnan(ridge_k), "ridge_k", "unreachable")

@@ -12,13 +12,12 @@ from collections import OrderedDict
 
 import pandas as pd
 
-from hlo_roofline import chips
+from hlo_roofline import chips, schema
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.logdir import REPORT_CSV, REPORT_JSON
 from hlo_roofline.report import Report, ReportError, function_of, scope_of
-from hlo_roofline.verdict import VERDICT_COLUMNS
 from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
@@ -48,6 +47,10 @@ def chip_list() -> list[dict]:
     return [{"key": key, "name": chips.get(key).name} for key in chips.names()]
 
 
+# The verdict columns a judged report must have for the tab to draw it: the hint's fields are
+# shown where present (reports written before them have the hint text alone).
+_REQUIRED_VERDICT = [c for c in schema.VERDICT_COLUMNS if c not in schema.HINT_FIELDS]
+
 # What the tab groups the op table by (see rollup); the payload carries each op's value of each.
 GROUPINGS = ("user_source", "user_function", "scope")
 
@@ -67,7 +70,7 @@ def _build(path: str, key_chip: str | None) -> tuple[dict, str, Report]:
         except KeyError as exc:
             raise ReportError(f"cannot classify it: missing column {exc}") from None
     elif report.chip:
-        missing = [c for c in VERDICT_COLUMNS if c not in report.ops.columns]
+        missing = [c for c in _REQUIRED_VERDICT if c not in report.ops.columns]
         if missing:
             raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
     ops = report.ops
