@@ -155,10 +155,10 @@ def _hints(
     saved, a weight update); the weights and other FLOPs (a fused convert) stay. Where that line
     crosses the ridge is the M at which the verdict flips: exact for a single matmul, and on the
     row's own verdict for any op. Along K (the extras fixed) it gives the contracting size where
-    no M reaches the ridge. Per-batch
-    weights (batch dims on both operands) keep the intensity whatever the batch, so M and K are
-    per batch element; a split-K GEMM is solved as the one unsplit GEMM it computes (weights and
-    result once), which is what XLA compiles at a larger M."""
+    no M reaches the ridge. Per-batch weights (batch dims on both operands) keep the intensity
+    whatever the batch, so M and K are per batch element; a split-K GEMM is solved as the one
+    unsplit GEMM it computes (weights and result once), which is what XLA compiles at a larger
+    M."""
     count = _column(ops, "count", rows, 1.0)
     count = np.where(count > 0, count, 1.0)
     flops, data = _column(ops, "flops", rows, 0.0), _column(ops, "bytes_accessed", rows, 0.0)
@@ -308,7 +308,9 @@ def _xla_estimate(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     return ops["xla_cycles"].to_numpy(dtype=float) / chip.clock_hz
 
 
-def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.DataFrame, dict]:
+def classify(
+    ops: pd.DataFrame, chip: Chip | str, topology=None
+) -> tuple[pd.DataFrame, schema.VerdictSummary]:
     """Add the verdict columns for ``chip`` to a report's ops; return them and summary entries.
 
     ``topology`` places the program's devices for the collective model: an

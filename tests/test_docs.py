@@ -71,3 +71,13 @@ def test_the_measured_columns_table_is_the_schemas():
 
     section = _section("measure.md", "## What is added to the report")
     assert _table_names(section) == list(schema.MEASURED_COLUMNS)
+
+
+def test_a_real_summary_has_the_schemas_keys():
+    """The summary of a classified report: every cost and verdict key of schema.Summary, and no
+    key the schema does not name."""
+    from hlo_roofline import analyze_hlo, schema
+
+    report = analyze_hlo(ROOT / "fixtures" / "gpt_tiny" / "tpu_v5e.hlo.txt", chip="v5e")
+    required = {*schema.CostSummary.__annotations__, *schema.VerdictSummary.__annotations__}
+    assert required <= set(report.summary) <= set(schema.SUMMARY_KEYS)

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 from conftest import FIXTURES
-from test_verdicts import V5E_BOOK, _s8_matmul, dot_module, row
+from test_verdicts import V5E_BOOK, _s8_matmul, dot_module
 
 import hlo_roofline as hr
 from hlo_roofline import chips
@@ -164,7 +164,8 @@ def test_a_hint_never_contradicts_its_rows_bound():
                 assert f"{other}-bound" not in op.hint, where
                 if op.hint_reason != "split_k" and op.bound != "communication":
                     if not math.isnan(op.ridge_m):  # the rows at which the verdict flips
-                        assert (op.mm_m >= op.ridge_m * (1 - 1e-9)) == (op.bound == "compute"), where
+                        past = op.mm_m >= op.ridge_m * (1 - 1e-9)
+                        assert past == (op.bound == "compute"), where
                     elif not math.isnan(op.ridge_k):  # no M helps: then K does, or nothing
                         assert op.bound == "memory" and op.mm_k < op.ridge_k, where
                 checked += 1
