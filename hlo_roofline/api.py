@@ -154,7 +154,9 @@ def place_args(args, target: str | None):
 
 def jitted(fn, jit_kwargs: dict):
     if not callable(fn):
-        raise TypeError(f"expected a function (plain or jitted) to analyze, got {type(fn).__name__}")
+        raise TypeError(
+            f"expected a function (plain or jitted) to analyze, got {type(fn).__name__}"
+        )
     if hasattr(fn, "lower"):
         if jit_kwargs:
             raise TypeError(f"{fn} is already jitted: pass {sorted(jit_kwargs)} to jax.jit instead")
@@ -334,7 +336,9 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
         size = math.prod(shape) * jnp.dtype(x.dtype).itemsize
         dtype = jnp.dtype(x.dtype).name
         buffers.append(
-            memory.Buffer(name, "parameter", size, f"{dtype}{list(shape)}", f"{dtype}{list(x.shape)}")
+            memory.Buffer(
+                name, "parameter", size, f"{dtype}{list(shape)}", f"{dtype}{list(x.shape)}"
+            )
         )
         if not was_donated and signature in outputs:
             outputs.remove(signature)

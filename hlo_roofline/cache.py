@@ -64,9 +64,7 @@ _MEMORY_FIELDS = (
 )
 
 
-def compile_program(
-    lowered, target: str | None, cache: bool | str | os.PathLike = True
-) -> Program:
+def compile_program(lowered, target: str | None, cache: bool | str | os.PathLike = True) -> Program:
     """Compile a ``jax.stages.Lowered`` program for ``target`` (None: here), or find it in the cache.
 
     ``cache``: True for :func:`default_dir`, a directory, or False to compile without the cache.

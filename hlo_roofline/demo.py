@@ -34,6 +34,8 @@ EXAMPLE = "gpt"
 # (run name, target, label): the chip is the target's.
 RUNS = (("gpt_v5e", "v5e:2x2", "TPU v5e"), ("gpt_h100", "h100", "H100 SXM"))
 DEFAULT_OUT = Path("out/demo")
+
+
 def part_label(scope: str, pass_: str) -> str:
     """A row of the parts table: the named scope and, under autodiff, the pass."""
     scope = "(no named scope)" if scope == UNATTRIBUTED else scope

@@ -134,7 +134,9 @@ def from_module(module: Module) -> dict:
     ]
     returned = _returned(entry.root)
     results = [
-        Buffer(i.name, "output" if i.name in returned else "temporary", _bytes(i.shape), str(i.shape))
+        Buffer(
+            i.name, "output" if i.name in returned else "temporary", _bytes(i.shape), str(i.shape)
+        )
         for i in entry.instructions
         if i.opcode not in _NOT_BUFFERS and i is not entry.root
     ]

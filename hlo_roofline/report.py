@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, efficiency, memory, verdict
+from hlo_roofline import chips, efficiency, memory, schema, verdict
 from hlo_roofline.hlo import attrs
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
@@ -28,13 +28,8 @@ from hlo_roofline.plot import roofline_chart
 FORMAT = "hlo_roofline.report"
 VERSION = 1
 CSV_MAGIC = "#hlo_roofline.report "
-_INT_COLUMNS = ("group_size", "mm_batch", "mm_m", "mm_n", "mm_k")
-_TEXT_COLUMNS = (
-    "name", "opcode", "computation", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "user_source", "note", "fused_ops", "collective", "replica_group", "waits_for",
-    "bound", "compute_unit", "hint", "xla_gap", "prefetch_for", "call_stack", "measurement_problem",
-    "scope", "user_function",  # derived (rollup's keys), in the TensorBoard tab's payload
-)  # fmt: skip
+# derived text (rollup's keys), in the TensorBoard tab's payload besides the schema's columns
+_TEXT_COLUMNS = (*schema.TEXT_COLUMNS, "scope", "user_function")
 BOUNDS = ("compute", "memory", "communication")
 # What rollup() groups by besides the report's own text columns: derived from op_name/user_source.
 DERIVED_KEYS = ("user_function", "scope", "pass")
@@ -345,9 +340,9 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     for column in ops.columns:
         if column in _TEXT_COLUMNS:
             ops[column] = ops[column].astype(object).fillna("").astype(str)
-        elif column == "unknown":
+        elif column in schema.BOOL_COLUMNS:
             ops[column] = ops[column].map(lambda v: v in (True, "True", "true", 1)).astype(bool)
-        elif column in _INT_COLUMNS:
+        elif column in schema.INT_COLUMNS:
             ops[column] = pd.to_numeric(ops[column]).fillna(0).astype(np.int64)
         else:
             ops[column] = pd.to_numeric(ops[column]).astype(float)

@@ -77,7 +77,9 @@ class _Chip:
     default_topology: str
     libtpu_name: str = ""  # TPU only: the chip name libtpu expects
     dims: int = 3  # TPU: a 2D or 3D torus; GPU: partitions x hosts x devices per host
-    max_chips: int = 0  # TPU: the largest slice (chips.md §3); GPU: devices per host (NVLink domain)
+    max_chips: int = (
+        0  # TPU: the largest slice (chips.md §3); GPU: devices per host (NVLink domain)
+    )
     examples: str = ""  # shapes named in error messages
 
     def shape_error(self, dims: tuple[int, ...]) -> str | None:
@@ -299,6 +301,7 @@ def _strip_field(text: str, field: str) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # Topologies, devices, meshes
+
 
 def _jax_extra(extra: str, dist: str) -> str:
     """The requirement the installed jax declares for ``dist`` in its ``extra``

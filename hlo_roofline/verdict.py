@@ -18,15 +18,12 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, interconnect, schedule
+from hlo_roofline import chips, interconnect, schedule, schema
 from hlo_roofline.chips import Chip
 from hlo_roofline.cost.collectives import parse_group_text
 
 BOUNDS = ("compute", "memory", "communication", "unknown", "none")
-VERDICT_COLUMNS = (
-    "intensity", "critical_intensity", "bound", "t_compute_s", "compute_unit", "t_memory_s", "t_comm_s",
-    "t_roofline_s", "share", "t_exposed_s", "hint", "xla_estimate_s", "xla_gap",
-)  # fmt: skip
+VERDICT_COLUMNS = schema.VERDICT_COLUMNS
 RIDGE_DTYPES = ("bf16", "fp8", "int8", "tf32", "fp32")
 NO_RATE = "compute time unknown: "  # how a row whose matmul dtype the chip has no rate for begins
 
@@ -268,46 +265,159 @@ def _xla_gaps(ops: pd.DataFrame, chip: Chip, t_roofline: np.ndarray, xla: np.nda
     return gaps
 
 
-def _hint(row, critical: float, chip: Chip) -> str:
-    """What would move a matmul: the lhs rows (M) at which it reaches the ridge, else the
-    contracting size (K: the tokens of a weight gradient) at which it would; MXU padding."""
-    m, n, k = int(row.mm_m), int(row.mm_n), int(row.mm_k)
-    if not k:
-        return ""
-    b = max(row.bytes_accessed / row.count, 1.0) if row.count else 1.0
-    elements = row.mm_batch * (m * k + k * n + m * n)
-    per_element = b / elements if elements else 2.0  # bytes per element of the op's tensors
-    denominator = 2 * n * k - critical * per_element * (k + n)
-    parts = []
-    if row.mm_batch > 1:  # batch dims on both operands: each batch element brings its own weights
-        state = "compute-bound" if row.intensity >= critical else "memory-bound"
-        parts.append(
-            f"{state}: batched weights keep intensity at {row.intensity:.3g} FLOP/B whatever the "
-            f"batch (ridge {critical:.0f}); cannot reach the ridge by growing the batch"
-            if state == "memory-bound"
-            else f"{state}: batched matmul at {row.intensity:.3g} FLOP/B (ridge {critical:.0f})"
-        )
-    elif denominator <= 0:  # no M helps; the contracting dim may (tokens, in a weight gradient)
-        k_denominator = 2 * m * n - critical * per_element * (m + n)
-        if k_denominator > 0:
-            ridge_k = critical * per_element * m * n / k_denominator
-            parts.append(
-                f"no M reaches the ridge ({critical:.0f} FLOP/B): N·K too small; "
-                f"the contracting dim would at K≈{ridge_k:.0f} (K={k})"
-            )
-        else:
-            parts.append(f"cannot reach the ridge ({critical:.0f} FLOP/B) at any M or K")
-    else:
-        ridge_m = critical * per_element * k * n / denominator
-        state = "compute-bound" if m >= ridge_m else "memory-bound"
-        parts.append(f"{state} at M={m}; ridge at M≈{ridge_m:.0f}")
+def _column(ops: pd.DataFrame, name: str, rows: np.ndarray, default: float) -> np.ndarray:
+    if name not in ops:  # a report written before the column existed
+        return np.full(len(rows), default)
+    return ops[name].to_numpy(dtype=float)[rows]
+
+
+def _hints(
+    ops: pd.DataFrame, rows: np.ndarray, ridge: np.ndarray, chip: Chip
+) -> dict[str, np.ndarray]:
+    """The hint fields of the matmul rows ``rows`` (``ridge``: the intensity at which each one's
+    compute time meets its memory time), from its geometry and how its arrays cross HBM.
+
+    From the op as it is, one more lhs row (M) adds ``2·N·K`` FLOPs and ``K·lhs + N·out`` bytes
+    per batch element, each array at its own element size (s8 in, s32 out: 1 and 4 B), and its
+    share of the bytes a fusion moves besides the matmul's arrays (result-shaped: an activation
+    saved, a weight update); the weights and other FLOPs (a fused convert) stay. Where that line
+    crosses the ridge is the M at which the verdict flips: exact for a single matmul, and on the
+    row's own verdict for any op. Along K (the extras fixed) it gives the contracting size where
+    no M reaches the ridge. Per-batch weights (batch dims on both operands) keep the intensity
+    whatever the batch, so M and K are per batch element; a split-K GEMM is solved as the one
+    unsplit GEMM it computes (weights and result once), which is what XLA compiles at a larger
+    M."""
+    count = _column(ops, "count", rows, 1.0)
+    count = np.where(count > 0, count, 1.0)
+    flops, data = _column(ops, "flops", rows, 0.0), _column(ops, "bytes_accessed", rows, 0.0)
+    batch = np.maximum(_column(ops, "mm_batch", rows, 1.0), 1.0)
+    m, n, k = (_column(ops, c, rows, 0.0) for c in ("mm_m", "mm_n", "mm_k"))
+    slices = np.maximum(_column(ops, "mm_split_k", rows, 1.0), 1.0)
+    batch, k_total = batch / slices, k * slices  # a split-K GEMM as the one GEMM it computes
+    sizes = [
+        _column(ops, c, rows, np.nan) for c in ("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes")
+    ]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        elements = count * batch * (m * k_total + k_total * n + m * n)
+        average = np.where(elements > 0, data / elements, 2.0)  # no element sizes: their mean
+    lhs, rhs, out = (np.where(np.isnan(e) | (e <= 0), average, e) for e in sizes)
+    split = slices > 1
+    per = count * batch  # matmuls of this shape per step
+    row_bytes = per * (k_total * lhs + n * out)  # an lhs row and a result row
+    weights, results = per * k_total * n * rhs, per * m * n * out
+    with np.errstate(divide="ignore", invalid="ignore"):  # fused extras: result-shaped, ∝ M
+        extra = np.where(m > 0, np.maximum(data - m * row_bytes - weights, 0) / m, 0)
+    # The MXU pads N and K to its width (mxu_padding): the work it does, not the FLOPs asked
+    # for, meets the memory time at the ridge. Along M that padding is fixed; along K it changes,
+    # so K is solved with N's padding alone: from that K on the row is compute-bound (below it,
+    # only at a K the padding inflates).
+    padding = np.where(split, 1.0, mxu_padding(ops, chip)[rows])
+    n_padding = np.ones(len(rows))
     width = _mxu_width(chip)
+    if width:
+        n_padding = np.where(padding > 1, np.ceil(n / width) * width / np.maximum(n, 1), 1.0)
+    mxu = 2 * per * m * n * k_total  # the matmul's own FLOPs (unpadded)
+    # a split-K GEMM from nothing: its weights (along M) or its result (along K) once
+    ridge_m = _solve(np.where(split, 0.0, m), np.where(split, 0.0, flops + mxu * (padding - 1)),
+                     np.where(split, weights, data), 2 * per * n * k_total * padding,
+                     row_bytes + np.where(split, 0.0, extra), ridge)  # fmt: skip
+    ridge_k = _solve(np.where(split, 0.0, k_total),
+                     np.where(split, 0.0, flops + mxu * (n_padding - 1)),
+                     np.where(split, results, data), 2 * per * m * n * n_padding,
+                     per * (m * lhs + n * rhs), ridge)  # fmt: skip
+    ridge_k[~np.isnan(ridge_m)] = np.nan  # said only where no M reaches the ridge
+    ridge_k[ridge_k <= k_total] = np.nan  # past it already: a longer K would not reach it
+    reason = np.where(
+        ~np.isnan(ridge_m), "ridge_m", np.where(~np.isnan(ridge_k), "ridge_k", "unreachable")
+    )
+    reason = np.where(batch > 1, "batched_weights", reason)
+    reason = np.where(split, "split_k", reason).astype(object)
+    waste = np.zeros(len(rows))
     if width:  # the MXU holds K×N weight tiles; the M rows stream through, so only N and K pad
-        padded = [-(-d // width) * width for d in (n, k)]
-        waste = 1 - (n * k) / math.prod(padded) if all(padded) else 0.0
-        if waste > 0.01:
-            parts.append(f"MXU {width}-padding of N,K={n},{k} wastes {waste:.0%}")
-    return "; ".join(parts)
+        padded = np.ceil(n / width) * width * np.ceil(k / width) * width
+        with np.errstate(divide="ignore", invalid="ignore"):
+            waste = np.where(padded > 0, 1 - n * k / padded, 0.0)
+    return {"hint_reason": reason, "ridge_m": ridge_m, "ridge_k": ridge_k, "mxu_waste": waste}
+
+
+def _solve(
+    size: np.ndarray,
+    flops: np.ndarray,
+    data: np.ndarray,
+    flops_per_unit: np.ndarray,
+    bytes_per_unit: np.ndarray,
+    ridge: np.ndarray,
+) -> np.ndarray:
+    """The size x at which ``flops + (x − size)·flops_per_unit`` over ``data + (x − size)·
+    bytes_per_unit`` is ``ridge``: where a row of ``size`` would cross it by growing. NaN where
+    growing does not raise the intensity to the ridge."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denominator = flops_per_unit - ridge * bytes_per_unit
+        x = size + (ridge * data - flops) / denominator
+    return np.where((flops_per_unit > 0) & (denominator > 0), np.maximum(x, 0.0), np.nan)
+
+
+def hint_text(
+    reason: str,
+    bound: str,
+    *,
+    m: int = 0,
+    n: int = 0,
+    k: int = 0,
+    batch: int = 1,
+    ridge_m: float = math.nan,
+    ridge_k: float = math.nan,
+    intensity: float = math.nan,
+    ridge: float = math.nan,
+    mxu_waste: float = 0.0,
+    mxu_width: int = 0,
+    detail: str = "",
+) -> str:
+    """A row's hint in words, from its fields: the one place a hint is written. ``bound`` opens
+    it (so it never contradicts the row's verdict); ``batch`` is the batch elements with their
+    own weights, or for ``split_k`` the slices of K; ``detail`` is the text of a ``prefetch``
+    (the readers) or ``no_rate`` (the problem) row."""
+    if reason == "prefetch":
+        return f"HBM→VMEM prefetch for {detail}: its HBM time is charged to them"
+    if reason == "no_rate" or not reason:
+        return detail
+    state = f"{bound}-bound"
+    if reason == "vector_loop":
+        return (
+            f"{state}: the loop over its result on the vector unit is slower than its MXU work "
+            "and its bytes (XLA:TPU's loop rate); a larger M or K would not change that"
+        )
+    per = " per batch element" if reason == "batched_weights" else ""
+    if not math.isnan(ridge_m):
+        reaches = f"ridge at M≈{ridge_m:.0f}{' rows' + per if per else ''}"
+    elif not math.isnan(ridge_k):
+        whole_k = k * batch if reason == "split_k" else k
+        reaches = (
+            f"no M{per} reaches the ridge ({ridge:.0f} FLOP/B): N·K too small; the contracting "
+            f"dim{per} would at K≈{ridge_k:.0f} (K={whole_k})"
+        )
+    elif bound == "compute":  # past the ridge, and a larger M or K would not raise it further
+        reaches = f"past the ridge ({ridge:.0f} FLOP/B) at this M and K{per}"
+    else:
+        reaches = f"cannot reach the ridge ({ridge:.0f} FLOP/B) at any M or K{per}"
+    if reason == "batched_weights":
+        text = (
+            f"{state}: {batch} batch elements with their own weights keep the intensity at "
+            f"{intensity:.3g} FLOP/B whatever the batch; {reaches}"
+            + (f" (M={m})" if not math.isnan(ridge_m) else "")
+        )
+    elif reason == "split_k":
+        text = (
+            f"{state} at M={m}: a split-K GEMM (K={k * batch} cut into {batch} slices summed "
+            f"after); as one GEMM, {reaches}"
+        )
+    elif reason == "ridge_m":
+        text = f"{state} at M={m}; {reaches}"
+    else:
+        text = f"{state}: {reaches}"
+    if mxu_waste > 0.01:
+        text += f"; MXU {mxu_width}-padding of N,K={n},{k} wastes {mxu_waste:.0%}"
+    return text
 
 
 def _prefetch_charges(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
@@ -342,7 +452,9 @@ def _xla_estimate(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     return ops["xla_cycles"].to_numpy(dtype=float) / chip.clock_hz
 
 
-def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.DataFrame, dict]:
+def classify(
+    ops: pd.DataFrame, chip: Chip | str, topology=None
+) -> tuple[pd.DataFrame, schema.VerdictSummary]:
     """Add the verdict columns for ``chip`` to a report's ops; return them and summary entries.
 
     ``topology`` places the program's devices for the collective model: an
@@ -365,7 +477,9 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
     peaks = np.array(
         [
             rates[d, p][0] if mm else vector
-            for d, p, mm in zip(ops["dtype"], ops["precision"], matmul, strict=True)
+            for d, p, mm in zip(
+                ops["dtype"].to_numpy(), ops["precision"].to_numpy(), matmul, strict=True
+            )
         ],
         dtype=float,
     )
@@ -419,30 +533,8 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
         xla_estimate_s=_xla_estimate(ops, chip),
     )
     ops["xla_gap"] = _xla_gaps(ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy())
-    ops["hint"] = [
-        _hint(row, ci, chip) if mm and not missing else ""
-        for row, ci, mm, missing in zip(
-            ops.itertuples(), ops["critical_intensity"], matmul, no_rate, strict=True
-        )
-    ]
-    if ops["note"].str.contains(NO_RATE, regex=False).any():  # judged before, on another chip
-        ops["note"] = [
-            "; ".join(p for p in note.split("; ") if not p.startswith(NO_RATE)) if NO_RATE in note
-            else note for note in ops["note"]
-        ]  # fmt: skip
-    if no_rate.any():  # the row says why its compute time is missing
-        problems = [rates[d, p][1] if missing else "" for d, p, missing in
-                    zip(ops["dtype"], ops["precision"], no_rate, strict=True)]  # fmt: skip
-        ops["note"] = [
-            "; ".join(filter(None, (note, problem)))
-            for note, problem in zip(ops["note"], problems, strict=True)
-        ]
-    if "prefetch_for" in ops:  # the copy row stays, saying whom it feeds
-        is_prefetch = ops["prefetch_for"].to_numpy() != ""
-        ops.loc[is_prefetch, "hint"] = [
-            f"HBM→VMEM prefetch for {names}: its HBM time is charged to them"
-            for names in ops.loc[is_prefetch, "prefetch_for"]
-        ]
+    ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip))
+    ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
     summary = _summary(ops, chip, step, float(np.maximum(times.sum(axis=0), floors).sum()))
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
@@ -454,6 +546,55 @@ def classify(ops: pd.DataFrame, chip: Chip | str, topology=None) -> tuple[pd.Dat
         topology=topology.to_dict() if topology is not None else None,
     )
     return ops, summary
+
+
+def _hint_columns(
+    ops: pd.DataFrame, matmul: np.ndarray, no_rate: np.ndarray, rates: dict, chip: Chip
+) -> dict[str, object]:
+    """The hint columns of classified ops: fields for matmuls that have a verdict (NumPy over
+    those rows), the text rendered from them, and the rows that say why they have no verdict
+    (no rate for the dtype) or no time (a prefetch)."""
+    size = len(ops)
+    reason = np.full(size, "", dtype=object)
+    hint = np.full(size, "", dtype=object)
+    ridge_m, ridge_k, waste = np.full(size, np.nan), np.full(size, np.nan), np.zeros(size)
+    bound = ops["bound"].to_numpy()
+    rows = np.flatnonzero(matmul & ~no_rate & np.isin(bound, BOUNDS[:3]))
+    if len(rows):
+        intensity = ops["intensity"].to_numpy(dtype=float)[rows]
+        ridge = ops["critical_intensity"].to_numpy(dtype=float)[rows]
+        fields = _hints(ops, rows, ridge, chip)
+        unit = ops["compute_unit"].to_numpy()[rows]
+        loop = (bound[rows] == "compute") & (unit != "mxu")  # its result's loop, not the MXU
+        fields["hint_reason"][loop] = "vector_loop"
+        fields["ridge_m"][loop] = fields["ridge_k"][loop] = np.nan
+        reason[rows] = fields["hint_reason"]
+        ridge_m[rows], ridge_k[rows] = fields["ridge_m"], fields["ridge_k"]
+        waste[rows] = fields["mxu_waste"]
+        split = reason[rows] == "split_k"
+        geometry = ops[["mm_m", "mm_n", "mm_k", "mm_batch"]].to_numpy()[rows]
+        batch = np.where(split, ops["mm_split_k"].to_numpy()[rows] if "mm_split_k" in ops else 1,
+                         geometry[:, 3])  # fmt: skip
+        width = _mxu_width(chip)
+        hint[rows] = [
+            hint_text(r, b, m=int(g[0]), n=int(g[1]), k=int(g[2]), batch=int(nb),
+                      ridge_m=rm, ridge_k=rk, intensity=i, ridge=ri, mxu_waste=w, mxu_width=width)
+            for r, b, g, nb, rm, rk, i, ri, w in zip(
+                reason[rows], bound[rows], geometry, batch, fields["ridge_m"], fields["ridge_k"],
+                intensity, ridge, fields["mxu_waste"], strict=True)
+        ]  # fmt: skip
+    for i in np.flatnonzero(no_rate):  # the row says why its compute time is missing
+        reason[i] = "no_rate"
+        hint[i] = hint_text(
+            "no_rate", bound[i], detail=rates[ops["dtype"].iat[i], ops["precision"].iat[i]][1]
+        )
+    if "prefetch_for" in ops:  # the copy row stays, saying whom it feeds
+        readers = ops["prefetch_for"].to_numpy()
+        for i in np.flatnonzero(readers != ""):
+            reason[i] = "prefetch"
+            hint[i] = hint_text("prefetch", bound[i], detail=readers[i])
+    return {"hint": hint, "hint_reason": reason, "ridge_m": ridge_m, "ridge_k": ridge_k,
+            "mxu_waste": waste}  # fmt: skip
 
 
 def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:

@@ -12,13 +12,12 @@ from collections import OrderedDict
 
 import pandas as pd
 
-from hlo_roofline import chips
+from hlo_roofline import chips, schema
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.logdir import REPORT_CSV, REPORT_JSON
 from hlo_roofline.report import Report, ReportError, function_of, scope_of
-from hlo_roofline.verdict import VERDICT_COLUMNS
 from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
@@ -38,6 +37,7 @@ _cache: OrderedDict[tuple, tuple[dict, str, Report, dict]] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
 
+
 def _stamp(path: str) -> tuple:
     st = os.stat(path)
     return (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -47,6 +47,10 @@ def chip_list() -> list[dict]:
     """``[{"key", "name"}]`` for every chip of the database, in its order."""
     return [{"key": key, "name": chips.get(key).name} for key in chips.names()]
 
+
+# The verdict columns a judged report must have for the tab to draw it: the hint's fields are
+# shown where present (reports written before them have the hint text alone).
+_REQUIRED_VERDICT = [c for c in schema.VERDICT_COLUMNS if c not in schema.HINT_FIELDS]
 
 # What the tab groups the op table by (see rollup); the payload carries each op's value of each.
 GROUPINGS = ("user_source", "user_function", "scope")
@@ -85,7 +89,7 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     else:
         report = Report.read(path)
         if report.chip:
-            missing = [c for c in VERDICT_COLUMNS if c not in report.ops.columns]
+            missing = [c for c in _REQUIRED_VERDICT if c not in report.ops.columns]
             if missing:
                 raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
     if derived is None:
@@ -223,9 +227,9 @@ def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
             "t_roofline_s_other": ops["t_roofline_s_b"],
             "delta_s": ops["delta_s"],
             "flipped": ops["change"] == "flipped",
-            "match": ops["change"].map({"added": "only_other", "removed": "only_run"}).fillna(
-                "matched"
-            ),
+            "match": ops["change"]
+            .map({"added": "only_other", "removed": "only_run"})
+            .fillna("matched"),
         },
         columns=list(COMPARE_COLUMNS),
     )

@@ -80,7 +80,14 @@ def test_rollups_by_line_function_scope_and_pass(gpt):
         mix = timed[["mix_compute", "mix_memory", "mix_communication"]].sum(axis=1)
         assert mix.to_numpy() == pytest.approx(1.0)
     scopes = gpt.rollup("scope").index
-    for scope in ("attention/qkv", "attention/scores", "mlp/up", "mlp/down", "logits", UNATTRIBUTED):
+    for scope in (
+        "attention/qkv",
+        "attention/scores",
+        "mlp/up",
+        "mlp/down",
+        "logits",
+        UNATTRIBUTED,
+    ):
         assert scope in scopes
     assert set(gpt.rollup("pass").index) == {"forward", "backward", UNATTRIBUTED}
     with pytest.raises(ValueError, match="rollup by one of"):

@@ -85,8 +85,9 @@ def workdir(tmp_path_factory):
 def test_analyze_prints_the_op_table_and_summary(workdir):
     output = invoke("analyze", "steps.py:matmul_step", "--chip", "v5e", "--top", "3").output
     assert re.split(r"\s{2,}", output.splitlines()[0]) == [
-        "op", "opcode", "bound", "time", "share", "FLOP/B", "ridge", "user line", "op_name", "hint"
-    ]
+        "op", "opcode", "bound", "time", "share", "FLOP/B", "ridge", "ridge M", "user line",
+        "op_name", "hint",
+    ]  # fmt: skip
     first = output.splitlines()[2]
     top = Report.read(workdir / "large.json").top(1).iloc[0]  # the same step, analyzed for v5e
     # its ridge: the bf16 peak over the bandwidth its bytes move at (some sit in VMEM on a TPU)
@@ -94,6 +95,7 @@ def test_analyze_prints_the_op_table_and_summary(workdir):
     assert top.critical_intensity == pytest.approx(peak * top.t_memory_s / top.bytes_accessed)
     assert " compute " in first and "819" in first and f" {top.critical_intensity:.0f} " in first
     assert "compute-bound at M=1024; ridge at M≈" in first and top.hint in first
+    assert top.hint_reason == "ridge_m" and f" {top.ridge_m:.0f}  " in first  # the ridge M column
     assert " steps.py:9 (matmul) " in first  # the user's line, relative to the working directory
     for text in ("step time: ≥", "(no overlap)", "MFU bound: ≤", "time per bound: compute 100.0%",
                  "coverage: 100.0%", "compiled for: v5e:2x2", "chip: TPU v5e (v5e, vendor)"):  # fmt: skip
@@ -124,7 +126,13 @@ def test_analyze_writes_every_output(workdir):
 def test_analyze_without_a_chip_reports_flops_and_bytes(workdir):
     output = invoke("analyze", "steps.py:elementwise_step").output
     assert re.split(r"\s{2,}", output.splitlines()[0].strip()) == [
-        "op", "opcode", "FLOPs", "bytes", "FLOP/B", "user line", "op_name"
+        "op",
+        "opcode",
+        "FLOPs",
+        "bytes",
+        "FLOP/B",
+        "user line",
+        "op_name",
     ]
     assert "chip: none (pass --chip" in output and "compiled for: local" in output
 

@@ -37,21 +37,47 @@ def test_the_pages_link_each_other():
     assert "docs/index.md" in (ROOT / "README.md").read_text()
 
 
-def _documented_columns() -> set[str]:
-    """The column names in docs/method.md's table of the report's columns."""
-    text = (ROOT / "docs" / "method.md").read_text()
-    table = text[text.index("## The report's columns") :].split("\n## ")[0]
-    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
-    return {name for cell in rows for name in re.findall(r"`([a-z_0-9]+)`", cell)}
+def _section(page: str, heading: str) -> str:
+    text = (ROOT / "docs" / page).read_text()
+    return text[text.index(heading) :].split("\n## ")[0]
 
 
-def test_every_report_column_is_documented():
-    """A real classified report's columns, each with a row in docs/method.md (and no row for a
-    column the report does not have), so a new column cannot ship without its unit and meaning."""
-    from hlo_roofline import analyze_hlo
+def _table_names(section: str) -> list[str]:
+    """The column names of a markdown table's first cells, in order."""
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return [name for cell in rows for name in re.findall(r"`([a-z_0-9]+)`", cell)]
+
+
+def test_the_column_table_is_the_schema_and_a_real_report_has_its_columns():
+    """docs/method.md's column table is the schema's (name, unit, meaning), and a real classified
+    report has exactly the schema's cost and verdict columns, in its order: a column cannot ship
+    without its unit and meaning, and no row documents a column the report does not have."""
+    from hlo_roofline import analyze_hlo, schema
+
+    section = _section("method.md", "## The report's columns")
+    assert schema.markdown_table() in section, (
+        "docs/method.md's column table differs from hlo_roofline.schema: paste "
+        "schema.markdown_table() over it"
+    )
+    report = analyze_hlo(ROOT / "fixtures" / "gpt_tiny" / "tpu_v5e.hlo.txt", chip="v5e")
+    assert list(report.ops.columns) == [*schema.COST_COLUMNS, *schema.VERDICT_COLUMNS]
+    documented = _table_names(section)
+    assert documented[: len(report.ops.columns)] == list(report.ops.columns)
+    assert documented[len(report.ops.columns) :] == ["measured_s"]  # see measure.md
+
+
+def test_the_measured_columns_table_is_the_schemas():
+    from hlo_roofline import schema
+
+    section = _section("measure.md", "## What is added to the report")
+    assert _table_names(section) == list(schema.MEASURED_COLUMNS)
+
+
+def test_a_real_summary_has_the_schemas_keys():
+    """The summary of a classified report: every cost and verdict key of schema.Summary, and no
+    key the schema does not name."""
+    from hlo_roofline import analyze_hlo, schema
 
     report = analyze_hlo(ROOT / "fixtures" / "gpt_tiny" / "tpu_v5e.hlo.txt", chip="v5e")
-    documented = _documented_columns()
-    assert set(report.ops.columns) - documented == set()
-    measured = {"measured_s"}  # the measured columns have their own table in measure.md
-    assert documented - set(report.ops.columns) - measured == set()
+    required = {*schema.CostSummary.__annotations__, *schema.VerdictSummary.__annotations__}
+    assert required <= set(report.summary) <= set(schema.SUMMARY_KEYS)

@@ -263,5 +263,7 @@ def test_analyze_places_devices_by_the_arguments_mesh():
     x = jax.ShapeDtypeStruct((8 * 128, 256), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))
     report = hr.analyze(lambda x: jnp.sum(x, axis=0), x, target="v5e:2x4")
     assert report.summary["topology"]["source"] == "devices"
-    unsharded = hr.analyze(lambda x: x * 2, jax.ShapeDtypeStruct((8, 8), jnp.float32), target="v5e:2x2")
+    unsharded = hr.analyze(
+        lambda x: x * 2, jax.ShapeDtypeStruct((8, 8), jnp.float32), target="v5e:2x2"
+    )
     assert (unsharded.summary.get("topology") or {}).get("source") != "devices"

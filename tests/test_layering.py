@@ -18,7 +18,16 @@ PACKAGES = {"hlo_roofline": ROOT / "hlo_roofline", "hlo_roofline_tensorboard": R
 
 # Lowest first; a module may import its own layer and the layers before it, never a later one.
 LAYERS = [
-    ("base", ["hlo_roofline._jax_env", "hlo_roofline._gc", "hlo_roofline.logdir", "hlo_roofline.text"]),
+    (
+        "base",
+        [
+            "hlo_roofline._jax_env",
+            "hlo_roofline._gc",
+            "hlo_roofline.logdir",
+            "hlo_roofline.schema",
+            "hlo_roofline.text",
+        ],
+    ),
     ("text → IR", ["hlo_roofline.hlo", "hlo_roofline.hlo.*"]),
     ("prices", ["hlo_roofline.cost", "hlo_roofline.cost.*"]),
     ("chip data", ["hlo_roofline.chips"]),

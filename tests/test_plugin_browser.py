@@ -209,7 +209,9 @@ def test_filters_narrow_the_table(page, server, logdir):
 
     name = timed.sort_values("t_roofline_s").iloc[-1]["name"]
     frame.locator("#hr-search").fill(name)
-    hay = timed[["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]]
+    hay = timed[
+        ["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]
+    ]
     matches = hay.apply(lambda r: name.lower() in "\n".join(r).lower(), axis=1)
     wait_shown(frame, int(matches.sum()))
     assert name in body_rows(frame).locator('[data-key="name"]').all_text_contents()

@@ -92,7 +92,9 @@ def test_plugin_module_imports_light():
         "('pandas', 'numpy', 'jax', 'hlo_roofline')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(["hlo_roofline", "hlo_roofline._jax_env", "hlo_roofline.logdir"])
+    assert out.stdout.strip() == str(
+        ["hlo_roofline", "hlo_roofline._jax_env", "hlo_roofline.logdir"]
+    )
 
 
 def test_listing_shows_an_iframe_tab(client):
@@ -453,4 +455,6 @@ def test_one_palette_for_the_tab_and_the_plot():
     block = util[util.index("export const BOUND_COLORS") :].split("};")[0]
     tab = dict(re.findall(r"(\w+): \"(#[0-9a-f]{6})\"", block))
     assert {bound: tab[bound] for bound in COLORS} == COLORS
-    assert not re.search(r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text())
+    assert not re.search(
+        r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text()
+    )

@@ -74,7 +74,10 @@ def test_unknown_trip_count_is_a_flagged_lower_bound(target):
     report = analyze_hlo(text)
     assert report.summary["lower_bound"]
     assert report.summary["flops"] == pytest.approx(oracle["xla_totals"]["flops"], rel=1e-6)
-    assert report.ops["note"].str.contains("lower bound").any()
+    short = report.ops[report.ops["lower_bound"]]  # the flag on the loop's rows, said in words
+    assert len(short) and (short["count"] == 1).all()
+    assert (short["computation"] != report.ops["computation"].iloc[-1]).all()
+    assert short["note"].str.contains("unknown trip count", regex=False).all()
 
 
 def test_async_pairs_counted_once():

@@ -224,7 +224,8 @@ def test_gpu_and_tpu_targets_work_after_the_user_started_jax() -> None:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("JAX_PLATFORMS", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "ALLOW_MULTIPLE_LIBTPU_LOAD")
+        if k
+        not in ("JAX_PLATFORMS", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "ALLOW_MULTIPLE_LIBTPU_LOAD")
         and not k.startswith("TPU_")
     }
     done = subprocess.run(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -81,9 +82,9 @@ def test_r3_bf16_matmul_is_compute_bound_iff_batch_above_about_240(batch, bound)
 
 
 def test_r3_exact_crossover_for_d_f_8192_is_255():
-    hint = row(hr.analyze_hlo(dot_module(64, 8192, 8192), chip=V5E_BOOK), "dot").hint
-    ridge = float(hint.split("ridge at M≈")[1].split()[0].rstrip(";"))
-    assert ridge == pytest.approx(255.2, abs=0.6)
+    dot = row(hr.analyze_hlo(dot_module(64, 8192, 8192), chip=V5E_BOOK), "dot")
+    assert dot.hint_reason == "ridge_m" and dot.ridge_m == pytest.approx(255.2, abs=0.1)
+    assert dot.hint == f"memory-bound at M=64; ridge at M≈{dot.ridge_m:.0f}"
 
 
 def test_r4_int8_matmul_worked_vector():
@@ -131,7 +132,8 @@ ENTRY %e (x: s8[128,8192], w: s8[128,8192,8192]) -> s8[128,8192] {
     r = row(hr.analyze_hlo(text, chip=V5E_BOOK), "d")
     assert (r.flops, r.bytes_accessed) == (17_179_869_184, 8_592_031_744)
     assert r.intensity == pytest.approx(1.99951, abs=1e-5)
-    assert r.bound == "memory" and "cannot reach the ridge" in r.hint
+    assert r.bound == "memory" and r.hint_reason == "batched_weights"
+    assert "whatever the batch" in r.hint
 
 
 def test_r7_h100_ridge_is_295():
@@ -144,10 +146,11 @@ def test_mxu_padding_waste_hint():
 
     The 300 lhs rows stream through the array and do not pad to the MXU width.
     """
-    hint = row(hr.analyze_hlo(dot_module(300, 1000, 200), chip="v5e"), "dot").hint
-    assert "MXU 128-padding of N,K=200,1000 wastes 24%" in hint
-    hint = row(hr.analyze_hlo(dot_module(256, 1024, 512), chip="v5e"), "dot").hint
-    assert "MXU" not in hint
+    padded = row(hr.analyze_hlo(dot_module(300, 1000, 200), chip="v5e"), "dot")
+    assert padded.mxu_waste == pytest.approx(1 - 200 * 1000 / (256 * 1024))
+    assert "MXU 128-padding of N,K=200,1000 wastes 24%" in padded.hint
+    aligned = row(hr.analyze_hlo(dot_module(256, 1024, 512), chip="v5e"), "dot")
+    assert aligned.mxu_waste == 0 and "MXU" not in aligned.hint
 
 
 def test_unknown_chip_lists_close_matches():
@@ -453,14 +456,19 @@ def test_report_without_a_precision_column_still_classifies(classified):
 
 
 def test_hint_names_the_contracting_size_when_no_row_count_helps():
-    """8192×256 · 256×256: no M reaches the ridge (N·K too small), but a longer K does; the K the
-    hint names is where the model's own verdict flips."""
-    hint = row(hr.analyze_hlo(dot_module(8192, 256, 256), chip=V5E_BOOK), "dot").hint
-    ridge_k = float(hint.split("K≈")[1].split(" ")[0])
-    below = row(hr.analyze_hlo(dot_module(8192, int(ridge_k) - 20, 256), chip=V5E_BOOK), "dot")
-    above = row(hr.analyze_hlo(dot_module(8192, int(ridge_k) + 20, 256), chip=V5E_BOOK), "dot")
-    assert "no M reaches the ridge" in hint and "(K=256)" in hint
-    assert (below.bound, above.bound) == ("memory", "compute")
+    """8192×256 · 256×256: no M reaches the ridge (N·K too small), but a longer K does; from the K
+    the hint names on, the model's own verdict is compute (below it, a K that fills whole MXU
+    tiles is memory-bound)."""
+    dot = row(hr.analyze_hlo(dot_module(8192, 256, 256), chip=V5E_BOOK), "dot")
+    whole_tiles = int(dot.ridge_k) // 128 * 128
+    below = row(hr.analyze_hlo(dot_module(8192, whole_tiles, 256), chip=V5E_BOOK), "dot")
+    above = [
+        row(hr.analyze_hlo(dot_module(8192, math.ceil(dot.ridge_k) + d, 256), chip=V5E_BOOK), "dot")
+        for d in (0, 20, 200)
+    ]
+    assert dot.hint_reason == "ridge_k" and "no M reaches the ridge" in dot.hint
+    assert f"K≈{dot.ridge_k:.0f} (K=256)" in dot.hint
+    assert below.bound == "memory" and {a.bound for a in above} == {"compute"}
 
 
 def _s8_matmul(batch: int, layout: str) -> str:
@@ -516,14 +524,15 @@ def test_matmul_in_a_type_the_chip_has_no_rate_for_is_an_unknown_row_with_its_re
     dot = row(report, "dot")
     name = chips.get(chip).name if isinstance(chip, str) else chip.name
     assert dot.bound == "unknown"
-    assert dot.note == f"compute time unknown: {name} has no rate for {dtype} matmuls"
+    assert dot.hint_reason == "no_rate" and dot.note == ""
+    assert dot.hint == f"compute time unknown: {name} has no rate for {dtype} matmuls"
     floor = (chips.get(chip) if isinstance(chip, str) else chip).op_floor_s or 0.0  # per-op
     assert dot.t_compute_s == 0 and dot.t_memory_s > 0
     assert dot.t_roofline_s == max(dot.t_memory_s, floor)
     assert report.summary["step_time_lower_s"] == pytest.approx(dot.t_roofline_s)
-    again = row(report.classify("v5p"), "dot")  # judged again: the old chip's note goes
-    assert again.note == f"compute time unknown: TPU v5p has no rate for {dtype} matmuls" or (
-        again.bound != "unknown" and again.note == ""
+    again = row(report.classify("v5p"), "dot")  # judged again: the old chip's reason goes
+    assert again.hint == f"compute time unknown: TPU v5p has no rate for {dtype} matmuls" or (
+        again.bound != "unknown" and again.hint_reason != "no_rate"
     )
 
 

@@ -136,7 +136,11 @@ def test_parallel_processes_share_one_entry_and_a_new_process_reuses_it(tmp_path
     assert len(list(tmp_path.glob("*.hlo.txt"))) == 1
     assert not list(tmp_path.glob("*.tmp"))
     done = subprocess.run(
-        [sys.executable, str(script), "cached"], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), "cached"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == outputs[0]
@@ -283,7 +287,8 @@ def test_the_wheel_builds_without_deprecations_and_carries_its_data(tmp_path):
     assert any(n.startswith("hlo_roofline_tensorboard/static/") for n in names)
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     requires = [
-        line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+        line
+        for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
         if line.startswith("Requires-Dist: jax")
     ]
     assert "Requires-Dist: jax>=0.10.2" in requires

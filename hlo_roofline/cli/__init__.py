@@ -50,7 +50,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     click.echo(f"warning: {message}", err=True)
 
 
-
 for _command in (
     _analyze.analyze,
     _analyze.hlo_command,

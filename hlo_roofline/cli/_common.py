@@ -54,7 +54,6 @@ def _input_errors(what: str = "") -> Iterator[None]:
         raise InputError(f"{prefix}{exc.strerror or exc}") from None
 
 
-
 # -- options shared by several commands ------------------------------------------------------------
 
 
@@ -172,7 +171,6 @@ def _output_options(fn: Callable) -> Callable:
     return fn
 
 
-
 # -- saving and printing reports ------------------------------------------------------------------
 
 
@@ -225,4 +223,3 @@ def _load_report(path: Path, chip: chips.Chip | None) -> Report:
     with _input_errors():
         report = Report.read(path)
     return report.classify(chip) if chip is not None else report
-

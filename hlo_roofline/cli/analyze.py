@@ -191,7 +191,9 @@ def _compile(
         raise InputError(f"compiling {entry} failed: {_user_error(exc, path)}") from None
 
 
-@click.command(context_settings=CONTEXT, short_help="Compile a JAX step; print its per-op roofline.")
+@click.command(
+    context_settings=CONTEXT, short_help="Compile a JAX step; print its per-op roofline."
+)
 @click.argument("entry", metavar="FILE.py:NAME")
 @chip_option
 @target_option
@@ -293,4 +295,3 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
                 report = api.analyze_hlo(file, cost_model, chip)
             reports[api.module_key(file)] = report
     _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
-

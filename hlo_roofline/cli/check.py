@@ -65,9 +65,7 @@ from hlo_roofline.cli.analyze import _compile
               help="The step may be at most PCT% slower than --baseline.")  # fmt: skip
 @no_cache_option
 @_format_option("table", "json")
-def check_command(
-    report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags
-):
+def check_command(report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags):
     """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input.
 
     Rules come from the flags, over --rules FILE, else over [tool.hlo-roofline.check] in the
@@ -137,4 +135,3 @@ def _print_result(result: CheckResult, fmt: str, passed_note: str) -> None:
         click.echo(f"\nfailed: {len(result.violations)} violation(s) of {result.rules.describe()}")
     if not result.passed:
         raise SystemExit(1)
-

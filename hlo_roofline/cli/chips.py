@@ -11,7 +11,9 @@ from hlo_roofline.cli._common import CONTEXT, _format_option, _one_line
 from hlo_roofline.text import format_table
 
 
-@click.command("chips", context_settings=CONTEXT, short_help="List chips, or show one with sources.")
+@click.command(
+    "chips", context_settings=CONTEXT, short_help="List chips, or show one with sources."
+)
 @click.argument("name", required=False)
 @_format_option("table", "json")
 def chips_command(name, fmt):
@@ -75,4 +77,3 @@ def _value(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
-

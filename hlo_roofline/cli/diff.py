@@ -60,4 +60,3 @@ def diff_command(a, b, chip, fail_on_regression, fmt, top):
             click.echo(f"failed: predicted step regressed more than {fail_on_regression:g}%",
                        err=fmt != "table")  # fmt: skip
             raise SystemExit(1)
-

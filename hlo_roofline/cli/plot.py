@@ -27,4 +27,3 @@ def plot_command(report_path, output, chip, title):
     if report.chip is None:
         raise click.UsageError("REPORT is not judged against a chip: pass --chip")
     _note(f"wrote {report.plot(output, title)}")
-

@@ -5,6 +5,7 @@ Formatting only: every number comes from a report, a diff or a check result.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,11 @@ def step_time(item: tuple[str, Report]) -> float:
 
 def _percent(x: float | None) -> str:
     return "—" if x is None else f"{x:.1%}"
+
+
+def _rows(x: float) -> str:
+    """A matmul's rows at its ridge (the hint's ``ridge_m``); blank where none or not a matmul."""
+    return "" if x != x else f"{x:.0f}"
 
 
 def _number(x: float) -> str:
@@ -66,12 +72,13 @@ def ops_table(report: Report, top: int = 10, width: int | None = None) -> str:
                     "share": _percent(op.share),
                     "FLOP/B": _number(op.intensity),
                     "ridge": f"{op.critical_intensity:.0f}",
+                    "ridge M": _rows(getattr(op, "ridge_m", math.nan)),
                     **_measured_cells(op),
                     **_where_cells(op),
                     "hint": op.hint,
                 }
             )
-        right = ("time", "share", "FLOP/B", "ridge", "measured", "eff.")
+        right = ("time", "share", "FLOP/B", "ridge", "ridge M", "measured", "eff.")
     else:
         for op in ops.itertuples():
             rows.append(
@@ -256,4 +263,3 @@ def diff_text(diff: Diff, top: int) -> str:
     if len(shown) < len(changed):
         lines.append(f"… and {len(changed) - len(shown)} more (--top 0 for all)")
     return "\n".join(lines)
-

@@ -43,4 +43,3 @@ def trace_command(path, chip, csv_path, json_path, logdir, run, plot_path, fmt, 
         raise InputError(_one_line(exc)) from None
     reports = result if isinstance(result, dict) else {path.stem: result}
     _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
-

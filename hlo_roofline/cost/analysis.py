@@ -12,8 +12,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hlo_roofline import schema
 from hlo_roofline.cost import custom_call
-from hlo_roofline.cost.base import COST_MODELS, Cost, CostContext, array_bytes, callee
+from hlo_roofline.cost.base import (
+    COST_MODELS,
+    Cost,
+    CostContext,
+    array_bytes,
+    callee,
+    element_bytes,
+)
 from hlo_roofline.cost.collectives import (
     COLLECTIVES,
     async_start_of,
@@ -21,23 +29,16 @@ from hlo_roofline.cost.collectives import (
     group_text,
 )
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
-from hlo_roofline.cost.linalg import matmul_geometry
+from hlo_roofline.cost.linalg import MatmulIO, matmul_geometry, matmul_io
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Metadata, Module
+from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Metadata, Module, Shape
 
 # Ops that only name, view or order values: never "unpriced", left out of coverage.
 BOOKKEEPING = frozenset(
     {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
      "add-dependency", "domain"}
 )  # fmt: skip
-ROW_COLUMNS = (
-    "name", "opcode", "computation", "count", "flops", "transcendentals", "bytes_accessed",
-    "comm_bytes", "vmem_bytes", "unknown", "fusion_kind", "dtype", "precision", "shape", "op_name",
-    "source", "user_source", "note",
-    "fused_ops", "collective", "group_size", "replica_group", "waits_for",
-    "mm_batch", "mm_m", "mm_n", "mm_k", "xla_cycles",
-    "prefetch_for", "call_stack", "vector_elements", "lane_reduced_elements",
-)  # fmt: skip
+ROW_COLUMNS = schema.COST_COLUMNS  # each row is built as one tuple in this order
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _RULE_ERRORS = (
     ValueError, IndexError, KeyError, ArithmeticError, AttributeError, TypeError,
@@ -52,12 +53,10 @@ _NO_VECTOR_LOOP = BOOKKEEPING | _CONTAINERS | {
     "replica-id",
 }  # fmt: skip
 _ROWS_PER_CHUNK = 4096
-_FLOAT_COLUMNS = (
-    "count", "flops", "transcendentals", "bytes_accessed", "comm_bytes", "vmem_bytes",
-    "xla_cycles", "vector_elements", "lane_reduced_elements",
-)  # fmt: skip
+_FLOAT_COLUMNS = schema.names("cost", "float")
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
+_NO_IO = MatmulIO(0.0, 0.0, 0.0, 0)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
 _COLLECTIVE_OR_WRAPPER = frozenset(
     {*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), "fusion", "async-start"}
@@ -103,7 +102,7 @@ def walk(
     if cost_model not in COST_MODELS:
         raise ValueError(f"cost_model must be one of {COST_MODELS}, not {cost_model!r}")
     walker = _Walk(CostContext(module, cost_model, pad_to_tiles))
-    walker.visit(module.entry, 1, None, 0)
+    walker.visit(module.entry, 1, None, False, 0)
     return walker.ops
 
 
@@ -121,15 +120,29 @@ class _Walk:
         self.ops: list[PricedOp] = []
         self.opened: set[int] = set()  # ids of the computations walked so far
 
-    def visit(self, comp: Computation, count: float, note: str | None, depth: int) -> None:
+    def visit(
+        self, comp: Computation, count: float, note: str | None, short: bool, depth: int
+    ) -> None:
+        """Price ``comp``'s ops ``count`` times each; ``note`` and ``short`` (the count is a lower
+        bound) come from the loops and branches around them."""
         ctx, ops = self.ctx, self.ops
         for instr in comp.instructions:
-            if instr.opcode in _CONTAINERS and depth < 64 and self.open(instr, count, note, depth):
+            if (
+                instr.opcode in _CONTAINERS
+                and depth < 64
+                and self.open(instr, count, note, short, depth)
+            ):
                 continue
             cost = price(instr, ctx)
-            ops.append(PricedOp(instr, count, cost.with_note(note) if note else cost))
+            if note:
+                cost = cost.with_note(note)
+            if short:
+                cost = cost.replace(lower_bound=True)
+            ops.append(PricedOp(instr, count, cost))
 
-    def open(self, instr: Instruction, count: float, note: str | None, depth: int) -> bool:
+    def open(
+        self, instr: Instruction, count: float, note: str | None, short: bool, depth: int
+    ) -> bool:
         """Walk a container's bodies instead of pricing it; False if it is not one (or is broken).
 
         XLA's optimized modules give every body one caller (its call graph is flattened); a body
@@ -143,17 +156,17 @@ class _Walk:
         self.opened.update(id(comp) for comp in instr.called)
         try:
             if instr.opcode == "while":
-                body_times, cond_times, loop_note = loop_multipliers(instr, ctx)
-                if not math.isfinite(count * body_times * cond_times):
+                loop = loop_multipliers(instr, ctx)
+                if not math.isfinite(count * loop.body * loop.condition):
                     raise OverflowError("execution count out of range")
-                inner_note = loop_note or note
-                self.visit(callee(instr, ctx, "body"), count * body_times, inner_note, depth + 1)
-                self.visit(
-                    callee(instr, ctx, "condition"), count * cond_times, inner_note, depth + 1
-                )
+                inner_note, inner_short = loop.note or note, loop.lower_bound or short
+                for comp, times in (("body", loop.body), ("condition", loop.condition)):
+                    self.visit(
+                        callee(instr, ctx, comp), count * times, inner_note, inner_short, depth + 1
+                    )
                 return True
             if instr.opcode == "call":
-                self.visit(callee(instr, ctx, "to_apply"), count, note, depth + 1)
+                self.visit(callee(instr, ctx, "to_apply"), count, note, short, depth + 1)
                 return True
             if instr.opcode == "conditional" and ctx.roofline:
                 taken = heaviest_branch(instr, ctx)
@@ -163,7 +176,9 @@ class _Walk:
                         if i == taken
                         else f"branch {i} not counted (branch {taken} does the most work)"
                     )
-                    self.visit(comp, count if i == taken else 0, branch_note or note, depth + 1)
+                    self.visit(
+                        comp, count if i == taken else 0, branch_note or note, short, depth + 1
+                    )
                 return True
         except _RULE_ERRORS:
             return False  # priced as one flagged row instead
@@ -240,7 +255,7 @@ def rows(
             )
         kind = fused = precision = ""
         dtype = described[1]
-        found = geometry = None
+        found = geometry = io = None
         if code == "fusion":
             config_key = (kind_attr, backend_config)
             kind = fusion_kinds.get(config_key)
@@ -252,7 +267,7 @@ def rows(
                     if in_flight is None:
                         in_flight = attrs.in_flight_channels(module)
                     body = bodies[id(instr.called[0])] = _Body(instr, walks, in_flight)
-                fused, found, geometry = body.fused_ops, body.collective, body.geometry
+                fused, found, geometry, io = body.fused_ops, body.collective, body.geometry, body.io
                 dtype, precision = body.matmul_dtype or dtype, body.matmul_precision
         else:
             if code in _MATMULS and instr.operands:
@@ -269,7 +284,11 @@ def rows(
             if code in _WITH_GEOMETRY:
                 geometry = walks.geometry(instr)
                 precision = _precision(instr) if geometry else ""
+                io = walks.io(instr) if geometry else None
         batch, m, n, k = geometry or _NO_GEOMETRY
+        if geometry and io is None:  # a matmul whose arrays cannot be traced: its own types
+            io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)
+        io = io or _NO_IO
         group = ""
         if found is not None:
             group = groups.get(id(found))
@@ -288,11 +307,12 @@ def rows(
         table.append((
             instr.name, code, instr.computation.name, float(count), cost.flops * count,
             cost.transcendentals * count, cost.bytes_accessed * count, cost.comm_bytes * count,
-            vmem * count, cost.unknown, kind, dtype, precision, described[0], meta[0], meta[1],
+            vmem * count, cost.unknown, cost.lower_bound, kind, dtype, precision, described[0],
+            meta[0], meta[1],
             meta[2], "; ".join(cost.notes) if cost.notes else "", fused,
             found.opcode.removesuffix("-start") if found is not None else "",
             _group_size(found, module) if found is not None else 0, group, waits_for,
-            batch, m, n, k, cycles * count if cycles is not None else math.nan,
+            batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
             prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3],
             _vector_elements(instr, cost, geometry) * count
             if found is None and code not in _NO_VECTOR_LOOP else 0.0,
@@ -423,7 +443,7 @@ def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
 class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
-    __slots__ = ("collective", "fused_ops", "geometry", "matmul_dtype", "matmul_precision")
+    __slots__ = ("collective", "fused_ops", "geometry", "io", "matmul_dtype", "matmul_precision")
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
         counts: dict[str, int] = {}
@@ -449,6 +469,7 @@ class _Body:
         )  # a fusion that only continues (or finishes) a TPU async collective started earlier
         self.collective = None if continued else collective
         self.geometry = walks.geometry(fusion) if has_geometry else None
+        self.io = walks.io(fusion) if self.geometry else None
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
         )
@@ -478,6 +499,16 @@ class _Walks:
         self.collectives: dict[int, Instruction | None] = {}
         self.geometries: dict[int, tuple[int, int, int, int] | None] = {}
 
+    def io(self, instr: Instruction) -> MatmulIO | None:
+        """How a matmul's arrays cross HBM (a library call: its operands and main result)."""
+        try:
+            if instr.opcode == "custom-call":
+                lhs, rhs, out = _first_two(instr)
+                return MatmulIO(element_bytes(lhs), element_bytes(rhs), element_bytes(out), 1)
+            return matmul_io(instr, self.geometries)
+        except (*_RULE_ERRORS, RecursionError):
+            return None
+
     def collective(self, instr: Instruction) -> Instruction | None:
         try:
             return find_collective(instr, self.collectives)
@@ -491,6 +522,13 @@ class _Walks:
             return matmul_geometry(instr, self.geometries)
         except (*_RULE_ERRORS, RecursionError):
             return None
+
+
+def _first_two(instr: Instruction) -> tuple:
+    """The shapes of a matmul's two operands and its (first) result."""
+    shapes = [op.shape for op in instr.operands[:2]]
+    shapes += [Shape("token")] * (2 - len(shapes))
+    return (*shapes, instr.shape)
 
 
 def _group_text(collective: Instruction, module: Module) -> str:
@@ -507,14 +545,16 @@ def _async_start(done: Instruction) -> Instruction | None:
         return None
 
 
-def summarize(ops: list[PricedOp], cost_model: str) -> dict:
+def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
     """Module totals, and how much of the step could be priced."""
     flops = transcendentals = bytes_accessed = comm_bytes = 0.0
     priced = counted = 0.0
     notes: dict[str, None] = {}
     unknown_ops: list[str] = []
+    lower_bound = False
     for op in ops:
         cost, count = op.cost, op.count
+        lower_bound = lower_bound or cost.lower_bound
         flops += cost.flops * count
         transcendentals += cost.transcendentals * count
         bytes_accessed += cost.bytes_accessed * count
@@ -536,6 +576,6 @@ def summarize(ops: list[PricedOp], cost_model: str) -> dict:
         "comm_bytes": comm_bytes,
         "coverage": priced / counted if counted else 1.0,
         "unknown_ops": unknown_ops,
-        "lower_bound": any("lower bound" in n for n in notes),
+        "lower_bound": lower_bound,
         "notes": list(notes),
     }

@@ -24,8 +24,10 @@ class Cost(NamedTuple):
 
     ``bytes_accessed`` is HBM traffic (operands read + results written); ``comm_bytes`` is what one
     device sends over its links. ``unknown`` marks a cost that could not be priced (an opaque
-    kernel): its FLOPs are not claimed, and its bytes are at most a lower bound. An immutable named
-    tuple: an analysis builds tens of thousands, and a frozen dataclass is slower to build.
+    kernel): its FLOPs are not claimed, and its bytes are at most a lower bound. ``lower_bound``
+    marks a cost counted short on purpose (a loop whose trip count is unknown, its body counted
+    once): the flag, not its note's words, is what the summary reads. An immutable named tuple: an
+    analysis builds tens of thousands, and a frozen dataclass is slower to build.
     """
 
     flops: float = 0.0
@@ -34,6 +36,7 @@ class Cost(NamedTuple):
     comm_bytes: float = 0.0
     unknown: bool = False
     notes: tuple[str, ...] = ()
+    lower_bound: bool = False
 
     def __add__(self, other: Cost) -> Cost:  # type: ignore[override]
         return Cost(
@@ -43,6 +46,7 @@ class Cost(NamedTuple):
             self.comm_bytes + other.comm_bytes,
             self.unknown or other.unknown,
             _merge_notes(self.notes, other.notes),
+            self.lower_bound or other.lower_bound,
         )
 
     def scaled(self, factor: float) -> Cost:
@@ -54,6 +58,7 @@ class Cost(NamedTuple):
             self.comm_bytes * factor,
             self.unknown,
             self.notes,
+            self.lower_bound,
         )
 
     def maximum(self, other: Cost) -> Cost:
@@ -65,6 +70,7 @@ class Cost(NamedTuple):
             max(self.comm_bytes, other.comm_bytes),
             self.unknown or other.unknown,
             _merge_notes(self.notes, other.notes),
+            self.lower_bound or other.lower_bound,
         )
 
     def with_note(self, note: str) -> Cost:
@@ -80,7 +86,7 @@ ZERO = Cost()
 def total(costs: list[Cost]) -> Cost:
     """The sum of ``costs``: the same as adding them one by one, without the intermediate sums."""
     flops = transcendentals = bytes_accessed = comm_bytes = 0.0
-    unknown = False
+    unknown = lower_bound = False
     notes: dict[str, None] = {}  # in order, each once (a tuple's `in` would make this quadratic)
     for cost in costs:
         flops += cost.flops
@@ -88,21 +94,27 @@ def total(costs: list[Cost]) -> Cost:
         bytes_accessed += cost.bytes_accessed
         comm_bytes += cost.comm_bytes
         unknown = unknown or cost.unknown
+        lower_bound = lower_bound or cost.lower_bound
         if cost.notes:
             notes.update(dict.fromkeys(cost.notes))
-    return Cost(flops, transcendentals, bytes_accessed, comm_bytes, unknown, _at_most(notes))
+    return Cost(
+        flops, transcendentals, bytes_accessed, comm_bytes, unknown, _at_most(notes), lower_bound
+    )
 
 
 MAX_NOTES = 16  # per cost: a body of 100k distinct opaque calls must not give every caller 100k
+# The note of a cost flagged ``lower_bound``: kept however many notes a sum gathers.
+UNKNOWN_TRIP_COUNT = "unknown trip count: loop body counted once (lower bound)"
 
 
 def _at_most(notes: dict[str, None]) -> tuple[str, ...]:
-    """The notes, the first ``MAX_NOTES`` of them and every lower-bound warning, and a count of
-    the rest (so that a summed cost stays small, whatever the body it sums)."""
+    """The notes, the first ``MAX_NOTES`` of them and the lower-bound one, and a count of the
+    rest (so that a summed cost stays small, whatever the body it sums)."""
     if len(notes) <= MAX_NOTES:
         return tuple(notes)
     first = list(notes)[:MAX_NOTES]
-    kept = dict.fromkeys([*first, *(n for n in notes if "lower bound" in n)])
+    short = [UNKNOWN_TRIP_COUNT] if UNKNOWN_TRIP_COUNT in notes else []
+    kept = dict.fromkeys([*first, *short])
     more = sum(1 for n in notes if n not in kept and not n.startswith("… and "))
     return (*kept, f"… and {more} more notes") if more else tuple(kept)
 
@@ -167,6 +179,17 @@ def array_bytes(shape: Shape, pad_to_tiles: bool = False) -> int:
     if shape.dynamic:
         size += 4 * len(shape.dims)
     return size
+
+
+def element_bytes(shape: Shape) -> float:
+    """Bytes per element of an array (of a tuple's first leaf) as stored: a packed sub-byte type
+    (``E(4)`` in its layout) is a fraction of a byte; 0 for a token or an opaque value."""
+    leaves = shape.leaves()
+    if not leaves:
+        return 0.0
+    leaf = leaves[0]
+    bits = leaf.layout.element_size_bits if leaf.layout is not None else 0
+    return bits / 8 if bits else float(_ELEMENT_BYTES.get(leaf.dtype, 0))
 
 
 @dataclass

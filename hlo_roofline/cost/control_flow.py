@@ -7,11 +7,12 @@ work; either way the container's own bookkeeping (tuples passed in and out) cost
 
 from __future__ import annotations
 
-from hlo_roofline.cost.base import ZERO, Cost, CostContext, callee, rule
+from typing import NamedTuple
+
+from hlo_roofline.cost.base import UNKNOWN_TRIP_COUNT, ZERO, Cost, CostContext, callee, rule
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction
 
-UNKNOWN_TRIP_COUNT = "unknown trip count: loop body counted once (lower bound)"
 INFERRED_TRIP_COUNT = "trip count inferred from the loop's counter"
 _VIEWS = ("copy", "bitcast", "convert", "reshape")
 
@@ -94,22 +95,33 @@ def _infer_trip_count(loop: Instruction, body: Computation, cond: Computation) -
     return None
 
 
-def loop_multipliers(instr: Instruction, ctx: CostContext) -> tuple[float, float, str | None]:
-    """(body executions, condition executions, note) of a while loop under the context's model."""
+class LoopCount(NamedTuple):
+    """How often a while loop's body and condition run, and what the count rests on."""
+
+    body: float
+    condition: float
+    note: str | None
+    lower_bound: bool  # the trip count is unknown: the body counted once
+
+
+def loop_multipliers(instr: Instruction, ctx: CostContext) -> LoopCount:
+    """The executions of a while loop's body and condition under the context's model."""
     if not ctx.roofline:
-        return 1, 1, None
+        return LoopCount(1, 1, None, False)
     n, inferred = trip_count(instr, ctx)
     if n is None:
-        return 1, 1, UNKNOWN_TRIP_COUNT
-    return n, n + 1, INFERRED_TRIP_COUNT if inferred else None
+        return LoopCount(1, 1, UNKNOWN_TRIP_COUNT, True)
+    return LoopCount(n, n + 1, INFERRED_TRIP_COUNT if inferred else None, False)
 
 
 @rule("while")
 def while_(instr: Instruction, ctx: CostContext) -> Cost:
-    body_times, cond_times, note = loop_multipliers(instr, ctx)
-    body = ctx.computation(callee(instr, ctx, "body")).scaled(body_times)
-    cost = body + ctx.computation(callee(instr, ctx, "condition")).scaled(cond_times)
-    return cost.with_note(note) if note else cost
+    loop = loop_multipliers(instr, ctx)
+    body = ctx.computation(callee(instr, ctx, "body")).scaled(loop.body)
+    cost = body + ctx.computation(callee(instr, ctx, "condition")).scaled(loop.condition)
+    if loop.lower_bound:
+        cost = cost.replace(lower_bound=True)
+    return cost.with_note(loop.note) if loop.note else cost
 
 
 def branches(instr: Instruction, ctx: CostContext) -> list[Computation]:

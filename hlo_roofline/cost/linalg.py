@@ -6,8 +6,9 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from hlo_roofline.cost.base import Cost, CostContext, rule
+from hlo_roofline.cost.base import Cost, CostContext, element_bytes, rule
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
 
@@ -277,3 +278,107 @@ def matmul_geometry(
             memo[id(body)] = max(found, key=math.prod, default=None)
         return memo[id(body)]
     return None
+
+
+class MatmulIO(NamedTuple):
+    """How a matmul's arrays cross HBM: bytes per element of its lhs, rhs and result as read and
+    written (through a fused convert: ``bf16 x · convert(s8 w)`` reads the weights as s8), and
+    the slices of K that XLA:GPU's split-K made into batch elements (1: none)."""
+
+    lhs_bytes: float
+    rhs_bytes: float
+    out_bytes: float
+    split_k: int
+
+
+_MATMUL_OPCODES = ("dot", "scaled-dot", "ragged-dot", "convolution")
+# Ops between an array in HBM and the matmul that reads it that keep its element type's role: a
+# fused convert, a relayout, the slice a kernel reads.
+_READS_THROUGH = frozenset(
+    {"convert", "bitcast", "copy", "reshape", "transpose", "broadcast", "slice", "dynamic-slice"}
+)
+_WRITES_THROUGH = frozenset({"convert", "bitcast", "copy", "reshape", "transpose"})
+_VIEWS = frozenset({"bitcast", "reshape"})
+
+
+def matmul_io(instr: Instruction, memo: dict | None = None) -> MatmulIO | None:
+    """The :class:`MatmulIO` of a dot or convolution, or of the largest one inside a fusion."""
+    if instr.opcode in _MATMUL_OPCODES and len(instr.operands) >= 2:
+        lhs, rhs = instr.operands[0], instr.operands[1]
+        split = _split_k(instr, lhs, rhs, None) if instr.opcode == "dot" else 1
+        return MatmulIO(element_bytes(lhs.shape), element_bytes(rhs.shape),
+                        element_bytes(instr.shape), split)  # fmt: skip
+    if instr.opcode != "fusion" or not instr.called:
+        return None
+    body = instr.called[0]
+    geometries = {} if memo is None else memo
+    matmuls = [(g, i) for i in body.instructions if i.opcode in _MATMUL_OPCODES
+               and (g := matmul_geometry(i, geometries)) is not None]  # fmt: skip
+    if not matmuls:
+        return None
+    matmul = max(matmuls, key=lambda found: math.prod(found[0]))[1]
+    if len(matmul.operands) < 2:
+        return None
+    lhs, rhs = (_read_from(op) for op in matmul.operands[:2])
+    split = _split_k(matmul, lhs, rhs, instr) if matmul.opcode == "dot" else 1
+    return MatmulIO(element_bytes(lhs.shape), element_bytes(rhs.shape),
+                    element_bytes(_written_as(matmul, body).shape), split)  # fmt: skip
+
+
+def _read_from(value: Instruction) -> Instruction:
+    """The array a fused matmul operand is read from: up through converts, relayouts, slices."""
+    while value.opcode in _READS_THROUGH and value.operands:
+        value = value.operands[0]
+    return value
+
+
+def _written_as(value: Instruction, body) -> Instruction:
+    """What a fused matmul's result is written as: down its one-user chain of converts and
+    relayouts to the fusion's root (or the matmul itself where the chain goes elsewhere)."""
+    users: dict[int, list[Instruction]] = {}
+    for inner in body.instructions:
+        for op in inner.operands:
+            users.setdefault(id(op), []).append(inner)
+    start = value
+    while not value.is_root:
+        after = users.get(id(value), [])
+        if len(after) == 1 and after[0].opcode == "tuple" and after[0].is_root:
+            return value
+        if len(after) != 1 or after[0].opcode not in _WRITES_THROUGH:
+            return start
+        value = after[0]
+    return value
+
+
+def _split_k(dot: Instruction, lhs: Instruction, rhs: Instruction, fusion) -> int:
+    """The slices of K that are ``dot``'s batch, where XLA:GPU split K (split-K): each operand,
+    through bitcasts (and out of the fusion ``fusion``), is an array whose contracting dim was
+    cut into ``slices × K`` with the slices as its one batch dim. 1 otherwise."""
+    numbers = attrs.dot_dims(dot)
+    sides = (
+        (lhs, dot.operands[0].shape, numbers.lhs_batch, numbers.lhs_contracting),
+        (rhs, dot.operands[1].shape, numbers.rhs_batch, numbers.rhs_contracting),
+    )
+    slices = set()
+    for source, shape, batch, contracting in sides:
+        if len(batch) != 1 or len(contracting) != 1 or batch[0] + 1 != contracting[0]:
+            return 1
+        b = batch[0]
+        merged = (*shape.dims[:b], shape.dims[b] * shape.dims[b + 1], *shape.dims[b + 2 :])
+        if _unviewed(source, fusion).shape.dims != merged:
+            return 1
+        slices.add(shape.dims[b])
+    return slices.pop() if len(slices) == 1 else 1
+
+
+def _unviewed(value: Instruction, fusion) -> Instruction:
+    """``value`` before bitcasts and reshapes, followed out of a fusion's parameter."""
+    while True:
+        while value.opcode in _VIEWS and value.operands:
+            value = value.operands[0]
+        if value.opcode != "parameter" or fusion is None or not value.payload.isdigit():
+            return value
+        index = int(value.payload)
+        if index >= len(fusion.operands):
+            return value
+        value, fusion = fusion.operands[index], None

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, xplane
+from hlo_roofline import chips, schema, xplane
 from hlo_roofline.api import analyze_hlo
 from hlo_roofline.efficiency import add_efficiency, problem_count
 from hlo_roofline.hlo import Module, attrs, parse
@@ -45,10 +45,7 @@ __all__ = [
     "resolve_chip",
 ]
 
-MEASURED_COLUMNS = (
-    "measured_s", "measured_p10_s", "measured_p90_s", "measured_count",
-    "achieved_flops_per_s", "achieved_bytes_per_s", "efficiency",
-)  # fmt: skip
+MEASURED_COLUMNS = schema.names("measured", "float")  # the numbers the join adds
 CONTAINERS = frozenset({"while", "conditional", "call"})
 CONTAINER_NOTE = "control flow: measured self time only (its body ops have rows of their own)"
 

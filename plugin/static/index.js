@@ -1060,6 +1060,11 @@ function renderDetails() {
     ["user line", g("user_source")],
     ["source", g("source")],
     ["hint", g("hint")],
+    // the hint's fields (reports written before them lack the columns)
+    ["hint reason", m.has("hint_reason") ? g("hint_reason") : ""],
+    ["ridge M", m.has("ridge_m") && g("ridge_m") != null ? fmtNum(Math.round(g("ridge_m"))) : ""],
+    ["ridge K", m.has("ridge_k") && g("ridge_k") != null ? fmtNum(Math.round(g("ridge_k"))) : ""],
+    ["MXU padding waste", m.has("mxu_waste") && g("mxu_waste") > 0 ? fmtPct(g("mxu_waste")) : ""],
     ["note", g("note")],
   ];
   const dl = el("dl", { className: "hr-dl" });

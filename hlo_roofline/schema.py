@@ -1,0 +1,260 @@
+"""The report's columns and summary keys: one record each, read by every layer and face.
+
+A column is written by exactly one layer (``cost``: the priced op, ``verdict``: its roofline
+against a chip, ``measured``: the profiler join) and read by name everywhere else. Its dtype
+decides how a report file is read back; its unit and meaning are docs/method.md's column table
+(``tests/test_docs.py`` holds the table, this module and a real report to each other). Only the
+standard library: the cost layer, the report and the TensorBoard plugin all import it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple, TypedDict
+
+Layer = Literal["cost", "verdict", "measured"]
+Dtype = Literal["text", "int", "float", "bool"]
+
+
+class Column(NamedTuple):
+    """One column of ``Report.ops``."""
+
+    name: str
+    dtype: Dtype
+    unit: str
+    meaning: str
+    layer: Layer
+
+
+def _c(name: str, dtype: Dtype, unit: str, meaning: str, layer: Layer) -> Column:
+    return Column(name, dtype, unit, meaning, layer)
+
+
+COLUMNS: tuple[Column, ...] = (
+    # -- cost: what the op is and what it costs, per device and per step (cost/analysis.py) -------
+    _c("name", "text", "", "the instruction, as in the HLO text", "cost"),
+    _c("opcode", "text", "", "its opcode", "cost"),
+    _c("computation", "text", "", "the computation it is in", "cost"),
+    _c("count", "float", "executions",
+       "times the op runs in one step (loop trip counts multiplied in)", "cost"),
+    _c("flops", "float", "operations", "FLOPs; see cost-model.md for each opcode", "cost"),
+    _c("transcendentals", "float", "operations",
+       "`exp`, `log`, `tanh`, ... counted apart from FLOPs", "cost"),
+    _c("bytes_accessed", "float", "bytes", "HBM traffic: operands read and results written", "cost"),
+    _c("comm_bytes", "float", "bytes", "what this device sends over its links", "cost"),
+    _c("vmem_bytes", "float", "bytes",
+       "the part of `bytes_accessed` in arrays XLA keeps in a TPU's VMEM (`S(1)`)", "cost"),
+    _c("unknown", "bool", "", "the op could not be priced (its FLOPs are not claimed)", "cost"),
+    _c("lower_bound", "bool", "",
+       "the op's count is a lower bound (it runs in a loop whose trip count is unknown: its body "
+       "is counted once)", "cost"),
+    _c("fusion_kind", "text", "", "a fusion's kind", "cost"),
+    _c("dtype", "text", "", "the dtype it computes in (a matmul's input type)", "cost"),
+    _c("precision", "text", "",
+       "a matmul's precision for f32 inputs (`default`, `high`, `highest`, or a `dot_…` "
+       "algorithm); empty for other ops", "cost"),
+    _c("shape", "text", "", "the result shape", "cost"),
+    _c("op_name", "text", "", "the JAX name scope", "cost"),
+    _c("source", "text", "",
+       "the innermost Python `file:line` of the op (often inside a framework: "
+       "`flax/nnx/nn/linear.py`)", "cost"),
+    _c("user_source", "text", "",
+       "`path:line (function)` of the first frame of the op's stack that is the user's own code: "
+       "not an installed package (site-packages, dist-packages), the standard library, or JAX, "
+       "Flax, Optax, Equinox and the like (`hlo_roofline.hlo.attrs.LIBRARIES`; see "
+       "[frameworks.md](frameworks.md)). Empty for ops the compiler added (copies, async slices) "
+       "and for parameters", "cost"),
+    _c("note", "text", "", "why a number is what it is (a lower bound, a branch not counted, ...)",
+       "cost"),
+    _c("fused_ops", "text", "", "the ops inside a fusion", "cost"),
+    _c("collective", "text", "", "the collective an op performs", "cost"),
+    _c("group_size", "int", "devices", "its replica-group size", "cost"),
+    _c("replica_group", "text", "",
+       "its first group of device ids and the program's device count (`0-3 of 32`); a permute's "
+       "pairs", "cost"),
+    _c("waits_for", "text", "", "an async done's start (the op whose transfer it waits for)",
+       "cost"),
+    _c("mm_batch", "int", "elements",
+       "a matmul's batch: the product of the dims both operands batch over", "cost"),
+    _c("mm_m", "int", "elements", "a matmul's lhs rows (M) per batch element", "cost"),
+    _c("mm_n", "int", "elements", "a matmul's rhs columns (N) per batch element", "cost"),
+    _c("mm_k", "int", "elements",
+       "a matmul's contracting size (K) per batch element; `mm_k > 0` marks matmul-class rows",
+       "cost"),
+    _c("mm_lhs_bytes", "float", "bytes",
+       "bytes per element of a matmul's lhs as it crosses HBM (a fused convert's input type)",
+       "cost"),
+    _c("mm_rhs_bytes", "float", "bytes", "bytes per element of a matmul's rhs as it crosses HBM",
+       "cost"),
+    _c("mm_out_bytes", "float", "bytes",
+       "bytes per element of a matmul's result as written (after a fused convert)", "cost"),
+    _c("mm_split_k", "int", "",
+       "how many slices XLA:GPU split the contracting dim into (split-K: that many of `mm_batch` "
+       "are slices of K, summed by a reduction after); 1 for other matmuls", "cost"),
+    _c("xla_cycles", "float", "cycles",
+       "XLA:TPU's own cost-model estimate for the op (`estimated_cycles` in its "
+       "`backend_config`)", "cost"),
+    _c("prefetch_for", "text", "",
+       "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
+       "read is charged to them, the copy row takes no time", "cost"),
+    _c("call_stack", "text", "",
+       "every frame of the op's Python stack, innermost first, one `path:line (function)` a line "
+       "(`Report.stack(name)` gives the list). In JSON an index into the file's `call_stacks`, "
+       "the distinct stacks", "cost"),
+    _c("vector_elements", "float", "elements",
+       "elements the op's loop passes through a vector unit: its largest array (a matmul's result "
+       "in 32-bit words; its operands stream into the MXU), per step; 0 for ops that move data by "
+       "DMA", "cost"),
+    _c("lane_reduced_elements", "float", "elements",
+       "elements a standalone `reduce` folds across the lanes (its operand's minor-most dimension "
+       "is reduced), per step", "cost"),
+    # -- verdict: the op against one chip (verdict.classify) ----------------------------------
+    _c("intensity", "float", "FLOP/B", "the op's arithmetic intensity: flops ÷ bytes", "verdict"),
+    _c("critical_intensity", "float", "FLOP/B",
+       "its ridge: its peak ÷ the bandwidth its bytes move at", "verdict"),
+    _c("bound", "text", "",
+       "which time sets `t_roofline_s`: `compute`, `memory`, `communication`; `none`, `unknown`",
+       "verdict"),
+    _c("t_compute_s", "float", "s",
+       "time on the slowest unit the op uses (`compute_unit`; see the roofline times above)",
+       "verdict"),
+    _c("compute_unit", "text", "",
+       "the unit that sets `t_compute_s`: `mxu` (matmul FLOPs, N and K padded to the MXU width on "
+       "a TPU), `vector` (FLOPs at the vector peak), `eup` (transcendentals), `loop` (elements "
+       "through a TPU vector loop), `xlu` (a standalone TPU reduce across lanes)", "verdict"),
+    _c("t_memory_s", "float", "s", "bytes ÷ the bandwidth they move at", "verdict"),
+    _c("t_comm_s", "float", "s", "link time of the op's collective", "verdict"),
+    _c("t_roofline_s", "float", "s", "the largest of the three, at least the chip's per-op floor",
+       "verdict"),
+    _c("share", "float", "", "`t_roofline_s` ÷ the predicted step (its lower bound)", "verdict"),
+    _c("t_exposed_s", "float", "s",
+       "time the compute stream waited for this op's transfer in the scheduled step (a "
+       "synchronous collective: all of it)", "verdict"),
+    _c("hint", "text", "",
+       "what would move a matmul across the ridge, in words (rendered from `hint_reason`, "
+       "`ridge_m`, `ridge_k`, `mxu_waste` and `bound`)", "verdict"),
+    _c("hint_reason", "text", "",
+       "the hint as a code: `ridge_m`, `ridge_k`, `unreachable`, `batched_weights`, `split_k`, "
+       "`vector_loop`, `prefetch`, `no_rate`; empty for ops without a hint", "verdict"),
+    _c("ridge_m", "float", "elements",
+       "the lhs rows M (per batch element) at which the matmul reaches its ridge; NaN if none",
+       "verdict"),
+    _c("ridge_k", "float", "elements",
+       "the contracting size K (per batch element) at which it would, where no M does; NaN "
+       "otherwise", "verdict"),
+    _c("mxu_waste", "float", "",
+       "share of the matrix unit's work lost to padding N and K to its width (`mxu` in the chip "
+       "database); 0 when none", "verdict"),
+    _c("xla_estimate_s", "float", "s",
+       "`xla_cycles` ÷ the chip's clock: shown beside the roofline, never used in it (see "
+       "[validation.md](validation.md))", "verdict"),
+    _c("xla_gap", "text", "",
+       "where XLA:TPU's estimate is over twice the roofline: the likely reason (`tiny_op`, "
+       "`mxu_padding`, `mxu_weight_loads`, `vector_matmul`, `layout_change`, `lane_reduction`, "
+       "`unexplained`), else empty", "verdict"),
+    # -- measured: the profiler join (measured.join, efficiency.add_efficiency) -----------------
+    _c("measured_s", "float", "s", "median over steps of the op's time in one step", "measured"),
+    _c("measured_p10_s", "float", "s", "10th percentile of that per-step time", "measured"),
+    _c("measured_p90_s", "float", "s", "90th percentile of that per-step time", "measured"),
+    _c("measured_count", "float", "executions", "executions per step seen in the trace",
+       "measured"),
+    _c("achieved_flops_per_s", "float", "FLOP/s", "`flops / measured_s`", "measured"),
+    _c("achieved_bytes_per_s", "float", "B/s", "`bytes_accessed / measured_s`", "measured"),
+    _c("efficiency", "float", "", "`t_roofline_s / measured_s`", "measured"),
+    _c("measurement_problem", "text", "",
+       "empty, or why an op measured faster than its roof", "measured"),
+)  # fmt: skip
+
+BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
+
+
+def names(layer: Layer | None = None, dtype: Dtype | None = None) -> tuple[str, ...]:
+    """The columns a layer writes (or all), of one dtype (or any), in the report's order."""
+    return tuple(
+        c.name
+        for c in COLUMNS
+        if (layer is None or c.layer == layer) and (dtype is None or c.dtype == dtype)
+    )
+
+
+COST_COLUMNS = names("cost")
+VERDICT_COLUMNS = names("verdict")
+MEASURED_COLUMNS = names("measured")
+TEXT_COLUMNS = names(dtype="text")
+INT_COLUMNS = names(dtype="int")
+BOOL_COLUMNS = names(dtype="bool")
+
+# The hint's fields beside its text (reports written before them have the text alone).
+HINT_FIELDS = ("hint_reason", "ridge_m", "ridge_k", "mxu_waste")
+# The codes of ``hint_reason``.
+HINT_REASONS = (
+    "ridge_m", "ridge_k", "unreachable", "batched_weights", "split_k", "prefetch", "no_rate",
+)  # fmt: skip
+
+
+def ordered(columns) -> list[str]:
+    """``columns`` in the schema's order, any it does not know (a user's own) after them."""
+    given = list(columns)
+    known = set(given)
+    return [c.name for c in COLUMNS if c.name in known] + [c for c in given if c not in BY_NAME]
+
+
+def markdown_table(layers: tuple[Layer, ...] = ("cost", "verdict")) -> str:
+    """docs/method.md's column table: one row per column of ``layers``."""
+    lines = ["| column | unit | meaning |", "|---|---|---|"]
+    for c in COLUMNS:
+        if c.layer in layers:
+            lines.append(f"| `{c.name}` | {c.unit} | {c.meaning} |")
+    return "\n".join(lines)
+
+
+# -- the summary ---------------------------------------------------------------------------------
+
+
+class CostSummary(TypedDict):
+    """What pricing the module says of it (``cost.summarize``)."""
+
+    cost_model: str  # "roofline" or "xla"
+    flops: float  # Σ over ops, per step and device
+    transcendentals: float
+    bytes_accessed: float
+    comm_bytes: float
+    coverage: float  # share of executed ops (bookkeeping aside) that could be priced
+    unknown_ops: list[str]  # names of the ops that could not be priced
+    lower_bound: bool  # some count is a lower bound (a loop with an unknown trip count)
+    notes: list[str]  # every distinct note of the ops
+
+
+class VerdictSummary(TypedDict):
+    """What judging the module against a chip says of it (``verdict.classify``)."""
+
+    chip: str  # the chip's key in the database
+    chip_name: str
+    chip_profile: str  # "vendor" or "book" numbers
+    step_time_lower_s: float  # Σ max(t_compute, t_memory, t_comm): perfect overlap in each op
+    step_time_upper_s: float  # Σ (t_compute + t_memory + t_comm): no overlap at all
+    mfu_upper_bound: float  # Σ flops ÷ (peak(mfu_dtype) · step_time_lower_s)
+    mfu_dtype: str  # the dtype (and precision) most matmul FLOPs run at
+    time_share: dict[str, float]  # the step's lower bound split by bound
+    hbm_bandwidth: float  # B/s
+    vmem_bandwidth: float | None  # B/s, where some bytes sit in a TPU's VMEM
+    roofs: dict[str, dict[str, float]]  # per rate class: peak_flops and critical_intensity
+    step_time_scheduled_s: float  # the step with the overlap XLA scheduled
+    comm_time_s: float  # Σ t_roofline_s of the collectives
+    exposed_comm_s: float  # Σ t_exposed_s: communication the compute stream waited for
+    exposed_comm_share: float  # exposed_comm_s ÷ step_time_scheduled_s
+    topology: dict | None  # where the devices sit (interconnect.Topology.to_dict)
+
+
+class Summary(CostSummary, VerdictSummary, total=False):
+    """A report's summary: the cost keys, the verdict keys once judged, and what the faces add:
+    ``memory`` / ``memory_fit`` (memory.py), ``compiled_for`` and ``how`` (api.labelled),
+    ``measured_*`` (measured.py)."""
+
+    memory: dict | None
+    memory_fit: dict | None
+    compiled_for: str
+    how: str
+    measured_problems: int
+
+
+SUMMARY_KEYS: tuple[str, ...] = tuple(Summary.__annotations__)
