@@ -465,6 +465,7 @@ def classify(
     chip = chips.get(chip) if isinstance(chip, str) else chip
     if not isinstance(chip, Chip):
         raise ValueError(f"chip must be a chip's name or a Chip, not {type(chip).__name__}")
+    chip = chip.per_device()  # an HLO module runs on one JAX device (one TensorCore of a 7x)
     ops = ops.drop(columns=[c for c in VERDICT_COLUMNS if c in ops.columns])
     hbm = chip.hbm_bandwidth
     vector = vector_peak(chip)
