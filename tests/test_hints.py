@@ -1,5 +1,5 @@
 """The hint fields of a matmul (``hint_reason``, ``ridge_m``, ``ridge_k``, ``mxu_waste``) and the
-words rendered from them: against the book's crossovers (../shared/reference/book_cases.md), the
+words rendered from them: against the book's crossovers ("How to Scale Your Model": docs/book.md), the
 model's own verdict at the sizes a hint names, and every committed fixture on five chips."""
 
 from __future__ import annotations
