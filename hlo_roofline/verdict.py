@@ -540,6 +540,7 @@ def classify(
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
     summary.update(
+        floor_share=float((t_roofline - times.max(axis=0)).sum()) / step if step else 0.0,
         step_time_scheduled_s=scheduled.step_s,
         comm_time_s=comm,
         exposed_comm_s=exposed,

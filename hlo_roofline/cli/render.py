@@ -184,6 +184,11 @@ def summary_text(report: Report) -> str:
             "time per bound: "
             + ", ".join(f"{b} {_percent(v)}" for b, v in s["time_share"].items()),
         ]
+        if s.get("floor_share"):  # ops shorter than the chip's per-op overhead
+            lines.append(
+                f"of which per-op floor: {_percent(s['floor_share'])} (ops too small to "
+                "reach any roof: fuse them or grow them)"
+            )
     else:
         lines.append("chip: none (pass --chip for verdicts and times)")
     if s.get("measured_step_s"):
