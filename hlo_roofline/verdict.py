@@ -332,11 +332,7 @@ def _hints(
     )
     reason = np.where(batch > 1, "batched_weights", reason)
     reason = np.where(split, "split_k", reason).astype(object)
-    waste = np.zeros(len(rows))
-    if width:  # the MXU holds K×N weight tiles; the M rows stream through, so only N and K pad
-        padded = np.ceil(n / width) * width * np.ceil(k / width) * width
-        with np.errstate(divide="ignore", invalid="ignore"):
-            waste = np.where(padded > 0, 1 - n * k / padded, 0.0)
+    waste = 1 - 1 / padding  # the share of the MXU's work that is padding
     return {"hint_reason": reason, "ridge_m": ridge_m, "ridge_k": ridge_k, "mxu_waste": waste}
 
 
