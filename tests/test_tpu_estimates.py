@@ -178,3 +178,28 @@ def test_matmul_geometry_reproduces_flops_on_every_fixture():
         checked += 1
         assert math.isclose(2 * batch * m * n * k, flops, rel_tol=0.05), (where, name)
     assert checked > 400
+
+
+HELD_OUT_PROGRAMS = ("gpt_tiny", "convnet", "moe_tiny", "mlp_bf16", "attention", "dp_train_step",
+                     "fsdp_train_step")  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ("tpu_v5e", "tpu_v5p"))
+def test_example_programs_no_rate_was_fitted_on(target):
+    """The committed example programs (real jax steps, none used to fit a rate): weighted by XLA's
+    time, most ops within the band, and the roofline above XLA's estimate for few (a lower
+    bound); the step, Σ of the ops, between half of XLA's and XLA's own."""
+    chip = target.removeprefix("tpu_")
+    frames = []
+    for program in HELD_OUT_PROGRAMS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            text = (FIXTURES.parent / program / f"{target}.hlo.txt").read_text()
+            ops = analyze_hlo(text, chip=chip).ops
+        frames.append(ops[ops["xla_estimate_s"].notna()].assign(program=program))
+    ops = pd.concat(frames, ignore_index=True)
+    in_band, above = _shares(ops)
+    step = ops["t_roofline_s"].sum() / ops["xla_estimate_s"].sum()
+    print(f"\n{chip}: {len(ops)} ops of {len(frames)} example programs: {in_band:.1%} within, "
+          f"{above:.1%} above; Σ roofline ÷ Σ XLA {step:.2f}")  # fmt: skip
+    assert in_band >= 0.6 and above <= 0.05 and 0.5 <= step <= 1.0

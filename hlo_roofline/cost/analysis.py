@@ -314,7 +314,7 @@ def rows(
             _group_size(found, module) if found is not None else 0, group, waits_for,
             batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
             prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3],
-            _vector_elements(instr, cost, geometry) * count
+            _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused) * count
             if found is None and code not in _NO_VECTOR_LOOP else 0.0,
             _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
         ))  # fmt: skip
@@ -399,20 +399,31 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
     return total
 
 
-def _vector_elements(instr: Instruction, cost: Cost, geometry) -> float:
-    """Elements the op's loop passes through a vector unit: its largest array, capped by the bytes
-    its rule says it touches (a slice of a large operand reads only the slice). A matmul's operands
-    stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a word)."""
-    leaves = instr.shape.leaves()
+def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place: bool) -> float:
+    """Elements the op's loop passes through a vector unit: its largest array, capped by what its
+    rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's operands
+    stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a word). A
+    buffer a dynamic-update-slice updates in place (a result shaped like an operand) does not
+    pass: only the update does."""
+    results = instr.shape.leaves()
+    operands = [leaf for op in instr.operands for leaf in op.shape.leaves()]
+    if updates_in_place or instr.opcode == "dynamic-update-slice":
+        buffers = {(leaf.dtype, leaf.dims) for leaf in results} & {
+            (leaf.dtype, leaf.dims) for leaf in operands
+        }
+        results = [leaf for leaf in results if (leaf.dtype, leaf.dims) not in buffers]
+        operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
     if geometry is not None:
         return float(max((leaf.elements * min(DTYPE_BYTES.get(leaf.dtype, 4), 4) / 4
-                          for leaf in leaves), default=0.0))  # fmt: skip
-    leaves = [*leaves, *(leaf for op in instr.operands for leaf in op.shape.leaves())]
+                          for leaf in results), default=0.0))  # fmt: skip
+    leaves = [*results, *operands]
     if not leaves:
         return 0.0
     largest = max(leaf.elements for leaf in leaves)
     smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
-    return float(min(largest, cost.bytes_accessed / smallest_item))
+    written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
+    read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
+    return float(min(largest, max(read, max((leaf.elements for leaf in results), default=0))))
 
 
 def _lane_reduced_elements(reduce: Instruction) -> float:
