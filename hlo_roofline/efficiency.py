@@ -33,59 +33,72 @@ def add_efficiency(ops: pd.DataFrame, chip=None) -> pd.DataFrame:
             efficiency = np.full(len(ops), np.nan)
     beyond = efficiency > 1
     problems = np.full(len(ops), "", dtype=object)
+    causes = np.full(len(ops), "", dtype=object)
     if beyond.any():
         chip = chips.get(chip) if isinstance(chip, str) else chip
         rows = ops[beyond]
         bounds = rows["bound"] if "bound" in rows else pd.Series("", index=rows.index)
-        problems[beyond] = [
+        found = [
             problem(ratio, seconds, bound, moved / count if count else moved, chip)
             for ratio, seconds, bound, moved, count in zip(
                 efficiency[beyond], measured[beyond], bounds, rows["bytes_accessed"],
                 rows["count"], strict=True,
             )
         ]  # fmt: skip
+        causes[beyond] = [cause for cause, _ in found]
+        problems[beyond] = [text for _, text in found]
         efficiency = np.where(beyond, np.nan, efficiency)
     return ops.assign(
         achieved_flops_per_s=flops,
         achieved_bytes_per_s=data,
         efficiency=efficiency,
         measurement_problem=problems,
+        measurement_cause=causes,
     )
 
 
+# Why an op measured faster than its roof allows (the ``measurement_cause`` column).
+MEASUREMENT_CAUSES = ("too_short", "in_cache", "host_roof_low", "roof_low")
 HOST_ROOF_LOW = "roof was measured too low"
 SHORTEST_TIMED_S = 1e-6  # below this an op's trace time is mostly clock resolution and dispatch
 _CACHES = ("llc", "l2")  # on-chip memories that hold what an op re-reads without the roof's trips
 
 
-def problem(ratio: float, measured_s: float, bound: str, bytes_per_run: float, chip) -> str:
-    """Why an op measured ``ratio`` times faster than its roof allows: the first that applies of
-    a time too short to measure, a working set that fits in a cache (the memory roof is DRAM or
-    HBM bandwidth), a host roof measured too low (a busy machine), or a published figure below
-    what the chip did."""
+def problem(
+    ratio: float, measured_s: float, bound: str, bytes_per_run: float, chip
+) -> tuple[str, str]:
+    """Why an op measured ``ratio`` times faster than its roof allows, as a code of
+    :data:`MEASUREMENT_CAUSES` and in words: the first that applies of a time too short to
+    measure, a working set that fits in a cache (the memory roof is DRAM or HBM bandwidth), a host
+    roof measured too low (a busy machine), or a published figure below what the chip did."""
     faster = f"measured {ratio:.2f}x faster than its roof allows"
     if measured_s < SHORTEST_TIMED_S:
-        return f"{faster}: {measured_s * 1e6:.2g} µs is too short to time (clock, dispatch)"
+        return "too_short", (
+            f"{faster}: {measured_s * 1e6:.2g} µs is too short to time (clock, dispatch)"
+        )
     name = getattr(chip, "name", "the chip")
     if bound == "memory" and chip is not None:
         for cache in _CACHES:
             space = chip.memory.get(cache)
             size = space.total_capacity if space is not None else None
             if size and 0 < bytes_per_run <= size:
-                return (
+                return "in_cache", (
                     f"{faster}: its {_size(bytes_per_run)} per run fit in the {cache.upper()} "
                     f"({_size(size)}), so they did not all cross the memory the roof is set by"
                 )
     if getattr(chip, "key", None) == "host":
         kept = host.measurements()
         when = _conditions(kept[-1]) if kept else "conditions unknown"
-        return (
+        return "host_roof_low", (
             f"{faster}: the host's {bound + ' ' if bound else ''}{HOST_ROOF_LOW} (best of "
             f"{len(kept)} measurement(s); the last {when}): measure it again on a quieter "
             "machine, hlo_roofline.host.host_chip(refresh=True)"
         )
     figure = {"compute": "peak FLOP/s", "memory": "memory bandwidth"}.get(bound, "roof")
-    return f"{faster}: {name}'s {figure} is below what ran, or the op's cost is overcounted"
+    return (
+        "roof_low",
+        f"{faster}: {name}'s {figure} is below what ran, or the op's cost is overcounted",
+    )
 
 
 def _size(n: float) -> str:

@@ -162,6 +162,9 @@ COLUMNS: tuple[Column, ...] = (
     _c("efficiency", "float", "", "`t_roofline_s / measured_s`", "measured"),
     _c("measurement_problem", "text", "",
        "empty, or why an op measured faster than its roof", "measured"),
+    _c("measurement_cause", "text", "",
+       "that cause as a code: `too_short`, `in_cache`, `host_roof_low`, `roof_low`; else empty",
+       "measured"),
 )  # fmt: skip
 
 BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}

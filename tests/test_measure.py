@@ -533,16 +533,17 @@ CPU_WITH_CACHE = chips.Chip.custom(
 
 
 @pytest.mark.parametrize(
-    ("bound", "measured_s", "bytes_per_run", "chip", "cause"),
+    ("bound", "measured_s", "bytes_per_run", "chip", "cause", "code"),
     [
-        ("memory", 1e-3, 4 * 2**20, CPU_WITH_CACHE, "fit in the LLC (32 MiB)"),
-        ("memory", 1e-3, 4 * 2**30, CPU_WITH_CACHE, "cpu-with-llc's memory bandwidth is below"),
-        ("compute", 1e-3, 1e3, "v5e", "TPU v5e's peak FLOP/s is below what ran"),
-        ("memory", 2e-7, 1e3, "v5e", "0.2 µs is too short to time"),
+        ("memory", 1e-3, 4 * 2**20, CPU_WITH_CACHE, "fit in the LLC (32 MiB)", "in_cache"),
+        ("memory", 1e-3, 4 * 2**30, CPU_WITH_CACHE, "cpu-with-llc's memory bandwidth is below",
+         "roof_low"),
+        ("compute", 1e-3, 1e3, "v5e", "TPU v5e's peak FLOP/s is below what ran", "roof_low"),
+        ("memory", 2e-7, 1e3, "v5e", "0.2 µs is too short to time", "too_short"),
     ],
-)
+)  # fmt: skip
 def test_an_op_faster_than_its_roof_is_a_problem_with_a_cause(
-    bound, measured_s, bytes_per_run, chip, cause
+    bound, measured_s, bytes_per_run, chip, cause, code
 ):
     ops = measured.add_efficiency(_faster_than_roof(bound, measured_s, bytes_per_run), chip)
     slow, fast = ops.set_index("name").loc["slow"], ops.set_index("name").loc["fast"]
@@ -550,6 +551,7 @@ def test_an_op_faster_than_its_roof_is_a_problem_with_a_cause(
     assert np.isnan(fast["efficiency"])
     assert fast["measurement_problem"].startswith("measured 2.00x faster than its roof allows: ")
     assert cause in fast["measurement_problem"]
+    assert fast["measurement_cause"] == code and slow["measurement_cause"] == ""
 
 
 def test_beating_the_host_roof_names_the_conditions_it_was_measured_under(tmp_path, monkeypatch):
@@ -564,6 +566,7 @@ def test_beating_the_host_roof_names_the_conditions_it_was_measured_under(tmp_pa
     ops = measured.add_efficiency(_faster_than_roof("compute", 1e-3, 1e3), chip)
     why = ops.set_index("name").loc["fast", "measurement_problem"]
     assert "host's compute roof was measured too low" in why
+    assert ops.set_index("name").loc["fast", "measurement_cause"] == "host_roof_low"
     assert "load average 11.0 on 1 usable core(s)" in why and "host_chip(refresh=True)" in why
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 
 from hlo_roofline.api import jitted, local_chip
-from hlo_roofline.efficiency import HOST_ROOF_LOW
 from hlo_roofline.host import host_chip
 from hlo_roofline.measured.join import joined_reports, resolve_chip
 from hlo_roofline.report import Report
@@ -76,8 +75,8 @@ def measure(
         if scratch:
             shutil.rmtree(directory, ignore_errors=True)
     name, report = max(reports.items(), key=lambda kv: kv[1].summary["measured_op_s"])
-    problems = report.ops.get("measurement_problem", pd.Series(dtype=object))
-    if getattr(chip, "key", None) == "host" and problems.str.contains(HOST_ROOF_LOW).any():
+    causes = report.ops.get("measurement_cause", pd.Series(dtype=object))
+    if getattr(chip, "key", None) == "host" and (causes == "host_roof_low").any():
         # An op beat the host's roof (not by a cache): measure the roof again now that the steps
         # are done (the best of all measurements is kept) and judge again; what still beats it
         # says why.
