@@ -9,8 +9,10 @@ by what stays put between compiles of the same program, in three passes:
 3. ``opcode`` alone for ops without metadata (copies and other ops XLA inserted).
 
 Within one key, duplicates pair up in program order. Only ops that take time are compared
-(parameters, constants and tuples cost nothing and carry no verdict). Both reports must be
-classified against the same chip; :func:`compare` re-judges ``b`` against ``a``'s chip if needed.
+(parameters, constants and tuples cost nothing and carry no verdict). An op held at the chip's
+per-op floor on both sides has not flipped whatever its bound says: no unit sets its time. Both
+reports must be classified against the same chip; :func:`compare` re-judges ``b`` against ``a``'s
+chip if needed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from hlo_roofline.report import Report
 IDENTITY = ("op_name", "source", "opcode", "shape")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 _KEPT = ("name", "opcode", "op_name", "source", "shape", "bound", "t_roofline_s", "share",
-         "intensity")  # fmt: skip
+         "intensity", "t_compute_s", "t_memory_s", "t_comm_s")  # fmt: skip
 
 
 class NotClassifiedError(ValueError):
@@ -126,6 +128,15 @@ def _pair(a: pd.DataFrame, b: pd.DataFrame, key: list[str]) -> pd.DataFrame:
     return pairs[["_row_a", "_row_b"]]
 
 
+def _held_at_floor(rows: pd.DataFrame, side: str) -> pd.Series:
+    """Ops whose time is the chip's per-op floor: above what any unit would take, so their bound
+    (the unit that would set their time above it) does not decide it, and its change is no flip."""
+    units = [f"t_{u}_s_{side}" for u in ("compute", "memory", "comm")]
+    if not all(u in rows for u in units):
+        return pd.Series(False, index=rows.index)
+    return rows[f"t_roofline_s_{side}"] > rows[units].max(axis=1) * (1 + 1e-9)
+
+
 def compare(a: Report, b: Report) -> Diff:
     """Match the timed ops of ``a`` (before) and ``b`` (after); see the module docstring."""
     a, b, note = judged_alike(a, b)
@@ -167,7 +178,10 @@ def compare(a: Report, b: Report) -> Diff:
     rows["delta_s"] = t_b - t_a
     rows["change"] = "same"
     rows.loc[t_b != t_a, "change"] = "changed"
-    rows.loc[rows["bound_a"].notna() & (rows["bound_a"] != rows["bound_b"]), "change"] = "flipped"
+    floors = _held_at_floor(rows, "a") & _held_at_floor(rows, "b")  # the bound sets no time
+    rows.loc[rows["bound_a"].notna() & (rows["bound_a"] != rows["bound_b"]) & ~floors, "change"] = (
+        "flipped"
+    )
     rows.loc[rows["name_b"].isna(), "change"] = "removed"
     rows.loc[rows["name_a"].isna(), "change"] = "added"
     columns = [

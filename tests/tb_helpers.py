@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from hlo_roofline import Report, analyze_hlo
+from hlo_roofline.diff import compare
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -145,23 +146,13 @@ COMPARE_CANDIDATES = [
 ]
 
 
-def _verdicts(report: Report) -> dict[tuple[str, str], set[str]]:
-    ops = report.ops[(report.ops["t_roofline_s"] > 0) & (report.ops["op_name"] != "")]
-    out: dict[tuple[str, str], set[str]] = {}
-    for op_name, opcode, bound in zip(ops["op_name"], ops["opcode"], ops["bound"], strict=True):
-        out.setdefault((op_name, opcode), set()).add(bound)
-    return out
-
-
 def write_flipping_pair(logdir: Path) -> tuple[str, str]:
-    """Write the first candidate pair where an op (same op_name and opcode, one verdict on each
-    side) changes its verdict, the second run judged on the first's chip as every comparison
-    (``hlo_roofline.diff.compare``) does; return the two run names."""
+    """Write the first candidate pair where an op changes its verdict, as every comparison
+    (``hlo_roofline.diff.compare``) judges it; return the two run names."""
     for program, (target_a, chip_a), (target_b, chip_b) in COMPARE_CANDIDATES:
         a = fixture_report(program, target_a, chip_a)
         b = fixture_report(program, target_b, chip_b)
-        va, vb = _verdicts(a), _verdicts(b.classify(chip_a))
-        if any(len(va[k]) == len(vb[k]) == 1 and va[k] != vb[k] for k in va.keys() & vb.keys()):
+        if not compare(a, b).flipped.empty:
             runs = f"{program}/{target_a}", f"{program}/{target_b}"
             a.write_tensorboard(logdir, runs[0])
             b.write_tensorboard(logdir, runs[1])

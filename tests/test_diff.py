@@ -132,3 +132,25 @@ def test_to_dict_is_json():
     text = json.dumps(data, allow_nan=False)
     assert json.loads(text)["flipped"] == 1
     assert data["step_change"] > 1
+
+
+def _tiny_add(dtype: str) -> str:
+    return f"""HloModule tiny
+ENTRY %main (x: {dtype}[1024], y: {dtype}[1024]) -> {dtype}[1024] {{
+  %x = {dtype}[1024]{{0}} parameter(0)
+  %y = {dtype}[1024]{{0}} parameter(1)
+  ROOT %add.1 = {dtype}[1024]{{0}} add(%x, %y), metadata={{op_name="jit(step)/add"}}
+}}
+"""
+
+
+def test_ops_held_at_the_per_op_floor_do_not_flip():
+    """A 1024-element add takes v5e's per-op floor in f32 and in bf16. Its bound differs (HBM
+    sets the f32 one above the floor, the vector loop the bf16 one), but neither sets its time:
+    no flip."""
+    a, b = (hr.analyze_hlo(_tiny_add(dtype), chip="v5e") for dtype in ("f32", "bf16"))
+    row_a, row_b = (r.ops.set_index("name").loc["add.1"] for r in (a, b))
+    floor = chips.get("v5e").op_floor_s
+    assert row_a.t_roofline_s == row_b.t_roofline_s == floor
+    assert row_a.bound != row_b.bound
+    assert compare(a, b).flipped.empty
