@@ -444,6 +444,14 @@ def _section(t: Mapping, name: str, key: str) -> dict:
     return sec
 
 
+def _whole_chip(section: Mapping, field: str, cores: Mapping[str, int]) -> float | None:
+    """A unit's rate for the whole chip: the section's figure times the cores it is given ``per``
+    (``per = "tensorcore"``); None where the section has no such figure."""
+    if field not in section:
+        return None
+    return section[field] * (cores.get(section["per"], 1) if "per" in section else 1)
+
+
 def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> Chip:
     if unknown := set(raw) - _TOP_KEYS:
         raise ValueError(f"chip {key!r}: unknown fields {sorted(unknown)}")
@@ -472,16 +480,10 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
         for name, m in t.get("memory", {}).items()
     }
     hbm, host, net = (_section(t, s, key) for s in ("hbm", "host", "network"))
-    vpu = _section(t, "vpu", key)
-    per_vpu = cores.get(vpu["per"], 1) if "per" in vpu else 1
-    vpu_flops = vpu["flops"] * per_vpu if "flops" in vpu else None
-    vector_elements = vpu["elements"] * per_vpu if "elements" in vpu else None
-    eup = _section(t, "eup", key)
-    eup_rate = eup["rate"] * (cores.get(eup["per"], 1) if "per" in eup else 1) if eup else None
-    xlu = _section(t, "xlu", key)
-    lane_reduce = (
-        xlu["lane_reduce"] * (cores.get(xlu["per"], 1) if "per" in xlu else 1) if xlu else None
-    )
+    vpu, eup, xlu = (_section(t, s, key) for s in ("vpu", "eup", "xlu"))
+    vpu_flops, vector_elements = (_whole_chip(vpu, f, cores) for f in ("flops", "elements"))
+    eup_rate = _whole_chip(eup, "rate", cores)
+    lane_reduce = _whole_chip(xlu, "lane_reduce", cores)
     ici = None
     if sec := _section(t, "ici", key):
         wrap = sec.pop("wraparound", {})
