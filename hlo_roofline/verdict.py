@@ -167,11 +167,11 @@ COMPUTE_UNITS = {
 
 
 def _compute_times(
-    ops: pd.DataFrame, chip: Chip, matmul: np.ndarray, peaks: np.ndarray
+    ops: pd.DataFrame, chip: Chip, matmul: np.ndarray, peaks: np.ndarray, padding: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each op's time on the units that run it, and the unit that sets it (the slowest).
 
-    A matmul: its FLOPs on the MXU with padding (:func:`mxu_padding`), and the elements of its
+    A matmul: its FLOPs on the MXU with ``padding`` (:func:`mxu_padding`), and the elements of its
     result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
     EUP's rate where the chip has one (else at the vector peak, with the FLOPs), and the elements of
     its loop through the vector unit where the chip has that rate (TPUs), a standalone reduce's
@@ -185,12 +185,11 @@ def _compute_times(
             [ops[c].to_numpy(dtype=float) for c in ("mm_batch", "mm_m", "mm_n", "mm_k")], axis=0
         )
     )
-    padding = mxu_padding(ops, chip) - 1.0
     zero = np.zeros(len(ops))
     eup = transcendentals / chip.eup_rate if chip.eup_rate else zero
     vector = (flops if chip.eup_rate else flops + transcendentals) / peaks
     candidates = {
-        "mxu": np.where(matmul, (flops + transcendentals + mxu_flops * padding) / peaks, 0.0),
+        "mxu": np.where(matmul, (flops + transcendentals + mxu_flops * (padding - 1)) / peaks, 0.0),
         "vector": np.where(matmul, 0.0, vector),
         "eup": np.where(matmul, 0.0, eup),
         "loop": zero,
@@ -232,7 +231,9 @@ XLA_GAPS = {
 _FAR_ABOVE = 2.0  # XLA's estimate over the roofline at which a row names the gap
 
 
-def _xla_gaps(ops: pd.DataFrame, chip: Chip, t_roofline: np.ndarray, xla: np.ndarray):
+def _xla_gaps(
+    ops: pd.DataFrame, chip: Chip, t_roofline: np.ndarray, xla: np.ndarray, padding: np.ndarray
+):
     """For each op whose XLA:TPU estimate is over twice its roofline time, the likely reason (a
     key of :data:`XLA_GAPS`); "" elsewhere. Information for the user, never fitted away."""
     gaps = np.full(len(ops), "", dtype=object)
@@ -240,7 +241,6 @@ def _xla_gaps(ops: pd.DataFrame, chip: Chip, t_roofline: np.ndarray, xla: np.nda
         far = np.flatnonzero(xla > _FAR_ABOVE * t_roofline)
     if not len(far):
         return gaps
-    padding = mxu_padding(ops, chip)
     width = _mxu_width(chip)
     floor = (chip.op_floor_s or 0.0) * ops["count"].to_numpy(dtype=float)
     columns = ("opcode", "fused_ops", "mm_m", "mm_n", "mm_k")
@@ -272,10 +272,11 @@ def _column(ops: pd.DataFrame, name: str, rows: np.ndarray, default: float) -> n
 
 
 def _hints(
-    ops: pd.DataFrame, rows: np.ndarray, ridge: np.ndarray, chip: Chip
+    ops: pd.DataFrame, rows: np.ndarray, ridge: np.ndarray, chip: Chip, padding: np.ndarray
 ) -> dict[str, np.ndarray]:
     """The hint fields of the matmul rows ``rows`` (``ridge``: the intensity at which each one's
-    compute time meets its memory time), from its geometry and how its arrays cross HBM.
+    compute time meets its memory time; ``padding``: :func:`mxu_padding` of those rows), from its
+    geometry and how its arrays cross HBM.
 
     From the op as it is, one more lhs row (M) adds ``2·N·K`` FLOPs and ``K·lhs + N·out`` bytes
     per batch element, each array at its own element size (s8 in, s32 out: 1 and 4 B), and its
@@ -311,11 +312,11 @@ def _hints(
     # for, meets the memory time at the ridge. Along M that padding is fixed; along K it changes,
     # so K is solved with N's padding alone: from that K on the row is compute-bound (below it,
     # only at a K the padding inflates).
-    padding = np.where(split, 1.0, mxu_padding(ops, chip)[rows])
+    padding = np.where(split, 1.0, padding)
     n_padding = np.ones(len(rows))
     width = _mxu_width(chip)
     if width:
-        n_padding = np.where(padding > 1, np.ceil(n / width) * width / np.maximum(n, 1), 1.0)
+        n_padding = np.where(padding > 1, _padded(n, width) / np.maximum(n, 1), 1.0)
     mxu = 2 * per * m * n * k_total  # the matmul's own FLOPs (unpadded)
     # a split-K GEMM from nothing: its weights (along M) or its result (along K) once
     ridge_m = _solve(np.where(split, 0.0, m), np.where(split, 0.0, flops + mxu * (padding - 1)),
@@ -485,7 +486,10 @@ def classify(
     data = ops["bytes_accessed"].to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = np.where(data > 0, flops / data, np.nan)
-    t_compute, compute_unit = _compute_times(ops, chip, matmul, np.where(no_rate, 1.0, peaks))
+    padding = mxu_padding(ops, chip)  # the MXU work each matmul does per FLOP it asks for
+    t_compute, compute_unit = _compute_times(
+        ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding
+    )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm
     vmem_bandwidth = _vmem_bandwidth(chip)
@@ -529,8 +533,8 @@ def classify(
         t_exposed_s=scheduled.exposed_s,
         xla_estimate_s=_xla_estimate(ops, chip),
     )
-    ops["xla_gap"] = _xla_gaps(ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy())
-    ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip))
+    ops["xla_gap"] = _xla_gaps(ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding)
+    ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip, padding))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
     summary = _summary(ops, chip, step, float(np.maximum(times.sum(axis=0), floors).sum()))
     comm = float(t_roofline[is_collective].sum())
@@ -547,7 +551,12 @@ def classify(
 
 
 def _hint_columns(
-    ops: pd.DataFrame, matmul: np.ndarray, no_rate: np.ndarray, rates: dict, chip: Chip
+    ops: pd.DataFrame,
+    matmul: np.ndarray,
+    no_rate: np.ndarray,
+    rates: dict,
+    chip: Chip,
+    padding: np.ndarray,
 ) -> dict[str, object]:
     """The hint columns of classified ops: fields for matmuls that have a verdict (NumPy over
     those rows), the text rendered from them, and the rows that say why they have no verdict
@@ -561,7 +570,7 @@ def _hint_columns(
     if len(rows):
         intensity = ops["intensity"].to_numpy(dtype=float)[rows]
         ridge = ops["critical_intensity"].to_numpy(dtype=float)[rows]
-        fields = _hints(ops, rows, ridge, chip)
+        fields = _hints(ops, rows, ridge, chip, padding[rows])
         unit = ops["compute_unit"].to_numpy()[rows]
         loop = (bound[rows] == "compute") & (unit != "mxu")  # its result's loop, not the MXU
         fields["hint_reason"][loop] = "vector_loop"
