@@ -15,6 +15,7 @@ import warnings
 import click
 
 from hlo_roofline.cli import analyze as _analyze
+from hlo_roofline.cli import cache as _cache
 from hlo_roofline.cli import check as _check
 from hlo_roofline.cli import chips as _chips
 from hlo_roofline.cli import demo as _demo
@@ -59,5 +60,6 @@ for _command in (
     _plot.plot_command,
     _trace.trace_command,
     _demo.demo_command,
+    _cache.cache_command,
 ):
     main.add_command(_command)
