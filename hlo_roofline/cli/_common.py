@@ -222,4 +222,16 @@ def _note(text: str) -> None:
 def _load_report(path: Path, chip: chips.Chip | None) -> Report:
     with _input_errors():
         report = Report.read(path)
-    return report.classify(chip) if chip is not None else report
+    if chip is not None:
+        with _input_errors():
+            try:
+                return report.classify(chip)
+            except KeyError as exc:  # a column the verdict needs
+                raise ReportError(f"{path}: cannot judge it, missing column {exc}") from None
+    missing = report.missing_verdicts()
+    if missing:
+        raise InputError(
+            f"{path}: judged on {report.chip} but missing column(s) {missing}; "
+            "pass --chip to judge it again"
+        )
+    return report
