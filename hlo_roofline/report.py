@@ -41,6 +41,10 @@ class ReportError(ValueError):
     """A report file that cannot be read (missing, truncated, corrupt, or not a report)."""
 
 
+class ReportMissingError(ReportError):
+    """The report file is not there (never written, or deleted since it was listed)."""
+
+
 @dataclass
 class Report:
     """Per-op costs of one compiled module.
@@ -213,6 +217,8 @@ class Report:
             path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
         try:
             text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ReportMissingError(f"no report {path}") from None
         except OSError as exc:
             raise ReportError(f"cannot read report {path}: {exc.strerror or exc}") from None
         except UnicodeDecodeError:

@@ -17,11 +17,12 @@ from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.logdir import REPORT_JSON
-from hlo_roofline.report import Report, ReportError, function_of, scope_of
+from hlo_roofline.report import Report, ReportError, ReportMissingError, function_of, scope_of
 from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
     "ReportError",
+    "ReportMissingError",
     "UnknownChipError",
     "check",
     "chip_list",

@@ -314,6 +314,8 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
             return _error(request, str(exc), 404)
         except _data.UnknownChipError as exc:
             return _error(request, str(exc), 400)
+        except (_data.ReportMissingError, FileNotFoundError):  # deleted since it was listed
+            return _error(request, f"no report for run {request.args.get('run')!r}", 404)
         except _data.ReportError as exc:
             return _error(request, f"corrupt report: {self._redact(exc)}", 422)
         except Exception as exc:  # a report this version cannot handle: say so, keep serving

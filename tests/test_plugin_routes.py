@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -473,3 +474,21 @@ def test_one_palette_for_the_tab_and_the_plot():
     assert not re.search(
         r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text()
     )
+
+
+def test_a_run_deleted_while_served_is_404(tmp_path, monkeypatch, caplog):
+    """The run is listed, then deleted between the name check and the read: 404, no traceback."""
+    fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "gone")
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    real_read = Report.read.__func__
+
+    def read_after_delete(cls, path):
+        shutil.rmtree(tmp_path / "gone", ignore_errors=True)
+        return real_read(cls, path)
+
+    monkeypatch.setattr(Report, "read", classmethod(read_after_delete))
+    for route in ("/report?run=gone", "/csv?run=gone", "/report?run=gone&chip=v5p"):
+        body = get_json(c, route, code=404)
+        assert "gone" in body["error"]
+        fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "gone")
+    assert "Traceback" not in caplog.text

@@ -54,6 +54,19 @@ def _input_errors(what: str = "") -> Iterator[None]:
         raise InputError(f"{prefix}{exc.strerror or exc}") from None
 
 
+@contextlib.contextmanager
+def _output_errors(path: Path | str) -> Iterator[None]:
+    """A file that cannot be written (a read-only folder, a file where a folder should be,
+    ``/proc``) or a run outside its logdir: a one-line exit-2 message, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or path
+        raise InputError(f"cannot write {where}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(f"cannot write {path}: {_one_line(exc)}") from None
+
+
 # -- options shared by several commands ------------------------------------------------------------
 
 
@@ -194,15 +207,21 @@ def _emit(
         raise click.UsageError("--plot needs a chip to judge against: pass --chip")
     for key, report in reports.items():
         if csv_path:
-            report.to_csv(_with_key(csv_path, key, many))
+            with _output_errors(_with_key(csv_path, key, many)):
+                report.to_csv(_with_key(csv_path, key, many))
             _note(f"wrote {_with_key(csv_path, key, many)}")
         if json_path:
-            report.to_json(_with_key(json_path, key, many))
+            with _output_errors(_with_key(json_path, key, many)):
+                report.to_json(_with_key(json_path, key, many))
             _note(f"wrote {_with_key(json_path, key, many)}")
         if logdir:
-            _note(f"wrote {report.write_tensorboard(logdir, f'{run}/{key}' if many else run)}")
+            with _output_errors(logdir):
+                written = report.write_tensorboard(logdir, f"{run}/{key}" if many else run)
+            _note(f"wrote {written}")
         if plot_path:
-            _note(f"wrote {report.plot(_with_key(plot_path, key, many))}")
+            with _output_errors(_with_key(plot_path, key, many)):
+                chart = report.plot(_with_key(plot_path, key, many))
+            _note(f"wrote {chart}")
     if fmt == "json":
         data = {k: r.to_dict() for k, r in reports.items()}
         click.echo(json.dumps(data if many else next(iter(data.values())), allow_nan=False))
