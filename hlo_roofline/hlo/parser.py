@@ -180,15 +180,27 @@ _SHAPE_CACHE_LIMIT = 100_000  # distinct spellings kept across parses (fuzzed in
 
 
 class _Line:
-    """One source line and its number, for errors that point at the right column."""
+    """One source line and its number, for errors that point at the right column. An instruction
+    whose attribute value XLA printed with line breaks in it is one ``_Line`` of several lines:
+    an error names the line and column its position falls on."""
 
     __slots__ = ("number", "text")
 
     def __init__(self, number: int, text: str) -> None:
         self.number, self.text = number, text
 
-    def error(self, message: str, pos: int) -> HloParseError:
-        return HloParseError(message, self.number, pos + 1, self.text)
+    def error(self, message: str, pos: int, cls: type[HloParseError] = HloParseError):
+        text = self.text
+        if "\n" not in text:
+            return cls(message, self.number, pos + 1, text)
+        begin = text.rfind("\n", 0, pos) + 1
+        end = text.find("\n", begin)
+        physical = text[begin : end if end >= 0 else len(text)]
+        return cls(message, self.number + text.count("\n", 0, begin), pos - begin + 1, physical)
+
+
+class _Unclosed(HloParseError):
+    """A line that ends inside a bracket or a string: the text may go on on the next line."""
 
 
 def _scan(line: _Line, start: int, grouped: bool = True) -> tuple[int, list[int], list[int]]:
@@ -216,15 +228,42 @@ def _scan(line: _Line, start: int, grouped: bool = True) -> tuple[int, list[int]
         elif tok in _CLOSER:
             stack.append(_CLOSER[tok])
         elif tok == '"':
-            raise line.error("unterminated string", m.start())
+            raise line.error("unterminated string", m.start(), _Unclosed)
         else:
             if not stack or stack.pop() != tok:
                 raise line.error(f"unbalanced '{tok}'", m.start())
             if not stack and close < 0 and grouped:
                 close = m.start()
     if stack:
-        raise line.error(f"missing '{stack[-1]}'", len(text))
+        raise line.error(f"missing '{stack[-1]}'", len(text), _Unclosed)
     return close, inner, outer
+
+
+def _logical_end(text: str, start: int) -> int | None:
+    """Where the instruction (or header) that starts at ``start`` ends: the first line break
+    outside every bracket and string, which may be several lines down when an attribute's value
+    holds line breaks (XLA prints frontend attributes and some backend configs verbatim). None
+    when the text ends first, or a closer does not match (the caller reports the first line)."""
+    stack: list[str] = []
+    find = text.find
+    previous = start
+    for m in _TOKEN.finditer(text, start):
+        if not stack:
+            newline = find("\n", previous, m.start())
+            if newline >= 0:
+                return newline
+        tok = m.group()
+        previous = m.end()
+        if len(tok) != 1 or tok == ",":
+            continue
+        if tok in _CLOSER:
+            stack.append(_CLOSER[tok])
+        elif tok == '"' or not stack or stack.pop() != tok:
+            return None
+    if stack:
+        return None
+    newline = find("\n", previous)
+    return len(text) if newline < 0 else newline
 
 
 def _split_top_level(line: _Line, start: int) -> list[tuple[int, int]]:
@@ -605,7 +644,15 @@ def _parse_module(text: str) -> Module:
     header = _Line(number, text[start:end].rstrip())
     if not header.text.startswith("HloModule "):
         raise header.error("expected 'HloModule <name>'", 0)
-    name, module_attrs = _parse_header(header)
+    try:
+        name, module_attrs = _parse_header(header)
+    except _Unclosed:  # an attribute printed over several lines (origin_recovery_table={...})
+        end = _header_end(text, start)
+        if end is None:
+            raise
+        header = _Line(number, text[start:end].rstrip())
+        _skip_to(spans, end)
+        name, module_attrs = _parse_header(header)
     frames, following = _parse_frame_tables(text, spans)
     if following is not None:
         spans = itertools.chain([following], spans)
@@ -616,7 +663,9 @@ def _parse_module(text: str) -> Module:
     current: Computation | None = None
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
     parameters: list[Instruction] = []  # and its parameters
+    elements: dict[tuple[int, int], Instruction] = {}  # get-tuple-elements made for "%x#N"
     fast_line = _FAST_LINE.match
+    spans = iter(spans)
     for number, start, end in spans:
         if current is not None:
             m = fast_line(text, start, end)
@@ -632,15 +681,26 @@ def _parse_module(text: str) -> Module:
                     head = _INSTRUCTION_HEAD.match(raw)
                     if head is None:
                         raise line.error("expected an instruction ('%name = shape opcode(...)')", 0)
-                    instr, operands = _parse_instruction(line, head, current)
+                    try:
+                        instr, operands = _parse_instruction(line, head, current)
+                    except _Unclosed:  # an attribute value with line breaks: read on
+                        end = _logical_end(text, start)
+                        if end is None:
+                            raise
+                        _skip_to(spans, end)
+                        line = _Line(number, text[start:end].rstrip())
+                        instr, operands = _parse_instruction(line, head, current)
                     parsed = instr, [operand for operand, _ in operands]
             if parsed is not None:
                 instr, names = parsed
                 if names:  # operands come before their users (XLA's rule): no cycles
                     try:
                         instr.operands = [by_name[name] for name in names]
-                    except KeyError as exc:
-                        raise _unknown_operand(exc.args[0], number, text[start:end]) from None
+                    except KeyError:
+                        instr.operands = [
+                            by_name.get(name) or _tuple_element(name, by_name, elements, instr, text)
+                            for name in names
+                        ]
                 arity = _ARITY.get(instr.opcode)
                 if arity is not None:
                     n = len(names)
@@ -649,9 +709,13 @@ def _parse_module(text: str) -> Module:
                 if instr.opcode == "parameter":
                     parameters.append(instr)
                 if instr.name in by_name:
-                    col = text.find(instr.name, start, end) - start
-                    message = f"duplicate instruction name '{instr.name}'"
-                    raise HloParseError(message, number, col + 1, text[start:end].rstrip())
+                    taken = by_name[instr.name]
+                    if not elements or _made_for_compact_gte(taken, elements) is None:
+                        col = text.find(instr.name, start, end) - start
+                        message = f"duplicate instruction name '{instr.name}'"
+                        raise HloParseError(message, number, col + 1, text[start:end].rstrip())
+                    taken.name = _unique_name(taken.name, by_name, instr.name)
+                    by_name[taken.name] = taken
                 by_name[instr.name] = instr
                 current.instructions.append(instr)
                 if instr.is_root:
@@ -691,19 +755,148 @@ def _parse_module(text: str) -> Module:
             raise line.error(f"duplicate computation '{current.name}'", m.start(2))
         by_name = {}
         parameters = []
-    if current is not None:
+        elements = {}
+    if current is not None:  # the text ends inside a computation: truncated
         lines = text.split("\n")
         last = max((n for n, raw in enumerate(lines) if raw.strip()), default=0)
-        message = f"computation '{current.name}' is not closed with '}}'"
-        raise HloParseError(message, last + 1, 1, lines[last])
+        which = "ENTRY computation" if current.is_entry else "computation"
+        message = (
+            f"text ends inside {which} '{current.name}' (opened at line {current.line}): "
+            "missing its closing '}' (truncated?)"
+        )
+        raise HloParseError(message, last + 1, len(lines[last].rstrip()) + 1, lines[last])
     if not computations:
         raise HloParseError("no computations found", header.number, 1, header.text)
-    if entry is None:  # XLA's rule: without an ENTRY marker the last computation is the entry
-        entry = list(computations.values())[-1]
-        entry.is_entry = True
+    if entry is None:
+        entry = _implicit_entry(computations, callers, module_attrs, text)
     _resolve_callees(callers, computations, text)
     _check_acyclic(callers, text)
     return Module(name, computations, entry, module_attrs, frames, text)
+
+
+def _skip_to(spans: Iterator[tuple[int, int, int]], end: int) -> None:
+    """Advance ``spans`` past the lines that end at or before ``end`` (a statement's last line)."""
+    if end <= 0:
+        return
+    for _, _, line_end in spans:
+        if line_end >= end:
+            return
+
+
+def _header_end(text: str, start: int) -> int | None:
+    """The end of an ``HloModule`` header printed over several lines: XLA ends a multi-line
+    attribute with a line break and goes on with ``, key=value`` on the next line."""
+    end = _logical_end(text, start)
+    while end is not None and end < len(text):
+        following = end + 1
+        while following < len(text) and text[following] in " \t\r":
+            following += 1
+        if not text.startswith(",", following):
+            break
+        end = _logical_end(text, following)
+    return end
+
+
+# "%x#1#0": the dump printer's compact get-tuple-element (``--xla_dump_compact_gte``, on by default
+# in XLA's dumps): element 0 of element 1 of %x, with no get-tuple-element instruction printed.
+# XLA's parser makes the get-tuple-element instructions back, named "x_1" and "x_1_0" (".1", ".2",
+# ... appended where a name is taken); so does this one, so the IR is the one ``as_text()`` gives.
+_COMPACT_INDEX = re.compile(r"\d{1,9}")
+
+
+def _tuple_element(
+    name: str,
+    by_name: dict[str, Instruction],
+    elements: dict[tuple[int, int], Instruction],
+    user: Instruction,
+    text: str,
+) -> Instruction:
+    """The instruction operand ``name`` stands for: ``%x#N`` (and ``%x#N#M``...) is element N of
+    the tuple %x, made once per computation as XLA's parser makes it."""
+    base, _, rest = name.partition("#")
+    operand = by_name.get(base)
+    if operand is None or not rest:
+        raise _unknown_operand(name, user.line, _line_text(text, user.line))
+    spelled = base
+    for index_text in rest.split("#"):
+        if _COMPACT_INDEX.fullmatch(index_text) is None:
+            line = _Line(user.line, _line_text(text, user.line))
+            col = max(line.text.find("%" + name), line.text.find(name), 0)
+            raise line.error(f"bad tuple index '#{index_text}' in operand '%{name}'", col)
+        index = int(index_text)
+        spelled = f"{spelled}_{index}"
+        made = elements.get((id(operand), index))
+        if made is None:
+            shape = operand.shape
+            if not shape.is_tuple or index >= len(shape.tuple_shapes):
+                line = _Line(user.line, _line_text(text, user.line))
+                col = max(line.text.find("%" + name), line.text.find(name), 0)
+                what = f"a tuple of {len(shape.tuple_shapes)}" if shape.is_tuple else str(shape)
+                message = f"operand '%{name}': %{operand.name} is {what}, it has no element {index}"
+                raise line.error(message, col)
+            made = Instruction(
+                _unique_name(spelled, by_name), "get-tuple-element", shape.tuple_shapes[index],
+                [operand], f", index={index}", user.computation, user.line,
+            )  # fmt: skip
+            elements[(id(operand), index)] = made
+            by_name[made.name] = made
+            user.computation.instructions.append(made)  # just before its user
+        operand = made
+    return operand
+
+
+def _made_for_compact_gte(
+    instr: Instruction, elements: dict[tuple[int, int], Instruction]
+) -> Instruction | None:
+    """``instr`` if the parser made it for a ``%x#N`` operand (its name then yields to a later
+    instruction that has the same name, as in XLA's parser)."""
+    if instr.opcode != "get-tuple-element" or len(instr.operands) != 1:
+        return None
+    index = instr.attrs.get("index", "")
+    found = elements.get((id(instr.operands[0]), int(index))) if index.isdigit() else None
+    return instr if found is instr else None
+
+
+def _unique_name(name: str, by_name: dict[str, Instruction], also_taken: str = "") -> str:
+    """``name``, or ``name.1``, ``name.2``... the first that no instruction has."""
+    if name not in by_name and name != also_taken:
+        return name
+    k = 1
+    while f"{name}.{k}" in by_name or f"{name}.{k}" == also_taken:
+        k += 1
+    return f"{name}.{k}"
+
+
+def _implicit_entry(
+    computations: dict[str, Computation],
+    callers: list[tuple[Instruction, int]],
+    module_attrs: dict[str, str],
+    text: str,
+) -> Computation:
+    """The entry of a module without an ``ENTRY`` marker: the last computation, as in XLA's parser
+    (hand-written modules). XLA's module printer always marks its entry, and writes
+    ``entry_computation_layout=`` in the header: text that has the layout but no marker, or whose
+    last computation is called by another, was cut before its entry computation."""
+    last = list(computations.values())[-1]
+    called = any(_names_computation(instr, last.name) for instr, _ in callers)
+    if "entry_computation_layout" in module_attrs or called:
+        lines = text.split("\n")
+        end = max((n for n, raw in enumerate(lines) if raw.strip()), default=0)
+        reason = (
+            f"its last computation '{last.name}' is called by another"
+            if called
+            else "the header has entry_computation_layout= (printed by XLA)"
+        )
+        message = f"no ENTRY computation, and {reason}: the text was cut before its entry (truncated?)"
+        raise HloParseError(message, end + 1, len(lines[end].rstrip()) + 1, lines[end])
+    last.is_entry = True
+    return last
+
+
+def _names_computation(instr: Instruction, name: str) -> bool:
+    """Whether one of ``instr``'s calls=, body=, to_apply=... attributes names computation ``name``."""
+    attrs = instr.attrs
+    return any(name in _called_names(attrs[key]) for key in _CALLED_ATTRS if key in attrs)
 
 
 def _wrong_arity(
