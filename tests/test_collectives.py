@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES
 
-from hlo_roofline import analyze_hlo
 from hlo_roofline.cost import rows, walk
 from hlo_roofline.hlo import parse
 
@@ -87,7 +86,7 @@ class Text:
 
     def expected(self, name: str) -> tuple[str, float] | None:
         """(kind, bytes sent per execution) of the op ``name`` if it launches a collective."""
-        shape, opcode, _, rest = self.instr[name]
+        _, opcode, _, rest = self.instr[name]
         if opcode == "fusion":
             body = re.search(r"calls=%([\w.\-]+)", rest).group(1)
             inner = [n for n in self.comps[body] if self.instr[n][1] in COLLECTIVES]
