@@ -372,7 +372,7 @@ def _analyze_step(
         how += "; the compiler refused it: out of memory"
     else:
         report = analyze_hlo(program.text, cost_model, user_packages=user_packages)
-        _warn_if_unsharded(report, program.text, target)
+        _warn_if_unsharded(report, program.text, target, inputs, lowered)
         if program.memory is not None:
             temporaries = memory.largest_temporaries(report.summary["memory"])
             report.summary["memory"] = memory.from_stats(
@@ -389,34 +389,46 @@ class UnshardedProgramWarning(UserWarning):
 
 
 _MODULE_HEADER = re.compile(r"^HloModule [^\n]*")
+_SHAPE_DIMS = re.compile(r"\b[a-z]+\d*\[([\d,]*)\]")
 
 
-def _warn_if_unsharded(report: Report, text: str, target: str | None) -> None:
+def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lowered) -> None:
     """A step compiled for several devices whose program is one device's (no partitions), or
-    partitioned with every op replicated and no collective: a mesh or sharding that was meant to
-    hold was not there (a ``jax.set_mesh`` outside the trace, say), and the figures are those of
-    the whole step on each device."""
-    if target is None:
-        return
-    devices = len(targets.devices(target))
-    if devices <= 1:
+    partitioned with nothing split: every input and output whole on each device and no
+    collective. A mesh or sharding that was meant to hold was not there (a ``jax.set_mesh``
+    outside the trace, say), and the figures are the whole step's on each device."""
+    if target is None or len(targets.devices(target)) <= 1:
         return
     header = _MODULE_HEADER.search(text)
-    found = re.search(r"\bnum_partitions=(\d+)", header.group(0) if header else "")
+    header = header.group(0) if header else ""
+    found = re.search(r"\bnum_partitions=(\d+)", header)
     partitions = int(found.group(1)) if found else 1
     if partitions > 1:
-        collectives = (report.ops["collective"] != "").any() if "collective" in report.ops else 0
-        if collectives or re.search(r"sharding=\{(?!replicated\})", text):
+        if any(b.shape != b.global_shape for b in inputs):
             return
-        what = f"partitioned {partitions} ways with every op replicated and no collective"
+        if "collective" in report.ops and (report.ops["collective"] != "").any():
+            return
+        layout = re.search(r"entry_computation_layout=\{\(.*?\)->(.*?)\}(?:,|$)", header)
+        whole = sum(math.prod(o.shape) for o in jax.tree_util.tree_leaves(lowered.out_info))
+        if layout is None or _elements(layout.group(1)) < whole:
+            return
+        what = f"partitioned {partitions} ways with nothing split (no collective)"
     else:
         what = "compiled for one device"
     warnings.warn(
-        f"{target} has {devices} devices but the program is {what}: nothing is sharded, so the "
-        "figures are the whole step's on each device. Shard the arguments (NamedSharding), or "
-        "trace in the mesh context the step expects (jax.set_mesh / use_mesh)",
+        f"{target} has {len(targets.devices(target))} devices but the program is {what}: "
+        "nothing is sharded, so the figures are the whole step's on each device. Shard the "
+        "arguments (NamedSharding), or trace in the mesh context the step expects "
+        "(jax.set_mesh; a CLI step yields from inside it)",
         UnshardedProgramWarning,
-        stacklevel=3,
+        stacklevel=4,  # the caller of analyze() (or of a roofline-wrapped step)
+    )
+
+
+def _elements(shapes: str) -> int:
+    """Elements of every array in HLO shape text (``(f32[2,3]{1,0}, s32[])`` → 7)."""
+    return sum(
+        math.prod(int(d) for d in dims.split(",") if d) for dims in _SHAPE_DIMS.findall(shapes)
     )
 
 
@@ -445,7 +457,7 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     if len(donated) != len(leaves):  # static arguments and the like: no donation known
         donated = [False] * len(leaves)
     outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree_util.tree_leaves(lowered.out_info)]
-    signatures = [(tuple(x.shape), str(jnp.dtype(x.dtype))) for _, x in leaves]
+    signatures = [(tuple(x.shape), str(x.dtype)) for _, x in leaves]
     for signature, was_donated in zip(signatures, donated, strict=True):
         if was_donated and signature in outputs:  # that output already reuses this input
             outputs.remove(signature)
@@ -453,8 +465,8 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     for (name, x), signature, was_donated in zip(leaves, signatures, donated, strict=True):
         sharding = getattr(x, "sharding", None)
         shape = tuple(sharding.shard_shape(x.shape)) if sharding is not None else tuple(x.shape)
-        size = math.prod(shape) * jnp.dtype(x.dtype).itemsize
-        dtype = jnp.dtype(x.dtype).name
+        size = math.prod(shape) * element_bytes(x.dtype)
+        dtype = "float0" if x.dtype == jax.dtypes.float0 else str(x.dtype)
         buffers.append(
             memory.Buffer(
                 name, "parameter", size, f"{dtype}{list(shape)}", f"{dtype}{list(x.shape)}"
@@ -464,6 +476,22 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
             outputs.remove(signature)
             donatable += size
     return buffers, donatable
+
+
+def element_bytes(dtype) -> int:
+    """Bytes of one element as the device stores it: a typed PRNG key's (``key<fry>``) is its key
+    data's (two uint32), any other extended dtype its physical element's; ``float0`` (the gradient
+    of an integer input) holds nothing but is passed as a bool (the compiler counts 1 byte)."""
+    dtype = getattr(dtype, "dtype", dtype)
+    if dtype == jax.dtypes.float0:
+        return 1
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct((), dtype))
+            return math.prod(data.shape) * data.dtype.itemsize
+        physical = dtype._rules.physical_element_aval(dtype)  # no public form
+        return math.prod(physical.shape) * physical.dtype.itemsize
+    return jnp.dtype(dtype).itemsize
 
 
 def _parameter_names(step) -> list[str]:

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import tomllib
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -56,17 +57,19 @@ def _input_errors(what: str = "") -> Iterator[None]:
         raise InputError(f"{prefix}{exc.strerror or exc}") from None
 
 
-# JAX's own compile-time loggers: its persistent compilation cache reports a cache it cannot write,
-# or an entry it skips, as warnings; printed by the CLI they would read as this tool's.
-JAX_NOISE_LOGGERS = ("jax._src.compilation_cache", "jax._src.compiler", "jax._src.cache_key")
+# JAX's own compile-time modules: its persistent compilation cache reports a cache it cannot read
+# or write, or an entry it skips, as log records and Python warnings; printed by the CLI (which
+# shows warnings as `warning: ...` lines) they would read as this tool's.
+JAX_NOISE_MODULES = ("jax._src.compilation_cache", "jax._src.compiler", "jax._src.cache_key")
 
 
 def quiet_jax_cache_logs() -> None:
-    """Keep JAX's compilation-cache and compiler log records off the CLI's stderr."""
-    for name in JAX_NOISE_LOGGERS:
+    """Keep JAX's compilation-cache and compiler log records and warnings off the CLI's stderr."""
+    for name in JAX_NOISE_MODULES:
         logger = logging.getLogger(name)
         logger.setLevel(logging.CRITICAL + 1)
         logger.propagate = False
+        warnings.filterwarnings("ignore", module=re.escape(name) + "$")
 
 
 USER_PACKAGES_KEY = "user-packages"

@@ -231,13 +231,10 @@ def _compile(
     :func:`opened_entry`): it compiles what the same call compiles in the user's process.
     """
     quiet_jax_cache_logs()
-    with contextlib.ExitStack() as opened:
-        with _input_errors():
-            step, args, kwargs = opened.enter_context(opened_entry(entry))
-        report = _analyze_entry(
+    with _input_errors(), opened_entry(entry) as (step, args, kwargs):  # errors: one line
+        return _analyze_entry(
             entry, step, args, kwargs, chip, target, cost_model, steps, no_cache, user_packages
         )
-    return report
 
 
 def _analyze_entry(
