@@ -100,6 +100,12 @@ COLUMNS: tuple[Column, ...] = (
        "every frame of the op's Python stack, innermost first, one `path:line (function)` a line "
        "(`Report.stack(name)` gives the list). In JSON an index into the file's `call_stacks`, "
        "the distinct stacks", "cost"),
+    _c("layer_caller", "text", "",
+       "for an op made inside a generic layer (Flax `Dense`/`DenseGeneral`/`nnx.Linear`, Equinox "
+       "`Linear`, MaxText `linears.py`): the user's line that called the layer, and the layer's "
+       "name scope in brackets (`attention.py:212 (__call__) [query]`), so a rollup by it "
+       "separates q, k, v, out and the MLP's projections; for any other op its `user_source`",
+       "cost"),
     _c("vector_elements", "float", "elements",
        "elements the op's loop passes through a vector unit: its largest array (a matmul's result "
        "in 32-bit words; its operands stream into the MXU), per step; 0 for ops that move data by "

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
+import tomllib
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -65,6 +68,46 @@ def _output_errors(path: Path | str) -> Iterator[None]:
         raise InputError(f"cannot write {where}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise InputError(f"cannot write {path}: {_one_line(exc)}") from None
+
+
+# JAX's own compile-time modules: its persistent compilation cache reports a cache it cannot read
+# or write, or an entry it skips, as log records and Python warnings; printed by the CLI (which
+# shows warnings as `warning: ...` lines) they would read as this tool's.
+JAX_NOISE_MODULES = ("jax._src.compilation_cache", "jax._src.compiler", "jax._src.cache_key")
+
+
+def quiet_jax_cache_logs() -> None:
+    """Keep JAX's compilation-cache and compiler log records and warnings off the CLI's stderr."""
+    for name in JAX_NOISE_MODULES:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.CRITICAL + 1)
+        logger.propagate = False
+        warnings.filterwarnings("ignore", module=re.escape(name) + "$")
+
+
+USER_PACKAGES_KEY = "user-packages"
+
+
+def pyproject_user_packages(start: Path) -> tuple[str, ...]:
+    """``user-packages`` of ``[tool.hlo-roofline]`` in the nearest ``pyproject.toml`` at or above
+    ``start``: packages whose frames are the user's code even where installed."""
+    here = start.resolve()
+    for directory in (here, *here.parents):
+        path = directory / "pyproject.toml"
+        if not path.is_file():
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InputError(f"{path}: not valid TOML ({exc})") from None
+        value = data.get("tool", {}).get("hlo-roofline", {}).get(USER_PACKAGES_KEY, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(
+                f"{path}: [tool.hlo-roofline] {USER_PACKAGES_KEY} must be a list of package "
+                f"names or directories, not {value!r}"
+            )
+        return tuple(value)
+    return ()
 
 
 # -- options shared by several commands ------------------------------------------------------------
@@ -135,6 +178,16 @@ no_cache_option = click.option(
     is_flag=True,
     help="Compile even if this step's optimized HLO is in the cache (~/.cache/hlo_roofline/hlo, "
     "or $HLO_ROOFLINE_CACHE_DIR).",
+)
+
+
+user_package_option = click.option(
+    "--user-package",
+    "user_packages",
+    multiple=True,
+    metavar="NAME",
+    help="Count this package (name or directory) as your code in user_source even if installed "
+    "(e.g. maxtext). Repeatable; also [tool.hlo-roofline] user-packages in pyproject.toml.",
 )
 
 
