@@ -285,7 +285,7 @@ def _analyze_step(
             raise
         compiled_for = chips.get(targets.parse_target(target).chip) if target else local_chip()
         capacity = compiled_for.per_device().hbm_capacity if compiled_for else None
-        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity)
+        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity, target)
         how += "; the compiler refused it: out of memory"
     else:
         report = analyze_hlo(program.text, cost_model)
@@ -364,21 +364,53 @@ def _argument_name(path, names: list[str]) -> str:
     return name + jax.tree_util.keystr(tuple(inner))
 
 
-def _refused(lowered, error: str, inputs, donatable: int, cost_model: str, capacity) -> Report:
+def _refused(
+    lowered, error: str, inputs, donatable: int, cost_model: str, capacity, target=None
+) -> Report:
     """The report of a program the compiler would not build: the memory figures from its error;
-    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise
-    (before partitioning, a sharded program's ops have global shapes, not one device's)."""
+    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise:
+    before partitioning, a sharded program's ops have global shapes, not one device's, so its ops,
+    FLOPs, bytes and coverage are unknown (absent from the summary), not a global count."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnoptimizedHloWarning)
         report = analyze_hlo(lowered.as_text(dialect="hlo"), cost_model)
     sharded = any(b.shape != b.global_shape for b in inputs)
     ops = report.ops.iloc[0:0] if sharded else report.ops
-    summary = {
-        **report.summary,
-        "memory": memory.from_error(error, inputs, donatable, capacity),
-        "ops_before_optimization": not sharded,
-    }
+    summary = dict(report.summary)
+    if sharded:
+        for key in _PER_DEVICE_UNKNOWN:
+            summary.pop(key, None)
+        summary["unknown_ops"] = []
+    slices = None
+    if target is not None:
+        try:
+            slices = targets.slice_shapes(target)
+        except (targets.TargetError, KeyError):
+            slices = None
+    summary["memory"] = memory.from_error(
+        error, inputs, donatable, capacity, _devices(lowered), slices
+    )
+    summary["ops_before_optimization"] = not sharded
     return Report(ops.reset_index(drop=True), summary, report.module)
+
+
+# What the refused program's lowered text cannot say per device once it is sharded.
+_PER_DEVICE_UNKNOWN = (
+    "flops", "transcendentals", "bytes_accessed", "comm_bytes", "coverage", "notes",
+)  # fmt: skip
+
+
+def _devices(lowered) -> int | None:
+    """The lowered program's device count (``mhlo.num_partitions`` × ``mhlo.num_replicas``)."""
+    try:
+        text = lowered.as_text()
+    except Exception:  # a count we can do without
+        return None
+    counts = [
+        int(m.group(1)) if (m := re.search(rf"mhlo\.{name} = (\d+)", text)) else 1
+        for name in ("num_partitions", "num_replicas")
+    ]
+    return math.prod(counts)
 
 
 def labelled(report: Report, target: str | None, how: str) -> Report:
