@@ -95,11 +95,26 @@ def dump_files(directory: str | Path) -> list[Path]:
 def analyze_dump(
     directory: str | Path, cost_model: str = "roofline", chip=None
 ) -> dict[str, Report]:
-    """One report per optimized module of an ``--xla_dump_to`` directory."""
+    """One report per optimized module of an ``--xla_dump_to`` directory. Where XLA wrote the
+    module's buffer assignment beside it, the memory figures are the compiler's (see
+    :func:`memory.from_dump`), so the fit is known; otherwise from the HLO text alone."""
     files = dump_files(directory)
     if not files:
         raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
-    return {module_key(f): analyze_hlo(f, cost_model, chip) for f in files}
+    reports = {}
+    for f in files:
+        report = analyze_hlo(f, cost_model)
+        stem = f.name.removesuffix(".txt")
+        assignment = f.with_name(stem + memory.ASSIGNMENT_SUFFIX)
+        if assignment.is_file():
+            usage = f.with_name(stem + memory.USAGE_SUFFIX)
+            report.summary["memory"] = memory.from_dump(
+                assignment.read_text(encoding="utf-8"),
+                usage.read_text(encoding="utf-8") if usage.is_file() else None,
+                report.summary["memory"],
+            )
+        reports[module_key(f)] = report.classify(chip) if chip is not None else report
+    return reports
 
 
 def module_key(path: Path) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "TIGHT",
     "Buffer",
     "describe",
+    "from_dump",
     "from_error",
     "from_module",
     "from_stats",
@@ -123,6 +124,61 @@ def from_error(
         "compiler_error": " ".join(message.split())[:500],
         "devices": devices,
         "slices": [list(s) for s in slices] if slices else None,
+    }
+
+
+_ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*):\s*$", re.MULTILINE)
+_COLOR = re.compile(r"\bcolor (\d+)\b")
+_TOTAL = re.compile(r"Memory Space: \S+ \(color=0\)\s*\nTotal bytes: (\d+)")
+ASSIGNMENT_SUFFIX = "-buffer-assignment.txt"  # beside *after_optimizations.txt in a dump
+USAGE_SUFFIX = "-memory-usage-report.txt"
+
+
+def from_dump(assignment: str, usage_report: str | None, hlo: dict) -> dict:
+    """The need from the buffer assignment XLA writes beside an optimized module in an
+    ``--xla_dump_to`` directory (``*-buffer-assignment.txt``), as ``memory_analysis()`` counts it:
+    arguments (``parameter`` allocations), outputs (``maybe-live-out``, the aliased ones too),
+    aliased (both), temporaries (``preallocated-temp``), in device memory (color 0) only;
+    thread-local and constant allocations are not counted. ``usage_report`` is the dump's
+    ``*-memory-usage-report.txt``: its color-0 total is kept. ``hlo`` is :func:`from_module` of the
+    same module (its largest buffers, what could be donated).
+
+    XLA:TPU assigns more temporaries after this dump (in code generation), so for a TPU module
+    (tiled layouts) the need is a lower bound; on CPU and GPU it is the compiler's figure."""
+    arguments = outputs = aliased = temp = counted = 0
+    found = False
+    for match in _ALLOCATION.finditer(assignment):
+        found = True
+        size, flags = int(match[1]), match[2]
+        color = _COLOR.search(flags)
+        if color is not None and color[1] != "0":
+            continue
+        counted += size
+        parameter = re.search(r"\bparameter \d+", flags) is not None
+        live_out = "maybe-live-out" in flags
+        arguments += size if parameter else 0
+        outputs += size if live_out else 0
+        aliased += size if parameter and live_out else 0
+        temp += size if "preallocated-temp" in flags else 0
+    if not found:
+        raise ValueError("no 'allocation N: size S, ...' lines: not an XLA buffer assignment")
+    total = _TOTAL.search(usage_report or "")
+    tpu = ":T(" in assignment
+    return {
+        "source": "dump",
+        "arguments_bytes": arguments,
+        "outputs_bytes": outputs,
+        "aliased_bytes": aliased,
+        "temporaries_bytes": temp,
+        "generated_code_bytes": None,
+        "available_bytes": None,
+        "reserved_bytes": None,
+        "need_bytes": arguments + outputs - aliased + temp,
+        "complete": not tpu,
+        "largest": hlo.get("largest", []),
+        "donatable_bytes": hlo.get("donatable_bytes", 0),
+        "compiler_error": None,
+        "allocated_bytes": int(total[1]) if total else counted,
     }
 
 
@@ -231,7 +287,8 @@ def describe(summary: dict) -> list[str]:
         f"HBM per device: {fit['need_bytes'] / 1e9:.3g} GB of {fit['capacity_bytes'] / 1e9:.3g} GB "
         f"({fit['used_fraction']:.0%}): {fit['verdict']}"
         + {"compiler error": " (the compiler refused the program)", "hlo": " (temporaries "
-           "unknown from HLO text)", "dump": " (from the dump's buffer assignment)"}.get(
+           "unknown from HLO text)", "dump": " (the dump's buffer assignment"
+           + ("" if memory["complete"] else "; XLA:TPU adds temporaries after it") + ")"}.get(
             memory["source"], "")
     ]  # fmt: skip
     if memory["source"] == "compiler error":

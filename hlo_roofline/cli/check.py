@@ -59,8 +59,9 @@ class Percent(click.ParamType):
         return number
 
 
-def percent_option(flag: str, help: str):
-    rule = flag.removeprefix("--").replace("-", "_")
+def percent_option(flag: str, help: str, rule: str | None = None):
+    """A percent flag whose accepted range is its rule's (``rule``: default the flag's name)."""
+    rule = rule or flag.removeprefix("--").replace("-", "_")
     assert rule in PERCENT_RANGES, rule
     return click.option(flag, type=Percent(rule), metavar="PCT", help=help)
 
