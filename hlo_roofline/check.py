@@ -185,10 +185,13 @@ class Rules:
         return any(getattr(self, n) is not None for n in _SELECTION)
 
     @property
-    def active(self) -> list[str]:
-        """The rules set, as flags (``select``, ``max-hbm``, ...)."""
-        return [_flag(f.name) for f in fields(self) if f.name != "baseline"
-                and getattr(self, f.name) is not None]  # fmt: skip
+    def gates(self) -> list[str]:
+        """The rules that can fail, as flags (``require``, ``max-hbm``, ...): the selection
+        (``select``, ``exclude``, ``kind``, ``min-share``) counts as one, ``select``, when alone."""
+        narrowing = (*_SELECTION, "min_share", "baseline")
+        gates = [_flag(f.name) for f in fields(self) if f.name not in narrowing
+                 and getattr(self, f.name) is not None]  # fmt: skip
+        return gates or (["select"] if self.selects else [])
 
     def describe(self) -> str:
         parts = [
@@ -345,7 +348,7 @@ def refusal(report: Report) -> str | None:
 def refused(rules: Rules, reason: str, selected: pd.DataFrame | None = None) -> CheckResult:
     """Every rule fails on a step that did not compile: one violation per rule, with the reason."""
     detail = f"the compiler refused the program: {' '.join(reason.split())}"
-    violations = [Violation(rule, "(step)", detail=detail) for rule in rules.active]
+    violations = [Violation(rule, "(step)", detail=detail) for rule in rules.gates]
     empty = pd.DataFrame() if selected is None else selected.iloc[:0]
     return CheckResult(rules, violations, empty)
 

@@ -333,10 +333,14 @@ def _shard_advice(memory: dict, need: float, target: float) -> str | None:
     state = min(_state_bytes(memory), need)
     fixed = need - state
     devices = memory.get("devices") or 1
+    rest = (
+        "outputs, temporaries, reserved space: the compiler's error does not split them"
+        if memory.get("outputs_bytes") is None
+        else "temporaries, activations at a fixed per-device batch"
+    )
     assumes = (
         f"assuming parameters and optimizer state ({state / 1e9:.2f} GB per device) shard over "
-        f"FSDP / ZeRO and the other {fixed / 1e9:.2f} GB (activations at a fixed per-device "
-        "batch, temporaries) do not shrink"
+        f"FSDP / ZeRO and the other {fixed / 1e9:.2f} GB ({rest}) do not shrink"
     )
     if state <= 0:
         return None

@@ -185,7 +185,12 @@ def summary_text(report: Report) -> str:
             "ops: the program before optimization (the compiler refused it): FLOPs are right, "
             "bytes and times are upper bounds (nothing fused)"
         )
-    if report.chip:
+    if report.chip and refused and report.ops.empty:
+        lines += [
+            f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
+            "step time: unknown (the compiler refused the program: no ops to time)",
+        ]
+    elif report.chip:
         lines += [
             f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
             f"step time: ≥ {format_seconds(s['step_time_lower_s'])} (perfect overlap), "
