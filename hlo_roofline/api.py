@@ -95,26 +95,30 @@ def dump_files(directory: str | Path) -> list[Path]:
 def analyze_dump(
     directory: str | Path, cost_model: str = "roofline", chip=None
 ) -> dict[str, Report]:
-    """One report per optimized module of an ``--xla_dump_to`` directory. Where XLA wrote the
-    module's buffer assignment beside it, the memory figures are the compiler's (see
-    :func:`memory.from_dump`), so the fit is known; otherwise from the HLO text alone."""
+    """One report per optimized module of an ``--xla_dump_to`` directory (see
+    :func:`analyze_dump_file`: the fit is known where XLA wrote the buffer assignment)."""
     files = dump_files(directory)
     if not files:
         raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
-    reports = {}
-    for f in files:
-        report = analyze_hlo(f, cost_model)
-        stem = f.name.removesuffix(".txt")
-        assignment = f.with_name(stem + memory.ASSIGNMENT_SUFFIX)
-        if assignment.is_file():
-            usage = f.with_name(stem + memory.USAGE_SUFFIX)
-            report.summary["memory"] = memory.from_dump(
-                assignment.read_text(encoding="utf-8"),
-                usage.read_text(encoding="utf-8") if usage.is_file() else None,
-                report.summary["memory"],
-            )
-        reports[module_key(f)] = report.classify(chip) if chip is not None else report
-    return reports
+    return {module_key(f): analyze_dump_file(f, cost_model, chip) for f in files}
+
+
+def analyze_dump_file(path: str | Path, cost_model: str = "roofline", chip=None) -> Report:
+    """An optimized module file; where XLA wrote its buffer assignment beside it (a dump's
+    ``*-buffer-assignment.txt``), the memory figures are the compiler's
+    (:func:`memory.from_dump`), so the fit is known, not only a lower bound from the text."""
+    path = Path(path)
+    report = analyze_hlo(path, cost_model)
+    stem = path.name.removesuffix(".txt")
+    assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
+    if assignment.is_file():
+        usage = path.with_name(stem + memory.USAGE_SUFFIX)
+        report.summary["memory"] = memory.from_dump(
+            assignment.read_text(encoding="utf-8"),
+            usage.read_text(encoding="utf-8") if usage.is_file() else None,
+            report.summary["memory"],
+        )
+    return report.classify(chip) if chip is not None else report
 
 
 def module_key(path: Path) -> str:

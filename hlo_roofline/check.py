@@ -357,7 +357,13 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
     """Apply ``rules`` to a classified ``report``; ``baseline`` overrides ``rules.baseline``."""
     reason = refusal(report)
     if reason is not None:
-        return refused(rules, reason, report.ops)
+        result = refused(rules, reason, report.ops)
+        fit = _hbm(report, rules.max_hbm) if rules.max_hbm is not None else []
+        result.violations = [  # the fit, where the error states it, before the reason
+            replace(v, detail=f"{fit[0].detail}; {v.detail}") if v.rule == "max-hbm" and fit
+            else v for v in result.violations
+        ]  # fmt: skip
+        return result
     if rules.needs_verdicts:
         require_verdicts(report)
     violations: list[Violation] = []
