@@ -104,11 +104,30 @@ def dump_files(directory: str | Path) -> list[Path]:
 def analyze_dump(
     directory: str | Path, cost_model: str = "roofline", chip=None
 ) -> dict[str, Report]:
-    """One report per optimized module of an ``--xla_dump_to`` directory."""
+    """One report per optimized module of an ``--xla_dump_to`` directory (see
+    :func:`analyze_dump_file`: the fit is known where XLA wrote the buffer assignment)."""
     files = dump_files(directory)
     if not files:
         raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
-    return {module_key(f): analyze_hlo(f, cost_model, chip) for f in files}
+    return {module_key(f): analyze_dump_file(f, cost_model, chip) for f in files}
+
+
+def analyze_dump_file(path: str | Path, cost_model: str = "roofline", chip=None) -> Report:
+    """An optimized module file; where XLA wrote its buffer assignment beside it (a dump's
+    ``*-buffer-assignment.txt``), the memory figures are the compiler's
+    (:func:`memory.from_dump`), so the fit is known, not only a lower bound from the text."""
+    path = Path(path)
+    report = analyze_hlo(path, cost_model)
+    stem = path.name.removesuffix(".txt")
+    assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
+    if assignment.is_file():
+        usage = path.with_name(stem + memory.USAGE_SUFFIX)
+        report.summary["memory"] = memory.from_dump(
+            assignment.read_text(encoding="utf-8"),
+            usage.read_text(encoding="utf-8") if usage.is_file() else None,
+            report.summary["memory"],
+        )
+    return report.classify(chip) if chip is not None else report
 
 
 def module_key(path: Path) -> str:
@@ -368,7 +387,7 @@ def _analyze_step(
             raise
         compiled_for = chips.get(targets.parse_target(target).chip) if target else local_chip()
         capacity = compiled_for.per_device().hbm_capacity if compiled_for else None
-        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity)
+        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity, target)
         how += "; the compiler refused it: out of memory"
     else:
         report = analyze_hlo(program.text, cost_model, user_packages=user_packages)
@@ -512,21 +531,53 @@ def _argument_name(path, names: list[str]) -> str:
     return name + jax.tree_util.keystr(tuple(inner))
 
 
-def _refused(lowered, error: str, inputs, donatable: int, cost_model: str, capacity) -> Report:
+def _refused(
+    lowered, error: str, inputs, donatable: int, cost_model: str, capacity, target=None
+) -> Report:
     """The report of a program the compiler would not build: the memory figures from its error;
-    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise
-    (before partitioning, a sharded program's ops have global shapes, not one device's)."""
+    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise:
+    before partitioning, a sharded program's ops have global shapes, not one device's, so its ops,
+    FLOPs, bytes and coverage are unknown (absent from the summary), not a global count."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnoptimizedHloWarning)
         report = analyze_hlo(lowered.as_text(dialect="hlo"), cost_model)
     sharded = any(b.shape != b.global_shape for b in inputs)
     ops = report.ops.iloc[0:0] if sharded else report.ops
-    summary = {
-        **report.summary,
-        "memory": memory.from_error(error, inputs, donatable, capacity),
-        "ops_before_optimization": not sharded,
-    }
+    summary = dict(report.summary)
+    if sharded:
+        for key in _PER_DEVICE_UNKNOWN:
+            summary.pop(key, None)
+        summary["unknown_ops"] = []
+    slices = None
+    if target is not None:
+        try:
+            slices = targets.slice_shapes(target)
+        except (targets.TargetError, KeyError):
+            slices = None
+    summary["memory"] = memory.from_error(
+        error, inputs, donatable, capacity, _devices(lowered), slices
+    )
+    summary["ops_before_optimization"] = not sharded
     return Report(ops.reset_index(drop=True), summary, report.module)
+
+
+# What the refused program's lowered text cannot say per device once it is sharded.
+_PER_DEVICE_UNKNOWN = (
+    "flops", "transcendentals", "bytes_accessed", "comm_bytes", "coverage", "notes",
+)  # fmt: skip
+
+
+def _devices(lowered) -> int | None:
+    """The lowered program's device count (``mhlo.num_partitions`` × ``mhlo.num_replicas``)."""
+    try:
+        text = lowered.as_text()
+    except Exception:  # a count we can do without
+        return None
+    counts = [
+        int(m.group(1)) if (m := re.search(rf"mhlo\.{name} = (\d+)", text)) else 1
+        for name in ("num_partitions", "num_replicas")
+    ]
+    return math.prod(counts)
 
 
 def labelled(report: Report, target: str | None, how: str) -> Report:
