@@ -101,7 +101,7 @@ def percent_error(name: str, value: object) -> str | None:
         wanted = f"a finite percent {'>=' if low_ok else '>'} {low:g}"
     ok = math.isfinite(value) and (value >= low if low_ok else value > low)
     if not ok or (high is not None and value > high):
-        return f"{_flag(name)} must be {wanted}, not {value!r}"
+        return f"{_flag(name)} must be {wanted}, not {value:g}"
     return None
 
 

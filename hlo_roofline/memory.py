@@ -15,6 +15,7 @@ the remedies the book tries first (donate, shard over more devices, rematerialis
 
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple
 
@@ -124,6 +125,7 @@ def from_error(
         "compiler_error": " ".join(message.split())[:500],
         "devices": devices,
         "slices": [list(s) for s in slices] if slices else None,
+        "arguments_global_bytes": sum(_global_bytes(b) for b in parameters),
     }
 
 
@@ -180,6 +182,15 @@ def from_dump(assignment: str, usage_report: str | None, hlo: dict) -> dict:
         "compiler_error": None,
         "allocated_bytes": int(total[1]) if total else counted,
     }
+
+
+def _global_bytes(buffer: Buffer) -> float:
+    """The whole array's bytes: the per-device bytes times how many shards its shape makes."""
+    dims = [re.findall(r"\d+", m) for m in (buffer.shape, buffer.global_shape) if "[" in m]
+    if len(dims) != 2:
+        return float(buffer.bytes)
+    local, whole = (math.prod(int(d) for d in found) for found in dims)
+    return buffer.bytes * whole / local if local else float(buffer.bytes)
 
 
 def _size(match: re.Match | None) -> float | None:
@@ -356,15 +367,20 @@ def _shard_advice(memory: dict, need: float, target: float) -> str | None:
             f"shard parameters and optimizer state over enough devices that they take at "
             f"most {room / 1e9:.2f} GB per device, {assumes}"
         )
+    # The whole program's state, where known (replicated arguments shard too): over ``count``
+    # devices, each holds its share of it; else what each holds now shrinks by devices / count.
+    whole = memory.get("arguments_global_bytes")
+    if not whole or memory.get("outputs_bytes") is not None:
+        whole = state * devices
     for count, shape in sorted(slices):
-        if count <= devices:
+        after = fixed + min(whole / count, state)
+        if count < devices or after > target:
             continue
-        after = fixed + state * devices / count
-        if after <= target:
-            return (
-                f"shard over a {count}-chip slice ({shape}, now {devices}): about "
-                f"{after / 1e9:.2f} GB per device, {assumes}"
-            )
+        where = (
+            f"the {devices} devices it has" if count == devices
+            else f"a {count}-chip slice ({shape}, now {devices})"
+        )  # fmt: skip
+        return f"shard over {where}: about {after / 1e9:.2f} GB per device, {assumes}"
     return f"no slice of this chip is big enough, {assumes}"
 
 

@@ -370,3 +370,17 @@ def test_a_fresh_dump_matches_memory_analysis_of_the_same_compile(tmp_path):
 def test_not_a_buffer_assignment():
     with pytest.raises(ValueError, match="not an XLA buffer assignment"):
         memory.from_dump("BufferAssignment:\n", None, {})
+
+
+def test_replicated_state_is_advised_to_shard_over_the_devices_it_has():
+    """The state replicated on the 4 chips of a v5e:2x2: each holds all 12 GiB of it. Sharded
+    over those 4 (FSDP), each would hold 3 GiB beside the 10.25 GiB that do not shrink."""
+    mesh = targets.make_mesh("v5e:2x2", (4,), ("fsdp",))
+    report = analyze(adam, *state(NamedSharding(mesh, P())), target="v5e:2x2")
+    mem = report.summary["memory"]
+    assert mem["devices"] == 4 and mem["arguments_global_bytes"] == ARGUMENTS  # replicated
+    assert min(n for n in V5E_SLICES if n >= 4 and 10.25 * GIB + ARGUMENTS / n <= TIGHT_BYTES) == 4
+    (shard,) = [a for a in report.summary["memory_fit"]["advice"] if a.startswith("shard")]
+    assert shard.startswith(
+        f"shard over the 4 devices it has: about {(10.25 * GIB + ARGUMENTS / 4) / 1e9:.2f} GB"
+    )

@@ -75,7 +75,7 @@ def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
     return kinds or None
 
 
-_KIND_HELP = "; ".join(f"{k}: {meaning}" for k, (meaning, _) in KINDS.items())
+_KIND_HELP = ", ".join(KINDS)
 
 
 @click.command(
@@ -94,9 +94,10 @@ _KIND_HELP = "; ".join(f"{k}: {meaning}" for k, (meaning, _) in KINDS.items())
 @click.option("--exclude", callback=_regex, metavar="REGEX",
               help="Leave out ops whose name, opcode, op_name, source or user line matches.")  # fmt: skip
 @click.option("--kind", multiple=True, callback=_kinds, metavar="KIND",
-              help=f"Only ops of this kind (repeat or a,b for several). {_KIND_HELP}.")  # fmt: skip
+              help=f"Only ops of this kind: {_KIND_HELP} (repeat, or a,b, for several; "
+                   "hlo_roofline.check.KINDS says what each is).")  # fmt: skip
 @click.option("--exclude-kind", multiple=True, callback=_kinds, metavar="KIND",
-              help="Leave out ops of this kind (e.g. collective).")  # fmt: skip
+              help="Leave out ops of this kind (e.g. collective: reduce-scatter fusions too).")  # fmt: skip
 @percent_option("--min-share", "Ops taking at least PCT% of the predicted step.")
 @click.option("--require", type=click.Choice(REQUIRABLE),
               help="Every selected op must have this bound.")  # fmt: skip
@@ -124,6 +125,7 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
     \b
     Example:
       $ hlo-roofline check large.json --select dot_general --require compute
+      $ hlo-roofline check large.json --select dot_general --exclude-kind collective --require compute
       $ hlo-roofline check --from steps.py:elementwise_step --chip v5e --require compute  # exit 1
       $ hlo-roofline check large.json --max-memory-share 50 --min-coverage 95
       $ hlo-roofline check large.json --baseline small.json --max-regression 10  # exit 1

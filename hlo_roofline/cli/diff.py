@@ -44,6 +44,7 @@ def diff_command(a, b, chip, fail_on_regression, min_coverage, fmt, top):
       $ hlo-roofline diff small.json large.json
       $ hlo-roofline diff small.json large.json --format csv
       $ hlo-roofline diff small.json large.json --fail-on-regression 5  # exit 1
+      $ hlo-roofline diff small.json large.json --min-coverage 99
     """
     report_a, report_b = _load_report(a, chip), _load_report(b, chip)
     with _input_errors():
