@@ -41,8 +41,8 @@ DUMPS = sorted((FIXTURES / "maxtext").glob("*.dump"))
 NEEDS = {
     "default_v5p8": "parser, kernels, gates, sparsecore",
     "llama2_7b_v5e16": "parser, kernels, gates",
-    "mixtral_8x7b_v5p8": "parser, kernels, gates",
-    "default_h100x8": "",
+    "mixtral_8x7b_v5p8": "parser, kernels (splash and megablox gmm), gates, sparsecore",
+    "default_h100x8": "parser (its dump only)",
     "fsdp_v5p": "gates",
 }
 CHIP_OF = {"v5p": "v5p", "v5e": "v5e", "a3": "h100"}  # MaxText's compile_topology → chip
@@ -76,8 +76,10 @@ def _chip(record: dict) -> str:
 
 def dot_flops(ops) -> float:
     """2·batch·M·N·K of every matmul row, times its executions: the matmuls' own work (a row's
-    ``flops`` also holds the elementwise work fused around the dot)."""
-    mm = ops[ops["mm_k"] > 0]
+    ``flops`` also holds the elementwise work fused around the dot). Not the matmuls XLA:TPU
+    makes of a cumsum (MoE routing's reduce-window becomes a triangular 128×128×128 matmul):
+    they are not the model's matmuls MaxText counts."""
+    mm = ops[(ops["mm_k"] > 0) & ~ops["op_name"].str.contains("reduce-window", regex=False)]
     return float((2.0 * mm["mm_batch"] * mm["mm_m"] * mm["mm_n"] * mm["mm_k"] * mm["count"]).sum())
 
 
@@ -103,36 +105,65 @@ def layer_forward_flops(c: dict) -> dict[str, float]:
     }
 
 
-def remat_recompute_flops(c: dict, attention_as_dots: bool) -> float:
-    """The matmul FLOPs MaxText's remat policy recomputes in the backward pass, per device.
+def experts_in_kernels(c: dict) -> bool:
+    """Dropless MoE with megablox: the experts' matmuls are Pallas grouped matmuls, not dots."""
+    return c["num_experts"] > 1 and c["sparse_matmul"] and c["megablox"]
+
+
+def attention_in_kernels(c: dict) -> bool:
+    """attention=flash on TPU is Pallas splash attention, not dots."""
+    return c["attention"] == "flash" and c["hardware"] == "tpu"
+
+
+def remat_recompute_flops(c: dict, dots_only: bool = True) -> float:
+    """The matmul FLOPs MaxText's remat policy recomputes in the backward pass, per device
+    (``dots_only``: those that run as XLA dots, not in a Pallas kernel).
 
     ``full`` saves nothing but each layer's input (the scan carry): the backward recomputes the
     layer's forward, except the FFN's output projection, whose result only feeds the next layer
     (whose input is saved), so XLA drops its recomputation as dead code. ``minimal`` saves every
-    matmul without batch dimensions (all the weight matmuls): none is recomputed; attention's
-    batched dots are, where attention runs as dots.
+    matmul without batch dimensions (all the weight matmuls); attention's batched dots, and any
+    kernel (a kernel is not a dot), are recomputed.
     """
     f = layer_forward_flops(c)
-    attention = f["attention_full"] if attention_as_dots else 0.0
+    attention = f["attention_full"]
+    if attention_in_kernels(c):  # the kernel skips the masked blocks: MaxText's causal half
+        attention = 0.0 if dots_only else attention / 2
+    ffn_in = 0.0 if dots_only and experts_in_kernels(c) else f["ffn_in"]
     layers = c["num_decoder_layers"]
     if c["remat_policy"] == "full":
-        return layers * (f["qkv"] + f["out_proj"] + f["gate"] + f["ffn_in"] + attention)
+        return layers * (f["qkv"] + f["out_proj"] + f["gate"] + ffn_in + attention)
     if c["remat_policy"] == "minimal":
         return layers * attention
     raise NotImplementedError(f"derive the recomputed share of remat_policy={c['remat_policy']}")
 
 
+def kernel_flops(record: dict) -> float:
+    """The work MaxText counts (×3 for forward and backward) that runs in Pallas kernels, plus
+    what remat recomputes of it: splash attention, megablox's expert matmuls."""
+    c, tflops = record["config"], record["tflops_training_per_device"]
+    f = layer_forward_flops(c)
+    work = 0.0
+    if attention_in_kernels(c):
+        work += tflops["attention"] * 1e12
+    if experts_in_kernels(c):
+        work += 3 * c["num_decoder_layers"] * (f["ffn_in"] + f["ffn_out"])
+    return work + remat_recompute_flops(c, dots_only=False) - remat_recompute_flops(c)
+
+
 def expected_dot_flops(record: dict) -> float:
     """MaxText's learnable-weight FLOPs (forward + backward, ×3), plus the attention dots where
     attention is XLA dots (they compute every pair: twice MaxText's causal count), plus what
-    remat recomputes."""
+    remat recomputes, less the experts' matmuls where megablox kernels do them."""
     c = record["config"]
     tflops = record["tflops_training_per_device"]
-    attention_as_dots = c["attention"] == "dot_product"
     expected = tflops["learnable_weight"] * 1e12
-    if attention_as_dots:
+    if not attention_in_kernels(c):
         expected += 2 * tflops["attention"] * 1e12
-    return expected + remat_recompute_flops(c, attention_as_dots)
+    if experts_in_kernels(c):
+        f = layer_forward_flops(c)
+        expected -= 3 * c["num_decoder_layers"] * (f["ffn_in"] + f["ffn_out"])
+    return expected + remat_recompute_flops(c)
 
 
 # -- the HLO's own collectives, counted without hlo_roofline/hlo ----------------------------------
@@ -186,19 +217,31 @@ def entry_name(text: str) -> str:
     return re.search(r"^ENTRY\s+%([^\s(]+)", text, re.M)[1]
 
 
-def _trip_count(condition: list[tuple[str, str, str]]) -> int:
-    """A scan's while condition compares its counter with one integer constant: the trip count."""
-    constants = [int(m[1]) for _, op, line in condition if op == "constant"
-                 for m in [re.search(r"constant\((-?\d+)\)", line)] if m]  # fmt: skip
+def _trip_count(comps: dict, line: str) -> int:
+    """A while's trip count: XLA:GPU states it (``known_trip_count``); a TPU scan's condition
+    compares its counter with one integer constant."""
+    known = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+    if known:
+        return int(known[1])
+    condition = comps[re.search(r"condition=%([^\s,]+)", line)[1]]
+    constants = [int(m[1]) for _, op, text in condition if op == "constant"
+                 for m in [re.search(r"constant\((-?\d+)\)", text)] if m]  # fmt: skip
     assert len(constants) == 1, f"not a counted loop: {constants}"
     return constants[0]
 
 
 def collective_counts(text: str) -> dict[str, float]:
-    """Executions per step of each collective kind: a plain op or an async start counts once
-    (its done is the same transfer); a fusion whose computation performs a collective counts as
-    that collective, once (XLA:TPU's all-reduce-scatter fusion, an all-reduce then a
-    partition-id dynamic-slice, is a reduce-scatter); a while body counts trip-count times."""
+    """Executions per step of each collective kind, from the HLO text alone.
+
+    XLA:TPU v5e splits an async collective into a start fusion, fusions computing with its
+    result and a done fusion, each holding a copy of the collective with the same channel id and
+    ``chain_id``: those are one transfer. Other collectives count apart, even where they share
+    a channel id (shard_map's collectives all have channel 1). An async start and its done are
+    one transfer.
+    A fusion whose computation performs a collective is that collective (XLA:TPU's
+    all-reduce-scatter fusion, an all-reduce then a partition-id dynamic-slice, is a
+    reduce-scatter); a while body counts trip-count times.
+    """
     comps = computations(text)
     counts: dict[str, float] = {}
 
@@ -206,29 +249,37 @@ def collective_counts(text: str) -> dict[str, float]:
         base = opcode.removesuffix("-start")
         return base if base in COLLECTIVES else None
 
-    def fused_kind(comp: str) -> str | None:
-        kinds = {kind_of(op) for _, op, _ in comps[comp]} - {None}
-        if not kinds:
+    def transfer_id(line: str, name: str) -> str:
+        chain = re.search(r'chain_id="(\d+)"', line)
+        channel = re.search(r"channel_id=(\d+)", line)
+        return f"{channel[1]}/{chain[1]}" if chain and channel else name
+
+    def fused(comp: str) -> tuple[str, str] | None:
+        found = [(kind_of(op), transfer_id(line, name)) for name, op, line in comps[comp]
+                 if kind_of(op)]  # fmt: skip
+        if not found:
             return None
-        if comp.startswith("all-reduce-scatter"):
-            return "reduce-scatter"
-        (kind,) = kinds
-        return kind
+        (kind, chan), *others = found
+        assert all(k == kind for k, _ in others), f"{comp} holds several collectives"
+        return ("reduce-scatter" if comp.startswith("all-reduce-scatter") else kind), chan
 
     def walk(comp: str, times: float) -> None:
-        for _, opcode, line in comps[comp]:
+        seen: set[tuple[str, str]] = set()
+        for name, opcode, line in comps[comp]:
             calls = re.search(r"calls=%([^\s,]+)", line)
+            transfer = None
             if opcode == "while":
                 body = re.search(r"body=%([^\s,]+)", line)[1]
-                condition = re.search(r"condition=%([^\s,]+)", line)[1]
-                walk(body, times * _trip_count(comps[condition]))
-            elif opcode == "fusion" and calls and fused_kind(calls[1]):
-                kind = fused_kind(calls[1])
-                counts[kind] = counts.get(kind, 0.0) + times
+                walk(body, times * _trip_count(comps, line))
+            elif opcode == "fusion" and calls:
+                transfer = fused(calls[1])
             elif opcode in ("call", "async-start") and calls:
                 walk(calls[1], times)
             elif kind_of(opcode):
-                counts[kind_of(opcode)] = counts.get(kind_of(opcode), 0.0) + times
+                transfer = kind_of(opcode), name
+            if transfer and transfer not in seen:
+                seen.add(transfer)
+                counts[transfer[0]] = counts.get(transfer[0], 0.0) + times
 
     walk(entry_name(text), 1.0)
     return counts
@@ -275,21 +326,40 @@ def test_matmul_flops_are_maxtexts(path):
         return
     assert dot_flops(ops) == pytest.approx(expected_dot_flops(record), rel=1e-6)
     remat = ops[ops["op_name"].str.contains("rematted_computation", regex=False)]
-    c = record["config"]
-    expected = remat_recompute_flops(c, c["attention"] == "dot_product")
-    assert dot_flops(remat) == pytest.approx(expected, rel=1e-6, abs=1.0)
+    assert dot_flops(remat) == pytest.approx(remat_recompute_flops(record["config"]), rel=1e-6,
+                                             abs=1.0)  # fmt: skip
+
+
+KERNELS = [p for p in MAXTEXT if kernel_flops(_record(p)) > 0]
+
+
+@pytest.mark.parametrize("path", KERNELS, ids=_id)
+def test_pallas_kernels_do_maxtexts_work(path):
+    """The Pallas calls (splash attention, megablox's grouped matmuls) are priced, at no less
+    than the work MaxText counts for them and at most 3× it: splash computes whole blocks on
+    the causal diagonal (up to 2× the causal half at these block sizes) and its backward
+    recomputes the scores in both its dq and its dkv kernel; megablox pads each expert's group
+    of tokens to its tile."""
+    ops = _report(path).ops
+    pallas = ops[ops["op_name"].str.contains("pallas_call", regex=False)]
+    assert len(pallas) > 0 and not pallas["unknown"].any()
+    priced = float((pallas["flops"]).sum())
+    work = kernel_flops(_record(path))
+    assert work <= priced <= 3 * work
 
 
 @pytest.mark.parametrize("path", MAXTEXT, ids=_id)
 def test_remat_recomputes_what_the_policy_says(path):
-    """Instructions under ``rematted_computation``: there are some exactly when the policy
-    recomputes something (the generator counted them in the text with a plain regex)."""
+    """Every policy recomputes something under ``rematted_computation`` (elementwise work, a
+    kernel's forward; the generator counted those instructions in the text with a plain regex);
+    among them are matmul rows exactly when the policy recomputes matmuls."""
     record = _record(path)
     c = record["config"]
-    recomputes = remat_recompute_flops(c, c["attention"] == "dot_product") > 0
-    assert (record["remat_recomputed_instructions"] > 0) == recomputes
-    names = _report(path).ops["op_name"].str.contains("rematted_computation", regex=False)
-    assert names.any() == recomputes
+    ops = _report(path).ops
+    remat = ops[ops["op_name"].str.contains("rematted_computation", regex=False)]
+    assert record["remat_recomputed_instructions"] > 0 and len(remat) > 0
+    recomputes = remat_recompute_flops(c) > 0
+    assert (remat["mm_k"] > 0).any() == recomputes
 
 
 @pytest.mark.parametrize("path", RECORDS, ids=_id)
