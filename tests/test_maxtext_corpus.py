@@ -177,17 +177,14 @@ COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "ragg
 
 def _opcode(rest: str) -> str:
     """The opcode after an instruction's result shape (a tuple shape has parentheses)."""
-    i = 0
+    end = rest.index(" ")
     if rest.startswith("("):
         depth = 0
-        for i, ch in enumerate(rest):
+        for end, ch in enumerate(rest, start=1):  # noqa: B007 (the end is the loop's result)
             depth += {"(": 1, ")": -1}.get(ch, 0)
             if depth == 0:
                 break
-        i += 1
-    else:
-        i = rest.index(" ")
-    return rest[i:].strip().split("(", 1)[0]
+    return rest[end:].strip().split("(", 1)[0]
 
 
 def computations(text: str) -> dict[str, list[tuple[str, str, str]]]:
