@@ -27,7 +27,7 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "coll
 
 FILES = [
     *(f"collectives/{n}.hlo.txt.gz" for n in
-      ("fsdp_v5p", "fsdp_h100", "windowed_v5p", "windowed_h100")),
+      ("fsdp_v5p", "fsdp_v5e", "fsdp_h100", "windowed_v5p", "windowed_h100")),
     *(f"{p}/{t}.hlo.txt" for p in ("fsdp_train_step", "dp_train_step", "ppermute", "all_to_all")
       for t in ("tpu_v5e", "tpu_v5p", "h100")),
 ]  # fmt: skip
