@@ -145,13 +145,53 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
         return None
     heads = q.elements // (sq * d)  # batch × query heads
     with_d, with_dv, exps = _PHASES[kernel.phase]
-    pairs = heads * sq * skv
+    share, mask_note = _visited_share(kernel, instr, sq, skv)
+    pairs = heads * sq * skv * share
     return Cost(
         flops=2 * (with_d * d + with_dv * dv) * pairs,
         transcendentals=exps * pairs,
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
-        notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {_FULL_MASK}",),
+        notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),
     )
+
+
+# The block sizes splash attention's kernels run with, by phase, as its kernel_metadata names them.
+_SPLASH_BLOCKS = {
+    "fwd": ("block_q", "block_kv"), "dq": ("block_q_dq", "block_kv_dq"),
+    "dkv": ("block_q_dkv", "block_kv_dkv"), "fused_bwd": ("block_q_dkv", "block_kv_dkv"),
+}  # fmt: skip
+
+
+def _visited_share(kernel: Kernel, instr: Instruction, sq: int, skv: int) -> tuple[float, str]:
+    """The share of the (q, kv) pairs the kernel's grid visits, and the note saying so.
+
+    Splash attention compresses its block mask: its grid runs over the first mask array
+    (``data_next``, ``[heads, rows, columns]``, one block of ``block_q × block_kv`` pairs a step),
+    whose columns are only as many as the most blocks any row keeps (3 of 16 for a window of 256
+    over 2048 positions in blocks of 128). Which of those blocks are empty is in the array's values,
+    which the compiled text elides: the visited blocks are counted in full (an upper bound)."""
+    if kernel.family != "splash":
+        return 1.0, _FULL_MASK
+    masks = [s for s in _ints(instr) if len(s.dims) == 3]
+    sizes = [_metadata_int(instr, key) for key in _SPLASH_BLOCKS[kernel.phase]]
+    if not masks or None in sizes:
+        return 1.0, _FULL_MASK
+    bq, bkv = sizes
+    blocks = masks[0].dims[1] * masks[0].dims[2]
+    share = min(1.0, blocks * bq * bkv / (sq * skv))
+    if share == 1.0:
+        return 1.0, _FULL_MASK
+    return share, (
+        f"its grid visits {blocks} blocks of {bq}×{bkv} a head ({share:.1%} of the pairs), counted "
+        "in full: which are empty or partial is not in the text (upper bound)"
+    )
+
+
+def _metadata_int(instr: Instruction, key: str) -> int | None:
+    """An integer of a kernel's ``kernel_metadata`` (JSON inside an attribute: quotes escaped)."""
+    text = instr.attrs.get("frontend_attributes", "")
+    found = re.search(rf'\b{key}\\?"\s*:\s*(\d+)', text)
+    return int(found.group(1)) if found else None
 
 
 def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
