@@ -131,6 +131,8 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
     if len(floats) < 3:
         return None
     q, k, v = floats[:3]
+    if kernel.family == "triton_mha" and len(k.dims) == len(q.dims) + 1:
+        return _triton_decode(kernel, instr, q, k, v, ctx)
     if kernel.family == "triton_mha":  # [batch, seq, heads, head_dim]
         if len(q.dims) != 4 or len(k.dims) != 4:
             return None
@@ -152,6 +154,31 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
         transcendentals=exps * pairs,
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
         notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),
+    )
+
+
+def _triton_decode(
+    kernel: Kernel, instr: Instruction, q: Shape, k: Shape, v: Shape, ctx: CostContext
+) -> Cost | None:
+    """JAX's Triton decode attention (``decode_attention.mqa``/``gqa``, also named
+    ``mha_forward``): ``q [groups…, queries, D]`` against ``k [groups…, splits, keys, D]``, every
+    query of a group (batch, kv head) against every key of it."""
+    lead = q.dims[:-2]
+    if k.dims[: len(lead)] != lead or q.dims[-1] != k.dims[-1]:
+        return None
+    d, dv = q.dims[-1], v.dims[-1]
+    keys = 1
+    for n in k.dims[len(lead) : -1]:
+        keys *= n
+    pairs = q.elements // d * keys
+    return Cost(
+        flops=2 * (d + dv) * pairs,
+        transcendentals=pairs,
+        bytes_accessed=ctx.read_and_written(instr, instr.shape),
+        notes=(
+            f"kernel '{kernel.name}': decode attention from its shapes; every cached position "
+            + ("counted (its lengths are runtime values: upper bound)" if _ints(instr) else "read"),
+        ),
     )
 
 
