@@ -71,7 +71,7 @@ def recognise(instr: Instruction, target: str) -> Kernel | None:
     if target not in ("tpu_custom_call", "__gpu$xla.gpu.triton"):
         return None
     name = kernel_name(instr, target)
-    whole = f"{name} {instr.name} {instr.attrs.get('metadata', '')}"
+    whole = f"{name} {instr.name}"  # not the op_name's scopes: a kernel inside jit(paged_attention)
     if target == "tpu_custom_call":
         if m := re.match(r"splash_(mha|mqa)_(fwd|dq|dkv)", name):
             phase = m.group(2)
