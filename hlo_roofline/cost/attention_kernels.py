@@ -250,21 +250,45 @@ def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None
         caches = 1  # K and V interleaved in one array of 2·kv_heads
         kv_heads *= 2
     context = pages_per_sequence * page
-    pairs = queries * context
+    known = _constant_ints(_int_operands(instr)[0]) if kernel.family == "paged" else None
+    if known is not None and len(known) == sequences:  # lengths fixed in the program
+        positions = sum(min(max(n, 0), context) for n in known)
+        how = f"its lengths are constants ({positions} positions in all)"
+    else:
+        positions = sequences * context
+        how = f"every sequence taken as long as its page table allows ({context} positions; upper bound)"
+    pairs = queries // sequences * positions
     item = element_bytes(cache)
-    # each sequence's pages (capped by the cache's size), plus everything else once
+    # the positions' keys and values (capped by the cache's size), plus everything else once
     cache_bytes = caches * ctx.size(cache)
-    read = min(cache_bytes, sequences * context * kv_heads * d * item * caches)
+    read = min(cache_bytes, positions * kv_heads * d * item * caches)
     others = ctx.read_and_written(instr, instr.shape) - cache_bytes
     return Cost(
         flops=4 * d * pairs,
         transcendentals=pairs,
         bytes_accessed=others + read,
-        notes=(
-            f"kernel '{kernel.name}': decode attention from its shapes; every sequence taken "
-            f"as long as its page table allows ({context} positions; upper bound)",
-        ),
+        notes=(f"kernel '{kernel.name}': decode attention from its shapes; {how}",),
     )
+
+
+_SAME_VALUES = ("copy", "copy-done", "copy-start", "bitcast", "reshape")
+
+
+def _int_operands(instr: Instruction) -> list[Instruction]:
+    return [op for op in instr.operands if op.shape.is_array and op.shape.dtype in _INTS]
+
+
+def _constant_ints(value: Instruction) -> list[int] | None:
+    """The integers of a constant array ``value`` holds (through copies and reshapes), if the
+    text prints them (XLA elides all but small constants as ``{...}``)."""
+    for _ in range(8):
+        if value.opcode not in _SAME_VALUES or not value.operands:
+            break
+        value = value.operands[0]
+    if value.opcode != "constant" or "..." in value.payload:
+        return None
+    numbers = [int(n) for n in re.findall(r"-?\d+", value.payload)]
+    return numbers if len(numbers) == value.shape.elements else None
 
 
 def attention_cost(instr: Instruction, target: str, ctx: CostContext) -> Cost | None:
