@@ -54,16 +54,27 @@ def kernels(module) -> list:
     ]
 
 
+BLOCK = 128  # splash attention's default block sizes, which its cases run with
+
+
 def pairs(c: dict) -> int:
-    """(query, key) pairs of one attention: batch × heads × Sq × Skv."""
+    """(query, key) pairs of one attention: batch × heads × Sq × Skv; for splash attention with a
+    local window, those of the blocks its grid visits: each block row of queries reaches back
+    window/BLOCK blocks and its own."""
+    if c.get("window"):
+        return c["h"] * (c["s"] // BLOCK) * (c["window"] // BLOCK + 1) * BLOCK * BLOCK
     return c.get("b", 1) * c["h"] * c["s"] * c["s"]
 
 
 def expected(c: dict) -> list[float]:
     """The analytic FLOPs of each kernel the case compiles, in program order."""
     d = c["d"]
-    if c["kernel"] == "paged":
-        return [4 * c["b"] * c["hq"] * c["per_seq"] * c["page"] * d]
+    if c["kernel"] == "paged":  # known lengths (capped by the page table), else the page table's
+        context = c["per_seq"] * c["page"]
+        positions = sum(min(n, context) for n in c.get("lengths") or [context] * c["b"])
+        return [4 * c["hq"] * positions * d]
+    if c["kernel"] == "triton_decode":  # every query head against every cached position
+        return [4 * c["b"] * c["h"] * c["s"] * d]
     if c["kernel"] == "ragged":
         return [4 * c["tokens"] * c["hq"] * c["per_seq"] * c["page"] * d]
     fwd = 4 * d * pairs(c)
@@ -101,7 +112,8 @@ def test_kernel_flops_match_the_analytic_attention_count(case):
         else:
             assert cost.flops == flops, instr.name
             assert cost.bytes_accessed > 0
-            if "attention" in "; ".join(cost.notes):  # not the Triton delta kernel: no mask
+            unseen = c["kernel"] != "triton_decode" and not c.get("lengths")  # all in the text
+            if unseen and "attention" in "; ".join(cost.notes):  # (nor the delta kernel)
                 bound = "upper bound" in "; ".join(cost.notes)
                 assert bound, "a mask or lengths the text does not show makes it an upper bound"
 
@@ -130,6 +142,25 @@ def test_backward_is_three_and_a_half_forwards_split_and_two_and_a_half_fused():
     fused = [cost.flops for _, cost in kernels(load("splash_fusedbwd_h2s512d128"))]
     assert sum(split[1:]) / split[0] == 3.5
     assert fused[1] / fused[0] == 2.5
+
+
+def test_local_window_bound_against_splash_own_block_mask():
+    """Splash attention's own mask processing says which blocks of a window-256 mask hold data
+    (45 of the 48 its grid visits over 2048 positions): the row is an upper bound within 7 %."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as mi
+
+    c = CASES["splash_bwd_h2s2048d128_local256"]
+    mask = sm.MultiHeadMask(
+        [sm.LocalMask((c["s"], c["s"]), window_size=(c["window"], 0), offset=0)] * c["h"]
+    )
+    info, _ = mi.process_mask(mask, (BLOCK, BLOCK))
+    per_mask_head = c["h"] // info.block_mask.shape[0]  # identical heads share one mask
+    blocks = int((info.block_mask > 0).sum()) * per_mask_head
+    exact = 4 * c["d"] * blocks * BLOCK * BLOCK
+    ((_, forward), *_) = kernels(load("splash_bwd_h2s2048d128_local256"))
+    assert exact <= forward.flops <= 1.07 * exact
+    assert forward.flops < 0.2 * 4 * c["d"] * c["h"] * c["s"] ** 2  # not the full square
 
 
 def test_unknown_kernel_stays_unknown():

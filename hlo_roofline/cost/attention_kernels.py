@@ -71,7 +71,7 @@ def recognise(instr: Instruction, target: str) -> Kernel | None:
     if target not in ("tpu_custom_call", "__gpu$xla.gpu.triton"):
         return None
     name = kernel_name(instr, target)
-    whole = f"{name} {instr.name} {instr.attrs.get('metadata', '')}"
+    whole = f"{name} {instr.name}"  # not the op_name's scopes: a kernel inside jit(paged_attention)
     if target == "tpu_custom_call":
         if m := re.match(r"splash_(mha|mqa)_(fwd|dq|dkv)", name):
             phase = m.group(2)
@@ -131,6 +131,8 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
     if len(floats) < 3:
         return None
     q, k, v = floats[:3]
+    if kernel.family == "triton_mha" and len(k.dims) == len(q.dims) + 1:
+        return _triton_decode(kernel, instr, q, k, v, ctx)
     if kernel.family == "triton_mha":  # [batch, seq, heads, head_dim]
         if len(q.dims) != 4 or len(k.dims) != 4:
             return None
@@ -145,13 +147,78 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
         return None
     heads = q.elements // (sq * d)  # batch × query heads
     with_d, with_dv, exps = _PHASES[kernel.phase]
-    pairs = heads * sq * skv
+    share, mask_note = _visited_share(kernel, instr, sq, skv)
+    pairs = heads * sq * skv * share
     return Cost(
         flops=2 * (with_d * d + with_dv * dv) * pairs,
         transcendentals=exps * pairs,
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
-        notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {_FULL_MASK}",),
+        notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),
     )
+
+
+def _triton_decode(
+    kernel: Kernel, instr: Instruction, q: Shape, k: Shape, v: Shape, ctx: CostContext
+) -> Cost | None:
+    """JAX's Triton decode attention (``decode_attention.mqa``/``gqa``, also named
+    ``mha_forward``): ``q [groups…, queries, D]`` against ``k [groups…, splits, keys, D]``, every
+    query of a group (batch, kv head) against every key of it."""
+    lead = q.dims[:-2]
+    if k.dims[: len(lead)] != lead or q.dims[-1] != k.dims[-1]:
+        return None
+    d, dv = q.dims[-1], v.dims[-1]
+    keys = 1
+    for n in k.dims[len(lead) : -1]:
+        keys *= n
+    pairs = q.elements // d * keys
+    return Cost(
+        flops=2 * (d + dv) * pairs,
+        transcendentals=pairs,
+        bytes_accessed=ctx.read_and_written(instr, instr.shape),
+        notes=(
+            f"kernel '{kernel.name}': decode attention from its shapes; every cached position "
+            + ("counted (its lengths are runtime values: upper bound)" if _ints(instr) else "read"),
+        ),
+    )
+
+
+# The block sizes splash attention's kernels run with, by phase, as its kernel_metadata names them.
+_SPLASH_BLOCKS = {
+    "fwd": ("block_q", "block_kv"), "dq": ("block_q_dq", "block_kv_dq"),
+    "dkv": ("block_q_dkv", "block_kv_dkv"), "fused_bwd": ("block_q_dkv", "block_kv_dkv"),
+}  # fmt: skip
+
+
+def _visited_share(kernel: Kernel, instr: Instruction, sq: int, skv: int) -> tuple[float, str]:
+    """The share of the (q, kv) pairs the kernel's grid visits, and the note saying so.
+
+    Splash attention compresses its block mask: its grid runs over the first mask array
+    (``data_next``, ``[heads, rows, columns]``, one block of ``block_q × block_kv`` pairs a step),
+    whose columns are only as many as the most blocks any row keeps (3 of 16 for a window of 256
+    over 2048 positions in blocks of 128). Which of those blocks are empty is in the array's values,
+    which the compiled text elides: the visited blocks are counted in full (an upper bound)."""
+    if kernel.family != "splash":
+        return 1.0, _FULL_MASK
+    masks = [s for s in _ints(instr) if len(s.dims) == 3]
+    sizes = [_metadata_int(instr, key) for key in _SPLASH_BLOCKS[kernel.phase]]
+    if not masks or None in sizes:
+        return 1.0, _FULL_MASK
+    bq, bkv = sizes
+    blocks = masks[0].dims[1] * masks[0].dims[2]
+    share = min(1.0, blocks * bq * bkv / (sq * skv))
+    if share == 1.0:
+        return 1.0, _FULL_MASK
+    return share, (
+        f"its grid visits {blocks} blocks of {bq}×{bkv} a head ({share:.1%} of the pairs), counted "
+        "in full: which are empty or partial is not in the text (upper bound)"
+    )
+
+
+def _metadata_int(instr: Instruction, key: str) -> int | None:
+    """An integer of a kernel's ``kernel_metadata`` (JSON inside an attribute: quotes escaped)."""
+    text = instr.attrs.get("frontend_attributes", "")
+    found = re.search(rf'\b{key}\\?"\s*:\s*(\d+)', text)
+    return int(found.group(1)) if found else None
 
 
 def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
@@ -183,21 +250,45 @@ def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None
         caches = 1  # K and V interleaved in one array of 2·kv_heads
         kv_heads *= 2
     context = pages_per_sequence * page
-    pairs = queries * context
+    known = _constant_ints(_int_operands(instr)[0]) if kernel.family == "paged" else None
+    if known is not None and len(known) == sequences:  # lengths fixed in the program
+        positions = sum(min(max(n, 0), context) for n in known)
+        how = f"its lengths are constants ({positions} positions in all)"
+    else:
+        positions = sequences * context
+        how = f"every sequence taken as long as its page table allows ({context} positions; upper bound)"
+    pairs = queries // sequences * positions
     item = element_bytes(cache)
-    # each sequence's pages (capped by the cache's size), plus everything else once
+    # the positions' keys and values (capped by the cache's size), plus everything else once
     cache_bytes = caches * ctx.size(cache)
-    read = min(cache_bytes, sequences * context * kv_heads * d * item * caches)
+    read = min(cache_bytes, positions * kv_heads * d * item * caches)
     others = ctx.read_and_written(instr, instr.shape) - cache_bytes
     return Cost(
         flops=4 * d * pairs,
         transcendentals=pairs,
         bytes_accessed=others + read,
-        notes=(
-            f"kernel '{kernel.name}': decode attention from its shapes; every sequence taken "
-            f"as long as its page table allows ({context} positions; upper bound)",
-        ),
+        notes=(f"kernel '{kernel.name}': decode attention from its shapes; {how}",),
     )
+
+
+_SAME_VALUES = ("copy", "copy-done", "copy-start", "bitcast", "reshape")
+
+
+def _int_operands(instr: Instruction) -> list[Instruction]:
+    return [op for op in instr.operands if op.shape.is_array and op.shape.dtype in _INTS]
+
+
+def _constant_ints(value: Instruction) -> list[int] | None:
+    """The integers of a constant array ``value`` holds (through copies and reshapes), if the
+    text prints them (XLA elides all but small constants as ``{...}``)."""
+    for _ in range(8):
+        if value.opcode not in _SAME_VALUES or not value.operands:
+            break
+        value = value.operands[0]
+    if value.opcode != "constant" or "..." in value.payload:
+        return None
+    numbers = [int(n) for n in re.findall(r"-?\d+", value.payload)]
+    return numbers if len(numbers) == value.shape.elements else None
 
 
 def attention_cost(instr: Instruction, target: str, ctx: CostContext) -> Cost | None:
