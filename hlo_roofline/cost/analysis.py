@@ -54,6 +54,16 @@ _NO_VECTOR_LOOP = BOOKKEEPING | _CONTAINERS | {
     "outfeed", "async-start", "async-update", "async-done", "opt-barrier", "partition-id",
     "replica-id",
 }  # fmt: skip
+_ASYNC_HALVES = ("-start", "-update", "-done")
+
+
+def _no_vector_loop(opcode: str) -> bool:
+    """No loop of this op's runs on the TensorCore's vector unit: bookkeeping, DMA, control, or
+    an async half (``custom-call-start`` of a SparseCore offload, ``call-done``, ...), whose work
+    is its called program's, priced where that runs."""
+    return opcode in _NO_VECTOR_LOOP or opcode.endswith(_ASYNC_HALVES)
+
+
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = schema.names("cost", "float")
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
@@ -326,7 +336,7 @@ def rows(
             batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
             prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3], meta[4],
             _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused) * count
-            if found is None and code not in _NO_VECTOR_LOOP else 0.0,
+            if found is None and not _no_vector_loop(code) else 0.0,
             _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
