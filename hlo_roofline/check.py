@@ -147,6 +147,8 @@ class Rules:
                 raise RuleError(error)
         if (self.max_regression is None) != (self.baseline is None):
             raise RuleError("max-regression and baseline go together: give both or neither")
+        if self.baseline is not None and not isinstance(self.baseline, str | Path | Report):
+            raise RuleError(f"baseline must be a report's path, not {self.baseline!r}")
 
     @classmethod
     def from_mapping(cls, data: Mapping, origin: str = "rules", base_dir: Path | None = None):
@@ -236,15 +238,23 @@ def _kinds(name: str, value) -> tuple[str, ...] | None:
     return kinds or None
 
 
+def read_toml(path: Path) -> dict:
+    """A TOML file (a rules file, a ``pyproject.toml``) as a dict; a file that cannot be read,
+    is not UTF-8 or is not TOML is a :class:`RuleError` naming it."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RuleError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise RuleError(f"{path}: not UTF-8 text, so not TOML") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError(f"{path}: not valid TOML ({exc})") from None
+
+
 def read_rules(path: str | Path) -> Rules:
     """Rules from a TOML file: top-level keys, or a ``[tool.hlo-roofline.check]`` table."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RuleError(f"cannot read rules {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise RuleError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path)
     table = _table(data, PYPROJECT_TABLE)
     return Rules.from_mapping(data if table is None else table, str(path), path.parent)
 
@@ -255,10 +265,7 @@ def pyproject_rules(start: str | Path = ".") -> tuple[Rules, Path] | None:
     for directory in (here, *here.parents):
         path = directory / "pyproject.toml"
         if path.is_file():
-            try:
-                table = _table(tomllib.loads(path.read_text(encoding="utf-8")), PYPROJECT_TABLE)
-            except tomllib.TOMLDecodeError as exc:
-                raise RuleError(f"{path}: not valid TOML ({exc})") from None
+            table = _table(read_toml(path), PYPROJECT_TABLE)
             if table is None:
                 return None
             return Rules.from_mapping(table, f"{path} [tool.hlo-roofline.check]", directory), path

@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import re
-import tomllib
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import click
 
 from hlo_roofline import chips, targets
-from hlo_roofline.check import RuleError
+from hlo_roofline.check import RuleError, read_toml
 from hlo_roofline.cli.render import modules_table, report_text, step_time
 from hlo_roofline.diff import NotClassifiedError
 from hlo_roofline.hlo import HloParseError
@@ -96,11 +95,11 @@ def pyproject_user_packages(start: Path) -> tuple[str, ...]:
         path = directory / "pyproject.toml"
         if not path.is_file():
             continue
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise InputError(f"{path}: not valid TOML ({exc})") from None
-        value = data.get("tool", {}).get("hlo-roofline", {}).get(USER_PACKAGES_KEY, [])
+        with _input_errors():
+            data = read_toml(path)
+        table = data.get("tool")
+        table = table.get("hlo-roofline") if isinstance(table, dict) else None
+        value = table.get(USER_PACKAGES_KEY, []) if isinstance(table, dict) else []
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(
                 f"{path}: [tool.hlo-roofline] {USER_PACKAGES_KEY} must be a list of package "
