@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hlo_roofline import verdict
 from hlo_roofline.cost.elementwise import ARITHMETIC, TRANSCENDENTAL
 from hlo_roofline.diff import compare, judged_alike, require_verdicts
 from hlo_roofline.diff import coverage as diff_coverage
@@ -373,7 +374,7 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
         return result
     if rules.needs_verdicts:
         require_verdicts(report)
-    violations: list[Violation] = []
+    violations: list[Violation] = _unjudgeable(report) if rules.needs_verdicts else []
     selected = select(report, rules) if rules.needs_verdicts else report.ops.iloc[:0]
     if rules.selects:
         narrowing = {n: getattr(rules, n) for n in _SELECTION if getattr(rules, n) is not None}
@@ -407,6 +408,17 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
             base = Report.read(base)
         violations += _regression(base, report, rules.max_regression)
     return CheckResult(rules, violations, selected)
+
+
+def _unjudgeable(report: Report) -> list[Violation]:
+    """Ops whose time, share or bound a gate cannot read (NaN, an unknown bound): a violation
+    each, never left out of the selection as if they took no time."""
+    ops = report.ops
+    bad = ops["t_roofline_s"].isna() | ops["share"].isna() | ~ops["bound"].isin(verdict.BOUNDS)
+    return [
+        Violation("judgeable", op.name, op.opcode, str(op.bound), detail="no time, share or bound")
+        for op in ops[bad].head(10).itertuples()
+    ]
 
 
 def coverage_violations(report: Report, limit: float, side: str = "") -> list[Violation]:

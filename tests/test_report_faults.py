@@ -194,3 +194,34 @@ def test_intact_reports_round_trip_exactly(intact):
     for column in ("t_roofline_s", "flops", "bytes_accessed"):
         a, b = csv_report.ops[column].to_numpy(), json_report.ops[column].to_numpy()
         assert all(math.isclose(x, y, rel_tol=1e-12) for x, y in zip(a, b, strict=True))
+
+
+# -- in memory: a value a gate cannot judge is a violation, whatever made the report ------------
+
+_IN_MEMORY = {
+    "share NaN": ({"max_memory_share": 0.0}, lambda r: r.ops.__setitem__("share", math.nan)),
+    "time NaN": ({"max_memory_share": 0.0}, lambda r: r.ops.__setitem__("t_roofline_s", math.nan)),
+    "bound empty": ({"select": "fusion", "require": "compute"},
+                    lambda r: r.ops.__setitem__("bound", "")),
+    "used_fraction NaN": ({"max_hbm": 0.0001},
+                          lambda r: r.summary["memory_fit"].__setitem__("used_fraction", math.nan)),
+    "exposed NaN": ({"max_exposed_comm": 0.0},
+                    lambda r: r.summary.__setitem__("exposed_comm_s", math.nan)),
+    "scheduled step NaN": ({"max_exposed_comm": 0.0},
+                           lambda r: r.summary.__setitem__("step_time_scheduled_s", math.nan)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(_IN_MEMORY))
+def test_a_value_a_gate_cannot_judge_is_a_violation(case):
+    import copy
+
+    from hlo_roofline.check import Rules, check
+
+    intact = analyze_hlo(FIXTURES / "fsdp_train_step" / "tpu_v5e.hlo.txt", chip="v5e")
+    rules, damage = _IN_MEMORY[case]
+    rules = Rules(**rules)
+    assert not check(intact, rules).passed  # the gate fails on the intact report
+    damaged = copy.deepcopy(intact)
+    damage(damaged)
+    assert not check(damaged, rules).passed
