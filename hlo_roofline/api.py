@@ -287,13 +287,16 @@ def analyze(
     calling it there would. The callers' own frames are left out of the stacks the HLO records, so
     a step is one cache entry whoever analyzes it. ``isolate_trace`` is accepted and ignored.
     ``user_packages`` count as the user's code in the attribution (see :func:`analyze_hlo`).
-    A multi-device ``target`` given a program with nothing sharded warns
-    (:class:`UnshardedProgramWarning`).
+    A multi-device ``target`` (named, not a chip's default) given a program with nothing sharded
+    warns (:class:`UnshardedProgramWarning`).
     """
     del isolate_trace  # the trace always runs here now; see above
+    asked = target not in (None, "local")  # a topology chosen, not a chip's default one
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
-    return _analyze_step(step, args, {}, chip, target, how, cost_model, cache, user_packages)
+    return _analyze_step(
+        step, args, {}, chip, target, how, cost_model, cache, user_packages, warn_unsharded=asked
+    )
 
 
 def _lower(step, args: tuple, kwargs: dict):
@@ -351,7 +354,16 @@ def _install_frame_filter() -> bool:
 
 
 def _analyze_step(
-    step, args, kwargs, chip, target, how, cost_model, cache, user_packages: Sequence[str] = ()
+    step,
+    args,
+    kwargs,
+    chip,
+    target,
+    how,
+    cost_model,
+    cache,
+    user_packages: Sequence[str] = (),
+    warn_unsharded: bool = False,
 ) -> Report:
     """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it.
 
@@ -372,7 +384,8 @@ def _analyze_step(
         how += "; the compiler refused it: out of memory"
     else:
         report = analyze_hlo(program.text, cost_model, user_packages=user_packages)
-        _warn_if_unsharded(report, program.text, target, inputs, lowered)
+        if warn_unsharded:
+            _warn_if_unsharded(report, program.text, target, inputs, lowered)
         if program.memory is not None:
             temporaries = memory.largest_temporaries(report.summary["memory"])
             report.summary["memory"] = memory.from_stats(
@@ -417,7 +430,7 @@ def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lo
         what = "compiled for one device"
     warnings.warn(
         f"{target} has {len(targets.devices(target))} devices but the program is {what}: "
-        "nothing is sharded, so the figures are the whole step's on each device. Shard the "
+        "nothing is sharded, so the figures are the whole step's on one device. Shard the "
         "arguments (NamedSharding), or trace in the mesh context the step expects "
         "(jax.set_mesh; a CLI step yields from inside it)",
         UnshardedProgramWarning,
@@ -563,7 +576,13 @@ def roofline(
         def wrapper(*args, **kwargs):
             if wrapper.report is None:
                 report = _analyze_step(
-                    jitted_step, args, kwargs, *resolved, cost_model=cost_model, cache=cache
+                    jitted_step,
+                    args,
+                    kwargs,
+                    *resolved,
+                    cost_model=cost_model,
+                    cache=cache,
+                    warn_unsharded=target not in (None, "local"),
                 )
                 wrapper.report = report
                 if logdir is not None:
