@@ -302,7 +302,7 @@ def analyze(
 def _lower(step, args: tuple, kwargs: dict):
     """``step.lower`` of arguments already placed, on the caller's thread (so in the caller's JAX
     context: its mesh, axis rules, config), with the caller's own frames kept out of the HLO."""
-    with _callers_hidden(sys._getframe(1)):
+    with _callers_hidden(sys._getframe()):  # this frame and every one above it
         return step.lower(*args, **kwargs)
 
 

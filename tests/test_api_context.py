@@ -308,3 +308,11 @@ def test_contexts_are_left_when_the_step_fails(tmp_path):
     from flax.core import spmd
 
     assert not spmd.get_logical_axis_rules()  # the rules did not outlive the command
+
+
+def test_assert_roofline_compiles_in_the_callers_mesh(steps):
+    from hlo_roofline.testing import assert_roofline
+
+    with cli.opened_entry(f"{steps}:set_mesh_step") as (step, args, _):
+        report = assert_roofline(step, *args, target=TARGET, cache=False, min_coverage=50)
+    assert report.summary["flops"] == pytest.approx(MATMUL_FLOPS / 4, rel=0.02)

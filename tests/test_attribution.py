@@ -7,6 +7,7 @@ real Flax and Equinox code.
 
 from __future__ import annotations
 
+import json
 import sys
 import sysconfig
 from pathlib import Path
@@ -296,6 +297,8 @@ def installed_maxtext(tmp_path, monkeypatch):
 def test_an_installed_package_named_as_the_users_is_attributed_and_its_layers_separate(
     installed_maxtext, tmp_path, monkeypatch
 ):
+    import jax
+
     from hlo_roofline import analyze, cli
 
     step, args, _ = cli.load_entry(f"{tmp_path / 'driver.py'}:train_step_example")
@@ -343,3 +346,14 @@ def test_an_installed_package_named_as_the_users_is_attributed_and_its_layers_se
     (tmp_path / "pyproject.toml").write_text('[tool.hlo-roofline]\nuser-packages = "maxtext"\n')
     result = runner.invoke(cli.main, ["analyze", entry])
     assert result.exit_code == 2 and "must be a list" in result.output
+    # `hlo` on the step's optimized HLO text takes the flag too
+    (tmp_path / "pyproject.toml").unlink()
+    hlo = tmp_path / "step.hlo.txt"
+    hlo.write_text(jax.jit(step).lower(*args).compile().as_text())
+    for extra, found in ((["--user-package", "maxtext"], True), ([], False)):
+        result = runner.invoke(cli.main, ["hlo", str(hlo), "--format", "json", *extra])
+        assert result.exit_code == 0, result.output
+        ops = Report.from_dict(json.loads(result.stdout)).ops
+        assert ops["user_source"].str.startswith(linears).any() == found
+        assert ops["layer_caller"].str.startswith(attentions).any() == found
+

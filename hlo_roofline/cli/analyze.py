@@ -347,8 +347,9 @@ def analyze(
 @_output_options
 @_format_option("table", "csv", "json")
 @top_option
+@user_package_option
 def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdir, run, plot_path,
-                fmt, top):  # fmt: skip
+                fmt, top, user_packages):  # fmt: skip
     """Analyze optimized HLO text, or every optimized module of an --xla_dump_to directory.
 
     With several modules, --csv/--json/--plot insert the module name before the suffix and
@@ -370,6 +371,7 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
                 raise InputError(f"no module under {path} matches --module {module_regex!r}")
     else:
         files = [path]
+    packages = (*pyproject_user_packages(path if path.is_dir() else path.parent), *user_packages)
     reports = {}
     bar = (
         click.progressbar(files, label="analyzing", file=sys.stderr, show_pos=True)
@@ -379,6 +381,6 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
     with bar as files:
         for file in files:
             with _input_errors(str(file)):
-                report = api.analyze_hlo(file, cost_model, chip)
+                report = api.analyze_hlo(file, cost_model, chip, user_packages=packages)
             reports[api.module_key(file)] = report
     _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
