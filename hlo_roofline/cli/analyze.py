@@ -49,16 +49,13 @@ def load_entry(entry: str) -> tuple[Callable, tuple, dict]:
     ``jax.jit`` (``static_argnums``, ``donate_argnums``, ``in_shardings``, ...). A ``NAME`` that
     yields (its step needs a context) is opened with :func:`opened_entry` instead.
     """
-    path, factory = _factory(entry)
-    if inspect.isgeneratorfunction(factory):
+    _, returned = _call(entry)
+    if inspect.isgenerator(returned):
+        returned.close()
         raise EntryError(
             f"{entry} yields its step (it needs a context): open it with "
             f"hlo_roofline.cli.opened_entry({entry!r})"
         )
-    try:
-        returned = factory()
-    except Exception as exc:
-        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
     return _unpack(entry, returned)
 
 
@@ -76,11 +73,10 @@ def opened_entry(entry: str) -> Iterator[tuple[Callable, tuple, dict]]:
     The step is traced and compiled while ``NAME`` is suspended at its ``yield``, so on this
     thread its mesh, axis rules and config contexts hold, as they do where the step is called.
     """
-    path, factory = _factory(entry)
-    if not inspect.isgeneratorfunction(factory):
-        yield load_entry(entry)
+    path, generator = _call(entry)
+    if not inspect.isgenerator(generator):
+        yield _unpack(entry, generator)
         return
-    generator = factory()
     try:
         returned = next(generator)
     except StopIteration:
@@ -100,6 +96,15 @@ def opened_entry(entry: str) -> Iterator[tuple[Callable, tuple, dict]]:
         raise EntryError(f"{entry}() raised {_user_error(exc, path)} after its yield") from None
     generator.close()
     raise EntryError(f"{entry}() must yield once, not twice")
+
+
+def _call(entry: str) -> tuple[Path, object]:
+    """The file ``FILE.py:NAME`` names and what ``NAME()`` returned (a generator if it yields)."""
+    path, factory = _factory(entry)
+    try:
+        return path, factory()
+    except Exception as exc:
+        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
 
 
 def _factory(entry: str) -> tuple[Path, Callable]:
