@@ -287,11 +287,11 @@ def analyze(
     calling it there would. The callers' own frames are left out of the stacks the HLO records, so
     a step is one cache entry whoever analyzes it. ``isolate_trace`` is accepted and ignored.
     ``user_packages`` count as the user's code in the attribution (see :func:`analyze_hlo`).
-    A multi-device ``target`` (named, not a chip's default) given a program with nothing sharded
-    warns (:class:`UnshardedProgramWarning`).
+    A multi-device ``target`` whose topology is named (``"v5e:2x2"``, not ``"v5e"``) given a program
+    with nothing sharded warns (:class:`UnshardedProgramWarning`).
     """
     del isolate_trace  # the trace always runs here now; see above
-    asked = target not in (None, "local")  # a topology chosen, not a chip's default one
+    asked = _names_a_topology(target)
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
     return _analyze_step(
@@ -395,6 +395,12 @@ def _analyze_step(
     if chip is None:
         return report
     return report.classify(chip, topology=_mesh(placed_args, placed_kwargs))
+
+
+def _names_a_topology(target) -> bool:
+    """``"v5e:2x2"`` chooses its devices; ``"v5e"`` (a chip's default slice) and "local" do not:
+    only a chosen multi-device target is warned about a program that shards nothing."""
+    return isinstance(target, targets.TargetSpec) or (isinstance(target, str) and ":" in target)
 
 
 class UnshardedProgramWarning(UserWarning):
@@ -582,7 +588,7 @@ def roofline(
                     *resolved,
                     cost_model=cost_model,
                     cache=cache,
-                    warn_unsharded=target not in (None, "local"),
+                    warn_unsharded=_names_a_topology(target),
                 )
                 wrapper.report = report
                 if logdir is not None:
