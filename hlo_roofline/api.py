@@ -157,10 +157,10 @@ def context_mesh() -> jax.sharding.Mesh | None:
     return mesh if isinstance(mesh, jax.sharding.Mesh) and not mesh.empty else None
 
 
-def place_args(args, target: str | None):
+def place_args(args, target: str | None, by_jit: bool = False):
     """Abstract array arguments, placed for the target unless already sharded on it: replicated on
     the caller's context mesh when it is the target's (what ``jit`` does in that context), else on
-    the target's first device."""
+    the target's first device; ``by_jit`` (the step has ``in_shardings``) leaves them to jit."""
     if target is None:
         return args
     devices = targets.devices(target)
@@ -182,6 +182,8 @@ def place_args(args, target: str | None):
             return x
         sharding = getattr(x, "sharding", None)
         placed = isinstance(sharding, NamedSharding) and on_target(sharding.mesh)
+        if not placed and by_jit:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype)
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if placed else default)
 
     return jax.tree_util.tree_map(place, args)
@@ -295,7 +297,17 @@ def analyze(
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
     return _analyze_step(
-        step, args, {}, chip, target, how, cost_model, cache, user_packages, warn_unsharded=asked
+        step,
+        args,
+        {},
+        chip,
+        target,
+        how,
+        cost_model,
+        cache,
+        user_packages,
+        warn_unsharded=asked,
+        placed_by_jit=jit_kwargs.get("in_shardings") is not None,
     )
 
 
@@ -364,13 +376,15 @@ def _analyze_step(
     cache,
     user_packages: Sequence[str] = (),
     warn_unsharded: bool = False,
+    placed_by_jit: bool = False,
 ) -> Report:
     """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it.
 
     A program the target's compiler refuses for want of memory is a report too: the step does
     not fit, with the compiler's figures (see :mod:`hlo_roofline.memory`)."""
     log.info("%s", how)
-    placed_args, placed_kwargs = place_args(args, target), place_args(kwargs, target)
+    placed_args = place_args(args, target, placed_by_jit)
+    placed_kwargs = place_args(kwargs, target, placed_by_jit)
     lowered = _lower(step, placed_args, placed_kwargs)
     inputs, donatable = _inputs(step, lowered, (placed_args, placed_kwargs))
     try:
@@ -480,9 +494,12 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     for signature, was_donated in zip(signatures, donated, strict=True):
         if was_donated and signature in outputs:  # that output already reuses this input
             outputs.remove(signature)
+    compiled_with = _in_shardings(lowered, len(leaves))
     buffers, donatable = [], 0
-    for (name, x), signature, was_donated in zip(leaves, signatures, donated, strict=True):
-        sharding = getattr(x, "sharding", None)
+    for i, ((name, x), signature, was_donated) in enumerate(
+        zip(leaves, signatures, donated, strict=True)
+    ):
+        sharding = getattr(x, "sharding", None) or compiled_with[i]
         shape = tuple(sharding.shard_shape(x.shape)) if sharding is not None else tuple(x.shape)
         size = math.prod(shape) * element_bytes(x.dtype)
         dtype = "float0" if x.dtype == jax.dtypes.float0 else str(x.dtype)
@@ -495,6 +512,18 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
             outputs.remove(signature)
             donatable += size
     return buffers, donatable
+
+
+def _in_shardings(lowered, count: int) -> list:
+    """The sharding jit lowered each array input with (its ``in_shardings`` where the argument
+    had none), or Nones where this jax does not say."""
+    try:
+        found = list(lowered._lowering.compile_args["in_shardings"])
+    except (AttributeError, KeyError, TypeError):
+        return [None] * count
+    if len(found) != count:
+        return [None] * count
+    return [s if hasattr(s, "shard_shape") else None for s in found]
 
 
 def element_bytes(dtype) -> int:

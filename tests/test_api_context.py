@@ -316,3 +316,25 @@ def test_assert_roofline_compiles_in_the_callers_mesh(steps):
     with cli.opened_entry(f"{steps}:set_mesh_step") as (step, args, _):
         report = assert_roofline(step, *args, target=TARGET, cache=False, min_coverage=50)
     assert report.summary["flops"] == pytest.approx(MATMUL_FLOPS / 4, rel=0.02)
+
+
+def test_in_shardings_place_plain_arguments_as_jit_does():
+    """``analyze(step, *specs, in_shardings=...)`` on a target: the arguments are jit's to place,
+    as in the user's own ``jax.jit(step, in_shardings=...).lower(*specs)``."""
+    auto = mesh(jax.sharding.AxisType.Auto)
+    shardings = (NamedSharding(auto, P("data")), NamedSharding(auto, P()))
+    x, w = S((B, D), jnp.float32), S((D, F), jnp.float32)
+
+    def step(x, w):
+        return jnp.tanh(x @ w)
+
+    report = analyze(step, x, w, target=TARGET, cache=False, in_shardings=shardings)
+    compiled = jax.jit(step, in_shardings=shardings).lower(x, w).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    assert report.summary["flops"] == pytest.approx(cost["flops"], rel=0.01)
+    assert report.summary["flops"] == pytest.approx(2 * B * D * F / 2, rel=0.02)
+    arguments = compiled.memory_analysis().argument_size_in_bytes
+    assert report.summary["memory"]["arguments_bytes"] == arguments
+    inputs = [b for b in report.summary["memory"]["largest"] if b["kind"] == "parameter"]
+    assert sum(b["bytes"] for b in inputs) == arguments == (B * D // 2 + D * F) * 4
