@@ -132,7 +132,9 @@ def in_process(steps, name: str):
     ("name", "shards"),
     [("set_mesh_step", 4), ("mesh_block_step", 4), ("axis_rules_step", 4), ("no_context_step", 1)],
 )
-def test_the_cli_compiles_what_the_users_process_compiles(steps, name, shards, tmp_path, monkeypatch):
+def test_the_cli_compiles_what_the_users_process_compiles(
+    steps, name, shards, tmp_path, monkeypatch
+):
     report, xla_flops, xla_arguments = in_process(steps, name)
     # The context shards the matmuls over the 4 devices (the tanh and the rest are a few percent).
     assert report.summary["flops"] == pytest.approx(MATMUL_FLOPS / shards, rel=0.02)
@@ -190,7 +192,9 @@ def test_the_cli_warns_in_one_line_and_explains_a_directory(steps, tmp_path):
 def test_a_step_is_one_cache_entry_whoever_analyzes_it(steps, tmp_path, monkeypatch):
     """The HLO records no caller's frames: analyzed here, from a helper, and by the CLI, the step
     is compiled once."""
-    body = "def step(x, w):\n    return jnp.tanh(x @ w)\n\n\ndef example():\n    return step, ARGS\n"
+    body = (
+        "def step(x, w):\n    return jnp.tanh(x @ w)\n\n\ndef example():\n    return step, ARGS\n"
+    )
     path = tmp_path / "one.py"
     path.write_text(
         "import jax, jax.numpy as jnp\n"

@@ -247,7 +247,7 @@ class MlpBlock(nn.Module):
         h = nn.gelu(DenseGeneral(self.ff, name="wi_0")(x))
         return DenseGeneral(self.d, name="wo")(h)
 ''',
-    "maxtext/layers/attentions.py": '''
+    "maxtext/layers/attentions.py": """
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -267,9 +267,9 @@ class Decoder(nn.Module):
         probs = jax.nn.softmax(jnp.einsum("td,sd->ts", q, k), axis=-1)
         x = x + DenseGeneral(self.d, name="out")(probs @ v)
         return x + MlpBlock(self.d, self.ff, name="mlp")(x)
-''',
+""",
 }
-MAXTEXT_DRIVER = '''
+MAXTEXT_DRIVER = """
 import jax
 import jax.numpy as jnp
 
@@ -287,7 +287,7 @@ def train_step_example():
         return jax.grad(lambda p: (model.apply(p, x) ** 2).sum())(params)
 
     return train_step, (params, x)
-'''
+"""
 
 
 @pytest.fixture
@@ -368,4 +368,3 @@ def test_an_installed_package_named_as_the_users_is_attributed_and_its_layers_se
         ops = Report.from_dict(json.loads(result.stdout)).ops
         assert ops["user_source"].str.startswith(linears).any() == found
         assert ops["layer_caller"].str.startswith(attentions).any() == found
-
