@@ -50,7 +50,7 @@ def analyze_hlo(
     if cost_model not in cost.COST_MODELS:
         raise ValueError(f"cost_model must be one of {cost.COST_MODELS}, not {cost_model!r}")
     if _is_directory(path_or_text):
-        return analyze_dump(path_or_text, cost_model, chip)
+        return analyze_dump(path_or_text, cost_model, chip, user_packages=user_packages)
     module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
     _warn_if_unoptimized(module)
     with gc_paused():
@@ -102,22 +102,35 @@ def dump_files(directory: str | Path) -> list[Path]:
 
 
 def analyze_dump(
-    directory: str | Path, cost_model: str = "roofline", chip=None
+    directory: str | Path,
+    cost_model: str = "roofline",
+    chip=None,
+    *,
+    user_packages: Sequence[str] = (),
 ) -> dict[str, Report]:
     """One report per optimized module of an ``--xla_dump_to`` directory (see
     :func:`analyze_dump_file`: the fit is known where XLA wrote the buffer assignment)."""
     files = dump_files(directory)
     if not files:
         raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
-    return {module_key(f): analyze_dump_file(f, cost_model, chip) for f in files}
+    return {
+        module_key(f): analyze_dump_file(f, cost_model, chip, user_packages=user_packages)
+        for f in files
+    }
 
 
-def analyze_dump_file(path: str | Path, cost_model: str = "roofline", chip=None) -> Report:
+def analyze_dump_file(
+    path: str | Path,
+    cost_model: str = "roofline",
+    chip=None,
+    *,
+    user_packages: Sequence[str] = (),
+) -> Report:
     """An optimized module file; where XLA wrote its buffer assignment beside it (a dump's
     ``*-buffer-assignment.txt``), the memory figures are the compiler's
     (:func:`memory.from_dump`), so the fit is known, not only a lower bound from the text."""
     path = Path(path)
-    report = analyze_hlo(path, cost_model)
+    report = analyze_hlo(path, cost_model, user_packages=user_packages)
     stem = path.name.removesuffix(".txt")
     assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
     if assignment.is_file():
@@ -176,10 +189,10 @@ def context_mesh() -> jax.sharding.Mesh | None:
     return mesh if isinstance(mesh, jax.sharding.Mesh) and not mesh.empty else None
 
 
-def place_args(args, target: str | None):
+def place_args(args, target: str | None, by_jit: bool = False):
     """Abstract array arguments, placed for the target unless already sharded on it: replicated on
     the caller's context mesh when it is the target's (what ``jit`` does in that context), else on
-    the target's first device."""
+    the target's first device; ``by_jit`` (the step has ``in_shardings``) leaves them to jit."""
     if target is None:
         return args
     devices = targets.devices(target)
@@ -201,6 +214,8 @@ def place_args(args, target: str | None):
             return x
         sharding = getattr(x, "sharding", None)
         placed = isinstance(sharding, NamedSharding) and on_target(sharding.mesh)
+        if not placed and by_jit:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype)
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if placed else default)
 
     return jax.tree_util.tree_map(place, args)
@@ -306,19 +321,32 @@ def analyze(
     calling it there would. The callers' own frames are left out of the stacks the HLO records, so
     a step is one cache entry whoever analyzes it. ``isolate_trace`` is accepted and ignored.
     ``user_packages`` count as the user's code in the attribution (see :func:`analyze_hlo`).
-    A multi-device ``target`` given a program with nothing sharded warns
-    (:class:`UnshardedProgramWarning`).
+    A multi-device ``target`` whose topology is named (``"v5e:2x2"``, not ``"v5e"``) given a program
+    with nothing sharded warns (:class:`UnshardedProgramWarning`).
     """
     del isolate_trace  # the trace always runs here now; see above
+    asked = _names_a_topology(target)
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
-    return _analyze_step(step, args, {}, chip, target, how, cost_model, cache, user_packages)
+    return _analyze_step(
+        step,
+        args,
+        {},
+        chip,
+        target,
+        how,
+        cost_model,
+        cache,
+        user_packages,
+        warn_unsharded=asked,
+        placed_by_jit=jit_kwargs.get("in_shardings") is not None,
+    )
 
 
 def _lower(step, args: tuple, kwargs: dict):
     """``step.lower`` of arguments already placed, on the caller's thread (so in the caller's JAX
     context: its mesh, axis rules, config), with the caller's own frames kept out of the HLO."""
-    with _callers_hidden(sys._getframe(1)):
+    with _callers_hidden(sys._getframe()):  # this frame and every one above it
         return step.lower(*args, **kwargs)
 
 
@@ -370,14 +398,25 @@ def _install_frame_filter() -> bool:
 
 
 def _analyze_step(
-    step, args, kwargs, chip, target, how, cost_model, cache, user_packages: Sequence[str] = ()
+    step,
+    args,
+    kwargs,
+    chip,
+    target,
+    how,
+    cost_model,
+    cache,
+    user_packages: Sequence[str] = (),
+    warn_unsharded: bool = False,
+    placed_by_jit: bool = False,
 ) -> Report:
     """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it.
 
     A program the target's compiler refuses for want of memory is a report too: the step does
     not fit, with the compiler's figures (see :mod:`hlo_roofline.memory`)."""
     log.info("%s", how)
-    placed_args, placed_kwargs = place_args(args, target), place_args(kwargs, target)
+    placed_args = place_args(args, target, placed_by_jit)
+    placed_kwargs = place_args(kwargs, target, placed_by_jit)
     lowered = _lower(step, placed_args, placed_kwargs)
     inputs, donatable = _inputs(step, lowered, (placed_args, placed_kwargs))
     try:
@@ -391,7 +430,8 @@ def _analyze_step(
         how += "; the compiler refused it: out of memory"
     else:
         report = analyze_hlo(program.text, cost_model, user_packages=user_packages)
-        _warn_if_unsharded(report, program.text, target, inputs, lowered)
+        if warn_unsharded:
+            _warn_if_unsharded(report, program.text, target, inputs, lowered)
         if program.memory is not None:
             temporaries = memory.largest_temporaries(report.summary["memory"])
             report.summary["memory"] = memory.from_stats(
@@ -401,6 +441,12 @@ def _analyze_step(
     if chip is None:
         return report
     return report.classify(chip, topology=_mesh(placed_args, placed_kwargs))
+
+
+def _names_a_topology(target) -> bool:
+    """``"v5e:2x2"`` chooses its devices; ``"v5e"`` (a chip's default slice) and "local" do not:
+    only a chosen multi-device target is warned about a program that shards nothing."""
+    return isinstance(target, targets.TargetSpec) or (isinstance(target, str) and ":" in target)
 
 
 class UnshardedProgramWarning(UserWarning):
@@ -436,7 +482,7 @@ def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lo
         what = "compiled for one device"
     warnings.warn(
         f"{target} has {len(targets.devices(target))} devices but the program is {what}: "
-        "nothing is sharded, so the figures are the whole step's on each device. Shard the "
+        "nothing is sharded, so the figures are the whole step's on one device. Shard the "
         "arguments (NamedSharding), or trace in the mesh context the step expects "
         "(jax.set_mesh; a CLI step yields from inside it)",
         UnshardedProgramWarning,
@@ -480,9 +526,12 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     for signature, was_donated in zip(signatures, donated, strict=True):
         if was_donated and signature in outputs:  # that output already reuses this input
             outputs.remove(signature)
+    compiled_with = _in_shardings(lowered, len(leaves))
     buffers, donatable = [], 0
-    for (name, x), signature, was_donated in zip(leaves, signatures, donated, strict=True):
-        sharding = getattr(x, "sharding", None)
+    for i, ((name, x), signature, was_donated) in enumerate(
+        zip(leaves, signatures, donated, strict=True)
+    ):
+        sharding = getattr(x, "sharding", None) or compiled_with[i]
         shape = tuple(sharding.shard_shape(x.shape)) if sharding is not None else tuple(x.shape)
         size = math.prod(shape) * element_bytes(x.dtype)
         dtype = "float0" if x.dtype == jax.dtypes.float0 else str(x.dtype)
@@ -495,6 +544,18 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
             outputs.remove(signature)
             donatable += size
     return buffers, donatable
+
+
+def _in_shardings(lowered, count: int) -> list:
+    """The sharding jit lowered each array input with (its ``in_shardings`` where the argument
+    had none), or Nones where this jax does not say."""
+    try:
+        found = list(lowered._lowering.compile_args["in_shardings"])
+    except (AttributeError, KeyError, TypeError):
+        return [None] * count
+    if len(found) != count:
+        return [None] * count
+    return [s if hasattr(s, "shard_shape") else None for s in found]
 
 
 def element_bytes(dtype) -> int:
@@ -614,7 +675,13 @@ def roofline(
         def wrapper(*args, **kwargs):
             if wrapper.report is None:
                 report = _analyze_step(
-                    jitted_step, args, kwargs, *resolved, cost_model=cost_model, cache=cache
+                    jitted_step,
+                    args,
+                    kwargs,
+                    *resolved,
+                    cost_model=cost_model,
+                    cache=cache,
+                    warn_unsharded=_names_a_topology(target),
                 )
                 wrapper.report = report
                 if logdir is not None:

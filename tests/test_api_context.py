@@ -132,7 +132,9 @@ def in_process(steps, name: str):
     ("name", "shards"),
     [("set_mesh_step", 4), ("mesh_block_step", 4), ("axis_rules_step", 4), ("no_context_step", 1)],
 )
-def test_the_cli_compiles_what_the_users_process_compiles(steps, name, shards, tmp_path, monkeypatch):
+def test_the_cli_compiles_what_the_users_process_compiles(
+    steps, name, shards, tmp_path, monkeypatch
+):
     report, xla_flops, xla_arguments = in_process(steps, name)
     # The context shards the matmuls over the 4 devices (the tanh and the rest are a few percent).
     assert report.summary["flops"] == pytest.approx(MATMUL_FLOPS / shards, rel=0.02)
@@ -190,7 +192,9 @@ def test_the_cli_warns_in_one_line_and_explains_a_directory(steps, tmp_path):
 def test_a_step_is_one_cache_entry_whoever_analyzes_it(steps, tmp_path, monkeypatch):
     """The HLO records no caller's frames: analyzed here, from a helper, and by the CLI, the step
     is compiled once."""
-    body = "def step(x, w):\n    return jnp.tanh(x @ w)\n\n\ndef example():\n    return step, ARGS\n"
+    body = (
+        "def step(x, w):\n    return jnp.tanh(x @ w)\n\n\ndef example():\n    return step, ARGS\n"
+    )
     path = tmp_path / "one.py"
     path.write_text(
         "import jax, jax.numpy as jnp\n"
@@ -308,3 +312,33 @@ def test_contexts_are_left_when_the_step_fails(tmp_path):
     from flax.core import spmd
 
     assert not spmd.get_logical_axis_rules()  # the rules did not outlive the command
+
+
+def test_assert_roofline_compiles_in_the_callers_mesh(steps):
+    from hlo_roofline.testing import assert_roofline
+
+    with cli.opened_entry(f"{steps}:set_mesh_step") as (step, args, _):
+        report = assert_roofline(step, *args, target=TARGET, cache=False, min_coverage=50)
+    assert report.summary["flops"] == pytest.approx(MATMUL_FLOPS / 4, rel=0.02)
+
+
+def test_in_shardings_place_plain_arguments_as_jit_does():
+    """``analyze(step, *specs, in_shardings=...)`` on a target: the arguments are jit's to place,
+    as in the user's own ``jax.jit(step, in_shardings=...).lower(*specs)``."""
+    auto = mesh(jax.sharding.AxisType.Auto)
+    shardings = (NamedSharding(auto, P("data")), NamedSharding(auto, P()))
+    x, w = S((B, D), jnp.float32), S((D, F), jnp.float32)
+
+    def step(x, w):
+        return jnp.tanh(x @ w)
+
+    report = analyze(step, x, w, target=TARGET, cache=False, in_shardings=shardings)
+    compiled = jax.jit(step, in_shardings=shardings).lower(x, w).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    assert report.summary["flops"] == pytest.approx(cost["flops"], rel=0.01)
+    assert report.summary["flops"] == pytest.approx(2 * B * D * F / 2, rel=0.02)
+    arguments = compiled.memory_analysis().argument_size_in_bytes
+    assert report.summary["memory"]["arguments_bytes"] == arguments
+    inputs = [b for b in report.summary["memory"]["largest"] if b["kind"] == "parameter"]
+    assert sum(b["bytes"] for b in inputs) == arguments == (B * D // 2 + D * F) * 4

@@ -7,7 +7,10 @@ real Flax and Equinox code.
 
 from __future__ import annotations
 
+import json
+import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
@@ -135,3 +138,233 @@ def test_reports_keep_the_stack_through_json_and_csv(gpt, tmp_path):
     bad["data"][0][payload["columns"].index("call_stack")] = len(stacks) + 5
     with pytest.raises(ValueError, match="call_stacks"):
         Report.from_dict(bad)
+
+
+# -- the caller of a generic layer, and installed packages that are the user's ----------------------
+
+SMALL = dict(vocab=512, d_model=128, n_heads=4, d_ff=512, n_layers=2, seq=64, batch=2)
+
+
+def matmul_flops_by(report: Report, column: str) -> dict[str, float]:
+    matmuls = report.ops[report.ops["mm_k"] > 0]
+    return matmuls.groupby(column)["flops"].sum().to_dict()
+
+
+def projection_flops(c, parts=("q", "k", "v", "out", "up", "down")) -> dict[str, float]:
+    """Training FLOPs (forward and both gradients) of each projection, over the layers."""
+    t, d = c.tokens, c.d_model
+    sizes = {"up": d * c.d_ff, "down": c.d_ff * d}
+    return {p: 3 * 2 * t * sizes.get(p, d * d) * c.n_layers for p in parts}
+
+
+def assert_separates_projections(report: Report, key_of, c) -> None:
+    """Rolled up by layer_caller, each projection is one row with its own matmul FLOPs, where the
+    innermost-frame rollup (``source``) lumps them all into the layer module's line."""
+    by_caller = matmul_flops_by(report, "layer_caller")
+    want = projection_flops(c)
+    keys = {p: key_of(p) for p in want}
+    assert len(set(keys.values())) == len(keys)
+    for part, flops in want.items():
+        assert by_caller[keys[part]] == pytest.approx(flops, rel=0.02), (part, by_caller)
+    rolled = report.rollup("layer_caller")
+    for key in keys.values():
+        assert key in rolled.index
+    by_source = matmul_flops_by(report, "source")
+    lumped = max(by_source.values())
+    assert lumped >= 0.99 * sum(want.values())  # the layer's one line carries all of them
+
+
+def test_layer_caller_separates_the_projections_of_a_flax_linen_model():
+    from framework_models import linen_lm
+    from framework_models.nnx_lm import Config
+
+    from hlo_roofline import analyze
+
+    c = Config(**SMALL)
+    step, args = linen_lm.build(c)
+    report = analyze(step, *args, cache=False)
+    source = Path(linen_lm.__file__).read_text().splitlines()
+    lines = {}
+    for number, text in enumerate(source, 1):
+        for part in ("q", "k", "v", "out", "up", "down"):
+            if f'"{part}")' in text:
+                function = "Block.__call__" if part in ("up", "down") else "Attention.__call__"
+                lines[part] = f"{linen_lm.__file__}:{number} ({function}) [{part}]"
+    assert_separates_projections(report, lines.__getitem__, c)
+
+
+def test_layer_caller_of_an_nnx_model_is_its_marked_line():
+    from framework_models import nnx_lm
+
+    from hlo_roofline import analyze
+
+    c = nnx_lm.Config(**SMALL)
+    step, args = nnx_lm.build(c)
+    report = analyze(step, *args, cache=False)
+    text = Path(nnx_lm.__file__).read_text().splitlines()
+    marked = {
+        line.rsplit("# <- ", 1)[1].strip(): number
+        for number, line in enumerate(text, 1)
+        if "# <- " in line
+    }
+    callers = set(report.ops.loc[report.ops["mm_k"] > 0, "layer_caller"])
+
+    def key_of(part: str) -> str:
+        found = [k for k in callers if k.startswith(f"{nnx_lm.__file__}:{marked[part]} ")]
+        assert len(found) == 1, (part, callers)
+        return found[0]
+
+    assert_separates_projections(report, key_of, c)
+
+
+# A framework installed in site-packages, laid out as MaxText is: generic layers in
+# layers/linears.py, the model's projections named by their callers in layers/attentions.py.
+MAXTEXT = {
+    "maxtext/__init__.py": "",
+    "maxtext/layers/__init__.py": "",
+    "maxtext/layers/linears.py": '''
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class DenseGeneral(nn.Module):
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features))
+        return jnp.dot(x, kernel.astype(x.dtype))
+
+
+class MlpBlock(nn.Module):
+    """As MaxText's: the MLP lives in linears.py beside the layer it calls."""
+
+    d: int
+    ff: int
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.gelu(DenseGeneral(self.ff, name="wi_0")(x))
+        return DenseGeneral(self.d, name="wo")(h)
+''',
+    "maxtext/layers/attentions.py": """
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from maxtext.layers.linears import DenseGeneral, MlpBlock
+
+
+class Decoder(nn.Module):
+    d: int
+    ff: int
+
+    @nn.compact
+    def __call__(self, x):
+        q = DenseGeneral(self.d, name="query")(x)
+        k = DenseGeneral(self.d, name="key")(x)
+        v = DenseGeneral(self.d, name="value")(x)
+        probs = jax.nn.softmax(jnp.einsum("td,sd->ts", q, k), axis=-1)
+        x = x + DenseGeneral(self.d, name="out")(probs @ v)
+        return x + MlpBlock(self.d, self.ff, name="mlp")(x)
+""",
+}
+MAXTEXT_DRIVER = """
+import jax
+import jax.numpy as jnp
+
+from maxtext.layers.attentions import Decoder
+
+T, D, FF = 128, 128, 512
+
+
+def train_step_example():
+    model = Decoder(D, FF)
+    x = jax.ShapeDtypeStruct((T, D), jnp.float32)
+    params = jax.eval_shape(model.init, jax.random.key(0), x)
+
+    def train_step(params, x):
+        return jax.grad(lambda p: (model.apply(p, x) ** 2).sum())(params)
+
+    return train_step, (params, x)
+"""
+
+
+@pytest.fixture
+def installed_maxtext(tmp_path, monkeypatch):
+    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages"
+    for name, text in MAXTEXT.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    (tmp_path / "driver.py").write_text(MAXTEXT_DRIVER)
+    monkeypatch.syspath_prepend(str(site))
+    for name in [m for m in sys.modules if m == "maxtext" or m.startswith("maxtext.")]:
+        monkeypatch.delitem(sys.modules, name)
+    attrs._library_dirs.cache_clear()
+    yield site / "maxtext"
+    attrs._library_dirs.cache_clear()
+
+
+def test_an_installed_package_named_as_the_users_is_attributed_and_its_layers_separate(
+    installed_maxtext, tmp_path, monkeypatch
+):
+    import jax
+
+    from hlo_roofline import analyze, cli
+
+    step, args, _ = cli.load_entry(f"{tmp_path / 'driver.py'}:train_step_example")
+    library = analyze(step, *args, cache=False)
+    matmuls = library.ops[library.ops["mm_k"] > 0]
+    # installed: every matmul is the driver's line (the one user frame left)
+    assert matmuls["user_source"].str.startswith(str(tmp_path / "driver.py")).all()
+    report = analyze(step, *args, cache=False, user_packages=["maxtext"])
+    matmuls = report.ops[report.ops["mm_k"] > 0]
+    linears = str(installed_maxtext / "layers" / "linears.py")
+    attentions = str(installed_maxtext / "layers" / "attentions.py")
+    assert matmuls["user_source"].str.startswith(linears + ":").mean() > 0.5
+    by_caller = matmul_flops_by(report, "layer_caller")
+    t, d, ff = 128, 128, 512
+    # the step's input needs no gradient: q, k and v are a forward and a weight-gradient matmul
+    for name, flops, module, function in (
+        ("query", 2 * 2 * t * d * d, "attentions", "Decoder"),
+        ("key", 2 * 2 * t * d * d, "attentions", "Decoder"),
+        ("value", 2 * 2 * t * d * d, "attentions", "Decoder"),
+        ("out", 3 * 2 * t * d * d, "attentions", "Decoder"),
+        ("wi_0", 3 * 2 * t * d * ff, "linears", "MlpBlock"),  # the MLP's own lines in linears.py
+        ("wo", 3 * 2 * t * ff * d, "linears", "MlpBlock"),
+    ):
+        path = installed_maxtext / "layers" / f"{module}.py"
+        text = path.read_text().splitlines()
+        number = next(i for i, line in enumerate(text, 1) if f'name="{name}"' in line)
+        key = f"{path}:{number} ({function}.__call__) [{name}]"
+        assert by_caller.get(key, 0.0) == pytest.approx(flops, rel=0.02), (name, by_caller)
+    # a directory works as well as a package name, and analyze_hlo takes the same list
+    by_dir = analyze(step, *args, cache=False, user_packages=[str(installed_maxtext)])
+    assert by_dir.ops["layer_caller"].equals(report.ops["layer_caller"])
+    # the CLI: --user-package, or [tool.hlo-roofline] user-packages in pyproject.toml
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("HLO_ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+    entry = f"{tmp_path / 'driver.py'}:train_step_example"
+    runner = CliRunner()
+    for extra in (["--user-package", "maxtext"], []):
+        if not extra:
+            (tmp_path / "pyproject.toml").write_text(
+                '[tool.hlo-roofline]\nuser-packages = ["maxtext"]\n'
+            )
+        result = runner.invoke(cli.main, ["analyze", entry, "--format", "csv", *extra])
+        assert result.exit_code == 0, result.output
+        assert "[query]" in result.stdout and linears in result.stdout
+    (tmp_path / "pyproject.toml").write_text('[tool.hlo-roofline]\nuser-packages = "maxtext"\n')
+    result = runner.invoke(cli.main, ["analyze", entry])
+    assert result.exit_code == 2 and "must be a list" in result.output
+    # `hlo` on the step's optimized HLO text takes the flag too
+    (tmp_path / "pyproject.toml").unlink()
+    hlo = tmp_path / "step.hlo.txt"
+    hlo.write_text(jax.jit(step).lower(*args).compile().as_text())
+    for extra, found in ((["--user-package", "maxtext"], True), ([], False)):
+        result = runner.invoke(cli.main, ["hlo", str(hlo), "--format", "json", *extra])
+        assert result.exit_code == 0, result.output
+        ops = Report.from_dict(json.loads(result.stdout)).ops
+        assert ops["user_source"].str.startswith(linears).any() == found
+        assert ops["layer_caller"].str.startswith(attentions).any() == found

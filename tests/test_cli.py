@@ -308,6 +308,8 @@ BAD_FILES = {
 BAD_INPUT = [
     (["analyze", "missing.py:f"], "no such file: missing.py"),
     (["analyze", "steps.py"], "is not FILE.py:NAME"),
+    (["analyze", "empty_dump"], "empty_dump is a directory: use `hlo-roofline hlo empty_dump`"),
+    (["analyze", "empty_dump:f"], "empty_dump is a directory, not a Python file"),
     (["analyze", "steps.py:matmul_stp"], "steps.py has no 'matmul_stp'; did you mean matmul_step"),
     (["analyze", "steps.py:matmul"], "steps.py:matmul needs arguments (x, w)"),
     (["analyze", "broken.py:f"], "cannot import broken.py: ZeroDivisionError: division by zero (broken.py:3)"),
@@ -443,6 +445,30 @@ def test_subprocess_analyze_pipes_clean_json(workdir):
     assert proc.returncode == 0, proc.stderr
     report = Report.from_dict(json.loads(proc.stdout))
     assert report.summary["compiled_for"] == "v5e:2x2" and report.chip == "v5e"
+
+
+def test_jax_persistent_cache_noise_is_not_echoed_as_ours(workdir, tmp_path):
+    """JAX warns when its own compilation cache cannot be read; the CLI does not pass that on as
+    a `warning:` of its own."""
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(ROOT),
+        "JAX_COMPILATION_CACHE_DIR": str(blocked / "cache"),  # under a file: unusable
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+        "HLO_ROOFLINE_CACHE_DIR": str(tmp_path / "hlo"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", "from hlo_roofline.cli import main; main()", "analyze",
+         "steps.py:elementwise_step", "--target", "local", "--format", "json"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "compilation cache" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["summary"]["flops"] > 0
 
 
 # -- measured runs ---------------------------------------------------------------------------------

@@ -26,7 +26,15 @@ from hlo_roofline.cli._common import CONTEXT
 from hlo_roofline.cli.analyze import load_entry, opened_entry
 from hlo_roofline.cli.render import cut_middle, ops_table, shorten_path, summary_text
 
-__all__ = ["cut_middle", "load_entry", "main", "opened_entry", "ops_table", "shorten_path", "summary_text"]
+__all__ = [
+    "cut_middle",
+    "load_entry",
+    "main",
+    "opened_entry",
+    "ops_table",
+    "shorten_path",
+    "summary_text",
+]
 
 
 @click.group(context_settings=CONTEXT)

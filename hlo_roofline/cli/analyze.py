@@ -49,16 +49,13 @@ def load_entry(entry: str) -> tuple[Callable, tuple, dict]:
     ``jax.jit`` (``static_argnums``, ``donate_argnums``, ``in_shardings``, ...). A ``NAME`` that
     yields (its step needs a context) is opened with :func:`opened_entry` instead.
     """
-    path, factory = _factory(entry)
-    if inspect.isgeneratorfunction(factory):
+    _, returned = _call(entry)
+    if inspect.isgenerator(returned):
+        returned.close()
         raise EntryError(
             f"{entry} yields its step (it needs a context): open it with "
             f"hlo_roofline.cli.opened_entry({entry!r})"
         )
-    try:
-        returned = factory()
-    except Exception as exc:
-        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
     return _unpack(entry, returned)
 
 
@@ -76,11 +73,10 @@ def opened_entry(entry: str) -> Iterator[tuple[Callable, tuple, dict]]:
     The step is traced and compiled while ``NAME`` is suspended at its ``yield``, so on this
     thread its mesh, axis rules and config contexts hold, as they do where the step is called.
     """
-    path, factory = _factory(entry)
-    if not inspect.isgeneratorfunction(factory):
-        yield load_entry(entry)
+    path, generator = _call(entry)
+    if not inspect.isgenerator(generator):
+        yield _unpack(entry, generator)
         return
-    generator = factory()
     try:
         returned = next(generator)
     except StopIteration:
@@ -100,6 +96,15 @@ def opened_entry(entry: str) -> Iterator[tuple[Callable, tuple, dict]]:
         raise EntryError(f"{entry}() raised {_user_error(exc, path)} after its yield") from None
     generator.close()
     raise EntryError(f"{entry}() must yield once, not twice")
+
+
+def _call(entry: str) -> tuple[Path, object]:
+    """The file ``FILE.py:NAME`` names and what ``NAME()`` returned (a generator if it yields)."""
+    path, factory = _factory(entry)
+    try:
+        return path, factory()
+    except Exception as exc:
+        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
 
 
 def _factory(entry: str) -> tuple[Path, Callable]:
@@ -347,8 +352,9 @@ def analyze(
 @_output_options
 @_format_option("table", "csv", "json")
 @top_option
+@user_package_option
 def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdir, run, plot_path,
-                fmt, top):  # fmt: skip
+                fmt, top, user_packages):  # fmt: skip
     """Analyze optimized HLO text, or every optimized module of an --xla_dump_to directory.
 
     With several modules, --csv/--json/--plot insert the module name before the suffix and
@@ -370,6 +376,7 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
                 raise InputError(f"no module under {path} matches --module {module_regex!r}")
     else:
         files = [path]
+    packages = (*pyproject_user_packages(path if path.is_dir() else path.parent), *user_packages)
     reports = {}
     bar = (
         click.progressbar(files, label="analyzing", file=sys.stderr, show_pos=True)
@@ -379,6 +386,8 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
     with bar as files:
         for file in files:
             with _input_errors(str(file)):
-                report = api.analyze_dump_file(file, cost_model, chip)
+                report = api.analyze_dump_file(
+                    file, cost_model, chip, user_packages=packages
+                )
             reports[api.module_key(file)] = report
     _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)

@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,17 +112,21 @@ def analyze_example(
     ``hlo_roofline.analyze(step, *args, target=target, **jit_kwargs)``; the demo and the tests,
     whoever calls, share cache entries (the HLO records no caller's frames). With ``cache_dir`` the
     optimized HLO is kept on disk (:mod:`hlo_roofline.cache`), so a second run — ``make demo``
-    again, or another test worker — does not pay for the compile again.
+    again, or another test worker — does not pay for the compile again. An example built for one
+    chip is not warned about on a slice (:class:`~hlo_roofline.api.UnshardedProgramWarning`): it
+    is one chip's step by design.
     """
     example = get(name)
     target = target or example.target
     step, args, jit_kwargs = example.load(api.resolve(chip, target)[1])
-    return api.analyze(
-        step,
-        *args,
-        chip=chip,
-        target=target,
-        cost_model=cost_model,
-        cache=cache_dir if cache_dir is not None else False,
-        **jit_kwargs,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", api.UnshardedProgramWarning)
+        return api.analyze(
+            step,
+            *args,
+            chip=chip,
+            target=target,
+            cost_model=cost_model,
+            cache=cache_dir if cache_dir is not None else False,
+            **jit_kwargs,
+        )

@@ -407,21 +407,33 @@ def layer_caller(
     user_packages: Sequence[str] = (),
 ) -> str:
     """Where the user's code called the generic layer an op comes from: the innermost user frame
-    outside :data:`LAYER_MODULES`, and, for an op made inside such a layer, the layer's name
-    scope in brackets (``attention.py:212 (__call__) [query]``: Flax and MaxText name each
-    projection). For any other op it is its ``user_source``. '' when no frame is the user's."""
-    in_layer = False
+    outside the layer, and, for an op made inside a layer, the layer's name scope in brackets
+    (``attention.py:212 (__call__) [query]``: Flax and MaxText name each projection). The layer
+    is the frames in :data:`LAYER_MODULES` of its class (``DenseGeneral.__call__``) and of the
+    module's functions; another class of such a module that is the user's code (MaxText's
+    ``MlpBlock`` calling its ``wi`` and ``wo`` in ``linears.py``) is the caller. For an op made
+    outside any layer it is its ``user_source``; '' when no frame is the user's."""
+    in_layer, layer = False, ""  # layer: the class of the innermost layer method on the stack
     for frame in frames:
         if not frame.file:
             continue
+        user = not is_library(frame.file, libraries, user_packages)
         if LAYER_MODULES.search(frame.file):
-            in_layer = True
-            continue
-        if is_library(frame.file, libraries, user_packages):
+            owner = _method_class(frame.function)
+            if not (user and layer and owner and owner != layer):
+                in_layer, layer = True, layer or owner
+                continue
+        elif not user:
             continue
         scope = _layer_scope(op_name) if in_layer else ""
         return f"{frame_text(frame)} [{scope}]" if scope else frame_text(frame)
     return ""
+
+
+def _method_class(function: str) -> str:
+    """``DenseGeneral.__call__`` → ``DenseGeneral``; '' for a function or a closure."""
+    owner, _, _ = function.rpartition(".")
+    return "" if not owner or "<locals>" in owner else owner
 
 
 def _layer_scope(op_name: str) -> str:
