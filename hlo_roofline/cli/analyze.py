@@ -386,8 +386,6 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
     with bar as files:
         for file in files:
             with _input_errors(str(file)):
-                report = api.analyze_dump_file(
-                    file, cost_model, chip, user_packages=packages
-                )
+                report = api.analyze_dump_file(file, cost_model, chip, user_packages=packages)
             reports[api.module_key(file)] = report
     _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
