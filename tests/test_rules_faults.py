@@ -43,7 +43,9 @@ def test_a_bad_rules_file_is_exit_2_naming_it(report, tmp_path, case):
 def test_a_bad_pyproject_table_is_exit_2_naming_it(report, tmp_path, monkeypatch, case):
     body = BAD_RULES[case]
     if case not in ("not UTF-8", "not TOML"):
-        body = b"[tool.hlo-roofline.check]\n" + body.replace(b"[require]", b"[tool.hlo-roofline.check.require]")
+        body = b"[tool.hlo-roofline.check]\n" + body.replace(
+            b"[require]", b"[tool.hlo-roofline.check.require]"
+        )
     (tmp_path / "pyproject.toml").write_bytes(body)
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli.main, ["check", str(report)])
