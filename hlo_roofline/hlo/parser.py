@@ -154,6 +154,9 @@ _SHAPE_TEXT = (
     _ARRAY_TEXT + r"|\((?:[^()]++|\((?:[^()]++|\([^()]*+\))*+\))*+\)"
 )  # an array, or a tuple (checked by the careful shape parser the first time it is seen)
 _FAST_OPERAND = r"(?:/\*[^*]*+\*/\s*+)?(?:(?:" + _SHAPE_TEXT + r")\s++)?%[^\s,()%]++"
+_ALL_OPERANDS_NAMED = re.compile(
+    r"\s*+" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+"
+)  # every operand written "%name"
 _FAST_LINE = re.compile(
     r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
     r"(" + _SHAPE_TEXT + r")\s*+"  # shape
@@ -169,8 +172,8 @@ _FAST_ATTRS = re.compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, n
 # Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).
 _CALLED_KEY_TEXT = re.compile(", (?:" + "|".join(_CALLED_ATTRS) + ")=")
 # A computation ends with "}", or with '}, execution_thread="sparsecore"' when it runs on another
-# thread of the chip (TPU SparseCore offload).
-_COMPUTATION_CLOSE = re.compile(r'\}(?:\s*,\s*execution_thread="([^"]*)")?\s*$')
+# thread of the chip (TPU SparseCore offload); the profiler's printer adds "// name" after it.
+_COMPUTATION_CLOSE = re.compile(r'\}(?:\s*,\s*execution_thread="([^"]*)")?\s*(?://.*)?$')
 _LEAF_OPCODES = frozenset({"parameter", "constant"})
 _CALLED_KEYS = frozenset(_CALLED_ATTRS)
 _CALLER_OPCODES = frozenset({*_REQUIRED_CALLEES, "conditional"})  # checked even without callees
@@ -243,7 +246,8 @@ def _logical_end(text: str, start: int) -> int | None:
     """Where the instruction (or header) that starts at ``start`` ends: the first line break
     outside every bracket and string, which may be several lines down when an attribute's value
     holds line breaks (XLA prints frontend attributes and some backend configs verbatim). None
-    when the text ends first, or a closer does not match (the caller reports the first line)."""
+    when the text ends first (the caller reports the line that opened what is not closed). A
+    closer that does not match ends it at the end of its line, for the caller to report there."""
     stack: list[str] = []
     find = text.find
     previous = start
@@ -258,8 +262,11 @@ def _logical_end(text: str, start: int) -> int | None:
             continue
         if tok in _CLOSER:
             stack.append(_CLOSER[tok])
-        elif tok == '"' or not stack or stack.pop() != tok:
+        elif tok == '"':
             return None
+        elif not stack or stack.pop() != tok:
+            newline = find("\n", previous)
+            return len(text) if newline < 0 else newline
     if stack:
         return None
     newline = find("\n", previous)
@@ -493,8 +500,8 @@ def _fast_operands_and_attrs(
     if m is None:
         return None
     inside = m.group(1)
-    if inside.strip() and "%" not in inside:
-        return None  # operands printed without '%': let the scanner split them
+    if inside.strip() and _ALL_OPERANDS_NAMED.fullmatch(inside) is None:
+        return None  # operands printed without '%' (some or all): let the scanner split them
     base = open_pos + 1
     operands = [(o.group(1), base + o.start()) for o in _OPERAND_NAME.finditer(inside)]
     attrs: dict[str, str] = {}
@@ -698,7 +705,8 @@ def _parse_module(text: str) -> Module:
                         instr.operands = [by_name[name] for name in names]
                     except KeyError:
                         instr.operands = [
-                            by_name.get(name) or _tuple_element(name, by_name, elements, instr, text)
+                            by_name.get(name)
+                            or _tuple_element(name, by_name, elements, instr, text)
                             for name in names
                         ]
                 arity = _ARITY.get(instr.opcode)
@@ -709,13 +717,15 @@ def _parse_module(text: str) -> Module:
                 if instr.opcode == "parameter":
                     parameters.append(instr)
                 if instr.name in by_name:
-                    taken = by_name[instr.name]
-                    if not elements or _made_for_compact_gte(taken, elements) is None:
-                        col = text.find(instr.name, start, end) - start
-                        message = f"duplicate instruction name '{instr.name}'"
+                    spelled = instr.name
+                    if not elements or _made_for_compact_gte(by_name[spelled], elements) is None:
+                        col = text.find(spelled, start, end) - start
+                        message = f"duplicate instruction name '{spelled}'"
                         raise HloParseError(message, number, col + 1, text[start:end].rstrip())
-                    taken.name = _unique_name(taken.name, by_name, instr.name)
-                    by_name[taken.name] = taken
+                    # The name of a get-tuple-element made for "%x#N" above: as in XLA's parser,
+                    # this instruction takes the next free one, and the text's name means it.
+                    instr.name = _unique_name(spelled, by_name)
+                    by_name[spelled] = instr
                 by_name[instr.name] = instr
                 current.instructions.append(instr)
                 if instr.is_root:
@@ -762,7 +772,7 @@ def _parse_module(text: str) -> Module:
         which = "ENTRY computation" if current.is_entry else "computation"
         message = (
             f"text ends inside {which} '{current.name}' (opened at line {current.line}): "
-            "missing its closing '}' (truncated?)"
+            "it is not closed with '}' (truncated?)"
         )
         raise HloParseError(message, last + 1, len(lines[last].rstrip()) + 1, lines[last])
     if not computations:
@@ -848,8 +858,8 @@ def _tuple_element(
 def _made_for_compact_gte(
     instr: Instruction, elements: dict[tuple[int, int], Instruction]
 ) -> Instruction | None:
-    """``instr`` if the parser made it for a ``%x#N`` operand (its name then yields to a later
-    instruction that has the same name, as in XLA's parser)."""
+    """``instr`` if the parser made it for a ``%x#N`` operand (a later instruction of the same
+    name is then renamed, as in XLA's parser)."""
     if instr.opcode != "get-tuple-element" or len(instr.operands) != 1:
         return None
     index = instr.attrs.get("index", "")
@@ -857,12 +867,12 @@ def _made_for_compact_gte(
     return instr if found is instr else None
 
 
-def _unique_name(name: str, by_name: dict[str, Instruction], also_taken: str = "") -> str:
+def _unique_name(name: str, by_name: dict[str, Instruction]) -> str:
     """``name``, or ``name.1``, ``name.2``... the first that no instruction has."""
-    if name not in by_name and name != also_taken:
+    if name not in by_name:
         return name
     k = 1
-    while f"{name}.{k}" in by_name or f"{name}.{k}" == also_taken:
+    while f"{name}.{k}" in by_name:
         k += 1
     return f"{name}.{k}"
 
@@ -887,7 +897,9 @@ def _implicit_entry(
             if called
             else "the header has entry_computation_layout= (printed by XLA)"
         )
-        message = f"no ENTRY computation, and {reason}: the text was cut before its entry (truncated?)"
+        message = (
+            f"no ENTRY computation, and {reason}: the text was cut before its entry (truncated?)"
+        )
         raise HloParseError(message, end + 1, len(lines[end].rstrip()) + 1, lines[end])
     last.is_entry = True
     return last
@@ -932,7 +944,10 @@ def _check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
 
 def _unknown_operand(name: str, number: int, raw: str) -> HloParseError:
     line = _Line(number, raw.rstrip())
-    col = line.text.find("%" + name, line.text.find("("))
+    operands = line.text.find("(", line.text.find("="))
+    col = line.text.find("%" + name, operands)
+    if col < 0:  # printed without '%'
+        col = line.text.find(name, operands)
     return line.error(f"unknown operand '%{name}' (not defined above)", max(col, 0))
 
 
