@@ -203,7 +203,10 @@ class _Line:
 
 
 class _Unclosed(HloParseError):
-    """A line that ends inside a bracket or a string: the text may go on on the next line."""
+    """A line that ends inside a bracket or a string. Inside a ``{...}`` value the text may go on
+    on the next line (``in_braces``): XLA prints some values verbatim, line breaks and all."""
+
+    in_braces = False
 
 
 def _scan(line: _Line, start: int, grouped: bool = True) -> tuple[int, list[int], list[int]]:
@@ -231,14 +234,18 @@ def _scan(line: _Line, start: int, grouped: bool = True) -> tuple[int, list[int]
         elif tok in _CLOSER:
             stack.append(_CLOSER[tok])
         elif tok == '"':
-            raise line.error("unterminated string", m.start(), _Unclosed)
+            error = line.error("unterminated string", m.start(), _Unclosed)
+            error.in_braces = stack[:1] == ["}"]
+            raise error
         else:
             if not stack or stack.pop() != tok:
                 raise line.error(f"unbalanced '{tok}'", m.start())
             if not stack and close < 0 and grouped:
                 close = m.start()
     if stack:
-        raise line.error(f"missing '{stack[-1]}'", len(text), _Unclosed)
+        error = line.error(f"missing '{stack[-1]}'", len(text), _Unclosed)
+        error.in_braces = stack[0] == "}"
+        raise error
     return close, inner, outer
 
 
@@ -653,8 +660,8 @@ def _parse_module(text: str) -> Module:
         raise header.error("expected 'HloModule <name>'", 0)
     try:
         name, module_attrs = _parse_header(header)
-    except _Unclosed:  # an attribute printed over several lines (origin_recovery_table={...})
-        end = _header_end(text, start)
+    except _Unclosed as unclosed:  # an attribute over several lines (origin_recovery_table=)
+        end = _header_end(text, start) if unclosed.in_braces else None
         if end is None:
             raise
         header = _Line(number, text[start:end].rstrip())
@@ -690,8 +697,8 @@ def _parse_module(text: str) -> Module:
                         raise line.error("expected an instruction ('%name = shape opcode(...)')", 0)
                     try:
                         instr, operands = _parse_instruction(line, head, current)
-                    except _Unclosed:  # an attribute value with line breaks: read on
-                        end = _logical_end(text, start)
+                    except _Unclosed as unclosed:  # an attribute value with line breaks: read on
+                        end = _logical_end(text, start) if unclosed.in_braces else None
                         if end is None:
                             raise
                         _skip_to(spans, end)
