@@ -117,7 +117,7 @@ _UNARY = (
     "broadcast", "reverse", "slice", "bitcast", "get-tuple-element", "cholesky", "fft",
     "get-dimension-size", "copy-start", "copy-done", "while", "rng-bit-generator", "topk",
     "domain", "recv", "recv-done", "send-done", "all-gather-done", "all-reduce-done",
-    "collective-permute-done", "async-done", "async-update", "infeed",
+    "collective-permute-done", "async-done", "infeed",
 )  # fmt: skip
 _BINARY = (
     "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2",
@@ -141,6 +141,7 @@ _ARITY: dict[str, tuple[int, int, int]] = {
     "scatter": (3, _ANY, 0),  # inputs, the indices, updates
     **dict.fromkeys(_AT_LEAST_ONE, (1, _ANY, -1)),
     "dynamic-slice": (2, _ANY, -1),
+    "async-update": (1, _ANY, -1),  # TPU7x SparseCore offloads pass it operands of their own
     "dynamic-update-slice": (3, _ANY, -1),
     "conditional": (2, _ANY, -1),
 }
