@@ -254,6 +254,8 @@ def test_an_async_update_may_take_operands_of_its_own():
     updates = [i for i in module.instructions() if i.opcode == "async-update"]
     assert updates and all(u.operands[0].opcode == "async-start" for u in updates)
     assert any(len(u.operands) == 2 for u in updates)
+    threads = {c.execution_thread for c in module.computations.values()}
+    assert threads == {"main", "sparsecore"}  # '}, execution_thread="sparsecore"' read
 
 
 def test_the_dump_and_as_text_of_one_compile_price_the_same():

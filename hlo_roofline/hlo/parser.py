@@ -8,6 +8,13 @@ scanner that understands quotes, comments and nested brackets splits operands an
 reports the column of whatever is wrong. Shapes are parsed once per distinct spelling (they repeat
 a lot). Operands must be defined above their users, as XLA requires. Anything the parser does not
 understand raises :class:`HloParseError` with the line, the column and the offending text.
+
+Beyond one instruction a line, XLA's printers write: attribute values with line breaks in them
+(frontend attributes and pretty JSON backend configs are printed verbatim; a Pallas kernel's
+``kernel_metadata``), read on from a line that ends inside ``{...}``; and, in ``--xla_dump_to``
+files, ``%x#N`` for element N of tuple %x with no get-tuple-element printed, which the parser makes
+back as XLA's parser does. Text cut short is refused: a computation the text does not close, and
+no ``ENTRY`` where XLA's printer would have written one.
 """
 
 from __future__ import annotations
