@@ -190,6 +190,38 @@ def test_every_attribute_form_xla_prints():
     assert [o.line for o in module.entry.instructions if o.name in ("cc3", "ar")] == [17, 22]
 
 
+COLLECTIVES = """HloModule m, input_output_alias={ {}: (0, {}, may-alias) }, buffer_donor={ (1, {}) }, entry_computation_layout={(f32[8]{0}, f32[8]{0})->f32[8]{0}}, num_partitions=4
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+ENTRY %e (p: f32[8], q: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0), parameter_replication={false}
+  %q = f32[8]{0} parameter(1)
+  %d = f32[8]{0} domain(%p), domain={kind="sharding", entry={maximal device=0}, exit={replicated}}
+  %ar = f32[8]{0} all-reduce(%d), channel_id=2, replica_groups=[2,2]<=[2,2]T(1,0), use_global_device_ids=true, to_apply=%add
+  %ar2 = f32[8]{0} all-reduce(%ar), channel_id=3, replica_groups=[1,4]<=[4], use_global_device_ids=true, to_apply=%add
+  ROOT %s = f32[8]{0} add(%ar2, %q)
+}
+"""
+
+
+def test_header_aliasing_domains_and_iota_replica_groups():
+    module = _assert_reads_as_xla_does(COLLECTIVES)
+    assert module.attrs["input_output_alias"] == "{ {}: (0, {}, may-alias) }"
+    assert module.attrs["buffer_donor"] == "{ (1, {}) }"
+    ops = {i.name: i for i in module.entry.instructions}
+    assert ops["d"].attrs["domain"] == (
+        '{kind="sharding", entry={maximal device=0}, exit={replicated}}'
+    )
+    assert ops["ar"].attrs["replica_groups"] == "[2,2]<=[2,2]T(1,0)"
+    assert attrs.replica_groups(ops["ar"], module) == [[0, 2], [1, 3]]
+    assert attrs.replica_groups(ops["ar2"], module) == [[0, 1, 2, 3]]
+
+
 def test_xla_prints_these_forms_back_as_it_read_them():
     """The forms above are XLA's printer's, not only its parser's: its own round trip writes the
     line breaks of a value verbatim and the attributes as given."""
