@@ -200,7 +200,9 @@ class _Line:
     def __init__(self, number: int, text: str) -> None:
         self.number, self.text = number, text
 
-    def error(self, message: str, pos: int, cls: type[HloParseError] = HloParseError):
+    def error(
+        self, message: str, pos: int, cls: type[HloParseError] = HloParseError
+    ) -> HloParseError:
         text = self.text
         if "\n" not in text:
             return cls(message, self.number, pos + 1, text)
@@ -801,8 +803,6 @@ def _parse_module(text: str) -> Module:
 
 def _skip_to(spans: Iterator[tuple[int, int, int]], end: int) -> None:
     """Advance ``spans`` past the lines that end at or before ``end`` (a statement's last line)."""
-    if end <= 0:
-        return
     for _, _, line_end in spans:
         if line_end >= end:
             return
@@ -846,8 +846,8 @@ def _tuple_element(
     for index_text in rest.split("#"):
         if _COMPACT_INDEX.fullmatch(index_text) is None:
             line = _Line(user.line, _line_text(text, user.line))
-            col = max(line.text.find("%" + name), line.text.find(name), 0)
-            raise line.error(f"bad tuple index '#{index_text}' in operand '%{name}'", col)
+            message = f"bad tuple index '#{index_text}' in operand '%{name}'"
+            raise line.error(message, _operand_column(line.text, name))
         index = int(index_text)
         spelled = f"{spelled}_{index}"
         made = elements.get((id(operand), index))
@@ -855,10 +855,9 @@ def _tuple_element(
             shape = operand.shape
             if not shape.is_tuple or index >= len(shape.tuple_shapes):
                 line = _Line(user.line, _line_text(text, user.line))
-                col = max(line.text.find("%" + name), line.text.find(name), 0)
                 what = f"a tuple of {len(shape.tuple_shapes)}" if shape.is_tuple else str(shape)
                 message = f"operand '%{name}': %{operand.name} is {what}, it has no element {index}"
-                raise line.error(message, col)
+                raise line.error(message, _operand_column(line.text, name))
             made = Instruction(
                 _unique_name(spelled, by_name), "get-tuple-element", shape.tuple_shapes[index],
                 [operand], f", index={index}", user.computation, user.line,
@@ -959,11 +958,17 @@ def _check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
 
 def _unknown_operand(name: str, number: int, raw: str) -> HloParseError:
     line = _Line(number, raw.rstrip())
-    operands = line.text.find("(", line.text.find("="))
-    col = line.text.find("%" + name, operands)
+    message = f"unknown operand '%{name}' (not defined above)"
+    return line.error(message, _operand_column(line.text, name))
+
+
+def _operand_column(line: str, name: str) -> int:
+    """Where operand ``name`` is written in its user's operand list (0 if not found)."""
+    operands = line.find("(", line.find("="))
+    col = line.find("%" + name, operands)
     if col < 0:  # printed without '%'
-        col = line.text.find(name, operands)
-    return line.error(f"unknown operand '%{name}' (not defined above)", max(col, 0))
+        col = line.find(name, operands)
+    return max(col, 0)
 
 
 def _resolve_callees(
