@@ -129,6 +129,25 @@ def test_text_cut_inside_a_value_with_line_breaks_is_refused():
         _xla_module(cut)  # XLA refuses it too
 
 
+def test_a_line_break_inside_a_quoted_value():
+    """Older printers wrote a frontend attribute's string verbatim, line breaks and quotes
+    inside; this XLA's parser reads that, and its printer escapes the line break."""
+    verbatim = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+ENTRY %e (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %n = f32[4]{0} negate(%p), frontend_attributes={note="two
+lines {with} [brackets], \\"quotes\\""}, metadata={op_name="n"}
+}
+"""
+    printed = _xla_module(verbatim).to_string()
+    assert 'note="two\\nlines {with}' in printed
+    for text in (verbatim, printed):
+        root = _assert_reads_as_xla_does(text).entry.root
+        assert root.line == 5 and attrs.metadata(root).op_name == "n"
+    assert parse(verbatim).entry.root.attrs["frontend_attributes"].startswith('{note="two\nlines')
+
+
 # A module with every attribute form XLA's printer writes (checked: XLA's parser reads it, and its
 # printer writes these forms back). Values hold brackets, commas and quotes inside strings.
 FORMS = r"""HloModule forms, is_scheduled=true, entry_computation_layout={(f32[8,128]{1,0:T(8,128)}, (f32[8]{0}, s32[]))->f32[8,128]{1,0:T(8,128)S(1)}}, allow_spmd_sharding_propagation_to_output={true}, num_partitions=2, replica_count=1, frontend_attributes={job="a,b{c}",xla.sdy.meshes={mesh = #sdy.mesh<["x"=2]>}}
