@@ -17,6 +17,7 @@ from conftest import FIXTURES
 
 from hlo_roofline import HloParseError, analyze_dump, analyze_hlo
 from hlo_roofline.hlo import Module, attrs, parse, parse_shape
+from hlo_roofline.hlo import parser as hlo_parser
 
 SYNTAX = FIXTURES / "parser_syntax"
 SPLASH = SYNTAX / "splash_attention.tpu_v5e.hlo.txt"
@@ -32,16 +33,38 @@ def _xla_module(text: str):
     return _hlo.hlo_module_from_text(text)
 
 
+def _jaxlib_version() -> tuple[int, ...]:
+    import jaxlib
+
+    return tuple(int(p) for p in re.findall(r"\d+", jaxlib.__version__)[:2])
+
+
+# The fixtures and forms here are jax 0.12's XLA's printing; an older XLA's parser does not know
+# all of it (the compact "%x#N", named shardings, origin=...), so there the comparison with XLA's
+# parser is left out and only the checks of this parser's own results run.
+XLA_READS_ALL = _jaxlib_version() >= (0, 12)
+
+
 def _shape(text: str) -> tuple:
     """(dtype, dims, tuple elements) of a printed shape: what both parsers must agree on."""
     shape = parse_shape(_COMMENT.sub("", text))
     return shape.dtype, shape.dims, tuple(_shape(str(s)) for s in shape.tuple_shapes)
 
 
+def _xla_shape(instr) -> tuple:
+    """An XLA instruction's shape (older jaxlibs have no ``.shape``: read it from its text)."""
+    if hasattr(instr, "shape"):
+        return _shape(str(instr.shape))
+    line = hlo_parser._Line(1, instr.to_string())
+    return _shape(
+        str(hlo_parser._parse_shape(line, hlo_parser._INSTRUCTION_HEAD.match(line.text).end())[0])
+    )
+
+
 def _structure_of_xla(text: str, alias) -> dict:
     return {
         c.name: sorted(
-            (alias(i.name), [alias(o.name) for o in i.operands()], _shape(str(i.shape)))
+            (alias(i.name), [alias(o.name) for o in i.operands()], _xla_shape(i))
             for i in c.instructions()
         )
         for c in _xla_module(text).computations()
@@ -77,7 +100,8 @@ def _assert_reads_as_xla_does(text: str) -> Module:
         base = _SUFFIX.sub("", name)
         return base + ".*" if base in shared else name
 
-    assert _structure(module, alias) == _structure_of_xla(text, alias)
+    if XLA_READS_ALL:
+        assert _structure(module, alias) == _structure_of_xla(text, alias)
     return module
 
 
@@ -129,6 +153,7 @@ def test_text_cut_inside_a_value_with_line_breaks_is_refused():
         _xla_module(cut)  # XLA refuses it too
 
 
+@pytest.mark.skipif(not XLA_READS_ALL, reason="an XLA that prints these forms")
 def test_a_line_break_inside_a_quoted_value():
     """Older printers wrote a frontend attribute's string verbatim, line breaks and quotes
     inside; this XLA's parser reads that, and its printer escapes the line break."""
@@ -241,6 +266,7 @@ def test_header_aliasing_domains_and_iota_replica_groups():
     assert attrs.replica_groups(ops["ar2"], module) == [[0, 1, 2, 3]]
 
 
+@pytest.mark.skipif(not XLA_READS_ALL, reason="an XLA that prints these forms")
 def test_xla_prints_these_forms_back_as_it_read_them():
     """The forms above are XLA's printer's, not only its parser's: its own round trip writes the
     line breaks of a value verbatim and the attributes as given."""
@@ -250,6 +276,7 @@ def test_xla_prints_these_forms_back_as_it_read_them():
     _assert_reads_as_xla_does(printed)
 
 
+@pytest.mark.skipif(not XLA_READS_ALL, reason="an XLA that prints these forms")
 def test_a_module_header_over_several_lines():
     """``origin_recovery_table={...}`` is printed over several lines, a whole module (braces, ENTRY
     and all) in a string inside it; XLA's printer writes it so."""
@@ -448,3 +475,34 @@ def test_a_last_computation_that_another_calls_is_not_an_entry():
     neg, main = HAND_WRITTEN.split("\n\n", 1)[1].split("\n\n")
     with pytest.raises(HloParseError, match="'neg' is called by another"):
         parse(f"HloModule m\n\n{main}\n\n{neg}\n")
+
+
+# -- Python 3.11.0 to 3.11.2 match possessive repeats of groups wrongly ---------------------------
+
+
+def test_the_fast_paths_atomic_form_reads_every_line_as_the_possessive_one():
+    """Where Python matches ``(...)*+`` wrongly the fast paths use ``(?>(...)*)``; on this Python
+    both forms must read every line of real modules alike (and the atomic one refuses an
+    unbalanced value, which 3.11.2's possessive one took)."""
+    names = ("_FAST_LINE", "_FAST_ATTRS", "_FAST_OPERANDS", "_FAST_ATTR", "_ALL_OPERANDS_NAMED")
+    atomic = {n: re.compile(hlo_parser._atomic(getattr(hlo_parser, n).pattern)) for n in names}
+    group_possessive = re.compile(r"(?<!\\)\)(?:[*+?]|\{\d*,?\d*\})\+")
+    assert not any(group_possessive.search(p.pattern) for p in atomic.values())
+    assert atomic["_FAST_ATTRS"].fullmatch(", f={k={") is None
+    assert re.match(hlo_parser._atomic(r"(?:ab*+c)*+"), "ab").end() == 0
+    if hlo_parser._compile is not re.compile:
+        return  # this Python's possessive form is the wrong one: nothing to compare with
+    assert all(group_possessive.search(getattr(hlo_parser, n).pattern) for n in names)
+    texts = [SPLASH, *DUMPED, FIXTURES / "gpt_tiny" / "tpu_v5e.hlo.txt"]
+    checked = 0
+    for path in texts:
+        for raw in path.read_text().split("\n"):
+            m, a = hlo_parser._FAST_LINE.match(raw), atomic["_FAST_LINE"].match(raw)
+            assert (m and m.groups()) == (a and a.groups()), raw[:200]
+            if m is None:
+                continue
+            attr_text = m.group(7).rstrip()
+            expected = hlo_parser._FAST_ATTRS.fullmatch(attr_text) is not None
+            assert (atomic["_FAST_ATTRS"].fullmatch(attr_text) is not None) == expected
+            checked += 1
+    assert checked > 2000

@@ -56,6 +56,48 @@ class HloParseError(ValueError):
         return f"{where}{self.message}\n  {snippet}\n  {' ' * max(self.column - 1, 0)}^"
 
 
+def _atomic(pattern: str) -> str:
+    """``pattern`` with each possessive repeat of a group, ``(...)*+``, written as the atomic group
+    ``(?>(...)*)``: the same language. Python 3.11.0 to 3.11.2 match a possessive repeat of a
+    group wrongly (``(?:ab*+c)*+`` matches "a" of "ab"), so there the fast paths use these."""
+    out: list[str] = []
+    opened: list[int] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "[":  # a class: up to its unescaped "]" (a "]" first in it is literal)
+            j = i + 1 + (pattern.startswith("^", i + 1))
+            j += pattern.startswith("]", j)
+            while pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            out.append(pattern[i : j + 1])
+            i = j + 1
+            continue
+        out.append(c)
+        i += 1
+        if c == "(":
+            opened.append(len(out) - 1)
+        elif c == ")":
+            start = opened.pop()
+            m = _POSSESSIVE.match(pattern, i)
+            if m is not None:
+                group = "".join(out[start:])
+                del out[start:]
+                out.append(f"(?>{group}{m.group(1)})")
+                i = m.end()
+    return "".join(out)
+
+
+_POSSESSIVE = re.compile(r"([*+?]|\{\d*,?\d*\})\+")
+# Whether this Python matches possessive repeats of groups right (3.11.3 and later do).
+_compile = (
+    re.compile if re.match(r"(?:ab*+c)*+", "ab").end() == 0 else lambda p: re.compile(_atomic(p))
+)
+
 # One regex pass splits a line into the tokens that matter for structure. Strings, comments,
 # bracket groups with no nested brackets (dims "[8,128]", layouts "{1,0}", metadata "{op_name=...}")
 # come out as single tokens; every other token is one character that opens, closes or separates.
@@ -84,8 +126,8 @@ def _nested_braces(depth: int) -> str:
 
 
 _BRACES = _nested_braces(6)
-_FAST_OPERANDS = re.compile(r'\(((?:[^()"]++|\((?:[^()"]++|\([^()"]*+\))*+\))*+)\)')
-_FAST_ATTR = re.compile(
+_FAST_OPERANDS = _compile(r'\(((?:[^()"]++|\((?:[^()"]++|\([^()"]*+\))*+\))*+)\)')
+_FAST_ATTR = _compile(
     r",\s*([\w.\-]+)=((?:[^,{}()\[\]\"]++|"
     + _STRING
     + "|"
@@ -162,10 +204,10 @@ _SHAPE_TEXT = (
     _ARRAY_TEXT + r"|\((?:[^()]++|\((?:[^()]++|\([^()]*+\))*+\))*+\)"
 )  # an array, or a tuple (checked by the careful shape parser the first time it is seen)
 _FAST_OPERAND = r"(?:/\*[^*]*+\*/\s*+)?(?:(?:" + _SHAPE_TEXT + r")\s++)?%[^\s,()%]++"
-_ALL_OPERANDS_NAMED = re.compile(
+_ALL_OPERANDS_NAMED = _compile(
     r"\s*+" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+"
 )  # every operand written "%name"
-_FAST_LINE = re.compile(
+_FAST_LINE = _compile(
     r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
     r"(" + _SHAPE_TEXT + r")\s*+"  # shape
     r"([a-z][a-z0-9\-_]*+)\("  # opcode(
@@ -175,8 +217,8 @@ _FAST_LINE = re.compile(
 )
 _ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
 _FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=((?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+)"
-_FAST_ATTR_ITEM = re.compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
-_FAST_ATTRS = re.compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
+_FAST_ATTR_ITEM = _compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
+_FAST_ATTRS = _compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
 # Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).
 _CALLED_KEY_TEXT = re.compile(", (?:" + "|".join(_CALLED_ATTRS) + ")=")
 # A computation ends with "}", or with '}, execution_thread="sparsecore"' when it runs on another
