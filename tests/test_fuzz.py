@@ -454,7 +454,11 @@ def test_whole_line_fast_path_agrees_with_careful_path_on_every_fixture_line():
             if m is None or head is None:
                 continue
             line = hlo_parser._Line(number, raw.rstrip())
-            careful, operands = hlo_parser._parse_instruction(line, head, None)
+            try:
+                careful, operands = hlo_parser._parse_instruction(line, head, None)
+            except hlo_parser._Unclosed:  # a value printed over several lines: not the fast path's
+                assert hlo_parser._fast_instruction(m, number, None) is None, raw[:200]
+                continue
             fast = hlo_parser._fast_instruction(m, number, None)
             assert fast is not None, raw[:200]
             instr, names = fast

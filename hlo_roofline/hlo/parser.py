@@ -8,6 +8,13 @@ scanner that understands quotes, comments and nested brackets splits operands an
 reports the column of whatever is wrong. Shapes are parsed once per distinct spelling (they repeat
 a lot). Operands must be defined above their users, as XLA requires. Anything the parser does not
 understand raises :class:`HloParseError` with the line, the column and the offending text.
+
+Beyond one instruction a line, XLA's printers write: attribute values with line breaks in them
+(frontend attributes and pretty JSON backend configs are printed verbatim; a Pallas kernel's
+``kernel_metadata``), read on from a line that ends inside ``{...}``; and, in ``--xla_dump_to``
+files, ``%x#N`` for element N of tuple %x with no get-tuple-element printed, which the parser makes
+back as XLA's parser does. Text cut short is refused: a computation the text does not close, and
+no ``ENTRY`` where XLA's printer would have written one.
 """
 
 from __future__ import annotations
@@ -49,6 +56,48 @@ class HloParseError(ValueError):
         return f"{where}{self.message}\n  {snippet}\n  {' ' * max(self.column - 1, 0)}^"
 
 
+def _atomic(pattern: str) -> str:
+    """``pattern`` with each possessive repeat of a group, ``(...)*+``, written as the atomic group
+    ``(?>(...)*)``: the same language. Python 3.11.0 to 3.11.2 match a possessive repeat of a
+    group wrongly (``(?:ab*+c)*+`` matches "a" of "ab"), so there the fast paths use these."""
+    out: list[str] = []
+    opened: list[int] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "[":  # a class: up to its unescaped "]" (a "]" first in it is literal)
+            j = i + 1 + (pattern.startswith("^", i + 1))
+            j += pattern.startswith("]", j)
+            while pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            out.append(pattern[i : j + 1])
+            i = j + 1
+            continue
+        out.append(c)
+        i += 1
+        if c == "(":
+            opened.append(len(out) - 1)
+        elif c == ")":
+            start = opened.pop()
+            m = _POSSESSIVE.match(pattern, i)
+            if m is not None:
+                group = "".join(out[start:])
+                del out[start:]
+                out.append(f"(?>{group}{m.group(1)})")
+                i = m.end()
+    return "".join(out)
+
+
+_POSSESSIVE = re.compile(r"([*+?]|\{\d*,?\d*\})\+")
+# Whether this Python matches possessive repeats of groups right (3.11.3 and later do).
+_compile = (
+    re.compile if re.match(r"(?:ab*+c)*+", "ab").end() == 0 else lambda p: re.compile(_atomic(p))
+)
+
 # One regex pass splits a line into the tokens that matter for structure. Strings, comments,
 # bracket groups with no nested brackets (dims "[8,128]", layouts "{1,0}", metadata "{op_name=...}")
 # come out as single tokens; every other token is one character that opens, closes or separates.
@@ -77,8 +126,8 @@ def _nested_braces(depth: int) -> str:
 
 
 _BRACES = _nested_braces(6)
-_FAST_OPERANDS = re.compile(r'\(((?:[^()"]++|\((?:[^()"]++|\([^()"]*+\))*+\))*+)\)')
-_FAST_ATTR = re.compile(
+_FAST_OPERANDS = _compile(r'\(((?:[^()"]++|\((?:[^()"]++|\([^()"]*+\))*+\))*+)\)')
+_FAST_ATTR = _compile(
     r",\s*([\w.\-]+)=((?:[^,{}()\[\]\"]++|"
     + _STRING
     + "|"
@@ -117,7 +166,7 @@ _UNARY = (
     "broadcast", "reverse", "slice", "bitcast", "get-tuple-element", "cholesky", "fft",
     "get-dimension-size", "copy-start", "copy-done", "while", "rng-bit-generator", "topk",
     "domain", "recv", "recv-done", "send-done", "all-gather-done", "all-reduce-done",
-    "collective-permute-done", "async-done", "async-update", "infeed",
+    "collective-permute-done", "async-done", "infeed",
 )  # fmt: skip
 _BINARY = (
     "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2",
@@ -141,6 +190,7 @@ _ARITY: dict[str, tuple[int, int, int]] = {
     "scatter": (3, _ANY, 0),  # inputs, the indices, updates
     **dict.fromkeys(_AT_LEAST_ONE, (1, _ANY, -1)),
     "dynamic-slice": (2, _ANY, -1),
+    "async-update": (1, _ANY, -1),  # TPU7x SparseCore offloads pass it operands of their own
     "dynamic-update-slice": (3, _ANY, -1),
     "conditional": (2, _ANY, -1),
 }
@@ -154,7 +204,10 @@ _SHAPE_TEXT = (
     _ARRAY_TEXT + r"|\((?:[^()]++|\((?:[^()]++|\([^()]*+\))*+\))*+\)"
 )  # an array, or a tuple (checked by the careful shape parser the first time it is seen)
 _FAST_OPERAND = r"(?:/\*[^*]*+\*/\s*+)?(?:(?:" + _SHAPE_TEXT + r")\s++)?%[^\s,()%]++"
-_FAST_LINE = re.compile(
+_ALL_OPERANDS_NAMED = _compile(
+    r"\s*+" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+"
+)  # every operand written "%name"
+_FAST_LINE = _compile(
     r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
     r"(" + _SHAPE_TEXT + r")\s*+"  # shape
     r"([a-z][a-z0-9\-_]*+)\("  # opcode(
@@ -164,13 +217,13 @@ _FAST_LINE = re.compile(
 )
 _ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
 _FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=((?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+)"
-_FAST_ATTR_ITEM = re.compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
-_FAST_ATTRS = re.compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
+_FAST_ATTR_ITEM = _compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
+_FAST_ATTRS = _compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
 # Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).
 _CALLED_KEY_TEXT = re.compile(", (?:" + "|".join(_CALLED_ATTRS) + ")=")
 # A computation ends with "}", or with '}, execution_thread="sparsecore"' when it runs on another
-# thread of the chip (TPU SparseCore offload).
-_COMPUTATION_CLOSE = re.compile(r'\}(?:\s*,\s*execution_thread="([^"]*)")?\s*$')
+# thread of the chip (TPU SparseCore offload); the profiler's printer adds "// name" after it.
+_COMPUTATION_CLOSE = re.compile(r'\}(?:\s*,\s*execution_thread="([^"]*)")?\s*(?://.*)?$')
 _LEAF_OPCODES = frozenset({"parameter", "constant"})
 _CALLED_KEYS = frozenset(_CALLED_ATTRS)
 _CALLER_OPCODES = frozenset({*_REQUIRED_CALLEES, "conditional"})  # checked even without callees
@@ -189,7 +242,9 @@ class _Line:
     def __init__(self, number: int, text: str) -> None:
         self.number, self.text = number, text
 
-    def error(self, message: str, pos: int, cls: type[HloParseError] = HloParseError):
+    def error(
+        self, message: str, pos: int, cls: type[HloParseError] = HloParseError
+    ) -> HloParseError:
         text = self.text
         if "\n" not in text:
             return cls(message, self.number, pos + 1, text)
@@ -200,7 +255,10 @@ class _Line:
 
 
 class _Unclosed(HloParseError):
-    """A line that ends inside a bracket or a string: the text may go on on the next line."""
+    """A line that ends inside a bracket or a string. Inside a ``{...}`` value the text may go on
+    on the next line (``in_braces``): XLA prints some values verbatim, line breaks and all."""
+
+    in_braces = False
 
 
 def _scan(line: _Line, start: int, grouped: bool = True) -> tuple[int, list[int], list[int]]:
@@ -228,14 +286,18 @@ def _scan(line: _Line, start: int, grouped: bool = True) -> tuple[int, list[int]
         elif tok in _CLOSER:
             stack.append(_CLOSER[tok])
         elif tok == '"':
-            raise line.error("unterminated string", m.start(), _Unclosed)
+            error = line.error("unterminated string", m.start(), _Unclosed)
+            error.in_braces = stack[:1] == ["}"]
+            raise error
         else:
             if not stack or stack.pop() != tok:
                 raise line.error(f"unbalanced '{tok}'", m.start())
             if not stack and close < 0 and grouped:
                 close = m.start()
     if stack:
-        raise line.error(f"missing '{stack[-1]}'", len(text), _Unclosed)
+        error = line.error(f"missing '{stack[-1]}'", len(text), _Unclosed)
+        error.in_braces = stack[0] == "}"
+        raise error
     return close, inner, outer
 
 
@@ -243,7 +305,8 @@ def _logical_end(text: str, start: int) -> int | None:
     """Where the instruction (or header) that starts at ``start`` ends: the first line break
     outside every bracket and string, which may be several lines down when an attribute's value
     holds line breaks (XLA prints frontend attributes and some backend configs verbatim). None
-    when the text ends first, or a closer does not match (the caller reports the first line)."""
+    when the text ends first (the caller reports the line that opened what is not closed). A
+    closer that does not match ends it at the end of its line, for the caller to report there."""
     stack: list[str] = []
     find = text.find
     previous = start
@@ -258,8 +321,11 @@ def _logical_end(text: str, start: int) -> int | None:
             continue
         if tok in _CLOSER:
             stack.append(_CLOSER[tok])
-        elif tok == '"' or not stack or stack.pop() != tok:
+        elif tok == '"':
             return None
+        elif not stack or stack.pop() != tok:
+            newline = find("\n", previous)
+            return len(text) if newline < 0 else newline
     if stack:
         return None
     newline = find("\n", previous)
@@ -493,8 +559,8 @@ def _fast_operands_and_attrs(
     if m is None:
         return None
     inside = m.group(1)
-    if inside.strip() and "%" not in inside:
-        return None  # operands printed without '%': let the scanner split them
+    if inside.strip() and _ALL_OPERANDS_NAMED.fullmatch(inside) is None:
+        return None  # operands printed without '%' (some or all): let the scanner split them
     base = open_pos + 1
     operands = [(o.group(1), base + o.start()) for o in _OPERAND_NAME.finditer(inside)]
     attrs: dict[str, str] = {}
@@ -646,8 +712,8 @@ def _parse_module(text: str) -> Module:
         raise header.error("expected 'HloModule <name>'", 0)
     try:
         name, module_attrs = _parse_header(header)
-    except _Unclosed:  # an attribute printed over several lines (origin_recovery_table={...})
-        end = _header_end(text, start)
+    except _Unclosed as unclosed:  # an attribute over several lines (origin_recovery_table=)
+        end = _header_end(text, start) if unclosed.in_braces else None
         if end is None:
             raise
         header = _Line(number, text[start:end].rstrip())
@@ -683,8 +749,8 @@ def _parse_module(text: str) -> Module:
                         raise line.error("expected an instruction ('%name = shape opcode(...)')", 0)
                     try:
                         instr, operands = _parse_instruction(line, head, current)
-                    except _Unclosed:  # an attribute value with line breaks: read on
-                        end = _logical_end(text, start)
+                    except _Unclosed as unclosed:  # an attribute value with line breaks: read on
+                        end = _logical_end(text, start) if unclosed.in_braces else None
                         if end is None:
                             raise
                         _skip_to(spans, end)
@@ -698,7 +764,8 @@ def _parse_module(text: str) -> Module:
                         instr.operands = [by_name[name] for name in names]
                     except KeyError:
                         instr.operands = [
-                            by_name.get(name) or _tuple_element(name, by_name, elements, instr, text)
+                            by_name.get(name)
+                            or _tuple_element(name, by_name, elements, instr, text)
                             for name in names
                         ]
                 arity = _ARITY.get(instr.opcode)
@@ -709,13 +776,15 @@ def _parse_module(text: str) -> Module:
                 if instr.opcode == "parameter":
                     parameters.append(instr)
                 if instr.name in by_name:
-                    taken = by_name[instr.name]
-                    if not elements or _made_for_compact_gte(taken, elements) is None:
-                        col = text.find(instr.name, start, end) - start
-                        message = f"duplicate instruction name '{instr.name}'"
+                    spelled = instr.name
+                    if not elements or _made_for_compact_gte(by_name[spelled], elements) is None:
+                        col = text.find(spelled, start, end) - start
+                        message = f"duplicate instruction name '{spelled}'"
                         raise HloParseError(message, number, col + 1, text[start:end].rstrip())
-                    taken.name = _unique_name(taken.name, by_name, instr.name)
-                    by_name[taken.name] = taken
+                    # The name of a get-tuple-element made for "%x#N" above: as in XLA's parser,
+                    # this instruction takes the next free one, and the text's name means it.
+                    instr.name = _unique_name(spelled, by_name)
+                    by_name[spelled] = instr
                 by_name[instr.name] = instr
                 current.instructions.append(instr)
                 if instr.is_root:
@@ -762,7 +831,7 @@ def _parse_module(text: str) -> Module:
         which = "ENTRY computation" if current.is_entry else "computation"
         message = (
             f"text ends inside {which} '{current.name}' (opened at line {current.line}): "
-            "missing its closing '}' (truncated?)"
+            "it is not closed with '}' (truncated?)"
         )
         raise HloParseError(message, last + 1, len(lines[last].rstrip()) + 1, lines[last])
     if not computations:
@@ -776,8 +845,6 @@ def _parse_module(text: str) -> Module:
 
 def _skip_to(spans: Iterator[tuple[int, int, int]], end: int) -> None:
     """Advance ``spans`` past the lines that end at or before ``end`` (a statement's last line)."""
-    if end <= 0:
-        return
     for _, _, line_end in spans:
         if line_end >= end:
             return
@@ -821,8 +888,8 @@ def _tuple_element(
     for index_text in rest.split("#"):
         if _COMPACT_INDEX.fullmatch(index_text) is None:
             line = _Line(user.line, _line_text(text, user.line))
-            col = max(line.text.find("%" + name), line.text.find(name), 0)
-            raise line.error(f"bad tuple index '#{index_text}' in operand '%{name}'", col)
+            message = f"bad tuple index '#{index_text}' in operand '%{name}'"
+            raise line.error(message, _operand_column(line.text, name))
         index = int(index_text)
         spelled = f"{spelled}_{index}"
         made = elements.get((id(operand), index))
@@ -830,10 +897,9 @@ def _tuple_element(
             shape = operand.shape
             if not shape.is_tuple or index >= len(shape.tuple_shapes):
                 line = _Line(user.line, _line_text(text, user.line))
-                col = max(line.text.find("%" + name), line.text.find(name), 0)
                 what = f"a tuple of {len(shape.tuple_shapes)}" if shape.is_tuple else str(shape)
                 message = f"operand '%{name}': %{operand.name} is {what}, it has no element {index}"
-                raise line.error(message, col)
+                raise line.error(message, _operand_column(line.text, name))
             made = Instruction(
                 _unique_name(spelled, by_name), "get-tuple-element", shape.tuple_shapes[index],
                 [operand], f", index={index}", user.computation, user.line,
@@ -848,8 +914,8 @@ def _tuple_element(
 def _made_for_compact_gte(
     instr: Instruction, elements: dict[tuple[int, int], Instruction]
 ) -> Instruction | None:
-    """``instr`` if the parser made it for a ``%x#N`` operand (its name then yields to a later
-    instruction that has the same name, as in XLA's parser)."""
+    """``instr`` if the parser made it for a ``%x#N`` operand (a later instruction of the same
+    name is then renamed, as in XLA's parser)."""
     if instr.opcode != "get-tuple-element" or len(instr.operands) != 1:
         return None
     index = instr.attrs.get("index", "")
@@ -857,12 +923,12 @@ def _made_for_compact_gte(
     return instr if found is instr else None
 
 
-def _unique_name(name: str, by_name: dict[str, Instruction], also_taken: str = "") -> str:
+def _unique_name(name: str, by_name: dict[str, Instruction]) -> str:
     """``name``, or ``name.1``, ``name.2``... the first that no instruction has."""
-    if name not in by_name and name != also_taken:
+    if name not in by_name:
         return name
     k = 1
-    while f"{name}.{k}" in by_name or f"{name}.{k}" == also_taken:
+    while f"{name}.{k}" in by_name:
         k += 1
     return f"{name}.{k}"
 
@@ -887,7 +953,9 @@ def _implicit_entry(
             if called
             else "the header has entry_computation_layout= (printed by XLA)"
         )
-        message = f"no ENTRY computation, and {reason}: the text was cut before its entry (truncated?)"
+        message = (
+            f"no ENTRY computation, and {reason}: the text was cut before its entry (truncated?)"
+        )
         raise HloParseError(message, end + 1, len(lines[end].rstrip()) + 1, lines[end])
     last.is_entry = True
     return last
@@ -932,8 +1000,17 @@ def _check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
 
 def _unknown_operand(name: str, number: int, raw: str) -> HloParseError:
     line = _Line(number, raw.rstrip())
-    col = line.text.find("%" + name, line.text.find("("))
-    return line.error(f"unknown operand '%{name}' (not defined above)", max(col, 0))
+    message = f"unknown operand '%{name}' (not defined above)"
+    return line.error(message, _operand_column(line.text, name))
+
+
+def _operand_column(line: str, name: str) -> int:
+    """Where operand ``name`` is written in its user's operand list (0 if not found)."""
+    operands = line.find("(", line.find("="))
+    col = line.find("%" + name, operands)
+    if col < 0:  # printed without '%'
+        col = line.find(name, operands)
+    return max(col, 0)
 
 
 def _resolve_callees(
