@@ -312,6 +312,11 @@ def _declared_estimate(instr: Instruction) -> dict | None:
     return None
 
 
+def _on_sparsecore(instr: Instruction) -> bool:
+    thread = instr.attrs.get("async_execution_thread", "").strip('"')
+    return "sparsecore" in (instr.computation.execution_thread, thread)
+
+
 @rule("custom-call")
 def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
     name = target(instr)
@@ -336,6 +341,11 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
     known = attention_cost(instr, name, ctx)  # a JAX attention kernel, from its shapes
     if known is not None:
         return known
+    if instr.called and _on_sparsecore(instr):
+        # XLA:TPU's SparseCore offload (an embedding gather or scatter): the call names the
+        # program it runs, priced as that program (a dump prints it this way inside an
+        # async-start; ``as_text()`` as a custom-call-start, see control_flow.async_start).
+        return ctx.computation(instr.called[0])
     return Cost(
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
         unknown=True,
