@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hlo_roofline import targets
+from hlo_roofline._atomic import write_atomic
 
 __all__ = ["CACHE_ENV", "Program", "compile_program", "default_dir", "key"]
 
@@ -130,20 +131,10 @@ def _read(path: Path) -> Program | None:
 def _write(path: Path, program: Program) -> None:
     """The memory figures first, the HLO last: an entry exists once its text does."""
     try:
-        _write_atomic(path.with_suffix(".memory.json"), json.dumps(program.memory))
-        _write_atomic(path, program.text)
+        write_atomic(path.with_suffix(".memory.json"), json.dumps(program.memory))
+        write_atomic(path, program.text)
     except OSError as exc:
         log.info("HLO cache entry %s not written: %s", path, exc)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 @contextlib.contextmanager

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, efficiency, memory, schema, verdict
+from hlo_roofline._atomic import write_atomic
 from hlo_roofline.hlo import attrs
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
@@ -188,7 +188,7 @@ class Report:
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         text = json.dumps(self.to_dict(), allow_nan=False)
         if path is not None:
-            _write_atomic(Path(path), text)
+            write_atomic(Path(path), text)
         return text
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
@@ -198,7 +198,7 @@ class Report:
         )
         text = header + "\n" + self.ops.to_csv(index=False)
         if path is not None:
-            _write_atomic(Path(path), text)
+            write_atomic(Path(path), text)
         return text
 
     @classmethod
@@ -259,8 +259,8 @@ class Report:
             raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
         directory = Path(logdir) / run / "plugins" / PLUGIN_NAME
         directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(directory / REPORT_CSV, self.to_csv(), mode=0o644)
-        _write_atomic(directory / REPORT_JSON, self.to_json(), mode=0o644)
+        write_atomic(directory / REPORT_CSV, self.to_csv(), mode=0o644)
+        write_atomic(directory / REPORT_JSON, self.to_json(), mode=0o644)
         return directory
 
     # -- showing ----------------------------------------------------------------------------
@@ -353,24 +353,6 @@ def _stack_text(stacks: list[str], index) -> str:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(stacks):
         raise ReportError(f"a call_stack of {index!r} is not an index into 'call_stacks'")
     return stacks[index]
-
-
-def _write_atomic(path: Path, text: str, mode: int | None = None) -> None:
-    """Write to a temporary file beside ``path`` and rename it over: readers never see half a file.
-
-    ``mode``: permissions set before the rename (``mkstemp`` creates the file 0600).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        if mode is not None:
-            os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _summary(data: dict) -> dict:
