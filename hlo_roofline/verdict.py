@@ -385,7 +385,9 @@ def hint_text(
             "and its bytes (XLA:TPU's loop rate); a larger M or K would not change that"
         )
     per = " per batch element" if reason == "batched_weights" else ""
-    if not math.isnan(ridge_m):
+    if ridge_m < 1:  # even one row is past it (NaN compares False): no M to name
+        reaches = f"every M{per} reaches the ridge ({ridge:.0f} FLOP/B)"
+    elif not math.isnan(ridge_m):
         reaches = f"ridge at M≈{ridge_m:.0f}{' rows' + per if per else ''}"
     elif not math.isnan(ridge_k):
         whole_k = k * batch if reason == "split_k" else k

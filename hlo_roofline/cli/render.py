@@ -25,8 +25,9 @@ def _percent(x: float | None) -> str:
 
 
 def _rows(x: float) -> str:
-    """A matmul's rows at its ridge (the hint's ``ridge_m``); blank where none or not a matmul."""
-    return "" if x != x else f"{x:.0f}"
+    """A matmul's rows at its ridge (the hint's ``ridge_m``); blank where none or not a matmul,
+    ``any`` where one row already reaches it."""
+    return "" if x != x else "any" if x < 1 else f"{x:.0f}"
 
 
 def _number(x: float) -> str:
