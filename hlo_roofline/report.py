@@ -94,7 +94,9 @@ class Report:
         of op_name: ``jax.named_scope``, Flax Linen module paths; see :func:`scope_of`) or
         ``"pass"`` (``forward``/``backward`` under autodiff; see :func:`pass_of`). A list groups
         by several (``["scope", "pass"]``). Ops without one are grouped as ``(unattributed)``.
-        A classified report adds each group's dominant ``bound`` and its bound mix:
+        A classified report adds each group's dominant ``bound`` (the unit with the most time
+        summed over the group's ops that have a verdict; ``unknown`` where only unpriced ops take
+        time, ``none`` where nothing does) and its bound mix:
         ``mix_compute``/``mix_memory``/``mix_communication``, the share of the group's predicted
         time in ops of that verdict.
         """
@@ -108,9 +110,16 @@ class Report:
         out = grouped[sums].sum()
         out.insert(0, "ops", grouped.size())
         if "t_roofline_s" in out:
-            parts = out[["t_compute_s", "t_memory_s", "t_comm_s"]].to_numpy()
-            out["bound"] = np.where(
-                parts.max(axis=1) > 0, np.array(BOUNDS)[parts.argmax(axis=1)], "none"
+            # the units' times of the ops that have a verdict: an unpriced op's bytes are no
+            # evidence that its group is memory-bound
+            known = self.ops["bound"] != "unknown"
+            unit_times = self.ops[["t_compute_s", "t_memory_s", "t_comm_s"]].where(known, 0.0)
+            parts = unit_times.groupby(groups, sort=False).sum().reindex(out.index).to_numpy()
+            unknown = self.ops["t_roofline_s"].where(~known, 0.0).groupby(groups).sum()
+            out["bound"] = np.select(
+                [parts.max(axis=1) > 0, unknown.reindex(out.index).to_numpy() > 0],
+                [np.array(BOUNDS)[parts.argmax(axis=1)], "unknown"],
+                "none",
             )
             time_s = self.ops["t_roofline_s"]
             total = out["t_roofline_s"].where(out["t_roofline_s"] > 0)
