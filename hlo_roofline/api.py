@@ -27,7 +27,10 @@ DUMP_SUFFIX = "after_optimizations.txt"
 
 
 def analyze_hlo(
-    path_or_text: str | Path | Module, cost_model: str = "roofline", chip=None
+    path_or_text: str | Path | Module,
+    cost_model: str = "roofline",
+    chip=None,
+    model_flops: float | None = None,
 ) -> Report | dict[str, Report]:
     """Price every executed op of an optimized HLO module (text, file, or parsed module).
 
@@ -36,12 +39,16 @@ def analyze_hlo(
     trip count, async pairs once, library calls priced from their shapes, and bytes on the wire for
     collectives. With ``chip`` the report is classified against it. An ``--xla_dump_to`` directory
     gives one report per optimized module, keyed by file name. Malformed text raises
-    :class:`~hlo_roofline.HloParseError`.
+    :class:`~hlo_roofline.HloParseError`. ``model_flops``: your FLOPs per device and step, for the
+    MFU against them (:meth:`Report.classify`).
     """
     if cost_model not in cost.COST_MODELS:
         raise ValueError(f"cost_model must be one of {cost.COST_MODELS}, not {cost_model!r}")
     if _is_directory(path_or_text):
-        return analyze_dump(path_or_text, cost_model, chip)
+        return {
+            key: report.with_model_flops(model_flops) if model_flops is not None else report
+            for key, report in analyze_dump(path_or_text, cost_model, chip).items()
+        }
     module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
     _warn_if_unoptimized(module)
     with gc_paused():
@@ -52,7 +59,9 @@ def analyze_hlo(
         columns = cost.rows(module, ops, pad_to_tiles=pad)
         del ops  # a large module's priced ops need not outlive their rows while the table is built
         report = Report.from_columns(columns, summary, module.name)
-    return report.classify(chip) if chip is not None else report
+    if chip is not None:
+        return report.classify(chip, model_flops=model_flops)
+    return report.with_model_flops(model_flops) if model_flops is not None else report
 
 
 class UnoptimizedHloWarning(UserWarning):
@@ -235,6 +244,7 @@ def analyze(
     cost_model: str = "roofline",
     cache: bool | str | os.PathLike = True,
     isolate_trace: bool = False,
+    model_flops: float | None = None,
     **jit_kwargs,
 ):
     """Compile ``fn(*args)`` and return its classified :class:`Report`.
@@ -249,10 +259,14 @@ def analyze(
     the cache there. ``isolate_trace`` traces on a fresh thread, so the Python stack recorded in the
     HLO (and with it the cache entry) does not depend on the caller: for callers that hold no JAX
     context of their own (a ``with mesh:`` block, a config context), such as the CLI.
+    ``model_flops``: your FLOPs per device and step (MaxText's
+    ``calculate_tflops_training_per_device`` × 1e12), for the MFU against them
+    (:meth:`Report.classify`).
     """
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
-    return _analyze_step(step, args, {}, chip, target, how, cost_model, cache, isolate_trace)
+    report = _analyze_step(step, args, {}, chip, target, how, cost_model, cache, isolate_trace)
+    return report.with_model_flops(model_flops) if model_flops is not None else report
 
 
 def _lower(step, args: tuple, kwargs: dict, isolate_trace: bool = False):

@@ -62,23 +62,42 @@ class Report:
     def chip(self) -> str | None:
         return self.summary.get("chip")
 
-    def classify(self, chip, topology=None) -> Report:
+    def classify(self, chip, topology=None, model_flops: float | None = None) -> Report:
         """The same ops judged against ``chip`` (a name, alias or :class:`~hlo_roofline.chips.Chip`).
 
         ``topology`` places the devices for the collective model: the mesh the program was
         sharded on (exact TPU coordinates, GPU hosts) or an
         :class:`~hlo_roofline.interconnect.Topology`; by default the one this report was judged
         with, else one inferred from the chip and the replica groups.
+
+        ``model_flops``: your analytic FLOPs per device and step (MaxText's
+        ``calculate_tflops_training_per_device(config)`` returns TFLOPs: × 1e12). The summary then
+        has ``mfu_model`` (against the step as scheduled and the bf16 peak) beside the HLO's
+        ``mfu_upper_bound``, and ``hlo_flops_per_model_flop``. By default the count this report
+        was given before.
         """
         if topology is None:
             topology = self.summary.get("topology")
-        ops, summary_update = verdict.classify(self.ops, chip, topology)
+        if model_flops is None:
+            model_flops = self.summary.get("model_flops")
+        ops, summary_update = verdict.classify(self.ops, chip, topology, model_flops)
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
             ops = efficiency.add_efficiency(ops, chip)
             summary_update["measured_problems"] = efficiency.problem_count(ops)
         # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
         fit = memory.judge(self.summary.get("memory"), chips.get(chip))
         return Report(ops, {**self.summary, **summary_update, **fit}, self.module)
+
+    def with_model_flops(self, model_flops: float | None) -> Report:
+        """The same report with the user's FLOP count per device and step (see :meth:`classify`);
+        a classified report gets its model MFU at once, another keeps the count for its chip."""
+        if self.chip is not None:
+            summary = {**self.summary, "model_flops": None}
+            return Report(self.ops, summary, self.module).classify(
+                self.chip, model_flops=model_flops
+            )
+        summary = {**self.summary, "model_flops": verdict.check_model_flops(model_flops)}
+        return Report(self.ops, summary, self.module)
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``n`` largest ops by ``by`` (default: predicted time, else bytes)."""

@@ -233,9 +233,15 @@ class VerdictSummary(TypedDict):
     chip: str  # the chip's key in the database
     chip_name: str
     chip_profile: str  # "vendor" or "book" numbers
-    step_time_lower_s: float  # Σ max(t_compute, t_memory, t_comm): perfect overlap in each op
+    # Σ max(t_compute, t_memory, t_comm): the ops one after another, each overlapping its own
+    # terms (the book's bound for serial ops; `share` and `time_share` are of it). Not a bound on
+    # the scheduled step: XLA also hides transfers behind other ops.
+    step_time_lower_s: float
     step_time_upper_s: float  # Σ (t_compute + t_memory + t_comm): no overlap at all
-    mfu_upper_bound: float  # Σ flops ÷ (peak(mfu_dtype) · step_time_lower_s)
+    # the least the step can take, perfect overlap between ops too: max(Σ t_roofline of the
+    # compute stream's ops, Σ of each transfer engine's); ≤ step_time_scheduled_s always
+    step_time_min_s: float
+    mfu_upper_bound: float  # Σ flops ÷ (peak(mfu_dtype) · step_time_min_s)
     mfu_dtype: str  # the dtype (and precision) most matmul FLOPs run at
     time_share: dict[str, float]  # the step's lower bound split by bound
     floor_share: float  # the part of the step's lower bound that is ops held at the per-op floor
@@ -247,6 +253,13 @@ class VerdictSummary(TypedDict):
     exposed_comm_s: float  # Σ t_exposed_s: communication the compute stream waited for
     exposed_comm_share: float  # exposed_comm_s ÷ step_time_scheduled_s
     topology: dict | None  # where the devices sit (interconnect.Topology.to_dict)
+    remat_flops: float  # Σ flops of the ops inside a rematted computation (jax.checkpoint)
+    remat_flops_share: float  # remat_flops ÷ Σ flops
+    remat_time_s: float  # Σ t_roofline_s of those ops
+    remat_time_share: float  # remat_time_s ÷ step_time_lower_s
+    model_flops: float | None  # the user's analytic FLOPs per device and step (--model-flops)
+    mfu_model: float | None  # model_flops ÷ (step_time_scheduled_s · the bf16 peak)
+    hlo_flops_per_model_flop: float | None  # Σ flops ÷ model_flops
 
 
 class Summary(CostSummary, VerdictSummary, total=False):

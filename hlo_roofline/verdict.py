@@ -452,9 +452,13 @@ def _xla_estimate(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
 
 
 def classify(
-    ops: pd.DataFrame, chip: Chip | str, topology=None
+    ops: pd.DataFrame, chip: Chip | str, topology=None, model_flops: float | None = None
 ) -> tuple[pd.DataFrame, schema.VerdictSummary]:
     """Add the verdict columns for ``chip`` to a report's ops; return them and summary entries.
+
+    ``model_flops``: the user's analytic count of the model's FLOPs per device and step (MaxText's
+    ``calculate_tflops_training_per_device`` × 1e12): the summary then gives the MFU against it
+    beside the HLO's (see :func:`model_flops_summary`).
 
     ``topology`` places the program's devices for the collective model: an
     :class:`~hlo_roofline.interconnect.Topology`, a mesh (or its devices in partition order), or
@@ -538,18 +542,71 @@ def classify(
     ops["xla_gap"] = _xla_gaps(ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding)
     ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip, padding))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
-    summary = _summary(ops, chip, step, float(np.maximum(times.sum(axis=0), floors).sum()))
+    upper = float(np.maximum(times.sum(axis=0), floors).sum())
+    summary = _summary(ops, chip, step, upper, scheduled.least_s)
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
     summary.update(
         floor_share=float((t_roofline - times.max(axis=0)).sum()) / step if step else 0.0,
+        step_time_min_s=scheduled.least_s,
         step_time_scheduled_s=scheduled.step_s,
         comm_time_s=comm,
         exposed_comm_s=exposed,
         exposed_comm_share=exposed / scheduled.step_s if scheduled.step_s else 0.0,
         topology=topology.to_dict() if topology is not None else None,
+        **remat_summary(ops, step),
+        **model_flops_summary(float(flops.sum()), model_flops, chip, scheduled.step_s),
     )
     return ops, summary
+
+
+REMAT = "rematted_computation"  # the name scope JAX gives what jax.checkpoint recomputes
+
+
+def remat_summary(ops: pd.DataFrame, step: float) -> dict[str, float]:
+    """What the backward pass recomputes (``jax.checkpoint``/``remat``): the FLOPs and roofline
+    time of the ops whose ``op_name`` lies inside a rematted computation, and their shares of the
+    step's FLOPs and of Σ ``t_roofline_s`` (a fusion counts wholly where its own op_name is)."""
+    inside = ops["op_name"].str.contains(REMAT, regex=False).to_numpy()
+    flops = ops["flops"].to_numpy(dtype=float)
+    remat_flops, total = float(flops[inside].sum()), float(flops.sum())
+    remat_time = float(ops["t_roofline_s"].to_numpy(dtype=float)[inside].sum())
+    return {
+        "remat_flops": remat_flops,
+        "remat_flops_share": remat_flops / total if total else 0.0,
+        "remat_time_s": remat_time,
+        "remat_time_share": remat_time / step if step else 0.0,
+    }
+
+
+def check_model_flops(model_flops) -> float | None:
+    """A model FLOP count as a float; ValueError unless it is a positive finite number."""
+    if model_flops is None:
+        return None
+    try:
+        value = float(model_flops)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(model_flops, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"model_flops must be a positive number of FLOPs, not {model_flops!r}")
+    return value
+
+
+def model_flops_summary(
+    hlo_flops: float, model_flops: float | None, chip: Chip, step_scheduled: float
+) -> dict[str, float | None]:
+    """MFU against the user's own FLOP count: ``model_flops / (step as scheduled × bf16 peak)``
+    (MaxText's convention: its MFU is against the bf16 peak), and how many FLOPs the compiled
+    program runs per model FLOP (above 1: rematerialization, padding, the optimizer, ...)."""
+    model_flops = check_model_flops(model_flops)
+    if model_flops is None:
+        return {"model_flops": None, "mfu_model": None, "hlo_flops_per_model_flop": None}
+    peak = _peak(chip, "bf16")
+    return {
+        "model_flops": model_flops,
+        "mfu_model": model_flops / (step_scheduled * peak) if step_scheduled else None,
+        "hlo_flops_per_model_flop": hlo_flops / model_flops,
+    }
 
 
 def _hint_columns(
@@ -606,7 +663,7 @@ def _hint_columns(
             "mxu_waste": waste}  # fmt: skip
 
 
-def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
+def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float, least: float) -> dict:
     time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
     # MFU against the peak most matmul FLOPs run at (their dtype and precision; bf16 without any)
     priced = (ops["mm_k"] > 0) & (ops["bound"] != "unknown")
@@ -632,7 +689,7 @@ def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
         "chip_profile": chip.profile,
         "step_time_lower_s": step,
         "step_time_upper_s": upper,
-        "mfu_upper_bound": flops / (peak * step) if step else 0.0,
+        "mfu_upper_bound": flops / (peak * least) if least else 0.0,
         "mfu_dtype": (
             f"{mfu_dtype} ({mfu_precision} precision)"
             if mfu_dtype == "f32" and mfu_precision not in ("", "default")

@@ -31,6 +31,7 @@ from hlo_roofline.cli._common import (
     _regex,
     chip_option,
     cost_model_option,
+    model_flops_option,
     no_cache_option,
     target_option,
     top_option,
@@ -214,6 +215,7 @@ def _compile(
     help="Profiled steps for --measure.",
 )
 @no_cache_option
+@model_flops_option
 def analyze(
     entry,
     chip,
@@ -229,6 +231,7 @@ def analyze(
     measure,
     steps,
     no_cache,
+    model_flops,
 ):
     """Compile a JAX step and print its per-op roofline.
 
@@ -245,6 +248,8 @@ def analyze(
     """
     _check_run(logdir, run)
     report = _compile(entry, chip, target, cost_model, steps if measure else 0, no_cache)
+    if model_flops is not None:
+        report = report.with_model_flops(model_flops)
     name = entry.rpartition(":")[2]
     _emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
 
@@ -260,8 +265,9 @@ def analyze(
 @_output_options
 @_format_option("table", "csv", "json")
 @top_option
+@model_flops_option
 def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdir, run, plot_path,
-                fmt, top):  # fmt: skip
+                fmt, top, model_flops):  # fmt: skip
     """Analyze optimized HLO text, or every optimized module of an --xla_dump_to directory.
 
     With several modules, --csv/--json/--plot insert the module name before the suffix and
@@ -292,6 +298,6 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
     with bar as files:
         for file in files:
             with _input_errors(str(file)):
-                report = api.analyze_hlo(file, cost_model, chip)
+                report = api.analyze_hlo(file, cost_model, chip, model_flops)
             reports[api.module_key(file)] = report
     _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
