@@ -125,7 +125,9 @@ COLUMNS: tuple[Column, ...] = (
     _c("t_comm_s", "float", "s", "link time of the op's collective", "verdict"),
     _c("t_roofline_s", "float", "s", "the largest of the three, at least the chip's per-op floor",
        "verdict"),
-    _c("share", "float", "", "`t_roofline_s` ÷ the predicted step (its lower bound)", "verdict"),
+    _c("share", "float", "",
+       "`t_roofline_s` ÷ Σ `t_roofline_s` (`step_time_lower_s`: the ops one after another)",
+       "verdict"),
     _c("t_exposed_s", "float", "s",
        "time the compute stream waited for this op's transfer in the scheduled step (a "
        "synchronous collective: all of it)", "verdict"),
@@ -136,7 +138,8 @@ COLUMNS: tuple[Column, ...] = (
        "the hint as a code: `ridge_m`, `ridge_k`, `unreachable`, `batched_weights`, `split_k`, "
        "`vector_loop`, `prefetch`, `no_rate`; empty for ops without a hint", "verdict"),
     _c("ridge_m", "float", "elements",
-       "the lhs rows M (per batch element) at which the matmul reaches its ridge; NaN if none",
+       "the lhs rows M (per batch element) at which the matmul reaches its ridge; NaN if none; "
+       "below 1 where every M reaches it",
        "verdict"),
     _c("ridge_k", "float", "elements",
        "the contracting size K (per batch element) at which it would, where no M does; NaN "
