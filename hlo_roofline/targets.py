@@ -328,7 +328,8 @@ def _require_libtpu() -> None:
     if importlib.util.find_spec("libtpu") is None:
         raise TargetUnavailableError(
             "TPU targets need libtpu (no TPU needed): pip install 'hlo_roofline[tpu]'  "
-            f"({_jax_extra('tpu', 'libtpu')}, the version jax {_installed('jax')} declares)"
+            f"(libtpu>=0.0.42: any version from the one jax 0.10.2 declares, "
+            f"{_jax_extra('tpu', 'libtpu')} for jax {_installed('jax')}, to the newest)"
         )
 
 
