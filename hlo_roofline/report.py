@@ -148,6 +148,14 @@ class Report:
             out = out.sort_values("t_roofline_s", ascending=False, kind="stable")
         return out
 
+    def loops(self) -> pd.DataFrame:
+        """Every while loop (a ``lax.scan`` over layers is one): trip count, iterations per step,
+        totals over what it runs (nested loops included), and per iteration: ``flops_``,
+        ``bytes_per_iteration`` and, once classified, ``time_per_iteration_s`` (one layer of a
+        scanned stack). Indexed by the ``loop`` column's path; ``rollup("loop")`` gives each
+        loop's own ops alone. Empty for a report without loops (or written before the column)."""
+        return verdict.loop_table(self.ops)
+
     def _group_key(self, key: str) -> pd.Series:
         if key in DERIVED_KEYS:
             source = "user_source" if key == "user_function" else "op_name"

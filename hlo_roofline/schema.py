@@ -107,6 +107,10 @@ COLUMNS: tuple[Column, ...] = (
     _c("lane_reduced_elements", "float", "elements",
        "elements a standalone `reduce` folds across the lanes (its operand's minor-most dimension "
        "is reduced), per step", "cost"),
+    _c("loop", "text", "",
+       "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
+       "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "
+       "`loops` give each loop's trip count and its figures per iteration", "cost"),
     # -- verdict: the op against one chip (verdict.classify) ----------------------------------
     _c("intensity", "float", "FLOP/B", "the op's arithmetic intensity: flops ÷ bytes", "verdict"),
     _c("critical_intensity", "float", "FLOP/B",
@@ -256,6 +260,10 @@ class VerdictSummary(TypedDict):
     exposed_comm_s: float  # Σ t_exposed_s: communication the compute stream waited for
     exposed_comm_share: float  # exposed_comm_s ÷ step_time_scheduled_s
     topology: dict | None  # where the devices sit (interconnect.Topology.to_dict)
+    # each while loop (lax.scan, fori_loop), slowest first: name (its `loop` path), parent,
+    # trip_count, iterations per step, time_per_iteration_s, flops_per_iteration,
+    # bytes_per_iteration, t_roofline_s and share (of step_time_lower_s), nested loops included
+    loops: list[dict]
     remat_flops: float  # Σ flops of the ops inside a rematted computation (jax.checkpoint)
     remat_flops_share: float  # remat_flops ÷ Σ flops
     remat_time_s: float  # Σ t_roofline_s of those ops

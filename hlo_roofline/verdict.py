@@ -554,10 +554,85 @@ def classify(
         exposed_comm_s=exposed,
         exposed_comm_share=exposed / scheduled.step_s if scheduled.step_s else 0.0,
         topology=topology.to_dict() if topology is not None else None,
+        loops=loops_summary(ops),
         **remat_summary(ops, step),
         **model_flops_summary(float(flops.sum()), model_flops, chip, scheduled.step_s),
     )
     return ops, summary
+
+
+LOOP_FIELDS = ("parent", "trip_count", "iterations", "ops", "flops", "bytes_accessed",
+               "t_roofline_s", "share", "flops_per_iteration", "bytes_per_iteration",
+               "time_per_iteration_s")  # fmt: skip
+
+
+def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
+    """Each while loop (a ``lax.scan`` over layers is one), indexed by its ``loop`` path: its
+    trip count, iterations per step, totals over everything it runs (nested loops included) and
+    those totals per iteration: one layer of a scanned stack.
+
+    From the rows alone: every op of a loop's body runs ``iterations`` times per step (its
+    ``count``; the condition's ops once more), so the least positive count among the rows
+    directly in the loop is its iterations, and over its parent's the trip count. A loop whose
+    trip count is unknown (its rows are ``lower_bound``: counted once) has none. The times are
+    there once the report is classified."""
+    columns = list(LOOP_FIELDS)
+    if "loop" not in ops or not (ops["loop"] != "").any():
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="loop"))
+    loop = ops["loop"].to_numpy()
+    count = ops["count"].to_numpy(dtype=float)
+    short = ops["lower_bound"].to_numpy(dtype=bool)
+    found = {p for p in set(loop) if p}
+    paths = sorted({"/".join(p.split("/")[: i + 1]) for p in found for i in range(p.count("/") + 1)})
+    timed = "t_roofline_s" in ops
+    step = float(ops["t_roofline_s"].sum()) if timed else 0.0
+
+    def iterations(path: str) -> float:
+        if not path:
+            return 1.0
+        direct = count[(loop == path) & (count > 0)]
+        return float(direct.min()) if len(direct) else 0.0
+
+    rows = {}
+    for path in paths:
+        parent = path.rpartition("/")[0]
+        runs, outer = iterations(path), iterations(parent)
+        inside = (loop == path) | np.char.startswith(loop.astype(str), path + "/")
+        unknown = bool(short[loop == path].any())
+        totals = {c: float(ops[c].to_numpy(dtype=float)[inside].sum())
+                  for c in ("flops", "bytes_accessed", "t_roofline_s") if c in ops}  # fmt: skip
+        time_s = totals.get("t_roofline_s", math.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows[path] = {
+                "parent": parent,
+                "trip_count": math.nan if unknown or not outer else runs / outer,
+                "iterations": runs,
+                "ops": int(inside.sum()),
+                "flops": totals["flops"],
+                "bytes_accessed": totals["bytes_accessed"],
+                "t_roofline_s": time_s,
+                "share": time_s / step if step else math.nan,
+                "flops_per_iteration": totals["flops"] / runs if runs else math.nan,
+                "bytes_per_iteration": totals["bytes_accessed"] / runs if runs else math.nan,
+                "time_per_iteration_s": time_s / runs if runs else math.nan,
+            }
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
+    table.index.name = "loop"
+    if timed:
+        table = table.sort_values("t_roofline_s", ascending=False, kind="stable")
+    return table
+
+
+def loops_summary(ops: pd.DataFrame) -> list[dict]:
+    """The summary's ``loops``: :func:`loop_table` as records, slowest first."""
+    table = loop_table(ops)
+    keep = ("trip_count", "iterations", "time_per_iteration_s", "flops_per_iteration",
+            "bytes_per_iteration", "t_roofline_s", "share")  # fmt: skip
+    return [
+        {"name": name, "parent": row["parent"],
+         **{k: None if not math.isfinite(row[k]) else float(row[k]) for k in keep}}
+        for name, row in table.iterrows()
+    ]  # fmt: skip
 
 
 REMAT = "rematted_computation"  # the name scope JAX gives what jax.checkpoint recomputes

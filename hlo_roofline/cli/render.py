@@ -181,6 +181,7 @@ def summary_text(report: Report) -> str:
             *_step_lines(s),
             f"MFU bound: ≤ {_percent(s['mfu_upper_bound'])} of the {s.get('mfu_dtype', 'bf16')} peak",
             *_model_lines(s),
+            *_loop_lines(s),
             "time per bound: "
             + ", ".join(f"{b} {_percent(v)}" for b, v in s["time_share"].items()),
         ]
@@ -252,6 +253,25 @@ def _model_lines(s: dict) -> list[str]:
             f"recomputed (jax.checkpoint): {_percent(s['remat_flops_share'])} of the FLOPs, "
             f"{_percent(s['remat_time_share'])} of the time"
         )
+    return lines
+
+
+def _loop_lines(s: dict, shown: int = 3) -> list[str]:
+    """The slowest while loops (a scan over layers: one layer per iteration)."""
+    loops = s.get("loops") or []
+    lines = []
+    for loop in loops[:shown]:
+        trips = loop.get("trip_count")
+        per = loop.get("time_per_iteration_s")
+        lines.append(
+            f"loop {loop['name']}: "
+            + (f"{trips:.0f} trips" if trips is not None else "trip count unknown (counted once)")
+            + (f", {format_seconds(per)}" if per is not None else "")
+            + f" and {loop.get('flops_per_iteration') or 0:.4g} FLOPs per iteration"
+            + (f" ({_percent(loop['share'])} of the ops' time)" if loop.get("share") else "")
+        )
+    if len(loops) > shown:
+        lines.append(f"  ... {len(loops) - shown} more loops: report.loops()")
     return lines
 
 
