@@ -399,7 +399,8 @@ def _topology(target: TargetSpec) -> topologies.TopologyDescription:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TargetError(
             f"libtpu {_installed('libtpu')} rejected target {target.spec!r}: {reason}. "
-            f"Valid {target.chip} shapes: {_CHIPS[target.chip].examples}"
+            f"Valid {target.chip} shapes: {_CHIPS[target.chip].examples} (jax "
+            f"{_installed('jax')} declares {_jax_extra('tpu', 'libtpu')})"
         ) from None
 
 

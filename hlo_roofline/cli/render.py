@@ -42,7 +42,9 @@ def modules_table(reports: dict[str, Report]) -> str:
             {
                 "module": key,
                 "ops": len(r.ops),
-                "step ≥": format_seconds(s["step_time_lower_s"]) if r.chip else "—",
+                "step ≥": format_seconds(s.get("step_time_min_s", s["step_time_lower_s"]))
+                if r.chip
+                else "—",
                 "MFU ≤": _percent(s.get("mfu_upper_bound")) if r.chip else "—",
                 "memory": _percent(s["time_share"]["memory"]) if r.chip else "—",
                 "FLOPs": f"{s.get('flops', 0):.3g}",
