@@ -642,7 +642,10 @@ def remat_summary(ops: pd.DataFrame, step: float) -> dict[str, float]:
     """What the backward pass recomputes (``jax.checkpoint``/``remat``): the FLOPs and roofline
     time of the ops whose ``op_name`` lies inside a rematted computation, and their shares of the
     step's FLOPs and of Σ ``t_roofline_s`` (a fusion counts wholly where its own op_name is)."""
-    inside = ops["op_name"].str.contains(REMAT, regex=False).to_numpy()
+    if "op_name" not in ops:  # a report without names: nothing known to be recomputed
+        inside = np.zeros(len(ops), dtype=bool)
+    else:
+        inside = ops["op_name"].astype(str).str.contains(REMAT, regex=False).to_numpy()
     flops = ops["flops"].to_numpy(dtype=float)
     remat_flops, total = float(flops[inside].sum()), float(flops.sum())
     remat_time = float(ops["t_roofline_s"].to_numpy(dtype=float)[inside].sum())
