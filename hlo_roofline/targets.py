@@ -314,8 +314,17 @@ def _jax_extra(extra: str, dist: str) -> str:
     return dist
 
 
+def _has_module(name: str) -> bool:
+    """Whether ``name`` can be imported (False, not an error, when its parent package is absent:
+    ``jax_plugins`` exists only once some plugin is installed)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def _require_cuda_plugin() -> None:
-    if importlib.util.find_spec("jax_plugins.xla_cuda13") is None:
+    if not _has_module("jax_plugins.xla_cuda13"):
         raise TargetUnavailableError(
             "NVIDIA targets need JAX's CUDA plugin (no CUDA libraries, no GPU): "
             "pip install 'hlo_roofline[gpu]'  "

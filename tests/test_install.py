@@ -67,7 +67,7 @@ def test_gpu_extra_is_separate_from_tpu():
 
 
 def test_the_installed_libtpu_satisfies_the_extra():
-    if importlib.util.find_spec("libtpu") is None:
+    if not _installed("libtpu"):
         pytest.skip("no libtpu installed")
     (libtpu,) = EXTRAS["tpu"]
     assert Version(importlib.metadata.version("libtpu")) in libtpu.specifier
@@ -92,11 +92,18 @@ def _run(code: str, **env: str) -> str:
     return done.stderr
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is not there
+        return False
+
+
 @pytest.fixture(scope="module")
 def plugin_without_cudnn():
-    if importlib.util.find_spec("jax_plugins.xla_cuda13") is None:
+    if not _installed("jax_plugins.xla_cuda13"):
         pytest.skip("the CUDA plugin ([gpu]) is not installed")
-    if importlib.util.find_spec("nvidia.cudnn") is not None:
+    if _installed("nvidia.cudnn"):
         pytest.skip("cuDNN is installed: the plugin's check passes")
 
 
@@ -119,3 +126,20 @@ def test_the_cudnn_message_prints_at_backend_start_when_no_platform_is_named(plu
 )
 def test_what_silences_the_cudnn_message(plugin_without_cudnn, how, code, env):
     assert CUDNN_MESSAGE not in _run(code, **env), how
+
+
+def test_a_gpu_target_without_the_plugin_says_how_to_install_it(monkeypatch):
+    """With [tpu] alone there is no ``jax_plugins`` package at all: a GPU target is a clear
+    TargetUnavailableError naming the extra, not a ModuleNotFoundError."""
+    from hlo_roofline import targets
+
+    real = importlib.util.find_spec
+
+    def no_plugins(name, *args, **kwargs):
+        if name == "jax_plugins" or name.startswith("jax_plugins."):
+            raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", no_plugins)
+    with pytest.raises(targets.TargetUnavailableError, match=r"hlo_roofline\[gpu\]"):
+        targets._require_cuda_plugin()
