@@ -250,7 +250,7 @@ class VerdictSummary(TypedDict):
     step_time_min_s: float
     mfu_upper_bound: float  # Σ flops ÷ (peak(mfu_dtype) · step_time_min_s)
     mfu_dtype: str  # the dtype (and precision) most matmul FLOPs run at
-    time_share: dict[str, float]  # the step's lower bound split by bound
+    time_share: dict[str, float]  # step_time_lower_s (Σ per-op time) split by bound
     floor_share: float  # the part of the step's lower bound that is ops held at the per-op floor
     hbm_bandwidth: float  # B/s
     vmem_bandwidth: float | None  # B/s, where some bytes sit in a TPU's VMEM
