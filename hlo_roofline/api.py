@@ -36,6 +36,7 @@ def analyze_hlo(
     chip=None,
     *,
     user_packages: Sequence[str] = (),
+    model_flops: float | None = None,
 ) -> Report | dict[str, Report]:
     """Price every executed op of an optimized HLO module (text, file, or parsed module).
 
@@ -45,12 +46,18 @@ def analyze_hlo(
     collectives. With ``chip`` the report is classified against it. An ``--xla_dump_to`` directory
     gives one report per optimized module, keyed by file name. ``user_packages`` (package names
     or directories) count as the user's code in ``user_source`` even where installed (MaxText in
-    site-packages). Malformed text raises :class:`~hlo_roofline.HloParseError`.
+    site-packages). ``model_flops``: your FLOPs per device and step, for the MFU against them
+    (:meth:`Report.classify`). Malformed text raises :class:`~hlo_roofline.HloParseError`.
     """
     if cost_model not in cost.COST_MODELS:
         raise ValueError(f"cost_model must be one of {cost.COST_MODELS}, not {cost_model!r}")
     if _is_directory(path_or_text):
-        return analyze_dump(path_or_text, cost_model, chip, user_packages=user_packages)
+        return {
+            key: report.with_model_flops(model_flops) if model_flops is not None else report
+            for key, report in analyze_dump(
+                path_or_text, cost_model, chip, user_packages=user_packages
+            ).items()
+        }
     module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
     _warn_if_unoptimized(module)
     with gc_paused():
@@ -61,7 +68,9 @@ def analyze_hlo(
         columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages)
         del ops  # a large module's priced ops need not outlive their rows while the table is built
         report = Report.from_columns(columns, summary, module.name)
-    return report.classify(chip) if chip is not None else report
+    if chip is not None:
+        return report.classify(chip, model_flops=model_flops)
+    return report.with_model_flops(model_flops) if model_flops is not None else report
 
 
 class UnoptimizedHloWarning(UserWarning):
@@ -305,6 +314,7 @@ def analyze(
     cache: bool | str | os.PathLike = True,
     isolate_trace: bool = False,
     user_packages: Sequence[str] = (),
+    model_flops: float | None = None,
     **jit_kwargs,
 ):
     """Compile ``fn(*args)`` and return its classified :class:`Report`.
@@ -322,13 +332,15 @@ def analyze(
     a step is one cache entry whoever analyzes it. ``isolate_trace`` is accepted and ignored.
     ``user_packages`` count as the user's code in the attribution (see :func:`analyze_hlo`).
     A multi-device ``target`` whose topology is named (``"v5e:2x2"``, not ``"v5e"``) given a program
-    with nothing sharded warns (:class:`UnshardedProgramWarning`).
+    with nothing sharded warns (:class:`UnshardedProgramWarning`). ``model_flops``: your FLOPs per
+    device and step (MaxText's ``calculate_tflops_training_per_device`` × 1e12), for the MFU
+    against them (:meth:`Report.classify`).
     """
     del isolate_trace  # the trace always runs here now; see above
     asked = _names_a_topology(target)
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
-    return _analyze_step(
+    report = _analyze_step(
         step,
         args,
         {},
@@ -341,6 +353,7 @@ def analyze(
         warn_unsharded=asked,
         placed_by_jit=jit_kwargs.get("in_shardings") is not None,
     )
+    return report.with_model_flops(model_flops) if model_flops is not None else report
 
 
 def _lower(step, args: tuple, kwargs: dict):

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hlo_roofline import targets
+from hlo_roofline._atomic import TMP_SUFFIX, remove_stale_temporaries, write_atomic
 
 __all__ = [
     "CACHE_ENV",
@@ -64,10 +65,8 @@ _VERSIONED = ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt")
 HLO_SUFFIX = ".hlo.txt"
 META_SUFFIX = ".meta.json"
 LOCK_SUFFIX = ".lock"
-TMP_SUFFIX = ".tmp"
 DEFAULT_MAX_BYTES = 4 << 30  # a few hundred real training steps
 LOCK_TIMEOUT_S = 1800.0  # longer than any compile we have seen on a small machine
-STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died
 _LOCK_POLL_S = 0.2
 # A memory figure beyond this (1 PiB) is not a real program's: the entry was damaged.
 _MAX_MEMORY_BYTES = 1 << 50
@@ -271,38 +270,13 @@ def _write(path: Path, entry_key: str, program: Program) -> None:
         "sha256": _checksum(entry_key, program.text, program.memory),
     }
     try:
-        _remove_stale_temporaries(path.parent)
-        _write_atomic(path, program.text)
-        _write_atomic(_meta_path(path), json.dumps(meta))
+        for target in (path, _meta_path(path)):  # a special file there is refused
+            if os.path.lexists(target):
+                _is_regular(target)
+        write_atomic(path, program.text)
+        write_atomic(_meta_path(path), json.dumps(meta))
     except (OSError, _Damaged) as exc:
         log.info("HLO cache entry %s not written: %s", path, exc)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """A temporary file beside ``path``, renamed over it; a special file there is refused."""
-    if path.exists() or path.is_symlink():
-        _is_regular(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
-def _remove_stale_temporaries(directory: Path) -> None:
-    """Temporary files of writers that died (killed mid-write): old and their process gone."""
-    now = time.time()
-    for tmp in directory.glob(f"*{TMP_SUFFIX}"):
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(tmp.name.removesuffix(TMP_SUFFIX).rsplit(".", 1)[1])
-            info = os.lstat(tmp)
-            stale = now - info.st_mtime > STALE_TMP_S or not _alive(pid)
-            if stale and stat.S_ISREG(info.st_mode):
-                tmp.unlink()
 
 
 # -- the lock: a wait with an end ------------------------------------------------------------------
@@ -383,16 +357,6 @@ def _process_state(pid: int) -> str | None:
     return text.rpartition(")")[2].split()[0] if ")" in text else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _warn(message: str) -> None:
     log.warning("%s", message)
     warnings.warn(message, CacheWarning, stacklevel=4)
@@ -453,7 +417,7 @@ def prune(directory: str | os.PathLike | None, max_bytes: int, keep: str | None 
         if entry_key != keep and _drop(directory, entry_key):
             total -= size
             dropped += 1
-    _remove_stale_temporaries(directory)
+    remove_stale_temporaries(directory)
     return dropped
 
 

@@ -124,9 +124,10 @@ def summary_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.Data
                 f"{chip.peak_flops('bf16') / 1e12:.0f} TFLOP/s, {chip.hbm_bandwidth / 1e12:.3g} TB/s"
             ),
             "ridge (bf16)": f"{chip.critical_intensity('bf16'):.0f} FLOP/B",
-            "step time, perfect overlap": f"{s['step_time_lower_s'] * 1e3:.2f} ms",
-            "step time, no overlap": f"{s['step_time_upper_s'] * 1e3:.2f} ms",
+            "step time, perfect overlap": f"{s['step_time_min_s'] * 1e3:.2f} ms",
             "step time as scheduled": f"{s['step_time_scheduled_s'] * 1e3:.2f} ms",
+            "step time, no overlap": f"{s['step_time_upper_s'] * 1e3:.2f} ms",
+            "ops one after another (Σ per op)": f"{s['step_time_lower_s'] * 1e3:.2f} ms",
             "communication exposed": (
                 f"{s['exposed_comm_s'] * 1e3:.2f} of {s['comm_time_s'] * 1e3:.2f} ms"
             ),

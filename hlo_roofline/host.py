@@ -16,6 +16,7 @@ the measured join reads to tell a cache-resident op from a roof measured too low
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from hlo_roofline import chips
+from hlo_roofline._atomic import write_atomic
 from hlo_roofline.chips import Chip
 
 __all__ = [
@@ -156,13 +158,8 @@ def _load_cache(path: Path) -> dict:
 
 
 def _store_cache(path: Path, data: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home only costs a re-measurement next time
+    with contextlib.suppress(OSError):  # a read-only home only costs a re-measurement next time
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _valid(entry) -> bool:

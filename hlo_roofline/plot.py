@@ -15,6 +15,22 @@ COLORS = {
 }
 
 
+def roof_lines(roofs: dict[str, dict[str, float]]) -> list[tuple[str, dict[str, float]]]:
+    """The summary's roofs, one line per distinct peak: rate classes at the same peak (v5p's bf16
+    and fp8, H100's fp8 and int8) share one line labelled with all of them (``bf16 = fp8``), so
+    no roof hides under another with a label the chart does not show."""
+    lines: list[tuple[list[str], dict[str, float]]] = []
+    for name, roof in roofs.items():
+        same = next(
+            (names for names, r in lines if np.isclose(r["peak_flops"], roof["peak_flops"])), None
+        )
+        if same is not None:
+            same.append(name)
+        else:
+            lines.append(([name], roof))
+    return [(" = ".join(names), roof) for names, roof in lines]
+
+
 def roofline_chart(report, path: Path, title: str | None = None) -> Path:
     """Draw a classified report to ``path`` (.png or .svg); ops are sized by their share of the step."""
     if "t_roofline_s" not in report.ops:
@@ -36,8 +52,8 @@ def roofline_chart(report, path: Path, title: str | None = None) -> Path:
     high = max(1e4, float(np.nanmax(intensity[finite])) * 2) if finite.any() else 1e4
     x = np.logspace(np.log10(low), np.log10(high), 256)
     bandwidth = summary["hbm_bandwidth"]
-    for dtype, roof in summary.get("roofs", {}).items():
-        ax.plot(x, np.minimum(roof["peak_flops"], x * bandwidth), lw=1.2, label=f"{dtype} roof")
+    for label, roof in roof_lines(summary.get("roofs", {})):
+        ax.plot(x, np.minimum(roof["peak_flops"], x * bandwidth), lw=1.2, label=f"{label} roof")
         ax.axvline(roof["critical_intensity"], ls=":", lw=0.8, color="0.6")
     if summary.get("vmem_bandwidth"):  # ops fed from VMEM sit under this steeper roof
         top = max(roof["peak_flops"] for roof in summary["roofs"].values())

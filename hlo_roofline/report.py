@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, efficiency, memory, schema, verdict
+from hlo_roofline._atomic import write_atomic
 from hlo_roofline.hlo import attrs
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
@@ -71,23 +71,42 @@ class Report:
     def chip(self) -> str | None:
         return self.summary.get("chip")
 
-    def classify(self, chip, topology=None) -> Report:
+    def classify(self, chip, topology=None, model_flops: float | None = None) -> Report:
         """The same ops judged against ``chip`` (a name, alias or :class:`~hlo_roofline.chips.Chip`).
 
         ``topology`` places the devices for the collective model: the mesh the program was
         sharded on (exact TPU coordinates, GPU hosts) or an
         :class:`~hlo_roofline.interconnect.Topology`; by default the one this report was judged
         with, else one inferred from the chip and the replica groups.
+
+        ``model_flops``: your analytic FLOPs per device and step (MaxText's
+        ``calculate_tflops_training_per_device(config)`` returns TFLOPs: × 1e12). The summary then
+        has ``mfu_model`` (against the step as scheduled and the bf16 peak) beside the HLO's
+        ``mfu_upper_bound``, and ``hlo_flops_per_model_flop``. By default the count this report
+        was given before.
         """
         if topology is None:
             topology = self.summary.get("topology")
-        ops, summary_update = verdict.classify(self.ops, chip, topology)
+        if model_flops is None:
+            model_flops = self.summary.get("model_flops")
+        ops, summary_update = verdict.classify(self.ops, chip, topology, model_flops)
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
             ops = efficiency.add_efficiency(ops, chip)
             summary_update["measured_problems"] = efficiency.problem_count(ops)
         # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
         fit = memory.judge(self.summary.get("memory"), chips.get(chip))
         return Report(ops, {**self.summary, **summary_update, **fit}, self.module)
+
+    def with_model_flops(self, model_flops: float | None) -> Report:
+        """The same report with the user's FLOP count per device and step (see :meth:`classify`);
+        a classified report gets its model MFU at once, another keeps the count for its chip."""
+        if self.chip is not None:
+            summary = {**self.summary, "model_flops": None}
+            return Report(self.ops, summary, self.module).classify(
+                self.chip, model_flops=model_flops
+            )
+        summary = {**self.summary, "model_flops": verdict.check_model_flops(model_flops)}
+        return Report(self.ops, summary, self.module)
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``n`` largest ops by ``by`` (default: predicted time, else bytes)."""
@@ -103,7 +122,9 @@ class Report:
         of op_name: ``jax.named_scope``, Flax Linen module paths; see :func:`scope_of`) or
         ``"pass"`` (``forward``/``backward`` under autodiff; see :func:`pass_of`). A list groups
         by several (``["scope", "pass"]``). Ops without one are grouped as ``(unattributed)``.
-        A classified report adds each group's dominant ``bound`` and its bound mix:
+        A classified report adds each group's dominant ``bound`` (the unit with the most time
+        summed over the group's ops that have a verdict; ``unknown`` where only unpriced ops take
+        time, ``none`` where nothing does) and its bound mix:
         ``mix_compute``/``mix_memory``/``mix_communication``, the share of the group's predicted
         time in ops of that verdict.
         """
@@ -117,9 +138,16 @@ class Report:
         out = grouped[sums].sum()
         out.insert(0, "ops", grouped.size())
         if "t_roofline_s" in out:
-            parts = out[["t_compute_s", "t_memory_s", "t_comm_s"]].to_numpy()
-            out["bound"] = np.where(
-                parts.max(axis=1) > 0, np.array(BOUNDS)[parts.argmax(axis=1)], "none"
+            # the units' times of the ops that have a verdict: an unpriced op's bytes are no
+            # evidence that its group is memory-bound
+            known = self.ops["bound"] != "unknown"
+            unit_times = self.ops[["t_compute_s", "t_memory_s", "t_comm_s"]].where(known, 0.0)
+            parts = unit_times.groupby(groups, sort=False).sum().reindex(out.index).to_numpy()
+            unknown = self.ops["t_roofline_s"].where(~known, 0.0).groupby(groups).sum()
+            out["bound"] = np.select(
+                [parts.max(axis=1) > 0, unknown.reindex(out.index).to_numpy() > 0],
+                [np.array(BOUNDS)[parts.argmax(axis=1)], "unknown"],
+                "none",
             )
             time_s = self.ops["t_roofline_s"]
             total = out["t_roofline_s"].where(out["t_roofline_s"] > 0)
@@ -128,6 +156,14 @@ class Report:
                 out[f"mix_{bound}"] = (by_bound.reindex(out.index) / total).fillna(0.0)
             out = out.sort_values("t_roofline_s", ascending=False, kind="stable")
         return out
+
+    def loops(self) -> pd.DataFrame:
+        """Every while loop (a ``lax.scan`` over layers is one): trip count, iterations per step,
+        totals over what it runs (nested loops included), and per iteration: ``flops_``,
+        ``bytes_per_iteration`` and, once classified, ``time_per_iteration_s`` (one layer of a
+        scanned stack). Indexed by the ``loop`` column's path; ``rollup("loop")`` gives each
+        loop's own ops alone. Empty for a report without loops (or written before the column)."""
+        return verdict.loop_table(self.ops)
 
     def _group_key(self, key: str) -> pd.Series:
         if key in DERIVED_KEYS:
@@ -197,7 +233,7 @@ class Report:
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         text = json.dumps(self.to_dict(), allow_nan=False)
         if path is not None:
-            _write_atomic(Path(path), text)
+            write_atomic(Path(path), text)
         return text
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
@@ -206,7 +242,7 @@ class Report:
         header = CSV_MAGIC + json.dumps(meta, allow_nan=False)
         text = header + "\n" + self.ops.to_csv(index=False)
         if path is not None:
-            _write_atomic(Path(path), text)
+            write_atomic(Path(path), text)
         return text
 
     @classmethod
@@ -280,8 +316,8 @@ class Report:
             raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
         directory = Path(logdir) / run / "plugins" / PLUGIN_NAME
         directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(directory / REPORT_CSV, self.to_csv(), mode=0o644)
-        _write_atomic(directory / REPORT_JSON, self.to_json(), mode=0o644)
+        write_atomic(directory / REPORT_CSV, self.to_csv(), mode=0o644)
+        write_atomic(directory / REPORT_JSON, self.to_json(), mode=0o644)
         return directory
 
     # -- showing ----------------------------------------------------------------------------
@@ -292,7 +328,8 @@ class Report:
             f"{s.get('bytes_accessed', 0):.4g} bytes, coverage {s.get('coverage', 1):.1%}"
         )
         if self.chip:
-            text += f", {self.chip}: step ≥ {s['step_time_lower_s'] * 1e3:.4g} ms"
+            least = s.get("step_time_min_s", s["step_time_lower_s"])  # older reports: Σ max
+            text += f", {self.chip}: step ≥ {least * 1e3:.4g} ms"
         return text + ">"
 
     def _repr_html_(self) -> str:
@@ -443,24 +480,6 @@ def _stack_text(stacks: list[str], index) -> str:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(stacks):
         raise ReportError(f"a call_stack of {index!r} is not an index into 'call_stacks'")
     return stacks[index]
-
-
-def _write_atomic(path: Path, text: str, mode: int | None = None) -> None:
-    """Write to a temporary file beside ``path`` and rename it over: readers never see half a file.
-
-    ``mode``: permissions set before the rename (``mkstemp`` creates the file 0600).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        if mode is not None:
-            os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _summary(data: dict) -> dict:

@@ -24,11 +24,13 @@ COLLECTIVE_ENGINE, COPY_ENGINE = "interconnect", "dma"
 
 
 class Scheduled(NamedTuple):
-    """The walk's result: the step, and per row the time the stream waited for that row's transfer
-    (for a synchronous collective: all of its time)."""
+    """The walk's result: the step, per row the time the stream waited for that row's transfer
+    (for a synchronous collective: all of its time), and the least any order of the same ops
+    could take (``least_s``: see :func:`walk`)."""
 
     step_s: float
     exposed_s: np.ndarray
+    least_s: float
 
 
 def walk(
@@ -41,7 +43,14 @@ def walk(
     """Walk rows in schedule order: ``names``, ``opcodes``, the start each row ``waits_for`` (done
     rows), whether a row is a ``collective``, and its ``durations`` (seconds, per step). A start is
     an op some done waits for, or any ``*-start``, ``send`` or ``recv`` (its done may be in the
-    next loop iteration)."""
+    next loop iteration).
+
+    ``least_s`` is the step with perfect overlap between ops too: the largest of the compute
+    stream's work (every row but the starts) and each engine's (its transfers, and on the
+    interconnect the synchronous collectives). The walk never beats it: the stream runs all of its
+    rows, and the step waits for each engine's last transfer, which runs after all of that
+    engine's others. Nor is it above Σ ``durations`` (the clock and each engine's end never pass
+    the sum of the rows walked so far)."""
     n = len(names)
     exposed = np.zeros(n)
     starts = {w for w in waits_for if w}
@@ -82,7 +91,10 @@ def walk(
         if end > clock:
             exposed[start] += end - clock
             clock = end
-    return Scheduled(float(clock), exposed)
+    on_stream = float(durations[~is_start].sum())
+    on_links = float(durations[collective & (is_start | is_sync)].sum())
+    on_dma = float(durations[is_start & ~collective].sum())
+    return Scheduled(float(clock), exposed, max(on_stream, on_links, on_dma))
 
 
 def launches(opcode: str) -> bool:

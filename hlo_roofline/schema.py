@@ -113,6 +113,10 @@ COLUMNS: tuple[Column, ...] = (
     _c("lane_reduced_elements", "float", "elements",
        "elements a standalone `reduce` folds across the lanes (its operand's minor-most dimension "
        "is reduced), per step", "cost"),
+    _c("loop", "text", "",
+       "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
+       "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "
+       "`loops` give each loop's trip count and its figures per iteration", "cost"),
     # -- verdict: the op against one chip (verdict.classify) ----------------------------------
     _c("intensity", "float", "FLOP/B", "the op's arithmetic intensity: flops ÷ bytes", "verdict"),
     _c("critical_intensity", "float", "FLOP/B",
@@ -131,7 +135,9 @@ COLUMNS: tuple[Column, ...] = (
     _c("t_comm_s", "float", "s", "link time of the op's collective", "verdict"),
     _c("t_roofline_s", "float", "s", "the largest of the three, at least the chip's per-op floor",
        "verdict"),
-    _c("share", "float", "", "`t_roofline_s` ÷ the predicted step (its lower bound)", "verdict"),
+    _c("share", "float", "",
+       "`t_roofline_s` ÷ Σ `t_roofline_s` (`step_time_lower_s`: the ops one after another)",
+       "verdict"),
     _c("t_exposed_s", "float", "s",
        "time the compute stream waited for this op's transfer in the scheduled step (a "
        "synchronous collective: all of it)", "verdict"),
@@ -142,7 +148,8 @@ COLUMNS: tuple[Column, ...] = (
        "the hint as a code: `ridge_m`, `ridge_k`, `unreachable`, `batched_weights`, `split_k`, "
        "`vector_loop`, `prefetch`, `no_rate`; empty for ops without a hint", "verdict"),
     _c("ridge_m", "float", "elements",
-       "the lhs rows M (per batch element) at which the matmul reaches its ridge; NaN if none",
+       "the lhs rows M (per batch element) at which the matmul reaches its ridge; NaN if none; "
+       "below 1 where every M reaches it",
        "verdict"),
     _c("ridge_k", "float", "elements",
        "the contracting size K (per batch element) at which it would, where no M does; NaN "
@@ -239,11 +246,17 @@ class VerdictSummary(TypedDict):
     chip: str  # the chip's key in the database
     chip_name: str
     chip_profile: str  # "vendor" or "book" numbers
-    step_time_lower_s: float  # Σ max(t_compute, t_memory, t_comm): perfect overlap in each op
+    # Σ max(t_compute, t_memory, t_comm): the ops one after another, each overlapping its own
+    # terms (the book's bound for serial ops; `share` and `time_share` are of it). Not a bound on
+    # the scheduled step: XLA also hides transfers behind other ops.
+    step_time_lower_s: float
     step_time_upper_s: float  # Σ (t_compute + t_memory + t_comm): no overlap at all
-    mfu_upper_bound: float  # Σ flops ÷ (peak(mfu_dtype) · step_time_lower_s)
+    # the least the step can take, perfect overlap between ops too: max(Σ t_roofline of the
+    # compute stream's ops, Σ of each transfer engine's); ≤ step_time_scheduled_s always
+    step_time_min_s: float
+    mfu_upper_bound: float  # Σ flops ÷ (peak(mfu_dtype) · step_time_min_s)
     mfu_dtype: str  # the dtype (and precision) most matmul FLOPs run at
-    time_share: dict[str, float]  # the step's lower bound split by bound
+    time_share: dict[str, float]  # step_time_lower_s (Σ per-op time) split by bound
     floor_share: float  # the part of the step's lower bound that is ops held at the per-op floor
     hbm_bandwidth: float  # B/s
     vmem_bandwidth: float | None  # B/s, where some bytes sit in a TPU's VMEM
@@ -253,6 +266,17 @@ class VerdictSummary(TypedDict):
     exposed_comm_s: float  # Σ t_exposed_s: communication the compute stream waited for
     exposed_comm_share: float  # exposed_comm_s ÷ step_time_scheduled_s
     topology: dict | None  # where the devices sit (interconnect.Topology.to_dict)
+    # each while loop (lax.scan, fori_loop), slowest first: name (its `loop` path), parent,
+    # trip_count, iterations per step, time_per_iteration_s, flops_per_iteration,
+    # bytes_per_iteration, t_roofline_s and share (of step_time_lower_s), nested loops included
+    loops: list[dict]
+    remat_flops: float  # Σ flops of the ops inside a rematted computation (jax.checkpoint)
+    remat_flops_share: float  # remat_flops ÷ Σ flops
+    remat_time_s: float  # Σ t_roofline_s of those ops
+    remat_time_share: float  # remat_time_s ÷ step_time_lower_s
+    model_flops: float | None  # the user's analytic FLOPs per device and step (--model-flops)
+    mfu_model: float | None  # model_flops ÷ (step_time_scheduled_s · the bf16 peak)
+    hlo_flops_per_model_flop: float | None  # Σ flops ÷ model_flops
 
 
 class Summary(CostSummary, VerdictSummary, total=False):

@@ -333,8 +333,17 @@ def _jax_extra(extra: str, dist: str) -> str:
     return dist
 
 
+def _has_module(name: str) -> bool:
+    """Whether ``name`` can be imported (False, not an error, when its parent package is absent:
+    ``jax_plugins`` exists only once some plugin is installed)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def _require_cuda_plugin() -> None:
-    if importlib.util.find_spec("jax_plugins.xla_cuda13") is None:
+    if not _has_module("jax_plugins.xla_cuda13"):
         raise TargetUnavailableError(
             "NVIDIA targets need JAX's CUDA plugin (no CUDA libraries, no GPU): "
             "pip install 'hlo_roofline[gpu]'  "
@@ -347,7 +356,8 @@ def _require_libtpu() -> None:
     if importlib.util.find_spec("libtpu") is None:
         raise TargetUnavailableError(
             "TPU targets need libtpu (no TPU needed): pip install 'hlo_roofline[tpu]'  "
-            f"({_jax_extra('tpu', 'libtpu')}, the version jax {_installed('jax')} declares)"
+            f"(libtpu>=0.0.42: any version from the one jax 0.10.2 declares, "
+            f"{_jax_extra('tpu', 'libtpu')} for jax {_installed('jax')}, to the newest)"
         )
 
 
@@ -417,7 +427,8 @@ def _topology(target: TargetSpec) -> topologies.TopologyDescription:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TargetError(
             f"libtpu {_installed('libtpu')} rejected target {target.spec!r}: {reason}. "
-            f"Valid {target.chip} shapes: {_CHIPS[target.chip].examples}"
+            f"Valid {target.chip} shapes: {_CHIPS[target.chip].examples} (jax "
+            f"{_installed('jax')} declares {_jax_extra('tpu', 'libtpu')})"
         ) from None
 
 

@@ -385,7 +385,9 @@ def hint_text(
             "and its bytes (XLA:TPU's loop rate); a larger M or K would not change that"
         )
     per = " per batch element" if reason == "batched_weights" else ""
-    if not math.isnan(ridge_m):
+    if ridge_m < 1:  # even one row is past it (NaN compares False): no M to name
+        reaches = f"every M{per} reaches the ridge ({ridge:.0f} FLOP/B)"
+    elif not math.isnan(ridge_m):
         reaches = f"ridge at M≈{ridge_m:.0f}{' rows' + per if per else ''}"
     elif not math.isnan(ridge_k):
         whole_k = k * batch if reason == "split_k" else k
@@ -450,9 +452,13 @@ def _xla_estimate(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
 
 
 def classify(
-    ops: pd.DataFrame, chip: Chip | str, topology=None
+    ops: pd.DataFrame, chip: Chip | str, topology=None, model_flops: float | None = None
 ) -> tuple[pd.DataFrame, schema.VerdictSummary]:
     """Add the verdict columns for ``chip`` to a report's ops; return them and summary entries.
+
+    ``model_flops``: the user's analytic count of the model's FLOPs per device and step (MaxText's
+    ``calculate_tflops_training_per_device`` × 1e12): the summary then gives the MFU against it
+    beside the HLO's (see :func:`model_flops_summary`).
 
     ``topology`` places the program's devices for the collective model: an
     :class:`~hlo_roofline.interconnect.Topology`, a mesh (or its devices in partition order), or
@@ -536,18 +542,149 @@ def classify(
     ops["xla_gap"] = _xla_gaps(ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding)
     ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip, padding))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
-    summary = _summary(ops, chip, step, float(np.maximum(times.sum(axis=0), floors).sum()))
+    upper = float(np.maximum(times.sum(axis=0), floors).sum())
+    summary = _summary(ops, chip, step, upper, scheduled.least_s)
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
     summary.update(
         floor_share=float((t_roofline - times.max(axis=0)).sum()) / step if step else 0.0,
+        step_time_min_s=scheduled.least_s,
         step_time_scheduled_s=scheduled.step_s,
         comm_time_s=comm,
         exposed_comm_s=exposed,
         exposed_comm_share=exposed / scheduled.step_s if scheduled.step_s else 0.0,
         topology=topology.to_dict() if topology is not None else None,
+        loops=loops_summary(ops),
+        **remat_summary(ops, step),
+        **model_flops_summary(float(flops.sum()), model_flops, chip, scheduled.step_s),
     )
     return ops, summary
+
+
+LOOP_FIELDS = ("parent", "trip_count", "iterations", "ops", "flops", "bytes_accessed",
+               "t_roofline_s", "share", "flops_per_iteration", "bytes_per_iteration",
+               "time_per_iteration_s")  # fmt: skip
+
+
+def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
+    """Each while loop (a ``lax.scan`` over layers is one), indexed by its ``loop`` path: its
+    trip count, iterations per step, totals over everything it runs (nested loops included) and
+    those totals per iteration: one layer of a scanned stack.
+
+    From the rows alone: every op of a loop's body runs ``iterations`` times per step (its
+    ``count``; the condition's ops once more), so the least positive count among the rows
+    directly in the loop is its iterations, and over its parent's the trip count. A loop whose
+    trip count is unknown (its rows are ``lower_bound``: counted once) has none. The times are
+    there once the report is classified."""
+    columns = list(LOOP_FIELDS)
+    if "loop" not in ops or not (ops["loop"] != "").any():
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="loop"))
+    loop = ops["loop"].to_numpy()
+    count = ops["count"].to_numpy(dtype=float)
+    short = ops["lower_bound"].to_numpy(dtype=bool)
+    found = {p for p in set(loop) if p}
+    paths = sorted({"/".join(p.split("/")[: i + 1]) for p in found for i in range(p.count("/") + 1)})
+    timed = "t_roofline_s" in ops
+    step = float(ops["t_roofline_s"].sum()) if timed else 0.0
+
+    def iterations(path: str) -> float:
+        if not path:
+            return 1.0
+        direct = count[(loop == path) & (count > 0)]
+        return float(direct.min()) if len(direct) else 0.0
+
+    rows = {}
+    for path in paths:
+        parent = path.rpartition("/")[0]
+        runs, outer = iterations(path), iterations(parent)
+        inside = (loop == path) | np.char.startswith(loop.astype(str), path + "/")
+        unknown = bool(short[loop == path].any())
+        totals = {c: float(ops[c].to_numpy(dtype=float)[inside].sum())
+                  for c in ("flops", "bytes_accessed", "t_roofline_s") if c in ops}  # fmt: skip
+        time_s = totals.get("t_roofline_s", math.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows[path] = {
+                "parent": parent,
+                "trip_count": math.nan if unknown or not outer else runs / outer,
+                "iterations": runs,
+                "ops": int(inside.sum()),
+                "flops": totals["flops"],
+                "bytes_accessed": totals["bytes_accessed"],
+                "t_roofline_s": time_s,
+                "share": time_s / step if step else math.nan,
+                "flops_per_iteration": totals["flops"] / runs if runs else math.nan,
+                "bytes_per_iteration": totals["bytes_accessed"] / runs if runs else math.nan,
+                "time_per_iteration_s": time_s / runs if runs else math.nan,
+            }
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
+    table.index.name = "loop"
+    if timed:
+        table = table.sort_values("t_roofline_s", ascending=False, kind="stable")
+    return table
+
+
+def loops_summary(ops: pd.DataFrame) -> list[dict]:
+    """The summary's ``loops``: :func:`loop_table` as records, slowest first."""
+    table = loop_table(ops)
+    keep = ("trip_count", "iterations", "time_per_iteration_s", "flops_per_iteration",
+            "bytes_per_iteration", "t_roofline_s", "share")  # fmt: skip
+    return [
+        {"name": name, "parent": row["parent"],
+         **{k: None if not math.isfinite(row[k]) else float(row[k]) for k in keep}}
+        for name, row in table.iterrows()
+    ]  # fmt: skip
+
+
+REMAT = "rematted_computation"  # the name scope JAX gives what jax.checkpoint recomputes
+
+
+def remat_summary(ops: pd.DataFrame, step: float) -> dict[str, float]:
+    """What the backward pass recomputes (``jax.checkpoint``/``remat``): the FLOPs and roofline
+    time of the ops whose ``op_name`` lies inside a rematted computation, and their shares of the
+    step's FLOPs and of Σ ``t_roofline_s`` (a fusion counts wholly where its own op_name is)."""
+    if "op_name" not in ops:  # a report without names: nothing known to be recomputed
+        inside = np.zeros(len(ops), dtype=bool)
+    else:
+        inside = ops["op_name"].astype(str).str.contains(REMAT, regex=False).to_numpy()
+    flops = ops["flops"].to_numpy(dtype=float)
+    remat_flops, total = float(flops[inside].sum()), float(flops.sum())
+    remat_time = float(ops["t_roofline_s"].to_numpy(dtype=float)[inside].sum())
+    return {
+        "remat_flops": remat_flops,
+        "remat_flops_share": remat_flops / total if total else 0.0,
+        "remat_time_s": remat_time,
+        "remat_time_share": remat_time / step if step else 0.0,
+    }
+
+
+def check_model_flops(model_flops) -> float | None:
+    """A model FLOP count as a float; ValueError unless it is a positive finite number."""
+    if model_flops is None:
+        return None
+    try:
+        value = float(model_flops)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(model_flops, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"model_flops must be a positive number of FLOPs, not {model_flops!r}")
+    return value
+
+
+def model_flops_summary(
+    hlo_flops: float, model_flops: float | None, chip: Chip, step_scheduled: float
+) -> dict[str, float | None]:
+    """MFU against the user's own FLOP count: ``model_flops / (step as scheduled × bf16 peak)``
+    (MaxText's convention: its MFU is against the bf16 peak), and how many FLOPs the compiled
+    program runs per model FLOP (above 1: rematerialization, padding, the optimizer, ...)."""
+    model_flops = check_model_flops(model_flops)
+    if model_flops is None:
+        return {"model_flops": None, "mfu_model": None, "hlo_flops_per_model_flop": None}
+    peak = _peak(chip, "bf16")
+    return {
+        "model_flops": model_flops,
+        "mfu_model": model_flops / (step_scheduled * peak) if step_scheduled else None,
+        "hlo_flops_per_model_flop": hlo_flops / model_flops,
+    }
 
 
 def _hint_columns(
@@ -604,7 +741,7 @@ def _hint_columns(
             "mxu_waste": waste}  # fmt: skip
 
 
-def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
+def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float, least: float) -> dict:
     time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
     # MFU against the peak most matmul FLOPs run at (their dtype and precision; bf16 without any)
     priced = (ops["mm_k"] > 0) & (ops["bound"] != "unknown")
@@ -630,7 +767,7 @@ def _summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float) -> dict:
         "chip_profile": chip.profile,
         "step_time_lower_s": step,
         "step_time_upper_s": upper,
-        "mfu_upper_bound": flops / (peak * step) if step else 0.0,
+        "mfu_upper_bound": flops / (peak * least) if least else 0.0,
         "mfu_dtype": (
             f"{mfu_dtype} ({mfu_precision} precision)"
             if mfu_dtype == "f32" and mfu_precision not in ("", "default")

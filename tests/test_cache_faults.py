@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from hlo_roofline import analyze, cache, cli
+from hlo_roofline._atomic import TMP_SUFFIX
 
 S = jax.ShapeDtypeStruct
 X = S((64, 128), jnp.float32)
@@ -203,9 +204,9 @@ def test_stale_temporary_files_are_cleaned(tmp_path, monkeypatch):
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     ).stdout.strip()
-    stale = tmp_path / f"x{cache.HLO_SUFFIX}.{dead}{cache.TMP_SUFFIX}"
+    stale = tmp_path / f".x{cache.HLO_SUFFIX}.{dead}.0a1b2c{TMP_SUFFIX}"
     stale.write_text("HloModule half")
-    mine = tmp_path / f"y{cache.HLO_SUFFIX}.{os.getpid()}{cache.TMP_SUFFIX}"
+    mine = tmp_path / f".y{cache.HLO_SUFFIX}.{os.getpid()}.3d4e5f{TMP_SUFFIX}"
     mine.write_text("HloModule being written")
     analyze(step, X, W, cache=tmp_path)
     assert not stale.exists()  # its writer is gone

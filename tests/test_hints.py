@@ -180,3 +180,32 @@ def test_a_hint_never_contradicts_its_rows_bound():
             ops = report.classify(chip).ops
             checked += assert_hints_agree(ops, f"{path.relative_to(FIXTURES)} on {chip}")
     assert checked > 500
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_ridge_below_one_row_is_every_m_not_m_zero(n):
+    """x[M,8] @ w[8,N] with N and K far below v5e's 128-wide MXU: the
+    padded MXU work (2·128·128 per row) outweighs the bytes (2·(8 + N) per row) at any M, so the
+    ridge M is below one row. The hint says every M reaches the ridge (the
+    model's own verdict at M=1 agrees), never "M≈0", and the CLI's column says ``any``."""
+    from hlo_roofline.cli.render import _rows
+
+    one = _matmul(_analyze(dot_module(1, 8, n), "v5e"))
+    assert one.bound == "compute"  # one row already past the ridge
+    op = _matmul(_analyze(dot_module(2048, 8, n), "v5e"))
+    assert op.bound == "compute" and op.ridge_m < 1
+    assert "every M reaches the ridge" in op.hint and "M≈" not in op.hint
+    assert _rows(op.ridge_m) == "any"
+
+
+def test_no_fixture_hint_names_m_zero():
+    """Across every committed fixture on five chips, a hint names a ridge M of at least one row."""
+    named = 0
+    for _, report in _fixture_reports():
+        for chip in CHIPS:
+            ops = report.classify(chip).ops
+            hints = ops.loc[ops["hint"].str.contains("M≈", regex=False), ["hint", "ridge_m"]]
+            assert (hints["ridge_m"] >= 1).all(), hints[hints["ridge_m"] < 1].to_string()
+            assert not hints["hint"].str.contains("M≈0[ ;)]|M≈0$", regex=True).any()
+            named += len(hints)
+    assert named > 0

@@ -190,6 +190,15 @@ user_package_option = click.option(
 )
 
 
+model_flops_option = click.option(
+    "--model-flops",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="FLOPS",
+    help="Your model's FLOPs per device and step (MaxText: calculate_tflops_training_per_device "
+    "× 1e12): the summary adds the MFU against them at the step as scheduled.",
+)
+
+
 def _format_option(*choices: str) -> Callable:
     return click.option(
         "--format",

@@ -31,6 +31,7 @@ from hlo_roofline.cli._common import (
     _regex,
     chip_option,
     cost_model_option,
+    model_flops_option,
     no_cache_option,
     pyproject_user_packages,
     quiet_jax_cache_logs,
@@ -301,6 +302,7 @@ def _analyze_entry(
 )
 @no_cache_option
 @user_package_option
+@model_flops_option
 def analyze(
     entry,
     chip,
@@ -317,6 +319,7 @@ def analyze(
     steps,
     no_cache,
     user_packages,
+    model_flops,
 ):
     """Compile a JAX step and print its per-op roofline.
 
@@ -337,6 +340,8 @@ def analyze(
     report = _compile(
         entry, chip, target, cost_model, steps if measure else 0, no_cache, user_packages
     )
+    if model_flops is not None:
+        report = report.with_model_flops(model_flops)
     name = entry.rpartition(":")[2]
     _emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
 
@@ -353,8 +358,9 @@ def analyze(
 @_format_option("table", "csv", "json")
 @top_option
 @user_package_option
+@model_flops_option
 def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdir, run, plot_path,
-                fmt, top, user_packages):  # fmt: skip
+                fmt, top, user_packages, model_flops):  # fmt: skip
     """Analyze optimized HLO text, or every optimized module of an --xla_dump_to directory.
 
     With several modules, --csv/--json/--plot insert the module name before the suffix and
@@ -387,5 +393,7 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
         for file in files:
             with _input_errors(str(file)):
                 report = api.analyze_dump_file(file, cost_model, chip, user_packages=packages)
+                if model_flops is not None:
+                    report = report.with_model_flops(model_flops)
             reports[api.module_key(file)] = report
     _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)

@@ -30,7 +30,12 @@ from hlo_roofline.cost.collectives import (
     group_text,
     kind,
 )
-from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
+from hlo_roofline.cost.control_flow import (
+    branches,
+    heaviest_branch,
+    loop_multipliers,
+    loop_paths,
+)
 from hlo_roofline.cost.linalg import MatmulIO, matmul_geometry, matmul_io
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Metadata, Module, Shape
@@ -248,6 +253,7 @@ def rows(
     # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
     prefetches = _prefetch_consumers(module) if vmem_layouts else {}
+    loops = loop_paths(module)  # id(computation) -> the while loops it runs in
     table: list[tuple] = []
     for instr, count, cost in ops:
         code = instr.opcode
@@ -338,6 +344,7 @@ def rows(
             _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused) * count
             if found is None and not _no_vector_loop(code) else 0.0,
             _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
+            loops.get(id(instr.computation), ""),
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
             _transpose_onto(columns, table)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from hlo_roofline.cost.base import UNKNOWN_TRIP_COUNT, ZERO, Cost, CostContext, callee, rule
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Computation, Instruction
+from hlo_roofline.hlo.ir import Computation, Instruction, Module
 
 INFERRED_TRIP_COUNT = "trip count inferred from the loop's counter"
 _VIEWS = ("copy", "bitcast", "convert", "reshape")
@@ -93,6 +93,29 @@ def _infer_trip_count(loop: Instruction, body: Computation, cond: Computation) -
     if direction in ("GT", "GE") and step < 0:
         return max(0, -(-span[direction] // step))
     return None
+
+
+_OPENED = frozenset({"while", "call", "conditional"})  # what the walk opens into rows
+
+
+def loop_paths(module: Module) -> dict[int, str]:
+    """For each computation whose ops are report rows (the entry, and what while, call and
+    conditional run), the while loops it runs in: their names, outermost first, joined by ``/``
+    (``while.3/while.7``); ``""`` outside any loop. Keyed by ``id`` of the computation."""
+    paths: dict[int, str] = {id(module.entry): ""}
+    pending = [module.entry]
+    while pending:
+        comp = pending.pop()
+        path = paths[id(comp)]
+        for instr in comp.instructions:
+            if instr.opcode not in _OPENED:
+                continue
+            inner = f"{path}/{instr.name}".lstrip("/") if instr.opcode == "while" else path
+            for called in instr.called:
+                if id(called) not in paths:  # one caller each in an optimized module
+                    paths[id(called)] = inner
+                    pending.append(called)
+    return paths
 
 
 class LoopCount(NamedTuple):

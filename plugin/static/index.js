@@ -691,7 +691,7 @@ function renderSummary() {
     card(
       "predicted step time",
       classified
-        ? `${fmtTime(s.step_time_lower_s)} – ${fmtTime(s.step_time_upper_s)}`
+        ? `${fmtTime(s.step_time_min_s ?? s.step_time_lower_s)} – ${fmtTime(s.step_time_upper_s)}`
         : "not classified",
       classified ? "perfect overlap – no overlap" : "choose a chip above",
     ),
