@@ -417,6 +417,10 @@ def prune(directory: str | os.PathLike | None, max_bytes: int, keep: str | None 
         if entry_key != keep and _drop(directory, entry_key):
             total -= size
             dropped += 1
+    for lock in directory.glob(f"*{LOCK_SUFFIX}"):  # locks of entries gone (a killed compile)
+        entry_key = lock.name.removesuffix(LOCK_SUFFIX)
+        if not os.path.lexists(directory / f"{entry_key}{HLO_SUFFIX}"):
+            _drop(directory, entry_key)
     remove_stale_temporaries(directory)
     return dropped
 

@@ -260,6 +260,9 @@ def test_cache_command_shows_prunes_and_clears(tmp_path):
     assert bad.exit_code == 2 and "Traceback" not in bad.output
     pruned = runner.invoke(cli.main, ["cache", "prune", "--dir", str(tmp_path), "--max-size", "1G"])
     assert pruned.exit_code == 0 and "dropped 0" in pruned.output
+    orphan = tmp_path / f"{'f' * 32}{cache.LOCK_SUFFIX}"  # a compile killed before it wrote
+    orphan.write_text("12345\n")
     cleared = runner.invoke(cli.main, ["cache", "clear", "--dir", str(tmp_path)])
     assert cleared.exit_code == 0 and "dropped 1" in cleared.output
     assert cache.usage(tmp_path).entries == 0
+    assert list(tmp_path.iterdir()) == []  # no lock or temporary file left either
