@@ -254,7 +254,7 @@ class Report:
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise ReportMissingError(f"no report {path}") from None
+            raise ReportMissingError(f"cannot read report {path}: No such file or directory") from None
         except OSError as exc:
             raise ReportError(f"cannot read report {path}: {exc.strerror or exc}") from None
         except UnicodeDecodeError:

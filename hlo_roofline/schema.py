@@ -117,6 +117,10 @@ COLUMNS: tuple[Column, ...] = (
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "
        "`loops` give each loop's trip count and its figures per iteration", "cost"),
+    _c("kernel_mxu_flops", "float", "operations",
+       "the part of `flops` a custom kernel runs on a matrix unit (an attention kernel's QKᵀ and "
+       "PV products, from its shapes), priced at the MXU/tensor-core peak; 0 for other ops (a "
+       "dot or convolution's matrix-unit work is its `mm_*` geometry)", "cost"),
     # -- verdict: the op against one chip (verdict.classify) ----------------------------------
     _c("intensity", "float", "FLOP/B", "the op's arithmetic intensity: flops ÷ bytes", "verdict"),
     _c("critical_intensity", "float", "FLOP/B",

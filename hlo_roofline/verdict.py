@@ -167,7 +167,12 @@ COMPUTE_UNITS = {
 
 
 def _compute_times(
-    ops: pd.DataFrame, chip: Chip, matmul: np.ndarray, peaks: np.ndarray, padding: np.ndarray
+    ops: pd.DataFrame,
+    chip: Chip,
+    matmul: np.ndarray,
+    peaks: np.ndarray,
+    padding: np.ndarray,
+    kernel: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each op's time on the units that run it, and the unit that sets it (the slowest).
 
@@ -175,9 +180,11 @@ def _compute_times(
     result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
     EUP's rate where the chip has one (else at the vector peak, with the FLOPs), and the elements of
     its loop through the vector unit where the chip has that rate (TPUs), a standalone reduce's
-    elements across the lanes at the XLU's."""
+    elements across the lanes at the XLU's. A custom ``kernel`` (an attention kernel): its
+    ``kernel_mxu_flops`` at its MXU peak (``peaks``), the rest of its FLOPs at the vector peak."""
     flops = ops["flops"].to_numpy(dtype=float)
     transcendentals = ops["transcendentals"].to_numpy(dtype=float)
+    kernel_mxu = np.where(kernel, _kernel_mxu_flops(ops), 0.0)
     mxu_flops = (
         2.0
         * ops["count"].to_numpy(dtype=float)
@@ -187,9 +194,16 @@ def _compute_times(
     )
     zero = np.zeros(len(ops))
     eup = transcendentals / chip.eup_rate if chip.eup_rate else zero
-    vector = (flops if chip.eup_rate else flops + transcendentals) / peaks
+    on_vector = np.where(kernel, flops - kernel_mxu, flops)
+    vector = (on_vector if chip.eup_rate else on_vector + transcendentals) / np.where(
+        kernel, vector_peak(chip), peaks
+    )
     candidates = {
-        "mxu": np.where(matmul, (flops + transcendentals + mxu_flops * (padding - 1)) / peaks, 0.0),
+        "mxu": np.where(
+            matmul,
+            (flops + transcendentals + mxu_flops * (padding - 1)) / peaks,
+            np.where(kernel, kernel_mxu / peaks, 0.0),
+        ),
         "vector": np.where(matmul, 0.0, vector),
         "eup": np.where(matmul, 0.0, eup),
         "loop": zero,
@@ -207,6 +221,13 @@ def _compute_times(
     t_compute = times.max(axis=0)
     unit[t_compute == 0] = ""
     return t_compute, unit
+
+
+def _kernel_mxu_flops(ops: pd.DataFrame) -> np.ndarray:
+    """Each op's ``kernel_mxu_flops`` (0 where the report predates the column)."""
+    if "kernel_mxu_flops" not in ops:
+        return np.zeros(len(ops))
+    return ops["kernel_mxu_flops"].to_numpy(dtype=float)
 
 
 def _op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
@@ -475,14 +496,19 @@ def classify(
     if "precision" not in ops:  # a report written before the column existed
         ops = ops.assign(precision=np.where(ops["mm_k"].to_numpy() > 0, "default", ""))
     matmul = ops["mm_k"].to_numpy() > 0
+    # A matmul runs at its dtype's MXU peak; so does a custom kernel's matrix-unit work (an
+    # attention kernel: its peak is the one its ridge is drawn against).
     rates: dict[tuple[str, str], tuple[float, str]] = {}  # (dtype, precision) -> (peak, problem)
     for key in set(zip(ops["dtype"][matmul], ops["precision"][matmul], strict=True)):
         rates[key] = _matmul_rate(chip, *key)
+    kernel = (_kernel_mxu_flops(ops) > 0) & ~matmul
+    kernel_rates = {d: _matmul_rate(chip, d, "default")[0] for d in set(ops["dtype"][kernel])}
+    kernel &= np.array([not np.isnan(kernel_rates.get(d, np.nan)) for d in ops["dtype"]])
     peaks = np.array(
         [
-            rates[d, p][0] if mm else vector
-            for d, p, mm in zip(
-                ops["dtype"].to_numpy(), ops["precision"].to_numpy(), matmul, strict=True
+            rates[d, p][0] if mm else kernel_rates[d] if k else vector
+            for d, p, mm, k in zip(
+                ops["dtype"].to_numpy(), ops["precision"].to_numpy(), matmul, kernel, strict=True
             )
         ],
         dtype=float,
@@ -494,7 +520,7 @@ def classify(
         intensity = np.where(data > 0, flops / data, np.nan)
     padding = mxu_padding(ops, chip)  # the MXU work each matmul does per FLOP it asks for
     t_compute, compute_unit = _compute_times(
-        ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding
+        ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding, kernel
     )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm

@@ -197,3 +197,23 @@ def test_live_compile_matches_the_analytic_count():
     ((instr, cost),) = kernels(parse_text(text))
     assert instr.name.startswith("splash_mha_fwd")
     assert cost.flops == 4 * h * s * s * d
+
+
+def test_attention_kernels_run_on_the_matrix_unit_in_the_verdict():
+    """A splash kernel's FLOPs are its QKᵀ and PV products: judged at the chip's bf16 MXU peak
+    (the chip database's figure), not the vector unit's, so MaxText's step is not 20× too slow."""
+    from hlo_roofline import analyze_hlo, chips
+
+    with gzip.open(FIXTURES / "maxtext" / "default_v5p8.hlo.txt.gz", "rt") as f:
+        report = analyze_hlo(f.read(), chip="v5p")
+    kernels = report.ops[report.ops["kernel_mxu_flops"] > 0]
+    assert len(kernels) >= 3 and set(kernels["name"].str.extract(r"(splash_mha_\w+?)_")[0]) >= {
+        "splash_mha_fwd",
+        "splash_mha_dq",
+        "splash_mha_dkv",
+    }
+    peak = chips.get("v5p").per_device().peak_flops("bf16")
+    for op in kernels.itertuples():
+        assert op.kernel_mxu_flops == op.flops
+        assert op.compute_unit == "mxu"
+        assert op.t_compute_s == pytest.approx(op.kernel_mxu_flops / peak, rel=1e-9)

@@ -345,6 +345,7 @@ def rows(
             if found is None and not _no_vector_loop(code) else 0.0,
             _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
             loops.get(id(instr.computation), ""),
+            cost.mxu_flops * count,
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
             _transpose_onto(columns, table)

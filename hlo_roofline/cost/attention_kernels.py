@@ -149,8 +149,10 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
     with_d, with_dv, exps = _PHASES[kernel.phase]
     share, mask_note = _visited_share(kernel, instr, sq, skv)
     pairs = heads * sq * skv * share
+    flops = 2 * (with_d * d + with_dv * dv) * pairs
     return Cost(
-        flops=2 * (with_d * d + with_dv * dv) * pairs,
+        flops=flops,
+        mxu_flops=flops,  # every one of them is in a QKᵀ or PV product: matrix-unit work
         transcendentals=exps * pairs,
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
         notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),

@@ -37,6 +37,10 @@ class Cost(NamedTuple):
     unknown: bool = False
     notes: tuple[str, ...] = ()
     lower_bound: bool = False
+    # The part of ``flops`` a custom kernel runs on a matrix unit (an attention kernel's QKᵀ and
+    # PV): it has no matmul geometry of its own, so the verdict needs to be told. A dot or
+    # convolution carries its geometry instead (the report's mm_* columns).
+    mxu_flops: float = 0.0
 
     def __add__(self, other: Cost) -> Cost:  # type: ignore[override]
         return Cost(
@@ -47,6 +51,7 @@ class Cost(NamedTuple):
             self.unknown or other.unknown,
             _merge_notes(self.notes, other.notes),
             self.lower_bound or other.lower_bound,
+            self.mxu_flops + other.mxu_flops,
         )
 
     def scaled(self, factor: float) -> Cost:
@@ -59,6 +64,7 @@ class Cost(NamedTuple):
             self.unknown,
             self.notes,
             self.lower_bound,
+            self.mxu_flops * factor,
         )
 
     def maximum(self, other: Cost) -> Cost:
@@ -71,6 +77,7 @@ class Cost(NamedTuple):
             self.unknown or other.unknown,
             _merge_notes(self.notes, other.notes),
             self.lower_bound or other.lower_bound,
+            max(self.mxu_flops, other.mxu_flops),
         )
 
     def with_note(self, note: str) -> Cost:
@@ -85,7 +92,7 @@ ZERO = Cost()
 
 def total(costs: list[Cost]) -> Cost:
     """The sum of ``costs``: the same as adding them one by one, without the intermediate sums."""
-    flops = transcendentals = bytes_accessed = comm_bytes = 0.0
+    flops = transcendentals = bytes_accessed = comm_bytes = mxu_flops = 0.0
     unknown = lower_bound = False
     notes: dict[str, None] = {}  # in order, each once (a tuple's `in` would make this quadratic)
     for cost in costs:
@@ -93,12 +100,20 @@ def total(costs: list[Cost]) -> Cost:
         transcendentals += cost.transcendentals
         bytes_accessed += cost.bytes_accessed
         comm_bytes += cost.comm_bytes
+        mxu_flops += cost.mxu_flops
         unknown = unknown or cost.unknown
         lower_bound = lower_bound or cost.lower_bound
         if cost.notes:
             notes.update(dict.fromkeys(cost.notes))
     return Cost(
-        flops, transcendentals, bytes_accessed, comm_bytes, unknown, _at_most(notes), lower_bound
+        flops,
+        transcendentals,
+        bytes_accessed,
+        comm_bytes,
+        unknown,
+        _at_most(notes),
+        lower_bound,
+        mxu_flops,
     )
 
 
