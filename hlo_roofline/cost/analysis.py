@@ -27,6 +27,7 @@ from hlo_roofline.cost.collectives import (
     async_start_of,
     find_collective,
     group_text,
+    kind,
 )
 from hlo_roofline.cost.control_flow import branches, heaviest_branch, loop_multipliers
 from hlo_roofline.cost.linalg import MatmulIO, matmul_geometry, matmul_io
@@ -223,7 +224,7 @@ def rows(
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
     walks = _Walks()  # what nested bodies hold, shared by every row that looks into them
-    groups: dict[int, str] = {}  # id(collective) -> the devices it talks to (group_text)
+    groups: dict[int, tuple[str, str]] = {}  # id(collective) -> (kind, devices it talks to)
     in_flight: frozenset[str] | None = None  # channels of TPU async collectives (found once)
     # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
@@ -289,11 +290,12 @@ def rows(
         if geometry and io is None:  # a matmul whose arrays cannot be traced: its own types
             io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)
         io = io or _NO_IO
-        group = ""
+        collective = group = ""
         if found is not None:
-            group = groups.get(id(found))
-            if group is None:
-                group = groups[id(found)] = _group_text(found, module)
+            known = groups.get(id(found))
+            if known is None:
+                known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
+            collective, group = known
         waits_for = ""
         if code.endswith("-done") or code == "fusion":
             start = _async_start(instr)
@@ -310,7 +312,7 @@ def rows(
             vmem * count, cost.unknown, cost.lower_bound, kind, dtype, precision, described[0],
             meta[0], meta[1],
             meta[2], "; ".join(cost.notes) if cost.notes else "", fused,
-            found.opcode.removesuffix("-start") if found is not None else "",
+            collective,
             _group_size(found, module) if found is not None else 0, group, waits_for,
             batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
             prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3],
@@ -547,6 +549,13 @@ def _group_text(collective: Instruction, module: Module) -> str:
         return group_text(collective, module)
     except (*_RULE_ERRORS, RecursionError):
         return ""  # groups it cannot read: priced as one ring (see hlo_roofline.interconnect)
+
+
+def _kind(collective: Instruction, module: Module) -> str:
+    try:
+        return kind(collective, module)
+    except (*_RULE_ERRORS, RecursionError):
+        return collective.opcode.removesuffix("-start")
 
 
 def _async_start(done: Instruction) -> Instruction | None:

@@ -5,6 +5,11 @@ and B bytes per device, an all-gather sends B_out·(N−1)/N, a reduce-scatter B
 all-reduce twice that, an all-to-all B_in·(N−1)/N, a permute its whole buffer. XLA's own analysis
 has no communication term, prices an all-reduce as if N = 2 and a reduce-scatter at 0 FLOPs; the
 roofline model charges (N−1)/N additions per reduced element instead.
+
+XLA:TPU writes a reduce-scatter as a ``kCustom`` fusion (``%all-reduce-scatter``, emitter
+``AllReduceScatterFusion`` or ``SingleInputAllReduceScatterFusion``) whose body all-reduces and then
+keeps this device's 1/N by a ``dynamic-slice``; the emitter sends only what a reduce-scatter sends,
+so such an all-reduce is priced, and named, as a reduce-scatter (:func:`scatters`).
 """
 
 from __future__ import annotations
@@ -44,8 +49,61 @@ def all_reduce(instr: Instruction, ctx: CostContext) -> Cost:
     written = ctx.output_bytes(instr.shape)
     if not ctx.roofline:  # XLA: "assume 2 replicas", one addition per output element
         return Cost(flops=elements, bytes_accessed=read + written)
-    share = _ring(group_size(instr, ctx))
-    return Cost(flops=elements * share, bytes_accessed=read + written, comm_bytes=2 * read * share)
+    n = group_size(instr, ctx)
+    share = _ring(n)
+    # (N−1)/N additions per element either way: a reduce-scatter's (N−1)·(elements/N)
+    wire = read * share if scatters(instr, n) else 2 * read * share
+    return Cost(flops=elements * share, bytes_accessed=read + written, comm_bytes=wire)
+
+
+_PASS_THROUGH = ("get-tuple-element", "bitcast", "reshape", "copy")  # a result read as it is
+
+
+def scatters(all_reduce: Instruction, n: int) -> bool:
+    """An all-reduce in a fused body (XLA:TPU's all-reduce-scatter fusion) whose every result is
+    read only by ``dynamic-slice``s that each keep 1/N of it: the fusion runs a reduce-scatter.
+
+    Outside a fusion an all-reduce followed by a slice is a whole all-reduce on the wire (the
+    slice is a separate op), so only fused bodies qualify. ``n``: its group size."""
+    if all_reduce.opcode not in ("all-reduce", "all-reduce-start"):
+        return False
+    comp = all_reduce.computation
+    if comp is None or not comp.is_fusion or n < 2:
+        return False
+    users: dict[int, list[Instruction]] = {}
+    for instr in comp.instructions:
+        for op in dict.fromkeys(instr.operands):
+            users.setdefault(id(op), []).append(instr)
+    sliced = False
+    frontier, seen = [all_reduce], 0
+    while frontier and seen < _SCATTER_SEARCH_LIMIT:
+        value = frontier.pop()
+        seen += 1
+        readers = users.get(id(value), [])
+        if value.is_root or not readers:
+            return False  # the whole reduced array leaves the fusion
+        for user in readers:
+            if user.opcode in _PASS_THROUGH:
+                frontier.append(user)
+            elif user.opcode == "dynamic-slice" and user.operands[0] is value:
+                if user.shape.elements * n != value.shape.elements:
+                    return False
+                sliced = True
+            else:
+                return False
+    return sliced and not frontier
+
+
+_SCATTER_SEARCH_LIMIT = 64
+
+
+def kind(collective: Instruction, module: Module) -> str:
+    """What a collective does, as the report's ``collective`` column names it: its opcode less
+    ``-start``, except an all-reduce that only feeds this device's slice (a reduce-scatter)."""
+    name = collective.opcode.removesuffix("-start")
+    if name == "all-reduce" and scatters(collective, attrs.replica_group_size(collective, module)):
+        return "reduce-scatter"
+    return name
 
 
 @rule("all-gather", "all-gather-start")
@@ -92,7 +150,11 @@ def point_to_point(instr: Instruction, ctx: CostContext) -> Cost:
     sends = instr.opcode != "collective-permute" or attrs.ints(instr, "source_target_pairs")
     if instr.opcode == "send":
         return Cost(bytes_accessed=ctx.size(data), comm_bytes=ctx.size(data))
-    return Cost(bytes_accessed=_bytes(instr, ctx), comm_bytes=ctx.size(data) if sends else 0.0)
+    # A combined permute (XLA:GPU's windowed einsum) sends every operand; the in-place form
+    # (input, output buffer, start indices; it has slice_sizes) sends its input.
+    combined = instr.operands and "slice_sizes" not in instr.attrs
+    sent = ctx.operand_bytes(instr) if combined else ctx.size(data)
+    return Cost(bytes_accessed=_bytes(instr, ctx), comm_bytes=sent if sends else 0.0)
 
 
 @rule("recv")

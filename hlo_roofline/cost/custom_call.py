@@ -1,11 +1,13 @@
 """Custom calls: XLA prices every one at −1 ("unknown"); the roofline model prices the library
 calls whose work follows from their shapes (cuBLAS gemms, cuDNN convolutions), takes a kernel's own
-cost estimate when it carries one (Pallas ``cost_estimate``), and flags the rest as opaque."""
+cost estimate when it carries one (Pallas ``cost_estimate``), prices the attention kernels JAX
+ships from their shapes (:mod:`hlo_roofline.cost.attention_kernels`) and flags the rest as opaque."""
 
 from __future__ import annotations
 
 import re
 
+from hlo_roofline.cost.attention_kernels import attention_cost
 from hlo_roofline.cost.base import ZERO, Cost, CostContext, rule
 from hlo_roofline.cost.linalg import Extent, conv_flops, conv_geometry, dot_flops, dot_geometry
 from hlo_roofline.hlo import attrs
@@ -331,6 +333,9 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
             bytes_accessed=float(estimate.get("bytes_accessed", 0)),
             notes=(f"custom call '{name}': kernel's declared cost estimate",),
         )
+    known = attention_cost(instr, name, ctx)  # a JAX attention kernel, from its shapes
+    if known is not None:
+        return known
     return Cost(
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
         unknown=True,

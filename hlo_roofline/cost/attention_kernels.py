@@ -1,0 +1,302 @@
+"""Known attention kernels, priced from their shapes when they carry no cost estimate of their own.
+
+A Pallas kernel is a custom call whose work XLA cannot see. The attention kernels that JAX ships
+name themselves (the ``pallas_call`` name becomes the instruction's name and the last step of its
+``op_name``; a Triton call also writes ``name = "..."`` in its backend_config), and their operands
+follow a fixed order, so their work follows from the shapes:
+
+- a (q, kv) pair of scores costs 2·D for ``q·kᵀ`` and 2·Dv for ``p·v`` in the forward pass (4·D),
+  and one ``exp``;
+- a backward ``dq`` kernel recomputes the scores and ``dp = do·vᵀ`` and forms ``dq = ds·k``: 3
+  matmuls, 6·D a pair; a ``dkv`` kernel recomputes the scores and ``dp`` and forms
+  ``dv = pᵀ·do`` and ``dk = dsᵀ·q``: 4 matmuls, 8·D. Split into the two kernels (as JAX's TPU flash
+  and splash attention and its Triton ``mha_backward`` are) the backward pass is 14·D = 3.5× the
+  forward; a fused kernel (splash ``use_fused_bwd_kernel``) does 5 matmuls, 10·D = 2.5×;
+- a decode (paged) kernel: one query a sequence, 4·D a (query head, cached position) pair.
+
+What the text does not say is assumed, and said in the row's note: the mask (a causal kernel skips
+about half of the pairs, a splash kernel the blocks its block mask marks empty; neither is visible
+in the compiled text, whose constants are elided) is taken as full, so FLOPs are an upper bound;
+a paged kernel's lengths are runtime values, so every sequence is taken as long as its page table
+allows (another upper bound). Bytes are the operands and results, except that a paged kernel reads
+only the pages its page table names, not the whole cache it is handed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hlo_roofline.cost.base import Cost, CostContext, element_bytes
+from hlo_roofline.hlo.ir import Instruction, Shape
+
+# Per (q, kv) pair: (matmuls contracting or producing head_dim D, those over Dv, exps). Forward:
+# q·kᵀ (D), p·v (Dv). dq: q·kᵀ, do·vᵀ (Dv), ds·k (D). dkv: q·kᵀ, do·vᵀ, pᵀ·do (Dv), dsᵀ·q (D).
+# fused: dkv's and ds·k. Triton mha_backward: a dkv loop and a dq loop, each recomputing q·kᵀ.
+_PHASES = {
+    "fwd": (1, 1, 1), "dq": (2, 1, 1), "dkv": (2, 2, 1), "fused_bwd": (3, 2, 1), "bwd": (4, 3, 2),
+}  # fmt: skip
+_INTS = ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "pred")
+_FULL_MASK = "mask not visible in the text: every (q, kv) pair counted (upper bound; causal ≈ ½)"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A recognised kernel: its family (``flash``, ``splash``, ``triton_mha``, ``paged``,
+    ``ragged_paged``, ``triton_delta``) and phase (``fwd``, ``dq``, ``dkv``, ``bwd``, ...)."""
+
+    family: str
+    phase: str
+    name: str
+
+
+def kernel_name(instr: Instruction, target: str) -> str:
+    """The name the kernel's author gave its ``pallas_call``: a Triton call's ``name = "..."``,
+    else the step of the op_name before ``/pallas_call``, else the instruction's name."""
+    config = instr.attrs.get("backend_config", "")
+    if target == "__gpu$xla.gpu.triton":
+        found = re.search(r'\bname = "([^"]+)"', config)
+        if found:
+            return found.group(1)
+    op_name = re.search(r'op_name="([^"]*)"', instr.attrs.get("metadata", ""))
+    if op_name and op_name.group(1).endswith("/pallas_call"):
+        step = op_name.group(1).rsplit("/", 2)[-2]
+        if "(" not in step:  # jit(f)/pallas_call names no kernel
+            return step
+    return re.sub(r"\.\d+$", "", instr.name)
+
+
+def recognise(instr: Instruction, target: str) -> Kernel | None:
+    """The attention kernel a Pallas custom call runs, if it is one JAX ships (else None)."""
+    if target not in ("tpu_custom_call", "__gpu$xla.gpu.triton"):
+        return None
+    name = kernel_name(instr, target)
+    whole = f"{name} {instr.name}"  # not the op_name's scopes: a kernel inside jit(paged_attention)
+    if target == "tpu_custom_call":
+        if m := re.match(r"splash_(mha|mqa)_(fwd|dq|dkv)", name):
+            phase = m.group(2)
+            if phase == "dkv" and len(_float_leaves(instr.shape)) >= 3:
+                phase = "fused_bwd"  # also writes dq
+            return Kernel("splash", phase, name)
+        if m := re.match(r"flash_mha_bwd_(dq|dkv)", name):
+            return Kernel("flash", m.group(1), name)
+        if re.search(r"\bragged_paged_attention", whole):
+            return Kernel("ragged_paged", "decode", name)
+        if re.search(r"\bpaged_attention", whole):
+            return Kernel("paged", "decode", name)
+        if re.search(r"\bflash_attention\b|jit_flash_attention", whole):
+            return Kernel("flash", "fwd", name)
+        return None
+    if name == "mha_forward":
+        return Kernel("triton_mha", "fwd", name)
+    if name == "mha_backward":
+        return Kernel("triton_mha", "bwd", name)
+    if name == "mha_preprocess_backward":
+        return Kernel("triton_delta", "delta", name)
+    return None
+
+
+def _float_leaves(shape: Shape) -> list[Shape]:
+    return [leaf for leaf in shape.leaves() if leaf.dtype not in _INTS and leaf.dims]
+
+
+def _floats(instr: Instruction) -> list[Shape]:
+    return [leaf for op in instr.operands for leaf in _float_leaves(op.shape)]
+
+
+def _ints(instr: Instruction) -> list[Shape]:
+    return [op.shape for op in instr.operands if op.shape.is_array and op.shape.dtype in _INTS]
+
+
+def _head_dim_minor(instr: Instruction) -> bool:
+    """Splash attention's ``q_layout`` (1: head_dim minor, 2: sequence minor) from its metadata."""
+    found = re.search(r'q_layout\\?"\s*:\s*(\d)', instr.attrs.get("frontend_attributes", ""))
+    return found is None or found.group(1) == "1"
+
+
+def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
+    """The kernel's cost from its shapes; None if they are not the shapes the kernel takes."""
+    if kernel.family in ("paged", "ragged_paged"):
+        return _decode(kernel, instr, ctx)
+    if kernel.family == "triton_delta":  # delta = rowsum(out · dout): a multiply and an add each
+        floats = _floats(instr)
+        if len(floats) < 2 or floats[0].dims != floats[1].dims:
+            return None
+        return Cost(
+            flops=2 * floats[0].elements,
+            bytes_accessed=ctx.read_and_written(instr, instr.shape),
+            notes=(f"kernel '{kernel.name}': out·dout summed over head_dim, from its shapes",),
+        )
+    floats = _floats(instr)
+    if len(floats) < 3:
+        return None
+    q, k, v = floats[:3]
+    if kernel.family == "triton_mha" and len(k.dims) == len(q.dims) + 1:
+        return _triton_decode(kernel, instr, q, k, v, ctx)
+    if kernel.family == "triton_mha":  # [batch, seq, heads, head_dim]
+        if len(q.dims) != 4 or len(k.dims) != 4:
+            return None
+        sq, skv, d, dv = q.dims[1], k.dims[1], q.dims[-1], v.dims[-1]
+    elif kernel.family == "splash" and not _head_dim_minor(instr):  # [..., head_dim, seq]
+        sq, skv, d, dv = q.dims[-1], k.dims[-1], q.dims[-2], v.dims[-2]
+    else:  # [..., seq, head_dim]
+        if len(q.dims) < 2 or len(k.dims) < 2:
+            return None
+        sq, skv, d, dv = q.dims[-2], k.dims[-2], q.dims[-1], v.dims[-1]
+    if not (sq and d) or q.elements % (sq * d):
+        return None
+    heads = q.elements // (sq * d)  # batch × query heads
+    with_d, with_dv, exps = _PHASES[kernel.phase]
+    share, mask_note = _visited_share(kernel, instr, sq, skv)
+    pairs = heads * sq * skv * share
+    return Cost(
+        flops=2 * (with_d * d + with_dv * dv) * pairs,
+        transcendentals=exps * pairs,
+        bytes_accessed=ctx.read_and_written(instr, instr.shape),
+        notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),
+    )
+
+
+def _triton_decode(
+    kernel: Kernel, instr: Instruction, q: Shape, k: Shape, v: Shape, ctx: CostContext
+) -> Cost | None:
+    """JAX's Triton decode attention (``decode_attention.mqa``/``gqa``, also named
+    ``mha_forward``): ``q [groups…, queries, D]`` against ``k [groups…, splits, keys, D]``, every
+    query of a group (batch, kv head) against every key of it."""
+    lead = q.dims[:-2]
+    if k.dims[: len(lead)] != lead or q.dims[-1] != k.dims[-1]:
+        return None
+    d, dv = q.dims[-1], v.dims[-1]
+    keys = 1
+    for n in k.dims[len(lead) : -1]:
+        keys *= n
+    pairs = q.elements // d * keys
+    return Cost(
+        flops=2 * (d + dv) * pairs,
+        transcendentals=pairs,
+        bytes_accessed=ctx.read_and_written(instr, instr.shape),
+        notes=(
+            f"kernel '{kernel.name}': decode attention from its shapes; every cached position "
+            + ("counted (its lengths are runtime values: upper bound)" if _ints(instr) else "read"),
+        ),
+    )
+
+
+# The block sizes splash attention's kernels run with, by phase, as its kernel_metadata names them.
+_SPLASH_BLOCKS = {
+    "fwd": ("block_q", "block_kv"), "dq": ("block_q_dq", "block_kv_dq"),
+    "dkv": ("block_q_dkv", "block_kv_dkv"), "fused_bwd": ("block_q_dkv", "block_kv_dkv"),
+}  # fmt: skip
+
+
+def _visited_share(kernel: Kernel, instr: Instruction, sq: int, skv: int) -> tuple[float, str]:
+    """The share of the (q, kv) pairs the kernel's grid visits, and the note saying so.
+
+    Splash attention compresses its block mask: its grid runs over the first mask array
+    (``data_next``, ``[heads, rows, columns]``, one block of ``block_q × block_kv`` pairs a step),
+    whose columns are only as many as the most blocks any row keeps (3 of 16 for a window of 256
+    over 2048 positions in blocks of 128). Which of those blocks are empty is in the array's values,
+    which the compiled text elides: the visited blocks are counted in full (an upper bound)."""
+    if kernel.family != "splash":
+        return 1.0, _FULL_MASK
+    masks = [s for s in _ints(instr) if len(s.dims) == 3]
+    sizes = [_metadata_int(instr, key) for key in _SPLASH_BLOCKS[kernel.phase]]
+    if not masks or None in sizes:
+        return 1.0, _FULL_MASK
+    bq, bkv = sizes
+    blocks = masks[0].dims[1] * masks[0].dims[2]
+    share = min(1.0, blocks * bq * bkv / (sq * skv))
+    if share == 1.0:
+        return 1.0, _FULL_MASK
+    return share, (
+        f"its grid visits {blocks} blocks of {bq}×{bkv} a head ({share:.1%} of the pairs), counted "
+        "in full: which are empty or partial is not in the text (upper bound)"
+    )
+
+
+def _metadata_int(instr: Instruction, key: str) -> int | None:
+    """An integer of a kernel's ``kernel_metadata`` (JSON inside an attribute: quotes escaped)."""
+    text = instr.attrs.get("frontend_attributes", "")
+    found = re.search(rf'\b{key}\\?"\s*:\s*(\d+)', text)
+    return int(found.group(1)) if found else None
+
+
+def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
+    """Paged attention: ``q [batch, q_heads, D]``, ``k_pages, v_pages [kv_heads, pages, page, D]``,
+    ``lengths [batch]``, ``page_indices [batch, pages_per_sequence]`` (TPU ``paged_attention``);
+    ``q [tokens, q_heads, D]``, ``kv_pages [pages, page, 2·kv_heads, D]``, ``kv_lens [seqs]``,
+    ``page_indices [seqs, pages_per_sequence]`` (``ragged_paged_attention``)."""
+    floats, ints = _floats(instr), _ints(instr)
+    if len(ints) < 2:
+        return None
+    lengths, table = ints[0], ints[1]
+    sequences = lengths.elements
+    if not sequences or table.elements % sequences:
+        return None
+    pages_per_sequence = table.elements // sequences
+    if kernel.family == "paged":
+        if len(floats) != 3 or len(floats[1].dims) != 4:
+            return None
+        q, cache = floats[0], floats[1]
+        kv_heads, page, d = cache.dims[0], cache.dims[2], cache.dims[3]
+        queries = q.elements // d  # batch × query heads
+        caches = 2
+    else:
+        if len(floats) != 2 or len(floats[1].dims) != 4:
+            return None
+        q, cache = floats
+        page, kv_heads, d = cache.dims[1], cache.dims[2] // 2, cache.dims[3]
+        queries = q.elements // d  # tokens × query heads
+        caches = 1  # K and V interleaved in one array of 2·kv_heads
+        kv_heads *= 2
+    context = pages_per_sequence * page
+    known = _constant_ints(_int_operands(instr)[0]) if kernel.family == "paged" else None
+    if known is not None and len(known) == sequences:  # lengths fixed in the program
+        positions = sum(min(max(n, 0), context) for n in known)
+        how = f"its lengths are constants ({positions} positions in all)"
+    else:
+        positions = sequences * context
+        how = f"every sequence taken as long as its page table allows ({context} positions; upper bound)"
+    pairs = queries // sequences * positions
+    item = element_bytes(cache)
+    # the positions' keys and values (capped by the cache's size), plus everything else once
+    cache_bytes = caches * ctx.size(cache)
+    read = min(cache_bytes, positions * kv_heads * d * item * caches)
+    others = ctx.read_and_written(instr, instr.shape) - cache_bytes
+    return Cost(
+        flops=4 * d * pairs,
+        transcendentals=pairs,
+        bytes_accessed=others + read,
+        notes=(f"kernel '{kernel.name}': decode attention from its shapes; {how}",),
+    )
+
+
+_SAME_VALUES = ("copy", "copy-done", "copy-start", "bitcast", "reshape")
+
+
+def _int_operands(instr: Instruction) -> list[Instruction]:
+    return [op for op in instr.operands if op.shape.is_array and op.shape.dtype in _INTS]
+
+
+def _constant_ints(value: Instruction) -> list[int] | None:
+    """The integers of a constant array ``value`` holds (through copies and reshapes), if the
+    text prints them (XLA elides all but small constants as ``{...}``)."""
+    for _ in range(8):
+        if value.opcode not in _SAME_VALUES or not value.operands:
+            break
+        value = value.operands[0]
+    if value.opcode != "constant" or "..." in value.payload:
+        return None
+    numbers = [int(n) for n in re.findall(r"-?\d+", value.payload)]
+    return numbers if len(numbers) == value.shape.elements else None
+
+
+def attention_cost(instr: Instruction, target: str, ctx: CostContext) -> Cost | None:
+    """The cost of a known attention kernel, or None (not one, or shapes it does not take)."""
+    kernel = recognise(instr, target)
+    if kernel is None:
+        return None
+    try:
+        return price(kernel, instr, ctx)
+    except (ValueError, IndexError, ZeroDivisionError):
+        return None
