@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import functools
 import inspect
 import logging
 import math
 import os
 import re
+import sys
+import threading
+import types
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import jax
@@ -27,7 +31,11 @@ DUMP_SUFFIX = "after_optimizations.txt"
 
 
 def analyze_hlo(
-    path_or_text: str | Path | Module, cost_model: str = "roofline", chip=None
+    path_or_text: str | Path | Module,
+    cost_model: str = "roofline",
+    chip=None,
+    *,
+    user_packages: Sequence[str] = (),
 ) -> Report | dict[str, Report]:
     """Price every executed op of an optimized HLO module (text, file, or parsed module).
 
@@ -35,8 +43,9 @@ def analyze_hlo(
     custom call is "unknown" rather than −1); ``"roofline"`` (default) corrects it: loop bodies ×
     trip count, async pairs once, library calls priced from their shapes, and bytes on the wire for
     collectives. With ``chip`` the report is classified against it. An ``--xla_dump_to`` directory
-    gives one report per optimized module, keyed by file name. Malformed text raises
-    :class:`~hlo_roofline.HloParseError`.
+    gives one report per optimized module, keyed by file name. ``user_packages`` (package names
+    or directories) count as the user's code in ``user_source`` even where installed (MaxText in
+    site-packages). Malformed text raises :class:`~hlo_roofline.HloParseError`.
     """
     if cost_model not in cost.COST_MODELS:
         raise ValueError(f"cost_model must be one of {cost.COST_MODELS}, not {cost_model!r}")
@@ -49,7 +58,7 @@ def analyze_hlo(
         pad = cost_model == "roofline"
         ops = cost.walk(module, cost_model, pad_to_tiles=pad)
         summary = {**cost.summarize(ops, cost_model), "memory": memory.from_module(module)}
-        columns = cost.rows(module, ops, pad_to_tiles=pad)
+        columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages)
         del ops  # a large module's priced ops need not outlive their rows while the table is built
         report = Report.from_columns(columns, summary, module.name)
     return report.classify(chip) if chip is not None else report
@@ -95,11 +104,30 @@ def dump_files(directory: str | Path) -> list[Path]:
 def analyze_dump(
     directory: str | Path, cost_model: str = "roofline", chip=None
 ) -> dict[str, Report]:
-    """One report per optimized module of an ``--xla_dump_to`` directory."""
+    """One report per optimized module of an ``--xla_dump_to`` directory (see
+    :func:`analyze_dump_file`: the fit is known where XLA wrote the buffer assignment)."""
     files = dump_files(directory)
     if not files:
         raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
-    return {module_key(f): analyze_hlo(f, cost_model, chip) for f in files}
+    return {module_key(f): analyze_dump_file(f, cost_model, chip) for f in files}
+
+
+def analyze_dump_file(path: str | Path, cost_model: str = "roofline", chip=None) -> Report:
+    """An optimized module file; where XLA wrote its buffer assignment beside it (a dump's
+    ``*-buffer-assignment.txt``), the memory figures are the compiler's
+    (:func:`memory.from_dump`), so the fit is known, not only a lower bound from the text."""
+    path = Path(path)
+    report = analyze_hlo(path, cost_model)
+    stem = path.name.removesuffix(".txt")
+    assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
+    if assignment.is_file():
+        usage = path.with_name(stem + memory.USAGE_SUFFIX)
+        report.summary["memory"] = memory.from_dump(
+            assignment.read_text(encoding="utf-8"),
+            usage.read_text(encoding="utf-8") if usage.is_file() else None,
+            report.summary["memory"],
+        )
+    return report.classify(chip) if chip is not None else report
 
 
 def module_key(path: Path) -> str:
@@ -130,24 +158,50 @@ def _default_target(chip) -> str | None:
         return None
 
 
+def context_mesh() -> jax.sharding.Mesh | None:
+    """The concrete mesh the caller's JAX context holds (``jax.set_mesh``, ``use_mesh``, a
+    ``with mesh:`` block), or None: unsharded arguments go on it, as ``jit`` itself would."""
+    mesh = None
+    get_mesh = getattr(jax.sharding, "get_mesh", None)
+    if get_mesh is not None:
+        with contextlib.suppress(Exception):
+            mesh = get_mesh()
+    if not isinstance(mesh, jax.sharding.Mesh) or mesh.empty:
+        try:  # the older ``with mesh:`` resource environment
+            from jax._src.mesh import thread_resources
+
+            mesh = thread_resources.env.physical_mesh
+        except (ImportError, AttributeError):
+            return None
+    return mesh if isinstance(mesh, jax.sharding.Mesh) and not mesh.empty else None
+
+
 def place_args(args, target: str | None):
-    """Abstract array arguments, placed on the target's first device unless already sharded on it."""
+    """Abstract array arguments, placed for the target unless already sharded on it: replicated on
+    the caller's context mesh when it is the target's (what ``jit`` does in that context), else on
+    the target's first device."""
     if target is None:
         return args
     devices = targets.devices(target)
     own = {d.id for d in devices}
-    default = NamedSharding(jax.sharding.Mesh([devices[0]], ("_",)), PartitionSpec())
+
+    def on_target(mesh) -> bool:
+        return isinstance(mesh, jax.sharding.Mesh) and (
+            {d.id for d in mesh.devices.flat} <= own
+            and mesh.devices.flat[0].platform == devices[0].platform
+        )
+
+    mesh = context_mesh()
+    if mesh is None or not on_target(mesh):
+        mesh = jax.sharding.Mesh([devices[0]], ("_",))
+    default = NamedSharding(mesh, PartitionSpec())
 
     def place(x):
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             return x
         sharding = getattr(x, "sharding", None)
-        on_target = (
-            isinstance(sharding, NamedSharding)
-            and {d.id for d in sharding.mesh.devices.flat} <= own
-            and sharding.mesh.devices.flat[0].platform == devices[0].platform
-        )
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if on_target else default)
+        placed = isinstance(sharding, NamedSharding) and on_target(sharding.mesh)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if placed else default)
 
     return jax.tree_util.tree_map(place, args)
 
@@ -235,6 +289,7 @@ def analyze(
     cost_model: str = "roofline",
     cache: bool | str | os.PathLike = True,
     isolate_trace: bool = False,
+    user_packages: Sequence[str] = (),
     **jit_kwargs,
 ):
     """Compile ``fn(*args)`` and return its classified :class:`Report`.
@@ -246,29 +301,76 @@ def analyze(
     accelerator ``chip`` without a target compiles for that chip, not for the local CPU.
     The optimized HLO is kept on disk (:mod:`hlo_roofline.cache`): analyzing the same step again,
     in any process, does not compile it again. ``cache=False`` compiles regardless; a path keeps
-    the cache there. ``isolate_trace`` traces on a fresh thread, so the Python stack recorded in the
-    HLO (and with it the cache entry) does not depend on the caller: for callers that hold no JAX
-    context of their own (a ``with mesh:`` block, a config context), such as the CLI.
+    the cache there. The step is traced on the caller's thread, in the caller's JAX context
+    (``jax.set_mesh``, ``use_mesh``, Flax's axis rules, ``jax.config`` contexts): it compiles what
+    calling it there would. The callers' own frames are left out of the stacks the HLO records, so
+    a step is one cache entry whoever analyzes it. ``isolate_trace`` is accepted and ignored.
+    ``user_packages`` count as the user's code in the attribution (see :func:`analyze_hlo`).
+    A multi-device ``target`` given a program with nothing sharded warns
+    (:class:`UnshardedProgramWarning`).
     """
+    del isolate_trace  # the trace always runs here now; see above
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
-    return _analyze_step(step, args, {}, chip, target, how, cost_model, cache, isolate_trace)
+    return _analyze_step(step, args, {}, chip, target, how, cost_model, cache, user_packages)
 
 
-def _lower(step, args: tuple, kwargs: dict, isolate_trace: bool = False):
-    """``step.lower`` of arguments already placed; see ``analyze`` for the thread."""
-
-    def run():
+def _lower(step, args: tuple, kwargs: dict):
+    """``step.lower`` of arguments already placed, on the caller's thread (so in the caller's JAX
+    context: its mesh, axis rules, config), with the caller's own frames kept out of the HLO."""
+    with _callers_hidden(sys._getframe(1)):
         return step.lower(*args, **kwargs)
 
-    if not isolate_trace:
-        return run()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(run).result()
+
+# Code objects that were on the stack when a step was lowered: what called the analysis (a script,
+# a test, the CLI) is not where the step's ops come from. Their frames are left out of the stack
+# each op records in the HLO, so the HLO, and with it the compile cache's key, does not depend on
+# who asked. The set only grows: a step traced once is lowered again from jax's trace cache with
+# the stacks of its first caller, whose frames must go too.
+_CALLER_CODES: set[types.CodeType] = set()
+_hiding = threading.local()
+
+
+@contextlib.contextmanager
+def _callers_hidden(frame: types.FrameType | None) -> Iterator[None]:
+    while frame is not None:
+        _CALLER_CODES.add(frame.f_code)
+        frame = frame.f_back
+    if not _install_frame_filter():
+        yield
+        return
+    before = getattr(_hiding, "active", False)
+    _hiding.active = True
+    try:
+        yield
+    finally:
+        _hiding.active = before
+
+
+@functools.cache
+def _install_frame_filter() -> bool:
+    """Wrap jax's choice of the frames an MLIR location records (per code object) so that, only
+    while this thread is inside :func:`_callers_hidden`, callers' frames are left out. False where
+    this jax has no such hook: the HLO then holds the callers' frames (only cache hits suffer)."""
+    try:
+        from jax._src.interpreters import mlir
+    except ImportError:
+        return False
+    original = getattr(mlir, "_code_to_filename", None)
+    if not callable(original):
+        return False
+
+    def code_to_filename(code):
+        if getattr(_hiding, "active", False) and code in _CALLER_CODES:
+            return None
+        return original(code)
+
+    mlir._code_to_filename = code_to_filename
+    return True
 
 
 def _analyze_step(
-    step, args, kwargs, chip, target, how, cost_model, cache, isolate_trace=False
+    step, args, kwargs, chip, target, how, cost_model, cache, user_packages: Sequence[str] = ()
 ) -> Report:
     """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it.
 
@@ -276,7 +378,7 @@ def _analyze_step(
     not fit, with the compiler's figures (see :mod:`hlo_roofline.memory`)."""
     log.info("%s", how)
     placed_args, placed_kwargs = place_args(args, target), place_args(kwargs, target)
-    lowered = _lower(step, placed_args, placed_kwargs, isolate_trace)
+    lowered = _lower(step, placed_args, placed_kwargs)
     inputs, donatable = _inputs(step, lowered, (placed_args, placed_kwargs))
     try:
         program = compile_program(lowered, target, cache)
@@ -285,10 +387,11 @@ def _analyze_step(
             raise
         compiled_for = chips.get(targets.parse_target(target).chip) if target else local_chip()
         capacity = compiled_for.per_device().hbm_capacity if compiled_for else None
-        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity)
+        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity, target)
         how += "; the compiler refused it: out of memory"
     else:
-        report = analyze_hlo(program.text, cost_model)
+        report = analyze_hlo(program.text, cost_model, user_packages=user_packages)
+        _warn_if_unsharded(report, program.text, target, inputs, lowered)
         if program.memory is not None:
             temporaries = memory.largest_temporaries(report.summary["memory"])
             report.summary["memory"] = memory.from_stats(
@@ -298,6 +401,54 @@ def _analyze_step(
     if chip is None:
         return report
     return report.classify(chip, topology=_mesh(placed_args, placed_kwargs))
+
+
+class UnshardedProgramWarning(UserWarning):
+    """A multi-device target got a program that shards nothing: each device runs all of it."""
+
+
+_MODULE_HEADER = re.compile(r"^HloModule [^\n]*")
+_SHAPE_DIMS = re.compile(r"\b[a-z]+\d*\[([\d,]*)\]")
+
+
+def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lowered) -> None:
+    """A step compiled for several devices whose program is one device's (no partitions), or
+    partitioned with nothing split: every input and output whole on each device and no
+    collective. A mesh or sharding that was meant to hold was not there (a ``jax.set_mesh``
+    outside the trace, say), and the figures are the whole step's on each device."""
+    if target is None or len(targets.devices(target)) <= 1:
+        return
+    header = _MODULE_HEADER.search(text)
+    header = header.group(0) if header else ""
+    found = re.search(r"\bnum_partitions=(\d+)", header)
+    partitions = int(found.group(1)) if found else 1
+    if partitions > 1:
+        if any(b.shape != b.global_shape for b in inputs):
+            return
+        if "collective" in report.ops and (report.ops["collective"] != "").any():
+            return
+        layout = re.search(r"entry_computation_layout=\{\(.*?\)->(.*?)\}(?:,|$)", header)
+        whole = sum(math.prod(o.shape) for o in jax.tree_util.tree_leaves(lowered.out_info))
+        if layout is None or _elements(layout.group(1)) < whole:
+            return
+        what = f"partitioned {partitions} ways with nothing split (no collective)"
+    else:
+        what = "compiled for one device"
+    warnings.warn(
+        f"{target} has {len(targets.devices(target))} devices but the program is {what}: "
+        "nothing is sharded, so the figures are the whole step's on each device. Shard the "
+        "arguments (NamedSharding), or trace in the mesh context the step expects "
+        "(jax.set_mesh; a CLI step yields from inside it)",
+        UnshardedProgramWarning,
+        stacklevel=4,  # the caller of analyze() (or of a roofline-wrapped step)
+    )
+
+
+def _elements(shapes: str) -> int:
+    """Elements of every array in HLO shape text (``(f32[2,3]{1,0}, s32[])`` → 7)."""
+    return sum(
+        math.prod(int(d) for d in dims.split(",") if d) for dims in _SHAPE_DIMS.findall(shapes)
+    )
 
 
 def _mesh(*placed) -> jax.sharding.Mesh | None:
@@ -325,7 +476,7 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     if len(donated) != len(leaves):  # static arguments and the like: no donation known
         donated = [False] * len(leaves)
     outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree_util.tree_leaves(lowered.out_info)]
-    signatures = [(tuple(x.shape), str(jnp.dtype(x.dtype))) for _, x in leaves]
+    signatures = [(tuple(x.shape), str(x.dtype)) for _, x in leaves]
     for signature, was_donated in zip(signatures, donated, strict=True):
         if was_donated and signature in outputs:  # that output already reuses this input
             outputs.remove(signature)
@@ -333,8 +484,8 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     for (name, x), signature, was_donated in zip(leaves, signatures, donated, strict=True):
         sharding = getattr(x, "sharding", None)
         shape = tuple(sharding.shard_shape(x.shape)) if sharding is not None else tuple(x.shape)
-        size = math.prod(shape) * jnp.dtype(x.dtype).itemsize
-        dtype = jnp.dtype(x.dtype).name
+        size = math.prod(shape) * element_bytes(x.dtype)
+        dtype = "float0" if x.dtype == jax.dtypes.float0 else str(x.dtype)
         buffers.append(
             memory.Buffer(
                 name, "parameter", size, f"{dtype}{list(shape)}", f"{dtype}{list(x.shape)}"
@@ -344,6 +495,22 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
             outputs.remove(signature)
             donatable += size
     return buffers, donatable
+
+
+def element_bytes(dtype) -> int:
+    """Bytes of one element as the device stores it: a typed PRNG key's (``key<fry>``) is its key
+    data's (two uint32), any other extended dtype its physical element's; ``float0`` (the gradient
+    of an integer input) holds nothing but is passed as a bool (the compiler counts 1 byte)."""
+    dtype = getattr(dtype, "dtype", dtype)
+    if dtype == jax.dtypes.float0:
+        return 1
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct((), dtype))
+            return math.prod(data.shape) * data.dtype.itemsize
+        physical = dtype._rules.physical_element_aval(dtype)  # no public form
+        return math.prod(physical.shape) * physical.dtype.itemsize
+    return jnp.dtype(dtype).itemsize
 
 
 def _parameter_names(step) -> list[str]:
@@ -364,21 +531,53 @@ def _argument_name(path, names: list[str]) -> str:
     return name + jax.tree_util.keystr(tuple(inner))
 
 
-def _refused(lowered, error: str, inputs, donatable: int, cost_model: str, capacity) -> Report:
+def _refused(
+    lowered, error: str, inputs, donatable: int, cost_model: str, capacity, target=None
+) -> Report:
     """The report of a program the compiler would not build: the memory figures from its error;
-    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise
-    (before partitioning, a sharded program's ops have global shapes, not one device's)."""
+    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise:
+    before partitioning, a sharded program's ops have global shapes, not one device's, so its ops,
+    FLOPs, bytes and coverage are unknown (absent from the summary), not a global count."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnoptimizedHloWarning)
         report = analyze_hlo(lowered.as_text(dialect="hlo"), cost_model)
     sharded = any(b.shape != b.global_shape for b in inputs)
     ops = report.ops.iloc[0:0] if sharded else report.ops
-    summary = {
-        **report.summary,
-        "memory": memory.from_error(error, inputs, donatable, capacity),
-        "ops_before_optimization": not sharded,
-    }
+    summary = dict(report.summary)
+    if sharded:
+        for key in _PER_DEVICE_UNKNOWN:
+            summary.pop(key, None)
+        summary["unknown_ops"] = []
+    slices = None
+    if target is not None:
+        try:
+            slices = targets.slice_shapes(target)
+        except (targets.TargetError, KeyError):
+            slices = None
+    summary["memory"] = memory.from_error(
+        error, inputs, donatable, capacity, _devices(lowered), slices
+    )
+    summary["ops_before_optimization"] = not sharded
     return Report(ops.reset_index(drop=True), summary, report.module)
+
+
+# What the refused program's lowered text cannot say per device once it is sharded.
+_PER_DEVICE_UNKNOWN = (
+    "flops", "transcendentals", "bytes_accessed", "comm_bytes", "coverage", "notes",
+)  # fmt: skip
+
+
+def _devices(lowered) -> int | None:
+    """The lowered program's device count (``mhlo.num_partitions`` × ``mhlo.num_replicas``)."""
+    try:
+        text = lowered.as_text()
+    except Exception:  # a count we can do without
+        return None
+    counts = [
+        int(m.group(1)) if (m := re.search(rf"mhlo\.{name} = (\d+)", text)) else 1
+        for name in ("num_partitions", "num_replicas")
+    ]
+    return math.prod(counts)
 
 
 def labelled(report: Report, target: str | None, how: str) -> Report:

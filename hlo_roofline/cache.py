@@ -10,34 +10,71 @@ everything the compiler's output depends on to the optimized HLO text:
 - the versions of jax, jaxlib, libtpu and the CUDA plugin.
 
 Entries live in ``~/.cache/hlo_roofline/hlo`` (``$XDG_CACHE_HOME`` is honoured), or wherever
-``HLO_ROOFLINE_CACHE_DIR`` points. Writes are atomic (a temporary file renamed into place) and a
-per-entry file lock makes a second process wait for the first one's compile instead of repeating it.
-A cache that cannot be written (read-only home) is skipped with a log message: the compile still
-happens, it is only not kept.
+``HLO_ROOFLINE_CACHE_DIR`` points. An entry is ``KEY.hlo.txt`` (the HLO) and ``KEY.meta.json``
+(the key it was stored under, the memory figures and a SHA-256 of both), written atomically, the
+metadata last. Nothing read back is trusted: an entry whose text, figures or key do not match its
+metadata is a miss that compiles again, with a warning naming the file. A per-entry file lock
+makes a second process wait for the first one's compile instead of repeating it; the wait has an
+end (:data:`LOCK_TIMEOUT_S`, or at once when the holder is a stopped process), after which the
+step compiles without the cache and a warning names the lock file and the holder's pid. Special
+files (a FIFO, a device) where an entry should be are refused, never opened. The cache keeps
+itself under :data:`DEFAULT_MAX_BYTES` by dropping the least recently used entries;
+``hlo-roofline cache`` shows, prunes or clears it. A cache that cannot be written (read-only home)
+is skipped with a log message: the compile still happens, it is only not kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import importlib.metadata
 import json
 import logging
 import os
+import stat
+import time
+import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from hlo_roofline import targets
 
-__all__ = ["CACHE_ENV", "Program", "compile_program", "default_dir", "key"]
+__all__ = [
+    "CACHE_ENV",
+    "DEFAULT_MAX_BYTES",
+    "CacheWarning",
+    "Program",
+    "clear",
+    "compile_program",
+    "default_dir",
+    "key",
+    "prune",
+    "usage",
+]
 
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "HLO_ROOFLINE_CACHE_DIR"
-FORMAT = "2"  # bump when what is stored changes (2: memory figures beside the HLO)
+FORMAT = "3"  # bump when what is stored changes (3: a checksummed metadata file per entry)
 _VERSIONED = ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt")
+HLO_SUFFIX = ".hlo.txt"
+META_SUFFIX = ".meta.json"
+LOCK_SUFFIX = ".lock"
+TMP_SUFFIX = ".tmp"
+DEFAULT_MAX_BYTES = 4 << 30  # a few hundred real training steps
+LOCK_TIMEOUT_S = 1800.0  # longer than any compile we have seen on a small machine
+STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died
+_LOCK_POLL_S = 0.2
+# A memory figure beyond this (1 PiB) is not a real program's: the entry was damaged.
+_MAX_MEMORY_BYTES = 1 << 50
+
+
+class CacheWarning(UserWarning):
+    """A cache entry or lock could not be used as it was; the step was compiled regardless."""
 
 
 def default_dir() -> Path:
@@ -55,7 +92,7 @@ class Program(NamedTuple):
     memory: dict | None  # Compiled.memory_analysis() as {field: bytes}, where the backend has it
 
 
-_MEMORY_FIELDS = (
+MEMORY_FIELDS = (
     "argument_size_in_bytes",
     "output_size_in_bytes",
     "alias_size_in_bytes",
@@ -64,22 +101,32 @@ _MEMORY_FIELDS = (
 )
 
 
-def compile_program(lowered, target: str | None, cache: bool | str | os.PathLike = True) -> Program:
+def compile_program(
+    lowered,
+    target: str | None,
+    cache: bool | str | os.PathLike = True,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+) -> Program:
     """Compile a ``jax.stages.Lowered`` program for ``target`` (None: here), or find it in the cache.
 
     ``cache``: True for :func:`default_dir`, a directory, or False to compile without the cache.
+    ``max_bytes``: the cache's size after this entry is written (None: no limit).
     Compile errors (a program too big for the target's memory, say) propagate and leave no entry.
     """
     if cache is False or cache is None:
         return _compile(lowered)
     directory = default_dir() if cache is True else Path(cache)
-    path = directory / f"{key(lowered, target)}.hlo.txt"
-    with _locked(path.with_suffix(".lock")) as usable:
-        program = _read(path) if usable else None
+    entry_key = key(lowered, target)
+    path = directory / f"{entry_key}{HLO_SUFFIX}"
+    with _locked(directory / f"{entry_key}{LOCK_SUFFIX}") as usable:
+        program = _read(path, entry_key) if usable else None
         if program is None:
             program = _compile(lowered)
             if usable:
-                _write(path, program)
+                _write(path, entry_key, program)
+    if usable and max_bytes is not None:
+        with contextlib.suppress(OSError):
+            prune(directory, max_bytes, keep=entry_key)
     return program
 
 
@@ -91,7 +138,7 @@ def _compile(lowered) -> Program:
         stats = None
     memory = None
     if stats is not None:
-        memory = {f: int(getattr(stats, f, 0) or 0) for f in _MEMORY_FIELDS}
+        memory = {f: int(getattr(stats, f, 0) or 0) for f in MEMORY_FIELDS}
     return Program(compiled.as_text(), memory)
 
 
@@ -115,50 +162,319 @@ def key(lowered, target: str | None) -> str:
     return digest.hexdigest()[:32]
 
 
-def _read(path: Path) -> Program | None:
-    """A complete entry, or None (missing, unreadable, or not HLO: compiled again)."""
+# -- an entry: written with its checksum, read back only if everything agrees ---------------------
+
+
+def _checksum(entry_key: str, text: str, memory: dict | None) -> str:
+    """SHA-256 over the key, the memory figures and the HLO: a change to any of them shows."""
+    digest = hashlib.sha256(f"{FORMAT}\0{entry_key}\0".encode())
+    digest.update(json.dumps(memory, sort_keys=True).encode())
+    digest.update(b"\0")
+    digest.update(text.encode())
+    return digest.hexdigest()
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(HLO_SUFFIX) + META_SUFFIX)
+
+
+class _Damaged(Exception):
+    """An entry that exists but cannot be trusted; the message says why."""
+
+
+def _read(path: Path, entry_key: str) -> Program | None:
+    """A complete entry that matches its checksum, or None (compiled again).
+
+    A missing entry is a plain miss; a damaged one (edited, truncated, stored under another key,
+    a special file) is a miss with a :class:`CacheWarning` naming the file."""
+    meta_path = _meta_path(path)
     try:
-        text = path.read_text()
-        memory = json.loads(path.with_suffix(".memory.json").read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not text.startswith("HloModule ") or not isinstance(memory, dict | None):
-        return None
+        if not _is_regular(path) and not _is_regular(meta_path):
+            return None
+        text = _read_regular(path)
+        meta = json.loads(_read_regular(meta_path))
+        program = _verified(meta, text, entry_key)
+        with contextlib.suppress(OSError):
+            os.utime(meta_path)  # its last use, for pruning the least recently used
+        return program
+    except FileNotFoundError as exc:
+        # The HLO without its metadata: a writer killed between its two renames.
+        _warn_damaged(Path(exc.filename or path), "incomplete entry (a writer was interrupted)")
+    except _Damaged as exc:
+        _warn_damaged(path, str(exc))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        _warn_damaged(path, f"unreadable ({exc.__class__.__name__}: {exc})")
+    return None
+
+
+def _verified(meta, text: str, entry_key: str) -> Program:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise _Damaged("metadata of another format or not an object")
+    if meta.get("key") != entry_key:
+        raise _Damaged(f"stored under key {meta.get('key')!r}, not {entry_key!r}")
+    memory = meta.get("memory")
+    _check_memory(memory)
+    if meta.get("sha256") != _checksum(entry_key, text, memory):
+        raise _Damaged("its content does not match its checksum (changed or truncated)")
+    if not text.startswith("HloModule "):
+        raise _Damaged("not HLO text")
     return Program(text, memory)
 
 
-def _write(path: Path, program: Program) -> None:
-    """The memory figures first, the HLO last: an entry exists once its text does."""
+def _check_memory(memory) -> None:
+    if memory is None:
+        return
+    if not isinstance(memory, dict) or set(memory) != set(MEMORY_FIELDS):
+        raise _Damaged(f"memory figures are not the fields {list(MEMORY_FIELDS)}")
+    for field, value in memory.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Damaged(f"memory figure {field} = {value!r} is not a whole number of bytes")
+        if not 0 <= value <= _MAX_MEMORY_BYTES:
+            raise _Damaged(f"memory figure {field} = {value} is out of range")
+
+
+def _warn_damaged(path: Path, why: str) -> None:
+    warnings.warn(
+        f"HLO cache entry {path} not used: {why}; compiling the step again "
+        f"(the entry is replaced; `hlo-roofline cache clear` empties the cache)",
+        CacheWarning,
+        stacklevel=4,
+    )
+
+
+def _is_regular(path: Path) -> bool:
+    """True for a regular file; False if absent; a special file is refused (never opened)."""
     try:
-        _write_atomic(path.with_suffix(".memory.json"), json.dumps(program.memory))
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(mode):
+        raise _Damaged(f"{path} is not a regular file")
+    return True
+
+
+def _read_regular(path: Path) -> str:
+    """The text of a regular file, opened without blocking (a FIFO swapped in meanwhile)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise _Damaged(f"{path} is not a regular file")
+        return handle.read().decode("utf-8")
+
+
+def _write(path: Path, entry_key: str, program: Program) -> None:
+    """The HLO first, the metadata last: an entry exists once its metadata does."""
+    meta = {
+        "format": FORMAT,
+        "key": entry_key,
+        "memory": program.memory,
+        "sha256": _checksum(entry_key, program.text, program.memory),
+    }
+    try:
+        _remove_stale_temporaries(path.parent)
         _write_atomic(path, program.text)
-    except OSError as exc:
+        _write_atomic(_meta_path(path), json.dumps(meta))
+    except (OSError, _Damaged) as exc:
         log.info("HLO cache entry %s not written: %s", path, exc)
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
+    """A temporary file beside ``path``, renamed over it; a special file there is refused."""
+    if path.exists() or path.is_symlink():
+        _is_regular(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
 
 
+def _remove_stale_temporaries(directory: Path) -> None:
+    """Temporary files of writers that died (killed mid-write): old and their process gone."""
+    now = time.time()
+    for tmp in directory.glob(f"*{TMP_SUFFIX}"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(tmp.name.removesuffix(TMP_SUFFIX).rsplit(".", 1)[1])
+            info = os.lstat(tmp)
+            stale = now - info.st_mtime > STALE_TMP_S or not _alive(pid)
+            if stale and stat.S_ISREG(info.st_mode):
+                tmp.unlink()
+
+
+# -- the lock: a wait with an end ------------------------------------------------------------------
+
+
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[bool]:
-    """Hold the entry's lock; yields False when the cache directory cannot be used."""
+def _locked(path: Path, timeout_s: float | None = None) -> Iterator[bool]:
+    """Hold the entry's lock; yields False when the cache cannot be used (compile without it)."""
+    timeout_s = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a")  # noqa: SIM115  (closed below, after the lock is released)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)
     except OSError as exc:
-        log.info("HLO cache %s not usable (%s): compiling without it", path.parent, exc)
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            _warn(f"HLO cache lock {path} is not a regular file: compiling without the cache")
+        else:
+            log.info("HLO cache %s not usable (%s): compiling without it", path.parent, exc)
         yield False
         return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        _warn(f"HLO cache lock {path} is not a regular file: compiling without the cache")
+        yield False
+        return
+    with os.fdopen(fd, "r+b", buffering=0) as handle:
+        if not _acquire(handle, path, timeout_s):
+            yield False
+            return
         try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n".encode())
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _acquire(handle, path: Path, timeout_s: float) -> bool:
+    """Wait for the lock until ``timeout_s``, or not at all when its holder is stopped."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        holder = _holder(path)
+        state = _process_state(holder) if holder else None
+        if state in ("T", "t"):
+            _warn(
+                f"HLO cache lock {path} is held by process {holder}, which is stopped: "
+                "compiling without the cache"
+            )
+            return False
+        if time.monotonic() >= deadline:
+            who = f"process {holder}" if holder else "another process"
+            _warn(
+                f"HLO cache lock {path} still held by {who} after {timeout_s:.0f} s: "
+                "compiling without the cache"
+            )
+            return False
+        time.sleep(_LOCK_POLL_S)
+
+
+def _holder(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/PID/stat`` (R, S, D, T, Z, ...), None where unknown."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rpartition(")")[2].split()[0] if ")" in text else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _warn(message: str) -> None:
+    log.warning("%s", message)
+    warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+# -- size: show, prune, clear ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a cache directory holds."""
+
+    directory: Path
+    entries: int
+    bytes: int
+    leftovers: int  # lock and temporary files without an entry
+
+
+def _entries(directory: Path) -> list[tuple[float, int, str]]:
+    """(last use, bytes, key) of every entry, the least recently used first."""
+    found = []
+    for hlo in directory.glob(f"*{HLO_SUFFIX}"):
+        entry_key = hlo.name.removesuffix(HLO_SUFFIX)
+        files = [hlo, directory / f"{entry_key}{META_SUFFIX}"]
+        with contextlib.suppress(OSError):
+            infos = [os.lstat(f) for f in files if os.path.lexists(f)]
+            found.append((max(i.st_mtime for i in infos), sum(i.st_size for i in infos), entry_key))
+    return sorted(found)
+
+
+def usage(directory: str | os.PathLike | None = None) -> Usage:
+    directory = Path(directory) if directory is not None else default_dir()
+    if not directory.is_dir():
+        return Usage(directory, 0, 0, 0)
+    entries = _entries(directory)
+    keys = {k for _, _, k in entries}
+    leftovers = [
+        p
+        for p in directory.iterdir()
+        if p.name.endswith((LOCK_SUFFIX, TMP_SUFFIX, META_SUFFIX))
+        and p.name.split(".", 1)[0] not in keys
+    ]
+    return Usage(directory, len(entries), sum(b for _, b, _ in entries), len(leftovers))
+
+
+def prune(directory: str | os.PathLike | None, max_bytes: int, keep: str | None = None) -> int:
+    """Drop the least recently used entries until the cache holds at most ``max_bytes``; entries
+    another process holds the lock of are left alone. Returns the number of entries dropped."""
+    directory = Path(directory) if directory is not None else default_dir()
+    if not directory.is_dir():
+        return 0
+    entries = _entries(directory)
+    total = sum(b for _, b, _ in entries)
+    dropped = 0
+    for _, size, entry_key in entries:
+        if total <= max_bytes:
+            break
+        if entry_key != keep and _drop(directory, entry_key):
+            total -= size
+            dropped += 1
+    _remove_stale_temporaries(directory)
+    return dropped
+
+
+def clear(directory: str | os.PathLike | None = None) -> int:
+    """Drop every entry nobody holds; returns how many were dropped."""
+    return prune(directory, 0)
+
+
+def _drop(directory: Path, entry_key: str) -> bool:
+    """Remove an entry and its lock file, if no other process holds that lock now."""
+    lock = directory / f"{entry_key}{LOCK_SUFFIX}"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)
+    except OSError:
+        return False
+    with os.fdopen(fd, "r+b", buffering=0) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        for suffix in (META_SUFFIX, HLO_SUFFIX, LOCK_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                (directory / f"{entry_key}{suffix}").unlink()
+    return True

@@ -4,6 +4,10 @@ A rule set selects ops and states what must hold. All percentages are of the pre
 (the lower bound, Σ per-op max) unless said otherwise:
 
 ``select``            regex searched in each op's name, opcode, op_name, source and user_source
+``exclude``           regex searched in the same fields: matching ops are left out of the selection
+``kind``              select only ops of these kinds (:data:`KINDS`: ``matmul``, ``collective``, ...)
+``exclude_kind``      leave out ops of these kinds (``collective``: the FSDP reduce-scatter fusions
+                      whose op_name ends in ``dot_general``)
 ``min_share``         select only ops taking at least this percent of the step
 ``require``           every selected op must be ``compute`` (or ``memory``, ``communication``) bound
 ``max_memory_share``  memory-bound ops among the selection take at most this percent of the step
@@ -13,8 +17,10 @@ A rule set selects ops and states what must hold. All percentages are of the pre
 ``max_regression``    the step is predicted at most this percent slower than ``baseline``
 ``max_hbm``           the step needs at most this percent of one device's HBM (the memory fit)
 
-Ops that take no time (parameters, constants, tuples) are never selected. A ``select`` regex that
-matches no op is itself a violation, so a rename cannot silently turn a gate off.
+Ops that take no time (parameters, constants, tuples) are never selected. A selection (``select``,
+``exclude``, ``kind``, ``exclude_kind``) that leaves no op is itself a violation, so a rename cannot
+silently turn a gate off. A step the compiler refused (out of memory for its target) fails every
+rule with the compiler's reason: it has no program to pass them with (:func:`refused`).
 """
 
 from __future__ import annotations
@@ -23,19 +29,81 @@ import difflib
 import math
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import pandas as pd
 
+from hlo_roofline import verdict
+from hlo_roofline.cost.elementwise import ARITHMETIC, TRANSCENDENTAL
 from hlo_roofline.diff import compare, judged_alike, require_verdicts
+from hlo_roofline.diff import coverage as diff_coverage
 from hlo_roofline.report import Report
 from hlo_roofline.text import format_seconds, format_table
 
 REQUIRABLE = ("compute", "memory", "communication")
 SEARCHED = ("name", "opcode", "op_name", "source", "user_source")
 PYPROJECT_TABLE = ("tool", "hlo-roofline", "check")
+
+_ELEMENTWISE = frozenset((*ARITHMETIC, *TRANSCENDENTAL))
+
+
+def _column(ops: pd.DataFrame, name: str, default) -> pd.Series:
+    """A report column, or ``default`` for reports written before it existed."""
+    return ops[name] if name in ops else pd.Series(default, index=ops.index)
+
+
+# An op's kind, from the report's own columns (the one definition the CLI, TOML rules and
+# ``assert_roofline`` share). Kinds overlap: a matmul fusion is both ``matmul`` and ``fusion``.
+KINDS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.Series]]] = {
+    "matmul": ("a matmul (`mm_k > 0`: dot, convolution, a fusion or library call around one)",
+               lambda ops: _column(ops, "mm_k", 0) > 0),
+    "collective": ("performs a collective (`collective` set: all-reduce, all-gather, "
+                   "reduce-scatter fusions, ...)", lambda ops: _column(ops, "collective", "") != ""),
+    "fusion": ("a fusion (`opcode` fusion)", lambda ops: ops["opcode"] == "fusion"),
+    "custom-call": ("a custom call (`opcode` custom-call: library calls, Pallas kernels)",
+                    lambda ops: ops["opcode"] == "custom-call"),
+    "elementwise": ("an elementwise op, or a loop fusion (`fusion_kind` kLoop) that is neither a "
+                    "matmul nor a collective",
+                    lambda ops: ops["opcode"].isin(_ELEMENTWISE) | (
+                        (_column(ops, "fusion_kind", "") == "kLoop")
+                        & (_column(ops, "mm_k", 0) <= 0) & (_column(ops, "collective", "") == ""))),
+    "reduce": ("a reduction (`opcode` reduce or reduce-window, or a kInput fusion)",
+               lambda ops: ops["opcode"].isin(("reduce", "reduce-window"))
+               | (_column(ops, "fusion_kind", "") == "kInput")),
+    "copy": ("a copy or a transpose (`opcode` copy, copy-start, copy-done, transpose)",
+             lambda ops: ops["opcode"].isin(("copy", "copy-start", "copy-done", "transpose"))),
+}  # fmt: skip
+
+# The accepted range of each percent rule, one place for the Rules, the CLI and diff:
+# (lowest, lowest allowed itself?, highest or None). A step may need 150% of HBM, and a step may
+# be allowed to get faster only (a negative max-regression).
+PERCENT_RANGES: dict[str, tuple[float, bool, float | None]] = {
+    "min_share": (0.0, True, 100.0),
+    "max_memory_share": (0.0, True, 100.0),
+    "min_coverage": (0.0, True, 100.0),
+    "max_exposed_comm": (0.0, True, 100.0),
+    "max_regression": (-math.inf, False, None),
+    "max_hbm": (0.0, False, None),
+}
+
+
+def percent_error(name: str, value: object) -> str | None:
+    """Why ``value`` is not an accepted ``name`` (a rule of :data:`PERCENT_RANGES`), or None."""
+    low, low_ok, high = PERCENT_RANGES[name]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{_flag(name)} must be a number of percent, not {value!r}"
+    if high is not None:
+        wanted = f"a percent in [{low:g}, {high:g}]"
+    elif low == -math.inf:
+        wanted = "a finite percent"
+    else:
+        wanted = f"a finite percent {'>=' if low_ok else '>'} {low:g}"
+    ok = math.isfinite(value) and (value >= low if low_ok else value > low)
+    if not ok or (high is not None and value > high):
+        return f"{_flag(name)} must be {wanted}, not {value:g}"
+    return None
 
 
 class RuleError(ValueError):
@@ -47,6 +115,9 @@ class Rules:
     """One rule set; ``None`` leaves a rule off. Percentages are 0-100."""
 
     select: str | None = None
+    exclude: str | None = None
+    kind: tuple[str, ...] | None = None
+    exclude_kind: tuple[str, ...] | None = None
     min_share: float | None = None
     require: str | None = None
     max_memory_share: float | None = None
@@ -57,29 +128,28 @@ class Rules:
     baseline: str | Path | Report | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.select is not None:
+        for name in ("select", "exclude"):
+            pattern = getattr(self, name)
+            if pattern is None:
+                continue
+            if not isinstance(pattern, str):
+                raise RuleError(f"{name} must be a regex, not {pattern!r}")
             try:
-                re.compile(self.select)
+                re.compile(pattern)
             except re.error as exc:
-                raise RuleError(f"bad select regex {self.select!r}: {exc}") from None
+                raise RuleError(f"bad {name} regex {pattern!r}: {exc}") from None
+        for name in ("kind", "exclude_kind"):
+            object.__setattr__(self, name, _kinds(name, getattr(self, name)))
         if self.require is not None and self.require not in REQUIRABLE:
             raise RuleError(f"require must be one of {', '.join(REQUIRABLE)}, not {self.require!r}")
-        for name in (
-            "min_share", "max_memory_share", "min_coverage", "max_exposed_comm", "max_regression",
-            "max_hbm",
-        ):  # fmt: skip
+        for name in PERCENT_RANGES:
             value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise RuleError(f"{_flag(name)} must be a number of percent, not {value!r}")
-            bounded = name not in ("max_regression", "max_hbm")  # a step may need 150% of HBM
-            if not math.isfinite(value) or (bounded and not 0 <= value <= 100):
-                raise RuleError(f"{_flag(name)} must be a percent in [0, 100], not {value!r}")
-            if name == "max_hbm" and value <= 0:
-                raise RuleError(f"max-hbm must be a positive percent, not {value!r}")
+            if value is not None and (error := percent_error(name, value)) is not None:
+                raise RuleError(error)
         if (self.max_regression is None) != (self.baseline is None):
             raise RuleError("max-regression and baseline go together: give both or neither")
+        if self.baseline is not None and not isinstance(self.baseline, str | Path | Report):
+            raise RuleError(f"baseline must be a report's path, not {self.baseline!r}")
 
     @classmethod
     def from_mapping(cls, data: Mapping, origin: str = "rules", base_dir: Path | None = None):
@@ -112,11 +182,23 @@ class Rules:
     def needs_verdicts(self) -> bool:
         return any(getattr(self, n) is not None for n in _NEED_VERDICTS)
 
+    @property
+    def selects(self) -> bool:
+        """Whether the rules narrow the ops (a selection that leaves none is a violation)."""
+        return any(getattr(self, n) is not None for n in _SELECTION)
+
+    @property
+    def gates(self) -> list[str]:
+        """The rules that can fail, as flags (``require``, ``max-hbm``, ...): the selection
+        (``select``, ``exclude``, ``kind``, ``min-share``) counts as one, ``select``, when alone."""
+        narrowing = (*_SELECTION, "min_share", "baseline")
+        gates = [_flag(f.name) for f in fields(self) if f.name not in narrowing
+                 and getattr(self, f.name) is not None]  # fmt: skip
+        return gates or (["select"] if self.selects else [])
+
     def describe(self) -> str:
         parts = [
-            f"{_flag(f.name)}={getattr(self, f.name):g}"
-            if isinstance(getattr(self, f.name), float)
-            else f"{_flag(f.name)}={getattr(self, f.name)}"
+            f"{_flag(f.name)}={_spelled(getattr(self, f.name))}"
             for f in fields(self)
             if f.name != "baseline" and getattr(self, f.name) is not None
         ]
@@ -125,8 +207,9 @@ class Rules:
         return ", ".join(parts)
 
 
+_SELECTION = ("select", "exclude", "kind", "exclude_kind")
 _NEED_VERDICTS = (
-    "select", "min_share", "require", "max_memory_share", "max_exposed_comm", "max_regression",
+    *_SELECTION, "min_share", "require", "max_memory_share", "max_exposed_comm", "max_regression",
 )  # fmt: skip
 
 
@@ -134,15 +217,45 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
+def _spelled(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def _kinds(name: str, value) -> tuple[str, ...] | None:
+    """``kind``/``exclude_kind`` as a tuple of known kinds: a name, ``"a,b"`` or a list of names."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(k, str) for k in items):
+        raise RuleError(f"{_flag(name)} must be a kind or a list of kinds, not {value!r}")
+    kinds = tuple(k.strip() for k in items if k.strip())
+    for k in kinds:
+        if k not in KINDS:
+            raise RuleError(f"{_flag(name)}: unknown kind {k!r} (one of {', '.join(KINDS)})")
+    return kinds or None
+
+
+def read_toml(path: Path) -> dict:
+    """A TOML file (a rules file, a ``pyproject.toml``) as a dict; a file that cannot be read,
+    is not UTF-8 or is not TOML is a :class:`RuleError` naming it."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RuleError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise RuleError(f"{path}: not UTF-8 text, so not TOML") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError(f"{path}: not valid TOML ({exc})") from None
+
+
 def read_rules(path: str | Path) -> Rules:
     """Rules from a TOML file: top-level keys, or a ``[tool.hlo-roofline.check]`` table."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RuleError(f"cannot read rules {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise RuleError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path)
     table = _table(data, PYPROJECT_TABLE)
     return Rules.from_mapping(data if table is None else table, str(path), path.parent)
 
@@ -153,10 +266,7 @@ def pyproject_rules(start: str | Path = ".") -> tuple[Rules, Path] | None:
     for directory in (here, *here.parents):
         path = directory / "pyproject.toml"
         if path.is_file():
-            try:
-                table = _table(tomllib.loads(path.read_text(encoding="utf-8")), PYPROJECT_TABLE)
-            except tomllib.TOMLDecodeError as exc:
-                raise RuleError(f"{path}: not valid TOML ({exc})") from None
+            table = _table(read_toml(path), PYPROJECT_TABLE)
             if table is None:
                 return None
             return Rules.from_mapping(table, f"{path} [tool.hlo-roofline.check]", directory), path
@@ -202,30 +312,75 @@ class CheckResult:
         return violation_table(self.violations)
 
 
+def _searched(ops: pd.DataFrame, regex: str) -> pd.Series:
+    pattern = re.compile(regex)
+    hit = pd.Series(False, index=ops.index)
+    for column in (c for c in SEARCHED if c in ops):  # reports before user_source lack it
+        hit |= ops[column].astype(str).map(lambda s: pattern.search(s) is not None)
+    return hit
+
+
+def of_kind(ops: pd.DataFrame, kinds: Sequence[str]) -> pd.Series:
+    """Which of ``ops`` are of any of ``kinds`` (:data:`KINDS`)."""
+    hit = pd.Series(False, index=ops.index)
+    for kind in kinds:
+        hit |= KINDS[kind][1](ops).astype(bool)
+    return hit
+
+
 def select(report: Report, rules: Rules) -> pd.DataFrame:
-    """The ops the rules talk about: timed ops matching ``select`` with at least ``min_share``."""
+    """The ops the rules talk about: timed ops matching ``select`` and ``kind``, less those
+    matching ``exclude`` or ``exclude_kind``, with at least ``min_share``."""
     ops = report.ops[report.ops["t_roofline_s"] > 0]
     if rules.select is not None:
-        pattern = re.compile(rules.select)
-        hit = pd.Series(False, index=ops.index)
-        for column in (c for c in SEARCHED if c in ops):  # reports before user_source lack it
-            hit |= ops[column].astype(str).map(lambda s: pattern.search(s) is not None)
-        ops = ops[hit]
+        ops = ops[_searched(ops, rules.select)]
+    if rules.kind is not None:
+        ops = ops[of_kind(ops, rules.kind)]
+    if rules.exclude is not None:
+        ops = ops[~_searched(ops, rules.exclude)]
+    if rules.exclude_kind is not None:
+        ops = ops[~of_kind(ops, rules.exclude_kind)]
     if rules.min_share is not None:
         ops = ops[ops["share"] * 100 >= rules.min_share]
     return ops.sort_values("t_roofline_s", ascending=False)
 
 
+def refusal(report: Report) -> str | None:
+    """The compiler's reason when it refused the step (out of memory for its target), else None."""
+    memory = report.summary.get("memory") or {}
+    if memory.get("source") != "compiler error":
+        return None
+    return memory.get("compiler_error") or "the compiler refused the program"
+
+
+def refused(rules: Rules, reason: str, selected: pd.DataFrame | None = None) -> CheckResult:
+    """Every rule fails on a step that did not compile: one violation per rule, with the reason."""
+    detail = f"the compiler refused the program: {' '.join(reason.split())}"
+    violations = [Violation(rule, "(step)", detail=detail) for rule in rules.gates]
+    empty = pd.DataFrame() if selected is None else selected.iloc[:0]
+    return CheckResult(rules, violations, empty)
+
+
 def check(report: Report, rules: Rules, baseline: Report | None = None) -> CheckResult:
     """Apply ``rules`` to a classified ``report``; ``baseline`` overrides ``rules.baseline``."""
+    reason = refusal(report)
+    if reason is not None:
+        result = refused(rules, reason, report.ops)
+        fit = _hbm(report, rules.max_hbm) if rules.max_hbm is not None else []
+        result.violations = [  # the fit, where the error states it, before the reason
+            replace(v, detail=f"{fit[0].detail}; {v.detail}") if v.rule == "max-hbm" and fit
+            else v for v in result.violations
+        ]  # fmt: skip
+        return result
     if rules.needs_verdicts:
         require_verdicts(report)
-    violations: list[Violation] = []
+    violations: list[Violation] = _unjudgeable(report) if rules.needs_verdicts else []
     selected = select(report, rules) if rules.needs_verdicts else report.ops.iloc[:0]
-    if rules.select is not None and select(report, Rules(select=rules.select)).empty:
-        violations.append(
-            Violation("select", "(step)", detail=f"regex {rules.select!r} matches no timed op")
-        )
+    if rules.selects:
+        narrowing = {n: getattr(rules, n) for n in _SELECTION if getattr(rules, n) is not None}
+        if select(report, Rules(**narrowing)).empty:
+            said = ", ".join(f"{_flag(n)} {_spelled(v)!r}" for n, v in narrowing.items())
+            violations.append(Violation("select", "(step)", detail=f"{said} leaves no timed op"))
     if rules.require is not None:
         for op in selected[selected["bound"] != rules.require].itertuples():
             violations.append(
@@ -242,13 +397,7 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
     if rules.max_memory_share is not None:
         violations += _memory_share(selected, rules.max_memory_share)
     if rules.min_coverage is not None:
-        coverage = float(report.summary.get("coverage", 1.0)) * 100
-        if coverage < rules.min_coverage:
-            unknown = report.summary.get("unknown_ops") or []
-            detail = f"{coverage:.1f}% of ops priced (min {rules.min_coverage:g}%)"
-            if unknown:
-                detail += f"; unknown: {', '.join(map(str, unknown[:5]))}"
-            violations.append(Violation("min-coverage", "(step)", detail=detail))
+        violations += coverage_violations(report, rules.min_coverage)
     if rules.max_exposed_comm is not None:
         violations += _exposed_comm(report, rules.max_exposed_comm)
     if rules.max_hbm is not None:
@@ -259,6 +408,34 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
             base = Report.read(base)
         violations += _regression(base, report, rules.max_regression)
     return CheckResult(rules, violations, selected)
+
+
+def _unjudgeable(report: Report) -> list[Violation]:
+    """Ops whose time, share or bound a gate cannot read (NaN, an unknown bound): a violation
+    each, never left out of the selection as if they took no time."""
+    ops = report.ops
+    bad = ops["t_roofline_s"].isna() | ops["share"].isna() | ~ops["bound"].isin(verdict.BOUNDS)
+    return [
+        Violation("judgeable", op.name, op.opcode, str(op.bound), detail="no time, share or bound")
+        for op in ops[bad].head(10).itertuples()
+    ]
+
+
+def coverage_violations(report: Report, limit: float, side: str = "") -> list[Violation]:
+    """``min-coverage``: the share of ops priced at least ``limit`` percent; a coverage the report
+    does not state (absent, NaN) is a violation, not a pass."""
+    value = diff_coverage(report)
+    coverage = math.nan if value is None else value * 100
+    if coverage >= limit:
+        return []
+    op = f"({side})" if side else "(step)"
+    if math.isnan(coverage):
+        return [Violation("min-coverage", op, detail="coverage unknown (the report does not say)")]
+    unknown = report.summary.get("unknown_ops") or []
+    detail = f"{coverage:.1f}% of ops priced (min {limit:g}%)"
+    if unknown:
+        detail += f"; unknown: {', '.join(map(str, unknown[:5]))}"
+    return [Violation("min-coverage", op, detail=detail)]
 
 
 def _memory_share(selected: pd.DataFrame, limit: float) -> list[Violation]:

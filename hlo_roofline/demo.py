@@ -19,6 +19,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import argparse
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -170,6 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=10, help="ops listed per chip")
     ns = parser.parse_args(argv)
     cache = None if ns.no_cache else ns.cache
+    problem = _unwritable(ns.out)
+    if problem:  # say so now, not after minutes of compiling
+        print(f"error: cannot write to --out {ns.out}: {problem}", file=sys.stderr)
+        return 2
     pd.set_option("display.width", 200)
 
     c = CONFIG
@@ -218,6 +223,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\nOpen the HLO Roofline tab in TensorBoard:")
     print(f"  tensorboard --logdir {ns.out}")
     return 0
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why files cannot be written under ``directory`` (None if they can)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe."):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _share_formatters(table: pd.DataFrame) -> dict:

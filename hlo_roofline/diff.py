@@ -70,6 +70,10 @@ class Diff:
     note: str = ""
     hbm_a: float | None = None  # per-device HBM need (bytes), where the reports carry it
     hbm_b: float | None = None
+    coverage_a: float | None = None  # share of ops priced; None where the report does not say
+    coverage_b: float | None = None
+    unknown_a: tuple[str, ...] = ()  # the ops whose FLOPs are unknown (unpriced)
+    unknown_b: tuple[str, ...] = ()
 
     @property
     def hbm_change(self) -> float | None:
@@ -105,6 +109,10 @@ class Diff:
             "step_b_s": self.step_b,
             "step_change": self.step_change,
             "note": self.note,
+            "coverage_a": self.coverage_a,
+            "coverage_b": self.coverage_b,
+            "unknown_a": list(self.unknown_a),
+            "unknown_b": list(self.unknown_b),
             "flipped": len(self.flipped),
             "added": len(self.added),
             "removed": len(self.removed),
@@ -201,7 +209,19 @@ def compare(a: Report, b: Report) -> Diff:
         note=note,
         hbm_a=_hbm_need(a),
         hbm_b=_hbm_need(b),
+        coverage_a=coverage(a),
+        coverage_b=coverage(b),
+        unknown_a=tuple(map(str, a.summary.get("unknown_ops") or ())),
+        unknown_b=tuple(map(str, b.summary.get("unknown_ops") or ())),
     )
+
+
+def coverage(report: Report) -> float | None:
+    """The share of the report's ops that are priced; None where it does not say (NaN, absent)."""
+    value = report.summary.get("coverage")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return float(value)
 
 
 def _hbm_need(report: Report) -> float | None:

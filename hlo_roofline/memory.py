@@ -26,6 +26,7 @@ __all__ = [
     "TIGHT",
     "Buffer",
     "describe",
+    "from_dump",
     "from_error",
     "from_module",
     "from_stats",
@@ -92,12 +93,19 @@ def is_out_of_memory(message: str) -> bool:
 
 
 def from_error(
-    message: str, parameters: list[Buffer], donatable: int, capacity: float | None = None
+    message: str,
+    parameters: list[Buffer],
+    donatable: int,
+    capacity: float | None = None,
+    devices: int | None = None,
+    slices: list[tuple[int, str]] | None = None,
 ) -> dict:
     """The need as the compiler's refusal states it (XLA:TPU gives one total for all buffers).
 
     ``capacity`` is the HBM of one device of the chip compiled for: what the compiler keeps of it
-    for itself (capacity − the "available" it names) is reserved space, counted in the need."""
+    for itself (capacity − the "available" it names) is reserved space, counted in the need.
+    ``devices`` is the program's device count and ``slices`` the (devices, shape) of the slices
+    its chip comes in: the advice names only those."""
     need, available = (_size(pattern.search(message)) for pattern in (_REQUIRED, _AVAILABLE))
     reserved = max(capacity - available, 0.0) if capacity and available else None
     arguments = sum(b.bytes for b in parameters)
@@ -115,7 +123,74 @@ def from_error(
         "largest": _largest(parameters),
         "donatable_bytes": max(donatable, 0),
         "compiler_error": " ".join(message.split())[:500],
+        "devices": devices,
+        "slices": [list(s) for s in slices] if slices else None,
+        "arguments_global_bytes": sum(_global_bytes(b) for b in parameters),
     }
+
+
+_ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*):\s*$", re.MULTILINE)
+_COLOR = re.compile(r"\bcolor (\d+)\b")
+_TOTAL = re.compile(r"Memory Space: \S+ \(color=0\)\s*\nTotal bytes: (\d+)")
+ASSIGNMENT_SUFFIX = "-buffer-assignment.txt"  # beside *after_optimizations.txt in a dump
+USAGE_SUFFIX = "-memory-usage-report.txt"
+
+
+def from_dump(assignment: str, usage_report: str | None, hlo: dict) -> dict:
+    """The need from the buffer assignment XLA writes beside an optimized module in an
+    ``--xla_dump_to`` directory (``*-buffer-assignment.txt``), as ``memory_analysis()`` counts it:
+    arguments (``parameter`` allocations), outputs (``maybe-live-out``, the aliased ones too),
+    aliased (both), temporaries (``preallocated-temp``), in device memory (color 0) only;
+    thread-local and constant allocations are not counted. ``usage_report`` is the dump's
+    ``*-memory-usage-report.txt``: its color-0 total is kept. ``hlo`` is :func:`from_module` of the
+    same module (its largest buffers, what could be donated).
+
+    XLA:TPU assigns more temporaries after this dump (in code generation), so for a TPU module
+    (tiled layouts) the need is a lower bound; on CPU and GPU it is the compiler's figure."""
+    arguments = outputs = aliased = temp = counted = 0
+    found = False
+    for match in _ALLOCATION.finditer(assignment):
+        found = True
+        size, flags = int(match[1]), match[2]
+        color = _COLOR.search(flags)
+        if color is not None and color[1] != "0":
+            continue
+        counted += size
+        parameter = re.search(r"\bparameter \d+", flags) is not None
+        live_out = "maybe-live-out" in flags
+        arguments += size if parameter else 0
+        outputs += size if live_out else 0
+        aliased += size if parameter and live_out else 0
+        temp += size if "preallocated-temp" in flags else 0
+    if not found:
+        raise ValueError("no 'allocation N: size S, ...' lines: not an XLA buffer assignment")
+    total = _TOTAL.search(usage_report or "")
+    tpu = ":T(" in assignment
+    return {
+        "source": "dump",
+        "arguments_bytes": arguments,
+        "outputs_bytes": outputs,
+        "aliased_bytes": aliased,
+        "temporaries_bytes": temp,
+        "generated_code_bytes": None,
+        "available_bytes": None,
+        "reserved_bytes": None,
+        "need_bytes": arguments + outputs - aliased + temp,
+        "complete": not tpu,
+        "largest": hlo.get("largest", []),
+        "donatable_bytes": hlo.get("donatable_bytes", 0),
+        "compiler_error": None,
+        "allocated_bytes": int(total[1]) if total else counted,
+    }
+
+
+def _global_bytes(buffer: Buffer) -> float:
+    """The whole array's bytes: the per-device bytes times how many shards its shape makes."""
+    dims = [re.findall(r"\d+", m) for m in (buffer.shape, buffer.global_shape) if "[" in m]
+    if len(dims) != 2:
+        return float(buffer.bytes)
+    local, whole = (math.prod(int(d) for d in found) for found in dims)
+    return buffer.bytes * whole / local if local else float(buffer.bytes)
 
 
 def _size(match: re.Match | None) -> float | None:
@@ -223,8 +298,12 @@ def describe(summary: dict) -> list[str]:
         f"HBM per device: {fit['need_bytes'] / 1e9:.3g} GB of {fit['capacity_bytes'] / 1e9:.3g} GB "
         f"({fit['used_fraction']:.0%}): {fit['verdict']}"
         + {"compiler error": " (the compiler refused the program)", "hlo": " (temporaries "
-           "unknown from HLO text)"}.get(memory["source"], "")
+           "unknown from HLO text)", "dump": " (the dump's buffer assignment"
+           + ("" if memory["complete"] else "; XLA:TPU adds temporaries after it") + ")"}.get(
+            memory["source"], "")
     ]  # fmt: skip
+    if memory["source"] == "compiler error":
+        lines.append("  " + _refused_figures(memory))
     if fit["verdict"] in ("does not fit", "tight"):
         largest = ", ".join(
             f"{b['name']} {b['bytes'] / 1e9:.3g} GB" for b in memory.get("largest", [])[:3]
@@ -233,6 +312,76 @@ def describe(summary: dict) -> list[str]:
             lines.append(f"  largest: {largest}")
         lines += [f"  try: {advice}" for advice in fit["advice"]]
     return lines
+
+
+def _refused_figures(memory: dict) -> str:
+    """Per device, what the compiler's refusal says: its need, what it had, the arguments."""
+    parts = []
+    if memory["complete"]:
+        parts.append(f"the compiler needs {memory['need_bytes'] / 1e9:.3g} GB")
+    if memory.get("available_bytes"):
+        parts.append(f"has {memory['available_bytes'] / 1e9:.3g} GB for the program")
+    parts.append(f"arguments {memory['arguments_bytes'] / 1e9:.3g} GB")
+    devices = memory.get("devices")
+    where = f" on each of {devices} devices" if devices and devices > 1 else ""
+    return "per device" + where + ": " + ", ".join(parts)
+
+
+def _state_bytes(memory: dict) -> float:
+    """What FSDP / ZeRO shards: the step's inputs and the outputs that are not their updates in
+    place (parameters, optimizer state, their updates); the rest (temporaries, code, reserved
+    space) is assumed not to shrink, as activations do not at a fixed per-device batch."""
+    state = float(memory.get("arguments_bytes") or 0)
+    outputs, aliased = memory.get("outputs_bytes"), memory.get("aliased_bytes")
+    if outputs is not None:
+        state += max(float(outputs) - float(aliased or 0), 0.0)
+    return state
+
+
+def _shard_advice(memory: dict, need: float, target: float) -> str | None:
+    """The smallest slice of the chip on which sharding the state alone brings the need under
+    ``target``; the assumption said, and no device count that is not a real slice."""
+    state = min(_state_bytes(memory), need)
+    fixed = need - state
+    devices = memory.get("devices") or 1
+    rest = (
+        "outputs, temporaries, reserved space: the compiler's error does not split them"
+        if memory.get("outputs_bytes") is None
+        else "temporaries, activations at a fixed per-device batch"
+    )
+    assumes = (
+        f"assuming parameters and optimizer state ({state / 1e9:.2f} GB per device) shard over "
+        f"FSDP / ZeRO and the other {fixed / 1e9:.2f} GB ({rest}) do not shrink"
+    )
+    if state <= 0:
+        return None
+    if fixed >= target:
+        return (
+            f"sharding over more devices is not enough, {assumes}: rematerialise or shrink "
+            "the per-device batch"
+        )
+    slices = [(int(n), str(shape)) for n, shape in memory.get("slices") or ()]
+    if not slices:
+        room = target - fixed
+        return (
+            f"shard parameters and optimizer state over enough devices that they take at "
+            f"most {room / 1e9:.2f} GB per device, {assumes}"
+        )
+    # The whole program's state, where known (replicated arguments shard too): over ``count``
+    # devices, each holds its share of it; else what each holds now shrinks by devices / count.
+    whole = memory.get("arguments_global_bytes")
+    if not whole or memory.get("outputs_bytes") is not None:
+        whole = state * devices
+    for count, shape in sorted(slices):
+        after = fixed + min(whole / count, state)
+        if count < devices or after > target:
+            continue
+        where = (
+            f"the {devices} devices it has" if count == devices
+            else f"a {count}-chip slice ({shape}, now {devices})"
+        )  # fmt: skip
+        return f"shard over {where}: about {after / 1e9:.2f} GB per device, {assumes}"
+    return f"no slice of this chip is big enough, {assumes}"
 
 
 def _advice(memory: dict, need: float, capacity: float, verdict: str) -> list[str]:
@@ -247,13 +396,10 @@ def _advice(memory: dict, need: float, capacity: float, verdict: str) -> list[st
             f"donate the inputs the step returns updated (parameters, optimizer state: "
             f"jax.jit(..., donate_argnums=...)): saves up to {donatable / 1e9:.2f} GB per device"
         )
-    shards = math.ceil(need / target)
-    if shards > 1:
-        advice.append(
-            f"shard over {shards}x more devices: with parameters, optimizer state and their "
-            f"updates sharded (FSDP / ZeRO), the {need / 1e9:.2f} GB per device becomes about "
-            f"{need / shards / 1e9:.2f} GB"
-        )
+    if need > target:
+        shard = _shard_advice(memory, need, target)
+        if shard:
+            advice.append(shard)
     temporaries = memory.get("temporaries_bytes")
     if temporaries and temporaries > 0.25 * need:
         advice.append(

@@ -41,6 +41,10 @@ class ReportError(ValueError):
     """A report file that cannot be read (missing, truncated, corrupt, or not a report)."""
 
 
+class ReportMissingError(ReportError):
+    """The report file is not there (never written, or deleted since it was listed)."""
+
+
 @dataclass
 class Report:
     """Per-op costs of one compiled module.
@@ -58,6 +62,11 @@ class Report:
         return cls(pd.DataFrame(columns), summary, module)
 
     # -- verdicts ---------------------------------------------------------------------------
+    def missing_verdicts(self) -> list[str]:
+        """The verdict columns a report judged on a chip lacks (none for an unjudged one): such
+        a report can be judged again, not shown or gated as it is."""
+        return [c for c in schema.VERDICT_CORE if c not in self.ops] if self.chip else []
+
     @property
     def chip(self) -> str | None:
         return self.summary.get("chip")
@@ -193,9 +202,8 @@ class Report:
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
         """CSV of the ops, preceded by one comment line holding the module name and summary."""
-        header = CSV_MAGIC + json.dumps(
-            {"module": self.module, "summary": _json_safe(self.summary)}, allow_nan=False
-        )
+        meta = {"module": self.module, "rows": len(self.ops), "summary": _json_safe(self.summary)}
+        header = CSV_MAGIC + json.dumps(meta, allow_nan=False)
         text = header + "\n" + self.ops.to_csv(index=False)
         if path is not None:
             _write_atomic(Path(path), text)
@@ -209,6 +217,8 @@ class Report:
             path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
         try:
             text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ReportMissingError(f"no report {path}") from None
         except OSError as exc:
             raise ReportError(f"cannot read report {path}: {exc.strerror or exc}") from None
         except UnicodeDecodeError:
@@ -238,14 +248,25 @@ class Report:
             if not isinstance(stacks, list) or not all(isinstance(t, str) for t in stacks):
                 raise ReportError("its 'call_stacks' is not a list of strings")
             ops["call_stack"] = [_stack_text(stacks, i) for i in ops["call_stack"]]
-        return cls(_restore_types(ops), _summary(data), data.get("module", ""))
+        return validate(cls(_restore_types(ops), _summary(data), data.get("module", "")))
 
     @classmethod
     def _from_csv(cls, text: str) -> Report:
+        """The CSV's first line says how many records follow: a file cut between or inside
+        records is refused, not read as a smaller report."""
         header, _, body = text.partition("\n")
         meta = json.loads(header[len(CSV_MAGIC) :])
+        if not isinstance(meta, dict):
+            raise ReportError("its first line is not a JSON object")
+        rows = meta.get("rows")
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ReportError("its first line does not say how many rows follow")
+        if not body.endswith("\n"):
+            raise ReportError("truncated: its last record is cut")
         ops = pd.read_csv(io.StringIO(body), keep_default_na=False, na_values=[""])
-        return cls(_restore_types(ops), _summary(meta), meta.get("module", ""))
+        if len(ops) != rows:
+            raise ReportError(f"truncated: {len(ops)} of {rows} rows")
+        return validate(cls(_restore_types(ops), _summary(meta), meta.get("module", "")))
 
     def write_tensorboard(self, logdir: str | os.PathLike, run: str = ".") -> Path:
         """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv}`` (each file atomically).
@@ -333,20 +354,89 @@ REQUIRED_COLUMNS = (
 )  # fmt: skip
 
 
+_TRUE, _FALSE = (True, "True", "true", 1, 1.0), (False, "False", "false", 0, 0.0)
+
+
 def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
+    """The columns of a report read back, in their schema dtypes; a cell that is not of its
+    column's type (an empty time, a bool that says "abc") is a :class:`ReportError`."""
     missing = [c for c in REQUIRED_COLUMNS if c not in ops.columns]
     if missing:
         raise ReportError(f"not a report: missing columns {missing}")
     for column in ops.columns:
+        values = ops[column]
         if column in _TEXT_COLUMNS:
-            ops[column] = ops[column].astype(object).fillna("").astype(str)
+            ops[column] = values.astype(object).fillna("").astype(str)
         elif column in schema.BOOL_COLUMNS:
-            ops[column] = ops[column].map(lambda v: v in (True, "True", "true", 1)).astype(bool)
-        elif column in schema.INT_COLUMNS:
-            ops[column] = pd.to_numeric(ops[column]).fillna(0).astype(np.int64)
+            bad = ~values.isin([*_TRUE, *_FALSE])
+            _refuse_cells(ops, bad, column, "is not true or false")
+            ops[column] = values.isin(_TRUE).astype(bool)
         else:
-            ops[column] = pd.to_numeric(ops[column]).astype(float)
+            numbers = pd.to_numeric(values, errors="coerce")
+            _refuse_cells(ops, numbers.isna() & values.notna(), column, "is not a number")
+            if column in schema.INT_COLUMNS:
+                _refuse_cells(ops, numbers.isna(), column, "is empty")
+                ops[column] = numbers.astype(np.int64)
+            else:
+                ops[column] = numbers.astype(float)
     return ops
+
+
+def validate(report: Report) -> Report:
+    """Hold a report read back to the schema: every record complete, values in range, NaN only
+    where a column allows it, codes from their owner's list, the summary's numbers finite.
+    Damaged input raises :class:`ReportError` naming the first bad field, so no gate judges it."""
+    ops = report.ops
+    for column in ops.columns:
+        values = ops[column]
+        if values.dtype.kind not in "fi" or column in schema.BOOL_COLUMNS:
+            continue
+        if column not in schema.NULLABLE_COLUMNS:
+            _refuse_cells(ops, values.isna(), column, "is empty")
+        _refuse_cells(ops, np.isinf(values) | (values < 0), column, "is negative or infinite")
+        if column in schema.FRACTION_COLUMNS:
+            _refuse_cells(ops, values > 1 + 1e-9, column, "is more than the whole")
+    if "bound" in ops:
+        _refuse_cells(ops, ~ops["bound"].isin(verdict.BOUNDS), "bound", "is not a known bound")
+    _validate_summary(report.summary)
+    return report
+
+
+def _refuse_cells(ops: pd.DataFrame, bad: pd.Series, column: str, why: str) -> None:
+    if bool(bad.any()):
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        name = ops["name"].iloc[row] if "name" in ops else row
+        value = ops[column].iloc[row]
+        raise ReportError(f"row {row} ({name}): {column} = {value!r} {why}")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _validate_summary(summary: dict) -> None:
+    for key in schema.SUMMARY_AMOUNTS + schema.SUMMARY_FRACTIONS:
+        if key not in summary:
+            continue
+        value = summary[key]
+        if not _finite(value) or value < 0:
+            raise ReportError(f"summary {key} = {value!r} is not a number no smaller than 0")
+        if key in schema.SUMMARY_FRACTIONS and key != "mfu_upper_bound" and value > 1 + 1e-9:
+            raise ReportError(f"summary {key} = {value!r} is more than the whole")
+    fit = summary.get("memory_fit")
+    if fit is not None:
+        if not isinstance(fit, dict) or not isinstance(fit.get("verdict"), str):
+            raise ReportError(f"summary memory_fit = {fit!r} is not a fit verdict")
+        for key in ("need_bytes", "capacity_bytes", "used_fraction"):
+            value = fit.get(key)
+            if not _finite(value) or value < 0:
+                raise ReportError(f"summary memory_fit.{key} = {value!r} is not a number >= 0")
+    memory = summary.get("memory")
+    if memory is not None and not isinstance(memory, dict):
+        raise ReportError(f"summary memory = {memory!r} is not an object")
+    for key in ("unknown_ops", "notes"):
+        if key in summary and not isinstance(summary[key], list):
+            raise ReportError(f"summary {key} = {summary[key]!r} is not a list")
 
 
 def _stack_text(stacks: list[str], index) -> str:

@@ -100,6 +100,12 @@ COLUMNS: tuple[Column, ...] = (
        "every frame of the op's Python stack, innermost first, one `path:line (function)` a line "
        "(`Report.stack(name)` gives the list). In JSON an index into the file's `call_stacks`, "
        "the distinct stacks", "cost"),
+    _c("layer_caller", "text", "",
+       "for an op made inside a generic layer (Flax `Dense`/`DenseGeneral`/`nnx.Linear`, Equinox "
+       "`Linear`, MaxText `linears.py`): the user's line that called the layer, and the layer's "
+       "name scope in brackets (`attention.py:212 (__call__) [query]`), so a rollup by it "
+       "separates q, k, v, out and the MLP's projections; for any other op its `user_source`",
+       "cost"),
     _c("vector_elements", "float", "elements",
        "elements the op's loop passes through a vector unit: its largest array (a matmul's result "
        "in 32-bit words; its operands stream into the MXU), per step; 0 for ops that move data by "
@@ -262,3 +268,31 @@ class Summary(CostSummary, VerdictSummary, total=False):
 
 
 SUMMARY_KEYS: tuple[str, ...] = tuple(Summary.__annotations__)
+
+
+# -- what a value may be: how a report read back is checked (``report.validate``) ----------------
+
+# Numeric columns that are empty (NaN) where they do not apply: an op without bytes has no
+# intensity, a non-matmul no ridge, an op XLA did not estimate no estimate, an op the trace did
+# not see no measurement. Every other numeric cell of a report holds a finite number.
+NULLABLE_COLUMNS: frozenset[str] = frozenset({
+    "intensity", "ridge_m", "ridge_k", "mxu_waste", "xla_cycles", "xla_estimate_s",
+    *(c.name for c in COLUMNS if c.layer == "measured"),
+})  # fmt: skip
+# Numeric columns that are a part of a whole.
+FRACTION_COLUMNS: frozenset[str] = frozenset({"share"})
+# Columns a report judged on a chip cannot lack to be shown or gated: every verdict column but
+# the hint (free text, and its fields, which reports written before them lack).
+VERDICT_CORE: tuple[str, ...] = tuple(
+    c for c in VERDICT_COLUMNS if c != "hint" and c not in HINT_FIELDS
+)
+# Summary keys that are numbers no smaller than 0 (seconds, bytes, FLOPs), and those that are
+# fractions of a whole.
+SUMMARY_AMOUNTS: tuple[str, ...] = (
+    "flops", "transcendentals", "bytes_accessed", "comm_bytes", "step_time_lower_s",
+    "step_time_upper_s", "step_time_scheduled_s", "comm_time_s", "exposed_comm_s",
+    "hbm_bandwidth",
+)  # fmt: skip
+SUMMARY_FRACTIONS: tuple[str, ...] = (
+    "coverage", "floor_share", "exposed_comm_share", "mfu_upper_bound",
+)  # fmt: skip

@@ -145,6 +145,25 @@ class TargetSpec:
         return self.spec
 
 
+def slice_shapes(chip: str) -> list[tuple[int, str]]:
+    """(devices, shape) of the standard slices of a chip that has a target, smallest first: TPU
+    slices doubling from one host (2x2 / 2x2x1; a 2D chip also 1x1), axes up to 16; GPUs 1, 2,
+    4 and 8 on a host, then whole hosts of 8. Memory advice names only these."""
+    c = _CHIPS[parse_target(chip).chip]
+    if c.platform == "cuda":
+        shapes = [(1, 1, n) for n in (1, 2, 4)]
+        shapes += [(1, 2**i, c.max_chips) for i in range(8)]
+    else:
+        dims = [2, 2] if c.dims == 2 else [2, 2, 1]
+        shapes = [(1, 1)] if c.dims == 2 else []
+        while int(np.prod(dims)) <= c.max_chips and max(dims) <= 16:
+            shapes.append(tuple(dims))
+            dims = sorted(dims)
+            dims[0] *= 2
+            dims.sort()
+    return [(int(np.prod(d)), "x".join(map(str, d))) for d in shapes if c.shape_error(d) is None]
+
+
 def known_targets() -> list[str]:
     """Example target strings, one per chip (default topology)."""
     return [f"{c.key}:{c.default_topology}" for c in _CHIPS.values()]

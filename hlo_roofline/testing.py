@@ -7,9 +7,10 @@
     def test_matmul_is_compute_bound():
         assert_roofline(step, x, w, chip="v5e", select="dot_general", require="compute")
 
-The rules are those of :mod:`hlo_roofline.check` (``select``, ``min_share``, ``require``,
-``max_memory_share``, ``min_coverage``, ``max_regression`` with ``baseline``); a failure raises
-:class:`AssertionError` whose message is the violation table.
+The rules are those of :mod:`hlo_roofline.check` (``select``, ``exclude``, ``kind``,
+``exclude_kind``, ``min_share``, ``require``, ``max_memory_share``, ``min_coverage``, ``max_hbm``,
+``max_regression`` with ``baseline``); a failure raises :class:`AssertionError` whose message is the
+violation table.
 """
 
 from __future__ import annotations

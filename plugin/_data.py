@@ -12,16 +12,17 @@ from collections import OrderedDict
 
 import pandas as pd
 
-from hlo_roofline import chips, schema
+from hlo_roofline import chips
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
-from hlo_roofline.logdir import REPORT_CSV, REPORT_JSON
-from hlo_roofline.report import Report, ReportError, function_of, scope_of
+from hlo_roofline.logdir import REPORT_JSON
+from hlo_roofline.report import Report, ReportError, ReportMissingError, function_of, scope_of
 from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
     "ReportError",
+    "ReportMissingError",
     "UnknownChipError",
     "check",
     "chip_list",
@@ -50,7 +51,6 @@ def chip_list() -> list[dict]:
 
 # The verdict columns a judged report must have for the tab to draw it: the hint's fields are
 # shown where present (reports written before them have the hint text alone).
-_REQUIRED_VERDICT = [c for c in schema.VERDICT_COLUMNS if c not in schema.HINT_FIELDS]
 
 # What the tab groups the op table by (see rollup); the payload carries each op's value of each.
 GROUPINGS = ("user_source", "user_function", "scope")
@@ -89,7 +89,7 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     else:
         report = Report.read(path)
         if report.chip:
-            missing = [c for c in _REQUIRED_VERDICT if c not in report.ops.columns]
+            missing = report.missing_verdicts()
             if missing:
                 raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
     if derived is None:
@@ -187,13 +187,11 @@ def _plain(value):
 
 
 def report_csv(report_dir: str, chip: str | None = None) -> bytes:
-    """The CSV written next to the report, or (re-classified, or no CSV file) one made from it."""
-    written = os.path.join(report_dir, REPORT_CSV)
-    if chip is None and os.path.isfile(written):
-        load(report_dir)  # a corrupt report must not be served as if it were fine
-        with open(written, "rb") as f:
-            return f.read()
-    return load(report_dir, chip)[2].ops.to_csv(index=False).encode()
+    """The run's report as CSV (re-judged for ``chip`` if given), made from the report the tab
+    shows: the run's JSON is the one file the CSV derives from, so a download never disagrees
+    with the page (a ``report.csv`` beside it may be from another write, after a kill between
+    the two renames). It carries its header line, so ``Report.read`` reads it back."""
+    return load(report_dir, chip)[2].to_csv().encode()
 
 
 COMPARE_COLUMNS = (

@@ -263,8 +263,10 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         def answer(_data):
             run = request.args.get("run")
             path = self._index.report_dir(run)
-            body = _data.report_csv(path, _chip_param(request))
-            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", run).strip("._") or "report"
+            chip = _chip_param(request)
+            body = _data.report_csv(path, chip)
+            named = f"{run}.{chip}" if chip else run  # a re-judged report says for which chip
+            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", named).strip("._") or "report"
             return http_util.Respond(
                 request,
                 body,
@@ -312,6 +314,8 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
             return _error(request, str(exc), 404)
         except _data.UnknownChipError as exc:
             return _error(request, str(exc), 400)
+        except (_data.ReportMissingError, FileNotFoundError):  # deleted since it was listed
+            return _error(request, f"no report for run {request.args.get('run')!r}", 404)
         except _data.ReportError as exc:
             return _error(request, f"corrupt report: {self._redact(exc)}", 422)
         except Exception as exc:  # a report this version cannot handle: say so, keep serving

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
+from click.testing import CliRunner
 from test_diff import report, step_hlo
 
 import hlo_roofline as hr
+from hlo_roofline import cli
 from hlo_roofline.check import (
+    KINDS,
     RuleError,
     Rules,
     check,
@@ -34,6 +41,13 @@ from hlo_roofline.testing import assert_roofline
         ({"min_coverage": "95"}, "min-coverage must be a number"),
         ({"max_regression": 5}, "max-regression and baseline go together"),
         ({"baseline": "base.json"}, "max-regression and baseline go together"),
+        ({"exclude": "("}, "bad exclude regex"),
+        ({"kind": "attention"}, "kind: unknown kind 'attention' \\(one of matmul, collective"),
+        ({"exclude_kind": ["collective", 3]}, "exclude-kind must be a kind or a list of kinds"),
+        ({"max_hbm": 0}, "max-hbm must be a finite percent > 0, not 0"),
+        ({"max_hbm": math.inf}, "max-hbm must be a finite percent > 0, not inf"),
+        ({"max_regression": math.nan, "baseline": "b"}, "max-regression must be a finite percent"),
+        ({"min_coverage": math.nan}, "min-coverage must be a percent in \\[0, 100\\], not nan"),
     ],
 )
 def test_bad_rules_are_rule_errors(kwargs, message):
@@ -73,7 +87,7 @@ def test_read_rules_top_level_or_tool_table(tmp_path):
     broken.write_text("require = \n")
     with pytest.raises(RuleError, match="not valid TOML"):
         read_rules(broken)
-    with pytest.raises(RuleError, match="cannot read rules"):
+    with pytest.raises(RuleError, match="cannot read .*missing.toml"):
         read_rules(tmp_path / "missing.toml")
 
 
@@ -118,7 +132,10 @@ def test_require_without_selection_means_every_timed_op():
 def test_a_select_that_matches_nothing_is_a_violation():
     result = check(report(1024), Rules(select="attention", require="compute"))
     assert [v.rule for v in result.violations] == ["select"]
-    assert "matches no timed op" in result.violations[0].detail
+    assert "select 'attention' leaves no timed op" in result.violations[0].detail
+    # so does a selection that an exclusion empties: the gate is not silently off
+    (v,) = check(report(1024), Rules(select="dot", exclude="dot", require="compute")).violations
+    assert v.rule == "select" and "exclude 'dot'" in v.detail
     # min_share alone may select nothing: no op is big enough, nothing to complain about
     assert check(report(1024), Rules(min_share=99, require="compute")).passed
 
@@ -208,3 +225,137 @@ def test_assert_roofline_rejects_unknown_or_missing_rules():
         assert_roofline(scaled_tanh, X, X, chip="v5e", requires="compute")
     with pytest.raises(TypeError, match="at least one rule"):
         assert_roofline(scaled_tanh, X, X, chip="v5e")
+
+
+# -- selection by kind and exclusion ---------------------------------------------------------------
+
+FSDP = Path(__file__).parent.parent / "fixtures" / "fsdp_train_step" / "tpu_v5p.hlo.txt"
+
+
+@pytest.fixture(scope="module")
+def fsdp():
+    """An FSDP train step for v5p: its reduce-scatters are fusions around an all-reduce whose
+    op_name ends in dot_general, so `--select dot_general` catches them with the matmuls."""
+    return hr.analyze_hlo(FSDP, chip="v5p")
+
+
+def test_exclude_kind_collective_leaves_the_fsdp_reduce_scatters_out(fsdp):
+    every = select(fsdp, Rules(select="dot_general"))
+    collectives = every[every["fused_ops"].str.contains("all-reduce|all-gather")
+                        | every["opcode"].isin(["all-gather", "all-reduce"])]  # fmt: skip
+    assert (collectives["opcode"] == "fusion").sum() >= 2  # the reduce-scatter fusions
+    kept = select(fsdp, Rules(select="dot_general", exclude_kind="collective"))
+    assert set(kept["name"]) == set(every["name"]) - set(collectives["name"])
+    # the gate that flagged them no longer does
+    flagged = {v.op for v in check(fsdp, Rules(select="dot_general", require="compute")).violations}
+    assert flagged & set(collectives["name"])
+    gated = check(fsdp, Rules(select="dot_general", require="compute", exclude_kind="collective"))
+    assert not {v.op for v in gated.violations} & set(collectives["name"])
+    # a regex excludes by name, opcode, op_name or source: the all-gathers, not the fusions
+    no_gathers = select(fsdp, Rules(select="dot_general", exclude="^all-gather"))
+    assert set(every["name"]) - set(no_gathers["name"]) == set(
+        every.loc[every["opcode"] == "all-gather", "name"]
+    )
+
+
+def test_kind_matmul_is_every_op_around_a_dot_or_convolution(fsdp):
+    timed = fsdp.ops[fsdp.ops["t_roofline_s"] > 0]
+    around = timed["opcode"].isin(["dot", "convolution"]) | timed["fused_ops"].str.contains(
+        r"\b(?:convolution|dot)\b"
+    )
+    assert set(select(fsdp, Rules(kind="matmul"))["name"]) == set(timed.loc[around, "name"])
+    both = select(fsdp, Rules(kind=["matmul", "collective"]))
+    assert len(both) == len(select(fsdp, Rules(kind="matmul"))) + len(
+        select(fsdp, Rules(kind="collective"))
+    )  # no op is both
+    assert Rules(kind="matmul,collective").kind == ("matmul", "collective")
+    assert Rules(kind=["matmul"]).describe() == "kind=matmul"
+
+
+def test_kinds_read_only_report_columns():
+    from hlo_roofline import schema
+
+    for name, (meaning, predicate) in KINDS.items():
+        columns = [c for c in meaning.split("`")[1::2] if c.split()[0] in schema.BY_NAME]
+        assert columns, f"{name}: its meaning names no report column"
+        assert callable(predicate)
+
+
+def test_rules_file_kinds_and_exclusions(tmp_path, fsdp):
+    path = tmp_path / "rules.toml"
+    path.write_text('[tool.hlo-roofline.check]\nselect = "dot_general"\nrequire = "compute"\n'
+                    'exclude-kind = ["collective"]\nexclude = "^copy"\n')  # fmt: skip
+    rules = read_rules(path)
+    assert rules.exclude_kind == ("collective",) and rules.exclude == "^copy"
+    assert set(select(fsdp, rules)["name"]) == set(
+        select(fsdp, Rules(select="dot_general", kind="matmul"))["name"]
+    )
+    path.write_text('kind = "attention"\n')
+    with pytest.raises(RuleError, match="unknown kind 'attention'"):
+        read_rules(path)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli.main, list(args), prog_name="hlo-roofline")
+
+
+def test_cli_exclude_kind_and_exit_codes(tmp_path, fsdp):
+    path = tmp_path / "fsdp.json"
+    fsdp.to_json(path)
+    base = ["check", str(path), "--select", "dot_general", "--require", "compute"]
+    failed = invoke(*base)
+    assert failed.exit_code == 1 and "all-gather.4" in failed.output
+    less = invoke(*base, "--exclude-kind", "collective", "--format", "json")
+    assert less.exit_code == 1, less.output
+    flagged = {v["op"] for v in json.loads(less.output)["violations"]}
+    assert flagged and not any(op.startswith("all-gather") for op in flagged)
+    assert "fusion.1" not in flagged  # a reduce-scatter fusion
+    matmuls = invoke("check", str(path), "--kind", "matmul", "--exclude", "fusion",
+                     "--require", "compute", "--format", "json")  # fmt: skip
+    # every matmul of this program is a fusion: the selection is empty, and that fails
+    assert matmuls.exit_code == 1
+    assert "exclude 'fusion', kind 'matmul' leaves no timed op" in matmuls.output
+    bad = invoke(*base, "--kind", "attention")
+    assert bad.exit_code == 2 and "unknown kind 'attention'" in bad.output
+    for flag, value, message in [
+        ("--max-hbm", "inf", "max-hbm must be a finite percent > 0, not inf"),
+        ("--max-hbm", "0", "max-hbm must be a finite percent > 0"),
+        ("--min-coverage", "nan", "min-coverage must be a percent in [0, 100]"),
+        ("--min-coverage", "101", "min-coverage must be a percent in [0, 100]"),
+        ("--max-hbm", "lots", "'lots' is not a number of percent"),
+    ]:
+        result = invoke("check", str(path), flag, value)
+        assert result.exit_code == 2 and message in result.output, result.output
+    assert invoke("check", str(path), "--max-hbm", "150").exit_code == 1  # accepted: a gate
+
+
+def matmul_and_tanh(x, w, a):
+    return x @ w, jnp.tanh(a)
+
+
+BIG = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)  # 4096 rows: past v5e's ridge
+
+
+def test_assert_roofline_takes_kind_and_exclusions():
+    with pytest.raises(AssertionError, match="require compute"):
+        assert_roofline(matmul_and_tanh, BIG, BIG, X, chip="v5e", require="compute")
+    r = assert_roofline(matmul_and_tanh, BIG, BIG, X, chip="v5e", kind="matmul", require="compute")
+    # the output tuple takes the per-op floor on a TPU: excluded by name
+    assert assert_roofline(matmul_and_tanh, BIG, BIG, X, chip="v5e", exclude_kind="elementwise",
+                           exclude="^tuple", require="compute") is not None  # fmt: skip
+    assert assert_roofline(matmul_and_tanh, BIG, BIG, X, chip="v5e", exclude=r"/tanh$|^tuple",
+                           require="compute") is not None  # fmt: skip
+    assert len(select(r, Rules(kind="matmul"))) == 1
+    with pytest.raises(AssertionError, match="leaves no timed op"):
+        assert_roofline(scaled_tanh, X, X, chip="v5e", kind="matmul", require="compute")
+
+
+@pytest.mark.parametrize("coverage", [None, math.nan, "all"])
+def test_min_coverage_the_report_does_not_state_is_a_violation(coverage):
+    r = report(64)
+    if coverage is None:
+        del r.summary["coverage"]
+    else:
+        r.summary["coverage"] = coverage
+    (v,) = check(r, Rules(min_coverage=0)).violations
+    assert v.rule == "min-coverage" and "coverage unknown" in v.detail

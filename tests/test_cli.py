@@ -333,7 +333,7 @@ BAD_INPUT = [
     (["check", "large.json", "--target", "v5e", "--require", "compute"], "--target compiles a step"),
     (["check", "large.json", "--baseline", "small.json"], "max-regression and baseline go together"),
     (["check", "large.json", "--require", "fast"], "'fast' is not one of"),
-    (["check", "large.json", "--min-share", "150"], "150.0 is not in the range 0<=x<=100"),
+    (["check", "large.json", "--min-share", "150"], "min-share must be a percent in [0, 100], not 150"),
     (["check", "large.json", "--rules", "unknown_rule.toml"], "unknown rule 'requre' (did you mean require?)"),
     (["check", "large.json", "--baseline", "missing.json", "--max-regression", "5"], "cannot read report missing.json"),
     (["check", "--from", "steps.py:elementwise_step", "--require", "compute"], "not classified against a chip"),

@@ -8,6 +8,7 @@ import pytest
 
 import hlo_roofline as hr
 from hlo_roofline import chips
+from hlo_roofline.cli.render import diff_text
 from hlo_roofline.diff import NotClassifiedError, compare, shape_key
 
 
@@ -154,3 +155,53 @@ def test_ops_held_at_the_per_op_floor_do_not_flip():
     assert row_a.t_roofline_s == row_b.t_roofline_s == floor
     assert row_a.bound != row_b.bound
     assert compare(a, b).flipped.empty
+
+
+def with_unknown_kernel(batch: int) -> str:
+    """step_hlo plus a custom call no rule prices: its FLOPs are unknown."""
+    row = f"f32[{batch},8192]"
+    text = step_hlo(batch).replace(
+        "  ROOT %out",
+        f'  %my_kernel.9 = {row}{{1,0}} custom-call(%a), custom_call_target="my_kernel"\n'
+        "  ROOT %out",
+    )
+    text = text.replace("tuple(%dot.1", "tuple(%my_kernel.9, %dot.1")
+    return text.replace("-> (", f"-> ({row}, ").replace("ROOT %out = (", f"ROOT %out = ({row}, ")
+
+
+def test_an_unpriced_op_on_either_side_is_said(tmp_path):
+    from click.testing import CliRunner
+
+    from hlo_roofline import cli
+
+    priced, unpriced = report(64), hr.analyze_hlo(with_unknown_kernel(64), chip="v5e")
+    n_ops = int((unpriced.ops["t_roofline_s"] > 0).sum()) - 1  # the root tuple is not counted
+    assert unpriced.summary["coverage"] == pytest.approx((n_ops - 1) / n_ops)  # analytic: 3/4
+    diff = compare(priced, unpriced)
+    assert diff.coverage_a == 1.0 and diff.unknown_a == ()
+    assert diff.coverage_b == pytest.approx(0.75) and diff.unknown_b == ("my_kernel.9",)
+    text = diff_text(diff, 10)
+    assert "coverage B: 75.0% of ops priced (1 unknown: my_kernel.9)" in text
+    assert "coverage A" not in text  # all priced: nothing to say
+    assert "coverage A: 75.0%" in diff_text(compare(unpriced, priced), 10)
+    assert json.loads(json.dumps(diff.to_dict(), default=float))["unknown_b"] == ["my_kernel.9"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    priced.to_json(a)
+    unpriced.to_json(b)
+
+    def run(*args):
+        return CliRunner().invoke(cli.main, ["diff", str(a), str(b), *args])
+
+    assert run("--min-coverage", "70").exit_code == 0
+    low = run("--min-coverage", "80")
+    assert low.exit_code == 1 and "(B)" in low.output and "75.0% of ops priced" in low.output
+    assert "failed: coverage below 80%" in low.output
+    nan = run("--fail-on-regression", "nan")
+    assert nan.exit_code == 2 and "max-regression must be a finite percent" in nan.output
+    assert run("--fail-on-regression", "inf").exit_code == 2
+    # a coverage the report does not state fails the gate, it does not pass it
+    unstated = hr.analyze_hlo(step_hlo(64), chip="v5e")
+    del unstated.summary["coverage"]
+    unstated.to_json(b)
+    gone = run("--min-coverage", "0")
+    assert gone.exit_code == 1 and "coverage unknown" in gone.output

@@ -148,6 +148,27 @@ def _fixture_reports():
             yield path, hr.analyze_hlo(path)
 
 
+def assert_hints_agree(ops, where: str) -> int:
+    """The bound a hint names is its row's, and a row with a ridge M is compute-bound exactly
+    when it has that many rows; the number of hinted rows checked."""
+    checked = 0
+    hinted = ops[ops["hint_reason"].isin(["ridge_m", "ridge_k", "unreachable",
+                                           "batched_weights", "split_k"])]  # fmt: skip
+    for op in hinted.itertuples():
+        other = "memory" if op.bound == "compute" else "compute"
+        here = f"{where}: {op.name}: {op.hint}"
+        assert op.hint.startswith(f"{op.bound}-bound"), here
+        assert f"{other}-bound" not in op.hint, here
+        if op.hint_reason != "split_k" and op.bound != "communication":
+            if not math.isnan(op.ridge_m):  # the rows at which the verdict flips
+                past = op.mm_m >= op.ridge_m * (1 - 1e-9)
+                assert past == (op.bound == "compute"), here
+            elif not math.isnan(op.ridge_k):  # no M helps: then K does, or nothing
+                assert op.bound == "memory" and op.mm_k < op.ridge_k, here
+        checked += 1
+    return checked
+
+
 def test_a_hint_never_contradicts_its_rows_bound():
     """Every committed fixture judged on five chips: the bound a hint names is the row's, and a
     row with a ridge M is compute-bound exactly when it has that many rows."""
@@ -157,18 +178,5 @@ def test_a_hint_never_contradicts_its_rows_bound():
             continue
         for chip in CHIPS:
             ops = report.classify(chip).ops
-            hinted = ops[ops["hint_reason"].isin(["ridge_m", "ridge_k", "unreachable",
-                                                   "batched_weights", "split_k"])]  # fmt: skip
-            for op in hinted.itertuples():
-                other = "memory" if op.bound == "compute" else "compute"
-                where = f"{path.relative_to(FIXTURES)} on {chip}: {op.name}: {op.hint}"
-                assert op.hint.startswith(f"{op.bound}-bound"), where
-                assert f"{other}-bound" not in op.hint, where
-                if op.hint_reason != "split_k" and op.bound != "communication":
-                    if not math.isnan(op.ridge_m):  # the rows at which the verdict flips
-                        past = op.mm_m >= op.ridge_m * (1 - 1e-9)
-                        assert past == (op.bound == "compute"), where
-                    elif not math.isnan(op.ridge_k):  # no M helps: then K does, or nothing
-                        assert op.bound == "memory" and op.mm_k < op.ridge_k, where
-                checked += 1
+            checked += assert_hints_agree(ops, f"{path.relative_to(FIXTURES)} on {chip}")
     assert checked > 500

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from importlib.metadata import entry_points
 
-import pandas as pd
 import pytest
 from tb_helpers import (
     HOSTILE,
@@ -273,12 +272,29 @@ def test_csv_download(client, logdir):
     assert response.get_data() == written
 
 
-def test_csv_for_another_chip(client, logdir):
+def test_csv_for_another_chip(client, logdir, tmp_path):
     response = client.get(PREFIX + "/csv?run=random/tpu_v5e&chip=v5p")
     assert response.status_code == 200
-    frame = pd.read_csv(io.BytesIO(response.get_data()), keep_default_na=False)
+    assert "random_tpu_v5e.v5p.hlo_roofline.csv" in response.headers["Content-Disposition"]
+    downloaded = tmp_path / "v5p.csv"
+    downloaded.write_bytes(response.get_data())
+    frame = Report.read(downloaded)  # a report file, header line included
     expected = Report.read(logdir / "random/tpu_v5e/plugins/hlo_roofline/report.json")
-    assert list(frame["bound"]) == list(expected.classify("v5p").ops["bound"])
+    assert frame.chip == "v5p"
+    assert list(frame.ops["bound"]) == list(expected.classify("v5p").ops["bound"])
+
+
+def test_csv_comes_from_the_report_the_tab_shows(client, logdir):
+    """A kill between the two renames can leave a report.csv from another write beside the
+    JSON: the download is made from the JSON, so it never disagrees with the page."""
+    run = logdir / "mlp/v5e/plugins/hlo_roofline"
+    written = (run / "report.csv").read_bytes()
+    try:
+        (run / "report.csv").write_text("stale")
+        served = client.get(PREFIX + "/csv?run=mlp/v5e").get_data()
+        assert served == written
+    finally:
+        (run / "report.csv").write_bytes(written)
 
 
 # -- compare -------------------------------------------------------------------------------------
@@ -458,3 +474,21 @@ def test_one_palette_for_the_tab_and_the_plot():
     assert not re.search(
         r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text()
     )
+
+
+def test_a_run_deleted_while_served_is_404(tmp_path, monkeypatch, caplog):
+    """The run is listed, then deleted between the name check and the read: 404, no traceback."""
+    fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "gone")
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    real_read = Report.read.__func__
+
+    def read_after_delete(cls, path):
+        shutil.rmtree(tmp_path / "gone", ignore_errors=True)
+        return real_read(cls, path)
+
+    monkeypatch.setattr(Report, "read", classmethod(read_after_delete))
+    for route in ("/report?run=gone", "/csv?run=gone", "/report?run=gone&chip=v5p"):
+        body = get_json(c, route, code=404)
+        assert "gone" in body["error"]
+        fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "gone")
+    assert "Traceback" not in caplog.text

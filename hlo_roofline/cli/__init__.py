@@ -15,6 +15,7 @@ import warnings
 import click
 
 from hlo_roofline.cli import analyze as _analyze
+from hlo_roofline.cli import cache as _cache
 from hlo_roofline.cli import check as _check
 from hlo_roofline.cli import chips as _chips
 from hlo_roofline.cli import demo as _demo
@@ -22,10 +23,10 @@ from hlo_roofline.cli import diff as _diff
 from hlo_roofline.cli import plot as _plot
 from hlo_roofline.cli import trace as _trace
 from hlo_roofline.cli._common import CONTEXT
-from hlo_roofline.cli.analyze import load_entry
+from hlo_roofline.cli.analyze import load_entry, opened_entry
 from hlo_roofline.cli.render import cut_middle, ops_table, shorten_path, summary_text
 
-__all__ = ["cut_middle", "load_entry", "main", "ops_table", "shorten_path", "summary_text"]
+__all__ = ["cut_middle", "load_entry", "main", "opened_entry", "ops_table", "shorten_path", "summary_text"]
 
 
 @click.group(context_settings=CONTEXT)
@@ -59,5 +60,6 @@ for _command in (
     _plot.plot_command,
     _trace.trace_command,
     _demo.demo_command,
+    _cache.cache_command,
 ):
     main.add_command(_command)

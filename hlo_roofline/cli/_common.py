@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
 
 from hlo_roofline import chips, targets
-from hlo_roofline.check import RuleError
+from hlo_roofline.check import RuleError, read_toml
 from hlo_roofline.cli.render import modules_table, report_text, step_time
 from hlo_roofline.diff import NotClassifiedError
 from hlo_roofline.hlo import HloParseError
@@ -52,6 +54,59 @@ def _input_errors(what: str = "") -> Iterator[None]:
         raise InputError(prefix + _one_line(exc)) from None
     except OSError as exc:
         raise InputError(f"{prefix}{exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def _output_errors(path: Path | str) -> Iterator[None]:
+    """A file that cannot be written (a read-only folder, a file where a folder should be,
+    ``/proc``) or a run outside its logdir: a one-line exit-2 message, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or path
+        raise InputError(f"cannot write {where}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(f"cannot write {path}: {_one_line(exc)}") from None
+
+
+# JAX's own compile-time modules: its persistent compilation cache reports a cache it cannot read
+# or write, or an entry it skips, as log records and Python warnings; printed by the CLI (which
+# shows warnings as `warning: ...` lines) they would read as this tool's.
+JAX_NOISE_MODULES = ("jax._src.compilation_cache", "jax._src.compiler", "jax._src.cache_key")
+
+
+def quiet_jax_cache_logs() -> None:
+    """Keep JAX's compilation-cache and compiler log records and warnings off the CLI's stderr."""
+    for name in JAX_NOISE_MODULES:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.CRITICAL + 1)
+        logger.propagate = False
+        warnings.filterwarnings("ignore", module=re.escape(name) + "$")
+
+
+USER_PACKAGES_KEY = "user-packages"
+
+
+def pyproject_user_packages(start: Path) -> tuple[str, ...]:
+    """``user-packages`` of ``[tool.hlo-roofline]`` in the nearest ``pyproject.toml`` at or above
+    ``start``: packages whose frames are the user's code even where installed."""
+    here = start.resolve()
+    for directory in (here, *here.parents):
+        path = directory / "pyproject.toml"
+        if not path.is_file():
+            continue
+        with _input_errors():
+            data = read_toml(path)
+        table = data.get("tool")
+        table = table.get("hlo-roofline") if isinstance(table, dict) else None
+        value = table.get(USER_PACKAGES_KEY, []) if isinstance(table, dict) else []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(
+                f"{path}: [tool.hlo-roofline] {USER_PACKAGES_KEY} must be a list of package "
+                f"names or directories, not {value!r}"
+            )
+        return tuple(value)
+    return ()
 
 
 # -- options shared by several commands ------------------------------------------------------------
@@ -125,6 +180,16 @@ no_cache_option = click.option(
 )
 
 
+user_package_option = click.option(
+    "--user-package",
+    "user_packages",
+    multiple=True,
+    metavar="NAME",
+    help="Count this package (name or directory) as your code in user_source even if installed "
+    "(e.g. maxtext). Repeatable; also [tool.hlo-roofline] user-packages in pyproject.toml.",
+)
+
+
 def _format_option(*choices: str) -> Callable:
     return click.option(
         "--format",
@@ -194,15 +259,21 @@ def _emit(
         raise click.UsageError("--plot needs a chip to judge against: pass --chip")
     for key, report in reports.items():
         if csv_path:
-            report.to_csv(_with_key(csv_path, key, many))
+            with _output_errors(_with_key(csv_path, key, many)):
+                report.to_csv(_with_key(csv_path, key, many))
             _note(f"wrote {_with_key(csv_path, key, many)}")
         if json_path:
-            report.to_json(_with_key(json_path, key, many))
+            with _output_errors(_with_key(json_path, key, many)):
+                report.to_json(_with_key(json_path, key, many))
             _note(f"wrote {_with_key(json_path, key, many)}")
         if logdir:
-            _note(f"wrote {report.write_tensorboard(logdir, f'{run}/{key}' if many else run)}")
+            with _output_errors(logdir):
+                written = report.write_tensorboard(logdir, f"{run}/{key}" if many else run)
+            _note(f"wrote {written}")
         if plot_path:
-            _note(f"wrote {report.plot(_with_key(plot_path, key, many))}")
+            with _output_errors(_with_key(plot_path, key, many)):
+                chart = report.plot(_with_key(plot_path, key, many))
+            _note(f"wrote {chart}")
     if fmt == "json":
         data = {k: r.to_dict() for k, r in reports.items()}
         click.echo(json.dumps(data if many else next(iter(data.values())), allow_nan=False))
@@ -222,4 +293,16 @@ def _note(text: str) -> None:
 def _load_report(path: Path, chip: chips.Chip | None) -> Report:
     with _input_errors():
         report = Report.read(path)
-    return report.classify(chip) if chip is not None else report
+    if chip is not None:
+        with _input_errors():
+            try:
+                return report.classify(chip)
+            except KeyError as exc:  # a column the verdict needs
+                raise ReportError(f"{path}: cannot judge it, missing column {exc}") from None
+    missing = report.missing_verdicts()
+    if missing:
+        raise InputError(
+            f"{path}: judged on {report.chip} but missing column(s) {missing}; "
+            "pass --chip to judge it again"
+        )
+    return report

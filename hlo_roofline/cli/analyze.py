@@ -9,7 +9,7 @@ import inspect
 import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -32,8 +32,11 @@ from hlo_roofline.cli._common import (
     chip_option,
     cost_model_option,
     no_cache_option,
+    pyproject_user_packages,
+    quiet_jax_cache_logs,
     target_option,
     top_option,
+    user_package_option,
 )
 from hlo_roofline.report import Report
 
@@ -43,12 +46,75 @@ def load_entry(entry: str) -> tuple[Callable, tuple, dict]:
 
     ``NAME`` takes no arguments and returns ``(step, args)`` or ``(step, args, jit_kwargs)``:
     ``args`` a tuple of arrays / ``jax.ShapeDtypeStruct`` / pytrees, ``jit_kwargs`` a dict for
-    ``jax.jit`` (``static_argnums``, ``donate_argnums``, ``in_shardings``, ...).
+    ``jax.jit`` (``static_argnums``, ``donate_argnums``, ``in_shardings``, ...). A ``NAME`` that
+    yields (its step needs a context) is opened with :func:`opened_entry` instead.
     """
+    path, factory = _factory(entry)
+    if inspect.isgeneratorfunction(factory):
+        raise EntryError(
+            f"{entry} yields its step (it needs a context): open it with "
+            f"hlo_roofline.cli.opened_entry({entry!r})"
+        )
+    try:
+        returned = factory()
+    except Exception as exc:
+        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
+    return _unpack(entry, returned)
+
+
+@contextlib.contextmanager
+def opened_entry(entry: str) -> Iterator[tuple[Callable, tuple, dict]]:
+    """``FILE.py:NAME``'s (step, args, jit kwargs), inside the JAX context ``NAME`` sets up.
+
+    ``NAME`` either returns the tuple (see :func:`load_entry`) or *yields* it from inside the
+    context its step needs, as a ``contextlib.contextmanager`` would::
+
+        def train_step_example():
+            with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
+                yield train_step, (state, batch)
+
+    The step is traced and compiled while ``NAME`` is suspended at its ``yield``, so on this
+    thread its mesh, axis rules and config contexts hold, as they do where the step is called.
+    """
+    path, factory = _factory(entry)
+    if not inspect.isgeneratorfunction(factory):
+        yield load_entry(entry)
+        return
+    generator = factory()
+    try:
+        returned = next(generator)
+    except StopIteration:
+        raise EntryError(f"{entry}() returned without yielding (step, args)") from None
+    except Exception as exc:
+        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
+    try:
+        yield _unpack(entry, returned)
+    except BaseException:
+        generator.close()  # leaves its contexts (runs its `finally` and `with` exits)
+        raise
+    try:
+        next(generator)
+    except StopIteration:
+        return
+    except Exception as exc:
+        raise EntryError(f"{entry}() raised {_user_error(exc, path)} after its yield") from None
+    generator.close()
+    raise EntryError(f"{entry}() must yield once, not twice")
+
+
+def _factory(entry: str) -> tuple[Path, Callable]:
+    """The file and the function of no arguments that ``FILE.py:NAME`` names."""
+    if Path(entry).is_dir():
+        raise EntryError(
+            f"{entry} is a directory: use `hlo-roofline hlo {entry}` for an --xla_dump_to "
+            "directory, or name a step as FILE.py:NAME"
+        )
     file, sep, name = entry.rpartition(":")
     if not sep or not file or not name.isidentifier():
         raise EntryError(f"{entry!r} is not FILE.py:NAME (e.g. steps.py:matmul_step)")
     path = Path(file)
+    if path.is_dir():
+        raise EntryError(f"{file} is a directory, not a Python file (FILE.py:NAME)")
     if not path.is_file():
         raise EntryError(f"no such file: {file}")
     module = _import_file(path)
@@ -61,11 +127,7 @@ def load_entry(entry: str) -> tuple[Callable, tuple, dict]:
     if not callable(factory):
         raise EntryError(f"{entry} is not a function: {type(factory).__name__}")
     _require_no_arguments(entry, factory)
-    try:
-        returned = factory()
-    except Exception as exc:
-        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
-    return _unpack(entry, returned)
+    return path, factory
 
 
 def _require_no_arguments(entry: str, factory: Callable) -> None:
@@ -155,11 +217,30 @@ def _user_error(exc: BaseException, path: Path) -> str:
 
 
 def _compile(
-    entry: str, chip, target, cost_model: str, steps: int = 0, no_cache: bool = False
+    entry: str,
+    chip,
+    target,
+    cost_model: str,
+    steps: int = 0,
+    no_cache: bool = False,
+    user_packages: tuple[str, ...] = (),
 ) -> Report:
-    """Load ``entry`` and analyze it (``steps`` > 0: run and measure it); errors become messages."""
-    with _input_errors():
-        step, args, kwargs = load_entry(entry)
+    """Load ``entry`` and analyze it (``steps`` > 0: run and measure it); errors become messages.
+
+    The step is traced here, on this thread, inside the context ``NAME`` yields from (see
+    :func:`opened_entry`): it compiles what the same call compiles in the user's process.
+    """
+    quiet_jax_cache_logs()
+    with _input_errors(), opened_entry(entry) as (step, args, kwargs):  # errors: one line
+        return _analyze_entry(
+            entry, step, args, kwargs, chip, target, cost_model, steps, no_cache, user_packages
+        )
+
+
+def _analyze_entry(
+    entry, step, args, kwargs, chip, target, cost_model, steps, no_cache, user_packages
+) -> Report:
+    packages = (*pyproject_user_packages(Path(entry.rpartition(":")[0]).parent), *user_packages)
     try:
         if steps:
             if target is not None:
@@ -172,7 +253,7 @@ def _compile(
             target=target,
             cost_model=cost_model,
             cache=not no_cache,
-            isolate_trace=True,  # `analyze` and `check --from` then share cache entries
+            user_packages=packages,
             **kwargs,
         )
     except InputError:
@@ -214,6 +295,7 @@ def _compile(
     help="Profiled steps for --measure.",
 )
 @no_cache_option
+@user_package_option
 def analyze(
     entry,
     chip,
@@ -229,13 +311,16 @@ def analyze(
     measure,
     steps,
     no_cache,
+    user_packages,
 ):
     """Compile a JAX step and print its per-op roofline.
 
     NAME is a function of no arguments in FILE.py that returns (step, args) or
     (step, args, jit_kwargs); the step is compiled as
     hlo_roofline.analyze(step, *args, chip=..., target=..., **jit_kwargs). Args may be
-    jax.ShapeDtypeStruct: nothing is allocated or run.
+    jax.ShapeDtypeStruct: nothing is allocated or run. A step that needs a context (a mesh
+    set with jax.set_mesh, Flax axis rules) is yielded from inside it:
+    `with jax.set_mesh(mesh): yield step, args`. For an --xla_dump_to directory use `hlo`.
 
     \b
     Example:
@@ -244,7 +329,9 @@ def analyze(
       $ hlo-roofline analyze steps.py:elementwise_step --chip v5e --format csv
     """
     _check_run(logdir, run)
-    report = _compile(entry, chip, target, cost_model, steps if measure else 0, no_cache)
+    report = _compile(
+        entry, chip, target, cost_model, steps if measure else 0, no_cache, user_packages
+    )
     name = entry.rpartition(":")[2]
     _emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
 
@@ -292,6 +379,6 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
     with bar as files:
         for file in files:
             with _input_errors(str(file)):
-                report = api.analyze_hlo(file, cost_model, chip)
+                report = api.analyze_dump_file(file, cost_model, chip)
             reports[api.module_key(file)] = report
     _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)

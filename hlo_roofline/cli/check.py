@@ -6,18 +6,24 @@ import json
 from pathlib import Path
 
 import click
+import jax
 
 from hlo_roofline.check import (
+    KINDS,
+    PERCENT_RANGES,
     REQUIRABLE,
     CheckResult,
     RuleError,
     Rules,
     check,
+    percent_error,
     pyproject_rules,
     read_rules,
+    refused,
 )
 from hlo_roofline.cli._common import (
     CONTEXT,
+    InputError,
     _format_option,
     _input_errors,
     _load_report,
@@ -30,6 +36,46 @@ from hlo_roofline.cli._common import (
     target_option,
 )
 from hlo_roofline.cli.analyze import _compile
+
+
+class Percent(click.ParamType):
+    """A percent rule's value, accepted by the one range of :data:`check.PERCENT_RANGES`."""
+
+    name = "percent"
+
+    def __init__(self, rule: str) -> None:
+        self.rule = rule
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of percent", param, ctx)
+        error = percent_error(self.rule, number)
+        if error is not None:
+            self.fail(error, param, ctx)
+        return number
+
+
+def percent_option(flag: str, help: str, rule: str | None = None):
+    """A percent flag whose accepted range is its rule's (``rule``: default the flag's name)."""
+    rule = rule or flag.removeprefix("--").replace("-", "_")
+    assert rule in PERCENT_RANGES, rule
+    return click.option(flag, type=Percent(rule), metavar="PCT", help=help)
+
+
+def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
+    """``--kind a --kind b`` or ``--kind a,b``: None when not given (a file's rule stands)."""
+    kinds = tuple(k for item in value for k in item.split(",") if k)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise click.BadParameter(f"unknown kind {unknown[0]!r} (one of {', '.join(KINDS)})")
+    return kinds or None
+
+
+_KIND_HELP = ", ".join(KINDS)
 
 
 @click.command(
@@ -45,28 +91,32 @@ from hlo_roofline.cli.analyze import _compile
               help="TOML rules (top-level keys or [tool.hlo-roofline.check]).")  # fmt: skip
 @click.option("--select", callback=_regex, metavar="REGEX",
               help="Ops whose name, opcode, op_name, source or user line matches.")  # fmt: skip
-@click.option("--min-share", type=click.FloatRange(0, 100), metavar="PCT",
-              help="Ops taking at least PCT% of the predicted step.")  # fmt: skip
+@click.option("--exclude", callback=_regex, metavar="REGEX",
+              help="Leave out ops whose name, opcode, op_name, source or user line matches.")  # fmt: skip
+@click.option("--kind", multiple=True, callback=_kinds, metavar="KIND",
+              help=f"Only ops of this kind: {_KIND_HELP} (repeat, or a,b, for several; "
+                   "hlo_roofline.check.KINDS says what each is).")  # fmt: skip
+@click.option("--exclude-kind", multiple=True, callback=_kinds, metavar="KIND",
+              help="Leave out ops of this kind (e.g. collective: reduce-scatter fusions too).")  # fmt: skip
+@percent_option("--min-share", "Ops taking at least PCT% of the predicted step.")
 @click.option("--require", type=click.Choice(REQUIRABLE),
               help="Every selected op must have this bound.")  # fmt: skip
-@click.option("--max-memory-share", type=click.FloatRange(0, 100), metavar="PCT",
-              help="Memory-bound selected ops take at most PCT% of the step.")  # fmt: skip
-@click.option("--min-coverage", type=click.FloatRange(0, 100), metavar="PCT",
-              help="At least PCT% of the ops have a known cost.")  # fmt: skip
-@click.option("--max-exposed-comm", type=click.FloatRange(0, 100), metavar="PCT",
-              help="Communication not hidden behind compute is at most PCT% of the scheduled "
-                   "step.")  # fmt: skip
+@percent_option("--max-memory-share", "Memory-bound selected ops take at most PCT% of the step.")
+@percent_option("--min-coverage", "At least PCT% of the ops have a known cost.")
+@percent_option("--max-exposed-comm", "Communication not hidden behind compute is at most PCT% "
+                "of the scheduled step.")  # fmt: skip
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="REPORT",
               help="Report to compare the predicted step time with.")  # fmt: skip
-@click.option("--max-hbm", type=float, metavar="PCT",
-              help="The step needs at most PCT% of one device's HBM (compile with --from to know "
-              "its temporaries).")  # fmt: skip
-@click.option("--max-regression", type=float, metavar="PCT",
-              help="The step may be at most PCT% slower than --baseline.")  # fmt: skip
+@percent_option("--max-hbm", "The step needs at most PCT% of one device's HBM, over 100 allowed "
+                "(compile with --from to know its temporaries).")  # fmt: skip
+@percent_option("--max-regression", "The step may be at most PCT% slower than --baseline.")
 @no_cache_option
 @_format_option("table", "json")
 def check_command(report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags):
     """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input.
+
+    A step the compiler refuses (out of memory, or any compiler error with --from) fails every
+    rule with the compiler's reason: exit 1.
 
     Rules come from the flags, over --rules FILE, else over [tool.hlo-roofline.check] in the
     nearest pyproject.toml. REPORT is a CSV or JSON written by `analyze`/`hlo` (or a TensorBoard
@@ -75,6 +125,7 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
     \b
     Example:
       $ hlo-roofline check large.json --select dot_general --require compute
+      $ hlo-roofline check large.json --select dot_general --exclude-kind collective --require compute
       $ hlo-roofline check --from steps.py:elementwise_step --chip v5e --require compute  # exit 1
       $ hlo-roofline check large.json --max-memory-share 50 --min-coverage 95
       $ hlo-roofline check large.json --baseline small.json --max-regression 10  # exit 1
@@ -92,7 +143,14 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
             "[tool.hlo-roofline.check] to pyproject.toml"
         )
     if entry is not None:
-        report = _compile(entry, chip, target, cost_model, no_cache=no_cache)
+        try:
+            report = _compile(entry, chip, target, cost_model, no_cache=no_cache)
+        except InputError as exc:
+            reason = _compiler_error(exc)
+            if reason is None:
+                raise
+            _print_result(refused(rules, reason), fmt, "")
+            return
     else:
         report = _load_report(report_path, chip)
     baseline = None
@@ -101,6 +159,29 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
     with _input_errors():
         result = check(report, rules, baseline)
     _print_result(result, fmt, f"{len(result.selected)} ops selected")
+
+
+def _compiler_error(exc: InputError) -> str | None:
+    """The compiler's message when compiling the step failed in XLA (not in the user's code, not
+    a bad target): the program fails the gate, it is not bad input."""
+    runtime_errors = tuple(
+        t for t in (getattr(jax.errors, "JaxRuntimeError", None), _xla_runtime_error())
+        if isinstance(t, type)
+    )  # fmt: skip
+    cause = exc.__context__
+    while cause is not None:
+        if runtime_errors and isinstance(cause, runtime_errors):
+            return _one_line(cause)
+        cause = cause.__context__
+    return None
+
+
+def _xla_runtime_error():
+    try:  # jax 0.10: jaxlib's name for it
+        from jaxlib.xla_extension import XlaRuntimeError
+    except ImportError:
+        return None
+    return XlaRuntimeError
 
 
 def _rules(rules_path: Path | None, flags: dict) -> Rules:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hlo_roofline.check import Rules, check
+from hlo_roofline.check import Rules, check, coverage_violations, violation_table
 from hlo_roofline.cli._common import (
     CONTEXT,
     _format_option,
@@ -16,6 +16,7 @@ from hlo_roofline.cli._common import (
     chip_option,
     top_option,
 )
+from hlo_roofline.cli.check import percent_option
 from hlo_roofline.cli.render import diff_text
 from hlo_roofline.diff import compare, judged_alike
 
@@ -24,22 +25,26 @@ from hlo_roofline.diff import compare, judged_alike
 @click.argument("a", type=click.Path(exists=True, path_type=Path), metavar="A")
 @click.argument("b", type=click.Path(exists=True, path_type=Path), metavar="B")
 @chip_option
-@click.option("--fail-on-regression", type=float, metavar="PCT",
-              help="Exit 1 if B's predicted step is more than PCT% slower than A's.")  # fmt: skip
+@percent_option("--fail-on-regression", "Exit 1 if B's predicted step is more than PCT% slower "
+                "than A's.", rule="max_regression")  # fmt: skip
+@percent_option("--min-coverage", "Exit 1 if fewer than PCT% of the ops of A or of B are "
+                "priced (an unknown coverage fails too).")  # fmt: skip
 @_format_option("table", "csv", "json")
 @top_option
-def diff_command(a, b, chip, fail_on_regression, fmt, top):
+def diff_command(a, b, chip, fail_on_regression, min_coverage, fmt, top):
     """Compare two reports op by op: bound flips, time deltas, added and removed ops.
 
     Ops are matched by (op_name, source, opcode, shape), then without the shape, since fusion
     names change between compiles; duplicates pair up in program order. B is judged against A's
-    chip (or both against --chip).
+    chip (or both against --chip). Ops whose FLOPs are unknown are named per side, with each
+    side's coverage.
 
     \b
     Example:
       $ hlo-roofline diff small.json large.json
       $ hlo-roofline diff small.json large.json --format csv
       $ hlo-roofline diff small.json large.json --fail-on-regression 5  # exit 1
+      $ hlo-roofline diff small.json large.json --min-coverage 99
     """
     report_a, report_b = _load_report(a, chip), _load_report(b, chip)
     with _input_errors():
@@ -50,6 +55,14 @@ def diff_command(a, b, chip, fail_on_regression, fmt, top):
         click.echo(diff.ops.to_csv(index=False), nl=False)
     else:
         click.echo(diff_text(diff, top))
+    failed = []
+    if min_coverage is not None:
+        violations = coverage_violations(report_a, min_coverage, "A")
+        violations += coverage_violations(report_b, min_coverage, "B")
+        if violations:
+            if fmt == "table":
+                click.echo("\n" + violation_table(violations))
+            failed.append(f"coverage below {min_coverage:g}%")
     if fail_on_regression is not None:
         _, report_b, _ = judged_alike(report_a, report_b)
         rules = Rules(max_regression=fail_on_regression, baseline=str(a))
@@ -57,6 +70,7 @@ def diff_command(a, b, chip, fail_on_regression, fmt, top):
         if not result.passed:
             if fmt == "table":
                 click.echo("\n" + result.table())
-            click.echo(f"failed: predicted step regressed more than {fail_on_regression:g}%",
-                       err=fmt != "table")  # fmt: skip
-            raise SystemExit(1)
+            failed.append(f"predicted step regressed more than {fail_on_regression:g}%")
+    if failed:
+        click.echo(f"failed: {'; '.join(failed)}", err=fmt != "table")
+        raise SystemExit(1)

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from hlo_roofline.cli._common import CONTEXT, _image, _load_report, _note, chip_option
+from hlo_roofline.cli._common import (
+    CONTEXT,
+    _image,
+    _load_report,
+    _note,
+    _output_errors,
+    chip_option,
+)
 
 
 @click.command("plot", context_settings=CONTEXT, short_help="Draw a report's roofline chart.")
@@ -26,4 +33,6 @@ def plot_command(report_path, output, chip, title):
     report = _load_report(report_path, chip)
     if report.chip is None:
         raise click.UsageError("REPORT is not judged against a chip: pass --chip")
-    _note(f"wrote {report.plot(output, title)}")
+    with _output_errors(output):
+        chart = report.plot(output, title)
+    _note(f"wrote {chart}")

@@ -21,7 +21,7 @@ def step_time(item: tuple[str, Report]) -> float:
 
 
 def _percent(x: float | None) -> str:
-    return "—" if x is None else f"{x:.1%}"
+    return "—" if x is None or x != x else f"{x:.1%}"
 
 
 def _rows(x: float) -> str:
@@ -44,9 +44,9 @@ def modules_table(reports: dict[str, Report]) -> str:
                 "step ≥": format_seconds(s["step_time_lower_s"]) if r.chip else "—",
                 "MFU ≤": _percent(s.get("mfu_upper_bound")) if r.chip else "—",
                 "memory": _percent(s["time_share"]["memory"]) if r.chip else "—",
-                "FLOPs": f"{s.get('flops', 0):.3g}",
-                "bytes": f"{s.get('bytes_accessed', 0):.3g}",
-                "coverage": _percent(s.get("coverage", 1.0)),
+                "FLOPs": _count(s, "flops", 3),
+                "bytes": _count(s, "bytes_accessed", 3),
+                "coverage": _percent(s.get("coverage")),
             }
         )
     return format_table(rows, right=("ops", "step ≥", "MFU ≤", "memory", "FLOPs", "bytes"))
@@ -163,10 +163,21 @@ def _measured_cells(op) -> dict[str, str]:
     return cells
 
 
+def _count(s: dict, key: str, digits: int = 4) -> str:
+    """A summary figure, or "unknown" where the report does not know it (a refused program)."""
+    value = s.get(key)
+    return "unknown" if value is None or value != value else f"{value:.{digits}g}"
+
+
 def summary_text(report: Report) -> str:
     """Step time bounds, MFU bound, time per bound, coverage and what was compiled for what."""
     s = report.summary
-    lines = [f"module: {report.module}  ({len(report.ops)} ops, cost model {s.get('cost_model')})"]
+    refused = (s.get("memory") or {}).get("source") == "compiler error"
+    if refused and report.ops.empty:
+        ops = "ops unknown: the compiler refused the program"
+    else:
+        ops = f"{len(report.ops)} ops"
+    lines = [f"module: {report.module}  ({ops}, cost model {s.get('cost_model')})"]
     if s.get("compiled_for"):
         lines.append(f"compiled for: {s['compiled_for']}")
     if s.get("ops_before_optimization"):
@@ -174,7 +185,12 @@ def summary_text(report: Report) -> str:
             "ops: the program before optimization (the compiler refused it): FLOPs are right, "
             "bytes and times are upper bounds (nothing fused)"
         )
-    if report.chip:
+    if report.chip and refused and report.ops.empty:
+        lines += [
+            f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
+            "step time: unknown (the compiler refused the program: no ops to time)",
+        ]
+    elif report.chip:
         lines += [
             f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
             f"step time: ≥ {format_seconds(s['step_time_lower_s'])} (perfect overlap), "
@@ -205,13 +221,31 @@ def summary_text(report: Report) -> str:
             found = report.ops.loc[problems != "", ["name", "measurement_problem"]]
             lines.append(f"* {len(found)} op(s) measured faster than their roof allows:")
             lines += [f"  {name}: {why}" for name, why in found.head(5).itertuples(index=False)]
-    lines.append(f"FLOPs: {s.get('flops', 0):.4g}  bytes: {s.get('bytes_accessed', 0):.4g}")
+    if refused and s.get("flops") is None:
+        lines.append(
+            "FLOPs, bytes: unknown per device (the program was refused before partitioning: its "
+            "lowered text has global shapes)"
+        )
+    else:
+        lines.append(
+            f"FLOPs per device: {_count(s, 'flops')}  bytes: {_count(s, 'bytes_accessed')}"
+        )
     lines += memory.describe(s)
-    coverage = f"coverage: {_percent(s.get('coverage', 1.0))} of ops priced"
-    if s.get("unknown_ops"):
-        coverage += f" (unknown: {', '.join(map(str, s['unknown_ops'][:5]))})"
-    lines.append(coverage)
+    lines.append(_coverage_line(s, "coverage"))
     return "\n".join(lines)
+
+
+def _coverage_line(s: dict, label: str) -> str:
+    """Coverage and the names of the unpriced ops (the first five), or that it is unknown."""
+    coverage = s.get("coverage")
+    if coverage is None or coverage != coverage:
+        return f"{label}: unknown"
+    line = f"{label}: {_percent(coverage)} of ops priced"
+    if s.get("unknown_ops"):
+        unknown = s["unknown_ops"]
+        more = f", +{len(unknown) - 5} more" if len(unknown) > 5 else ""
+        line += f" ({len(unknown)} unknown: {', '.join(map(str, unknown[:5]))}{more})"
+    return line
 
 
 def _scheduled_lines(s: dict) -> list[str]:
@@ -258,6 +292,13 @@ def diff_text(diff: Diff, top: int) -> str:
         f"flipped bound: {len(diff.flipped)}  added: {len(diff.added)}  "
         f"removed: {len(diff.removed)}  changed: {int((diff.ops['change'] == 'changed').sum())}",
     ]
+    for side, coverage, unknown in (
+        ("A", diff.coverage_a, diff.unknown_a), ("B", diff.coverage_b, diff.unknown_b)
+    ):  # fmt: skip
+        if unknown or coverage != 1.0:  # an unpriced op on either side is said
+            lines.append(
+                _coverage_line({"coverage": coverage, "unknown_ops": unknown}, f"coverage {side}")
+            )
     if diff.hbm_change is not None:
         lines.append(
             f"HBM per device: {diff.hbm_a / 1e9:.3g} GB → {diff.hbm_b / 1e9:.3g} GB "

@@ -8,6 +8,7 @@ the rule registered for its opcode.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -53,6 +54,16 @@ _NO_VECTOR_LOOP = BOOKKEEPING | _CONTAINERS | {
     "outfeed", "async-start", "async-update", "async-done", "opt-barrier", "partition-id",
     "replica-id",
 }  # fmt: skip
+_ASYNC_HALVES = ("-start", "-update", "-done")
+
+
+def _no_vector_loop(opcode: str) -> bool:
+    """No loop of this op's runs on the TensorCore's vector unit: bookkeeping, DMA, control, or
+    an async half (``custom-call-start`` of a SparseCore offload, ``call-done``, ...), whose work
+    is its called program's, priced where that runs."""
+    return opcode in _NO_VECTOR_LOOP or opcode.endswith(_ASYNC_HALVES)
+
+
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = schema.names("cost", "float")
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
@@ -202,9 +213,15 @@ def _first_matmul(comp: Computation) -> Instruction | None:
 
 
 def rows(
-    module: Module, ops: list[PricedOp], pad_to_tiles: bool = False
+    module: Module,
+    ops: list[PricedOp],
+    pad_to_tiles: bool = False,
+    user_packages: Sequence[str] = (),
 ) -> dict[str, list | np.ndarray]:
     """Report columns: identity, metadata and per-step totals (cost × count).
+
+    ``user_packages`` (names or directories) are the user's code in ``user_source`` and
+    ``layer_caller`` even where installed (see :func:`attrs.is_library`).
 
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
     of those is decoded once (the dicts below) rather than once per row. Each row is built as one
@@ -213,9 +230,11 @@ def rows(
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
-    # metadata text -> (op_name, source, user_source, call_stack)
-    metadata: dict[str, tuple[str, str, str, str]] = {}
-    stacks: dict[tuple[str, int, int], tuple[str, str, str]] = {}  # see _attribution
+    # metadata text -> (op_name, source, user_source, call_stack, layer_caller)
+    metadata: dict[str, tuple[str, str, str, str, str]] = {}
+    stacks: dict[tuple[str, int, int], tuple[str, str, str, str]] = {}  # see _attribution
+    callers: dict[tuple[str, int, int, str], str] = {}  # see _attribution
+    user_packages = tuple(user_packages)
     # attribute text -> (metadata, kind, backend_config): many rows share one text (a TPU module
     # of 17k instructions has 750 distinct ones), so each is split once
     attributes_read: dict[str, tuple[str, str, str]] = {}
@@ -252,7 +271,7 @@ def rows(
         meta = metadata.get(meta_text)
         if meta is None:
             meta = metadata[meta_text] = _attribution(
-                attrs.parse_metadata(meta_text), module, stacks
+                attrs.parse_metadata(meta_text), module, stacks, callers, user_packages
             )
         kind = fused = precision = ""
         dtype = described[1]
@@ -315,9 +334,9 @@ def rows(
             collective,
             _group_size(found, module) if found is not None else 0, group, waits_for,
             batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
-            prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3],
+            prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3], meta[4],
             _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused) * count
-            if found is None and code not in _NO_VECTOR_LOOP else 0.0,
+            if found is None and not _no_vector_loop(code) else 0.0,
             _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
         ))  # fmt: skip
         if len(table) == _ROWS_PER_CHUNK:
@@ -330,26 +349,43 @@ def rows(
 
 
 def _attribution(
-    meta: Metadata, module: Module, stacks: dict[tuple[str, int, int], tuple[str, str, str]]
-) -> tuple[str, str, str, str]:
-    """(op_name, source, user_source, call_stack) of decoded metadata.
+    meta: Metadata,
+    module: Module,
+    stacks: dict[tuple[str, int, int], tuple[str, str, str, str]],
+    callers: dict[tuple[str, int, int, str], str],
+    user_packages: tuple[str, ...] = (),
+) -> tuple[str, str, str, str, str]:
+    """(op_name, source, user_source, call_stack, layer_caller) of decoded metadata.
 
     ``source`` is the innermost frame (often inside a framework: ``flax/nnx/nn/linear.py``);
     ``user_source`` the innermost frame of the user's own code; ``call_stack`` every frame, innermost
-    first, one ``file:line (function)`` a line. The last three depend only on the op's source line
-    and stack frame, which many ops with different names share: ``stacks`` keeps them by those.
+    first, one ``file:line (function)`` a line; ``layer_caller`` the line that called a generic
+    layer (:func:`attrs.layer_caller`). Most depend only on the op's source line and stack frame,
+    which many ops with different names share: ``stacks`` keeps them by those; ``callers`` keeps
+    the ``layer_caller`` of ops inside a layer by those and the op's name.
     """
     where = (meta.source_file, meta.source_line, meta.stack_frame_id)
     found = stacks.get(where)
     if found is None:
         frames = attrs.frames_of(meta, module)
-        user = attrs.user_frame(frames)
+        user = attrs.user_frame(frames, user_packages=user_packages)
+        in_layer = any(f.file and attrs.LAYER_MODULES.search(f.file) for f in frames)
         found = stacks[where] = (
             attrs.metadata_source(meta, module),
             attrs.frame_text(user) if user else "",
             "\n".join(map(attrs.frame_text, frames)),
+            "" if in_layer else attrs.frame_text(user) if user else "",
         )
-    return (meta.op_name, *found)
+    caller = found[3]
+    if not caller and found[1]:  # inside a layer: its caller and its scope, by op name too
+        key = (*where, meta.op_name)
+        caller = callers.get(key)
+        if caller is None:
+            frames = attrs.frames_of(meta, module)
+            caller = callers[key] = attrs.layer_caller(
+                frames, meta.op_name, user_packages=user_packages
+            )
+    return (meta.op_name, found[0], found[1], found[2], caller)
 
 
 def _in_vmem(shape) -> bool:

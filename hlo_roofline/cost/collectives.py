@@ -57,6 +57,7 @@ def all_reduce(instr: Instruction, ctx: CostContext) -> Cost:
 
 
 _PASS_THROUGH = ("get-tuple-element", "bitcast", "reshape", "copy")  # a result read as it is
+_SCATTER_SEARCH_LIMIT = 64  # values followed from an all-reduce to the slices that read it
 
 
 def scatters(all_reduce: Instruction, n: int) -> bool:
@@ -92,9 +93,6 @@ def scatters(all_reduce: Instruction, n: int) -> bool:
             else:
                 return False
     return sliced and not frontier
-
-
-_SCATTER_SEARCH_LIMIT = 64
 
 
 def kind(collective: Instruction, module: Module) -> str:

@@ -170,8 +170,14 @@ def wrapped_op(instr: Instruction) -> Instruction:
 
 
 def async_start(instr: Instruction, ctx: CostContext) -> Cost:
-    """An async wrapper costs what it wraps: a called computation, or the sugared op."""
+    """An async wrapper costs what it wraps: a called computation, or the sugared op.
+
+    XLA:TPU's SparseCore offloads (an embedding gather or scatter run on the SparseCore) are a
+    ``custom-call-start`` with no operands (they arrive through its ``custom-call-update``s) whose
+    ``called_computations`` hold the program: it costs what that program runs."""
     if instr.opcode == "async-start" or "calls" in instr.attrs:
+        return ctx.computation(instr.called[0])
+    if instr.opcode == "custom-call-start" and instr.called:
         return ctx.computation(instr.called[0])
     return ctx.cost(wrapped_op(instr))
 

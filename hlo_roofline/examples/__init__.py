@@ -108,8 +108,8 @@ def analyze_example(
 ):
     """The :class:`~hlo_roofline.Report` of an example compiled compile-only for ``target``.
 
-    ``hlo_roofline.analyze(step, *args, target=target, **jit_kwargs)``, traced on a fresh thread
-    so that the demo and the tests, whoever calls, share cache entries. With ``cache_dir`` the
+    ``hlo_roofline.analyze(step, *args, target=target, **jit_kwargs)``; the demo and the tests,
+    whoever calls, share cache entries (the HLO records no caller's frames). With ``cache_dir`` the
     optimized HLO is kept on disk (:mod:`hlo_roofline.cache`), so a second run — ``make demo``
     again, or another test worker — does not pay for the compile again.
     """
@@ -123,6 +123,5 @@ def analyze_example(
         target=target,
         cost_model=cost_model,
         cache=cache_dir if cache_dir is not None else False,
-        isolate_trace=True,
         **jit_kwargs,
     )

@@ -355,14 +355,20 @@ def _library_dirs(entry: str) -> tuple[str, ...]:
     return tuple(os.path.join(d, "") for d in spec.submodule_search_locations)
 
 
-def is_library(path: str, libraries: Sequence[str] = LIBRARIES) -> bool:
+def is_library(
+    path: str, libraries: Sequence[str] = LIBRARIES, user_packages: Sequence[str] = ()
+) -> bool:
     """Whether a frame's file is library code rather than the user's: a file or directory given
     in ``libraries``, an installed package, the standard library, or a package named in
-    ``libraries`` (where it is installed here)."""
+    ``libraries`` (where it is installed here) — unless it is inside one of ``user_packages``
+    (package names or directories): the user's own code even when installed (MaxText in
+    site-packages, driven by a script)."""
 
     def inside(entries) -> bool:
         return any(path.startswith(d) for entry in entries for d in _library_dirs(entry))
 
+    if user_packages and inside(user_packages):
+        return False
     if inside(e for e in libraries if _is_path(e)):
         return True
     if _EXAMPLES.search(path):
@@ -373,10 +379,57 @@ def is_library(path: str, libraries: Sequence[str] = LIBRARIES) -> bool:
 
 
 def user_frame(
-    frames: Sequence[StackFrame], libraries: Sequence[str] = LIBRARIES
+    frames: Sequence[StackFrame],
+    libraries: Sequence[str] = LIBRARIES,
+    user_packages: Sequence[str] = (),
 ) -> StackFrame | None:
     """The innermost frame that is the user's own code (None when every frame is a library's)."""
-    return next((f for f in frames if f.file and not is_library(f.file, libraries)), None)
+    return next(
+        (f for f in frames if f.file and not is_library(f.file, libraries, user_packages)), None
+    )
+
+
+# Modules of generic layers (a dense / linear projection) that every projection of a model calls:
+# the line inside them says nothing about which projection an op belongs to, the line that calls
+# them does (``q = self.query(x)``). Matched against a frame's file, installed or not.
+LAYER_MODULES = re.compile(
+    r"[/\\](?:flax[/\\]linen[/\\]linear|flax[/\\]nnx[/\\]nn[/\\]linear"
+    r"|equinox[/\\]nn[/\\]_linear|haiku[/\\]_src[/\\]basic"
+    r"|(?i:maxtext)[/\\]layers[/\\]linears|praxis[/\\]layers[/\\]linears)\.py$"
+)
+_TRANSFORM = re.compile(r"^\w+\(.*\)$")  # jit(f), jvp(Model), transpose(jvp(Model))
+
+
+def layer_caller(
+    frames: Sequence[StackFrame],
+    op_name: str,
+    libraries: Sequence[str] = LIBRARIES,
+    user_packages: Sequence[str] = (),
+) -> str:
+    """Where the user's code called the generic layer an op comes from: the innermost user frame
+    outside :data:`LAYER_MODULES`, and, for an op made inside such a layer, the layer's name
+    scope in brackets (``attention.py:212 (__call__) [query]``: Flax and MaxText name each
+    projection). For any other op it is its ``user_source``. '' when no frame is the user's."""
+    in_layer = False
+    for frame in frames:
+        if not frame.file:
+            continue
+        if LAYER_MODULES.search(frame.file):
+            in_layer = True
+            continue
+        if is_library(frame.file, libraries, user_packages):
+            continue
+        scope = _layer_scope(op_name) if in_layer else ""
+        return f"{frame_text(frame)} [{scope}]" if scope else frame_text(frame)
+    return ""
+
+
+def _layer_scope(op_name: str) -> str:
+    """The innermost name scope of an op (``.../attn/query/dot_general`` → ``query``); '' when the
+    op has none besides JAX's transforms."""
+    parts = op_name.split("/")[:-1]  # the last part is the primitive
+    scope = parts[-1] if parts else ""
+    return "" if not scope or _TRANSFORM.match(scope) else scope
 
 
 def fusion_kind(instr: Instruction) -> str:

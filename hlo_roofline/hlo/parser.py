@@ -102,7 +102,7 @@ _TILES = re.compile(r"T((?:\([\d,]*\))+)")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _CALLED_ATTRS = (
     "calls", "to_apply", "body", "condition", "select", "scatter",
-    "true_computation", "false_computation", "branch_computations",
+    "true_computation", "false_computation", "branch_computations", "called_computations",
 )  # fmt: skip
 # Attributes an opcode cannot do without: XLA's parser rejects the op when they are missing.
 _REQUIRED_CALLEES = {
