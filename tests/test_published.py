@@ -59,10 +59,10 @@ REST_GAPS: dict[str, str] = {
 }
 # Pairs whose predicted loss from one slice to two exceeds the published loss.
 TREND_GAPS: dict[str, str] = {
-    # libtpu 0.0.52 compiles the two-slice step's FSDP weight all-gathers as synchronous
-    # all-reduces (3.2e11 B per step against 1.1e11 B of async all-gathers on one slice), each
-    # exposed: +0.97 s. The published run (an older libtpu) lost 2.6%; this program would lose 4.7%.
-    "v4_22b_x2": "two-slice FSDP gathers compiled as synchronous all-reduces",
+    # libtpu 0.0.52 compiles the two-slice step with synchronous all-reduces of 3.2e11 B per step
+    # (one slice: 1.1e11 B of them beside 1.1e11 B of async all-gathers), all exposed: +0.97 s.
+    # The published run (an older libtpu) lost 2.6%; this program would lose 4.7%.
+    "v4_22b_x2": "two-slice step compiled with synchronous all-reduces, all exposed",
 }
 # measured ÷ predicted (of the program without attention) where it is checked: what the model
 # reaches (0.73-0.92). The floor is what a real step loses against the roofline at most (kernels
