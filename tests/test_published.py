@@ -169,3 +169,12 @@ def test_maxtext_flops_are_the_programs(name):
     hlo = 2 * float(sizes[matmul].sum())
     weights = predict_module.record(name)["tflops_training_per_device"]["learnable_weight"] * 1e12
     assert 0.999 * weights <= hlo <= weights * 8 / 6, f"{name}: HLO {hlo:.4g} vs {weights:.4g}"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if predict_module.record(n)["published"]["mfu"]])
+def test_published_mfu_uses_the_chips_peak(name):
+    """MaxText's MFU is its TFLOP/s ÷ the chip's bf16 peak: the same peak as the chip database's,
+    so predicted and published MFU are on one scale."""
+    p = _predicted(name)
+    mfu = p["published_tflops"] / (p["predicted_tflops"] / p["predicted_mfu"])
+    assert mfu == pytest.approx(p["published_mfu"], abs=0.005)
