@@ -6,7 +6,9 @@ Walking that order, each op occupies the compute stream for its roofline time, e
 - an async start (``all-gather-start``, ``async-start``, ``copy-start``, a TPU async-collective start
   fusion, ``send``/``recv``) hands its transfer to an engine — the interconnect for collectives, a
   DMA engine for copies — which runs it beside the ops scheduled before its done, one transfer at a
-  time per engine;
+  time per engine. Where ``links`` says which links a collective uses (on a TPU torus, its device
+  group: collectives over different mesh axes use different links), each set of links is an engine
+  of its own, so an FSDP all-gather does not wait behind a tensor-axis permute;
 - its done waits until the transfer has finished: the wait is the collective's *exposed* time;
 - a synchronous collective waits for the interconnect and blocks the stream for its whole time.
 
@@ -39,11 +41,13 @@ def walk(
     waits_for: np.ndarray,
     collective: np.ndarray,
     durations: np.ndarray,
+    links: np.ndarray | None = None,
 ) -> Scheduled:
     """Walk rows in schedule order: ``names``, ``opcodes``, the start each row ``waits_for`` (done
     rows), whether a row is a ``collective``, and its ``durations`` (seconds, per step). A start is
     an op some done waits for, or any ``*-start``, ``send`` or ``recv`` (its done may be in the
-    next loop iteration).
+    next loop iteration). ``links`` (optional): per row, the links a collective's transfer uses;
+    collectives with different links run side by side (None: one interconnect for all).
 
     ``least_s`` is the step with perfect overlap between ops too: the largest of the compute
     stream's work (every row but the starts) and each engine's (its transfers, and on the
@@ -65,14 +69,19 @@ def walk(
     elapsed = np.concatenate([[0.0], np.cumsum(between)])  # stream time of the rows before each
     clock = 0.0
     last = 0
-    free = {COLLECTIVE_ENGINE: 0.0, COPY_ENGINE: 0.0}
+    engines = (
+        np.where(collective, COLLECTIVE_ENGINE, COPY_ENGINE).astype(object)
+        if links is None
+        else np.where(collective, [f"{COLLECTIVE_ENGINE}:{k}" for k in links], COPY_ENGINE)
+    )
+    free: dict[str, float] = {}
     in_flight: dict[str, tuple[float, int]] = {}  # start name -> (end of its transfer, its row)
     for i in events:
         clock += elapsed[i] - elapsed[last]
         last = i + 1
         if is_start[i]:
-            engine = COLLECTIVE_ENGINE if collective[i] else COPY_ENGINE
-            end = max(clock, free[engine]) + durations[i]
+            engine = engines[i]
+            end = max(clock, free.get(engine, 0.0)) + durations[i]
             free[engine] = end
             in_flight[names[i]] = (end, i)
         elif is_done[i]:
@@ -81,9 +90,9 @@ def walk(
                 exposed[start] += end - clock
                 clock = end
             clock += durations[i]
-        else:  # a synchronous collective: the interconnect first finishes what it is doing
-            end = max(clock, free[COLLECTIVE_ENGINE]) + durations[i]
-            free[COLLECTIVE_ENGINE] = end
+        else:  # a synchronous collective: its links first finish what they are doing
+            end = max(clock, free.get(engines[i], 0.0)) + durations[i]
+            free[engines[i]] = end
             exposed[i] += end - clock
             clock = end
     clock += elapsed[n] - elapsed[last]
@@ -92,9 +101,11 @@ def walk(
             exposed[start] += end - clock
             clock = end
     on_stream = float(durations[~is_start].sum())
-    on_links = float(durations[collective & (is_start | is_sync)].sum())
-    on_dma = float(durations[is_start & ~collective].sum())
-    return Scheduled(float(clock), exposed, max(on_stream, on_links, on_dma))
+    transfers = collective & (is_start | is_sync) | (is_start & ~collective)
+    per_engine: dict[str, float] = {}
+    for engine, seconds in zip(engines[transfers], durations[transfers], strict=True):
+        per_engine[engine] = per_engine.get(engine, 0.0) + float(seconds)
+    return Scheduled(float(clock), exposed, max([on_stream, *per_engine.values()]))
 
 
 def launches(opcode: str) -> bool:

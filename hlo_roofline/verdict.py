@@ -547,8 +547,18 @@ def classify(
     step = float(t_roofline.sum())
     is_collective = ops["collective"].to_numpy() != ""
     waits_for = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
+    # On a TPU torus a collective's device group names the links it uses (another mesh axis is
+    # another ring of links); a GPU's collectives share its NVLink and network ports.
+    links = (
+        ops["replica_group"].to_numpy() if chip.kind == "tpu" and "replica_group" in ops else None
+    )
     scheduled = schedule.walk(
-        ops["name"].to_numpy(), ops["opcode"].to_numpy(), waits_for, is_collective, t_roofline
+        ops["name"].to_numpy(),
+        ops["opcode"].to_numpy(),
+        waits_for,
+        is_collective,
+        t_roofline,
+        links,
     )
     with np.errstate(divide="ignore", invalid="ignore"):  # seconds per byte this op moves
         per_byte = np.where(data > 0, t_memory / data, 1 / hbm)
@@ -609,7 +619,9 @@ def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
     count = ops["count"].to_numpy(dtype=float)
     short = ops["lower_bound"].to_numpy(dtype=bool)
     found = {p for p in set(loop) if p}
-    paths = sorted({"/".join(p.split("/")[: i + 1]) for p in found for i in range(p.count("/") + 1)})
+    paths = sorted(
+        {"/".join(p.split("/")[: i + 1]) for p in found for i in range(p.count("/") + 1)}
+    )
     timed = "t_roofline_s" in ops
     step = float(ops["t_roofline_s"].sum()) if timed else 0.0
 
