@@ -20,6 +20,7 @@ import hlo_roofline._jax_env  # noqa: F401  # isort: skip
 if TYPE_CHECKING:
     from hlo_roofline import chips
     from hlo_roofline.api import analyze, analyze_dump, analyze_hlo, roofline
+    from hlo_roofline.explorer import explore
     from hlo_roofline.hlo import HloParseError
     from hlo_roofline.measured import measure, read_trace
     from hlo_roofline.report import Report, ReportError
@@ -33,6 +34,7 @@ _EXPORTS = {
     "analyze_dump": "hlo_roofline.api",
     "analyze_hlo": "hlo_roofline.api",
     "chips": "hlo_roofline.chips",
+    "explore": "hlo_roofline.explorer",
     "measure": "hlo_roofline.measured",
     "read_trace": "hlo_roofline.measured",
     "roofline": "hlo_roofline.api",
@@ -46,6 +48,7 @@ __all__ = [  # the names of _EXPORTS, spelled out for readers and type checkers
     "analyze_dump",
     "analyze_hlo",
     "chips",
+    "explore",
     "measure",
     "read_trace",
     "roofline",

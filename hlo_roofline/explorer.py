@@ -16,6 +16,7 @@ path, or receive it pickled by value with cloudpickle (closures, ``__main__``).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib
 import importlib.util
 import itertools
@@ -216,10 +217,8 @@ def _reference(make_step) -> tuple:
     if "<" not in qualname and module is not None and module.__name__ != "__main__":
         file = getattr(module, "__file__", None)
         spec = None
-        try:
+        with contextlib.suppress(ImportError, ValueError):
             spec = importlib.util.find_spec(module.__name__)
-        except (ImportError, ValueError):
-            pass
         if spec is not None and spec.origin and file and Path(spec.origin) == Path(file):
             return ("module", module.__name__, qualname)
         if file:
