@@ -355,6 +355,7 @@ def row(candidate: Candidate, result: dict, report, constants: BookConstants, **
     """One candidate's row: axis sizes, knobs, the times, the fit, and why (see ``why``)."""
     sizes, knobs = dict(candidate.sizes), dict(candidate.knobs)
     out: dict[str, Any] = {"candidate": candidate.label, **sizes, **knobs}
+    out.update({f"n_axes_{axis}": n for axis, n in candidate.n_axes})
     tokens = _given(given.get("tokens_per_step"), knobs)
     model_flops = _given(given.get("model_flops"), knobs)
     hidden = _given(given.get("hidden"), knobs)
@@ -392,7 +393,7 @@ def row(candidate: Candidate, result: dict, report, constants: BookConstants, **
         tokens_per_s_per_chip=(tokens / step / devices) if tokens and step else math.nan,
         hbm_per_device=fit.get("need_bytes", mem.get("need_bytes")),
         fit=fit.get("verdict", "unknown"),
-        bound=_bound(compute, memory_t, comm),
+        bound=_bound(compute, memory_t, comm) if len(ops) else "unknown",
     )
     if fit.get("verdict") == "does not fit":
         out["status"] = STATUS_NO_FIT
@@ -428,7 +429,12 @@ def why(out: dict, candidate: Candidate, k: BookConstants, tokens, hidden) -> st
             else "does not fit"
         )
     share = out.get("exposed_comm_share") or 0.0
-    parts.append(f"compiled: {out['bound']}-bound, {share:.0%} of the step exposed communication")
+    if out["bound"] == "unknown":  # the compiler refused it: no optimized program to judge
+        parts.append("compiled: refused by the compiler, no program to time")
+    else:
+        parts.append(
+            f"compiled: {out['bound']}-bound, {share:.0%} of the step exposed communication"
+        )
     if k.ratio is None:
         return "; ".join(parts)
     r = k.ratio

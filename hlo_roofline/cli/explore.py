@@ -38,7 +38,7 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
     rows = []
     knob_columns = [
         c for c in exploration.table.columns
-        if c not in exploration.axes and c not in _KNOWN
+        if c not in exploration.axes and c not in _KNOWN and not c.startswith("n_axes_")
     ]  # fmt: skip
     for _, r in exploration.table.iterrows():
         ok = r.get("step_s") is not None and r.get("step_s") == r.get("step_s")
