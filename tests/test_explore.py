@@ -159,6 +159,16 @@ def test_dask_local_cluster_gives_the_same_table(pool_run, tmp_path):
             make, TARGET, axes=AXES, knobs=KNOBS, executor=client, cache=tmp_path,
             tokens_per_step=64, progress=False,
         )  # fmt: skip
+        csv = tmp_path / "cli.csv"  # the CLI on the same cluster: --scheduler ADDRESS
+        cli_run = CliRunner().invoke(
+            cli.main,
+            ["explore", f"{MLP}:tiny", "--target", TARGET, "--axes", "data,tensor",
+             "--knob", "batch=64", "--scheduler", cluster.scheduler_address, "--csv", str(csv)],
+        )  # fmt: skip
+    assert cli_run.exit_code == 0, cli_run.output
+    by_cli = pd.read_csv(csv)
+    assert list(by_cli["candidate"]) == list(first.table["candidate"])
+    assert by_cli["step_s"].tolist() == pytest.approx(first.table["step_s"].tolist())
     assert list(result.table["candidate"]) == list(first.table["candidate"])
     for column in NUMBERS:
         assert result.table[column].tolist() == pytest.approx(first.table[column].tolist())
