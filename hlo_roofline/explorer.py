@@ -27,7 +27,6 @@ import pickle
 import re
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ __all__ = [
     "factorizations",
 ]
 
+STATUS_OK, STATUS_NO_FIT, STATUS_ERROR = "ok", "does not fit", "compile error"
 BATCH_AXES = ("data", "fsdp")  # axes that split the batch (the book's X)
 MODEL_AXES = ("tensor", "model")  # axes that split the model's hidden dimension (the book's Y)
 
@@ -289,14 +289,13 @@ def _evaluate(job: dict) -> dict:
         )
     except Exception as exc:
         return {
-            "status": "compile error",
+            "status": STATUS_ERROR,
             "error": f"{type(exc).__name__}: {_one_line(exc)}",
-            "traceback": traceback.format_exc(limit=-4),
             "compile_s": time.perf_counter() - start,
             "report": None,
         }
     return {
-        "status": "ok",
+        "status": STATUS_OK,
         "error": "",
         "compile_s": time.perf_counter() - start,
         "report": report.to_dict(),
@@ -346,9 +345,6 @@ class Exploration:
         if path is not None:
             Path(path).write_text(text)
         return text
-
-
-STATUS_OK, STATUS_NO_FIT, STATUS_ERROR = "ok", "does not fit", "compile error"
 
 
 def row(candidate: Candidate, result: dict, report, constants: BookConstants, **given) -> dict:

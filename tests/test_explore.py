@@ -151,7 +151,8 @@ def test_dask_local_cluster_gives_the_same_table(pool_run, tmp_path):
     assert explorer._reference(make)[0] == "pickle"
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+            env={"HLO_ROOFLINE_CACHE_DIR": str(tmp_path)},  # the CLI's run below: no recompile
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
@@ -232,3 +233,23 @@ def test_cli_bad_input_is_one_line_exit_2(args, message):
     result = CliRunner().invoke(cli.main, ["explore", *args])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and message in result.output
+
+
+def test_why_states_the_books_thresholds():
+    """The rules in ``why``, with v5p's C/W_ici = 2,550: T1 per batch axis span, T2 on the model
+    axis (n_axes·F/2550), T3 for FSDP×TP (2·2550²/F)."""
+    k = explorer.book_constants("v5p")
+    c = explorer.Candidate(
+        (("data", 1), ("fsdp", 4), ("tensor", 16)),
+        (),
+        (("data", 0), ("fsdp", 1), ("tensor", 2)),
+    )
+    row = {"status": "ok", "bound": "communication", "exposed_comm_share": 0.25}
+    text = explorer.why(row, c, k, tokens=4 * 16 * 100, hidden=8192)
+    threshold = 2 * 8192 / k.ratio  # 6.43: a tensor axis of 16 over two torus axes is past it
+    assert f"= {threshold:.3g} ⇒ communication-bound on the model axis" in text
+    assert "tensor axis 16 >" in text
+    assert f"B/X = 1,600 tokens ≤ C/(W_ici·1) = {k.ratio:,.0f}" in text  # 6,400 tokens / fsdp 4
+    assert f"2·(C/W_ici)²/F = {2 * k.ratio**2 / 8192:,.0f}" in text
+    big = explorer.why(row, c, k, tokens=4 * 16 * 10_000, hidden=8192)
+    assert "⇒ compute-bound over fsdp" in big and "⇒ compute-bound (FSDP×TP)" in big
