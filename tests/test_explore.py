@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES
 
 from hlo_roofline import cli, explorer
+from hlo_roofline.cli import explore as cli_explore
 
 MLP = FIXTURES / "explore" / "mlp.py"
 TARGET = "v5e:2x2"
@@ -191,6 +192,8 @@ def test_a_failing_candidate_is_a_row_not_an_exception():
     assert pd.isna(bad["rank"])
     assert result.reports[bad["candidate"]] is None
     assert (result.table["status"] == "ok").sum() == 2
+    text = cli_explore.table_text(result)  # the CLI prints it: dashes where nothing is known
+    assert "compile error" in text and "RuntimeError: no layout for tensor=4" in text
 
 
 def test_progress_bar_and_eta():

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from hlo_roofline import explorer, targets
 from hlo_roofline.cli._common import CONTEXT, InputError, _one_line, no_cache_option
@@ -41,15 +42,16 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
         if c not in exploration.axes and c not in _KNOWN and not c.startswith("n_axes_")
     ]  # fmt: skip
     for _, r in exploration.table.iterrows():
-        ok = r.get("step_s") is not None and r.get("step_s") == r.get("step_s")
-        row = {"rank": "" if r["rank"] is None or r["rank"] != r["rank"] else str(r["rank"])}
+        ok = _known(r.get("step_s"))
+        row = {"rank": str(r["rank"]) if _known(r["rank"]) else ""}
         row.update({a: str(r[a]) for a in exploration.axes})
         row.update({k: str(r[k]) for k in knob_columns})
         row["step"] = format_seconds(r["step_s"]) if ok else "—"
         tps = r.get("tokens_per_s_per_chip")
-        row["tok/s/chip"] = f"{tps:,.0f}" if tps is not None and math.isfinite(tps) else "—"
+        row["tok/s/chip"] = f"{tps:,.0f}" if _known(tps) and math.isfinite(tps) else "—"
         row["exposed"] = f"{r['exposed_comm_share']:.0%}" if ok else "—"
-        row["HBM/dev"] = f"{r['hbm_per_device'] / 1e9:.3g} GB" if ok and r["hbm_per_device"] else "—"
+        hbm = r.get("hbm_per_device")
+        row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
         row["status"] = r["status"]
         rows.append(row)
     right = {"rank", "step", "tok/s/chip", "exposed", "HBM/dev", *exploration.axes}
@@ -68,6 +70,11 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
             for sizes, why in exploration.pruned[:3]
         ))  # fmt: skip
     return "\n".join(lines)
+
+
+def _known(value) -> bool:
+    """Not missing (None, NaN or pandas' NA, as a row of a failed candidate holds)."""
+    return value is not None and not pd.isna(value)
 
 
 _KNOWN = {
