@@ -173,7 +173,8 @@ def candidates(
             try:
                 mesh = targets.make_mesh(target, shape, tuple(axes))
             except Exception as exc:  # the topology cannot hold this mesh
-                reason = f"does not map onto {target}: {_one_line(exc)}"
+                first = _one_line(exc).split(". ")[0]  # libtpu's message goes on with advice
+                reason = f"does not map onto {target}: {first}"
         if reason is not None:
             pruned.append((sizes, reason))
             continue
