@@ -3,7 +3,8 @@
 ``analyze(fn, *args, chip=...)`` compiles a JAX step (locally or compile-only for a TPU/GPU target)
 and returns a :class:`Report`; ``analyze_hlo(text_or_path)`` does the same from HLO text;
 ``roofline(...)`` wraps a training step so its first call writes the report; ``measure(fn, *args)``
-runs the step under the profiler and joins measured per-op times to the report.
+runs the step under the profiler and joins measured per-op times to the report;
+``explore(make_step, target=...)`` compiles every sharding layout of a step and ranks them.
 
 The names are loaded on first use (PEP 562), so ``import hlo_roofline.hlo`` or the TensorBoard
 plugin's start-up pay for neither JAX nor pandas.

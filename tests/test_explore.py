@@ -123,6 +123,8 @@ def test_process_pool_sweep(pool_run):
         assert row["lower_s"] == report.summary["step_time_lower_s"] <= row["upper_s"]
         assert row["comm_s"] == pytest.approx(report.ops["t_comm_s"].sum())
         assert row["tokens_per_s_per_chip"] == pytest.approx(64 / row["step_s"] / 4)
+        peak = result.constants.C  # no model_flops given: the program's own FLOPs per device
+        assert row["mfu_bound"] == pytest.approx(report.summary["flops"] / peak / row["step_s"])
         assert row["why"].startswith("compiled: ")
     dp = table[table["data"] == 4].iloc[0]
     assert "book T1: B/X = 16 tokens" in dp["why"]  # 64 tokens over 4 chips
