@@ -217,10 +217,7 @@ def _reference(make_step) -> tuple:
     module = sys.modules.get(getattr(make_step, "__module__", None) or "")
     if "<" not in qualname and module is not None and module.__name__ != "__main__":
         file = getattr(module, "__file__", None)
-        spec = None
-        with contextlib.suppress(ImportError, ValueError):
-            spec = importlib.util.find_spec(module.__name__)
-        if spec is not None and spec.origin and file and Path(spec.origin) == Path(file):
+        if _importable(module.__name__):
             return ("module", module.__name__, qualname)
         if file:
             return ("file", str(Path(file).resolve()), qualname)
@@ -232,6 +229,22 @@ def _reference(make_step) -> tuple:
             "in __main__) and cloudpickle is not installed: define it at module level in a file"
         ) from None
     return ("pickle", cloudpickle.dumps(make_step))
+
+
+def _importable(name: str) -> bool:
+    """Whether another process can import ``name``: its top-level package is found by the import
+    system itself (not merely present in ``sys.modules``, as a module loaded from a file path is)."""
+    top = name.partition(".")[0]
+    if top in sys.builtin_module_names:
+        return True
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        with contextlib.suppress(Exception):
+            if find(top, None) is not None:
+                return True
+    return False
 
 
 _files: dict[str, Any] = {}

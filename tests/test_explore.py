@@ -258,3 +258,18 @@ def test_why_states_the_books_thresholds():
     assert f"2·(C/W_ici)²/F = {2 * k.ratio**2 / 8192:,.0f}" in text
     big = explorer.why(row, c, k, tokens=4 * 16 * 10_000, hidden=8192)
     assert "⇒ compute-bound over fsdp" in big and "⇒ compute-bound (FSDP×TP)" in big
+
+
+def test_how_a_worker_finds_make_step():
+    """By module path when its module is importable, by file path when it was loaded from a file
+    no package holds, by value (cloudpickle) otherwise; each resolves to the same function."""
+    ref = explorer._reference(explorer.factorizations)
+    assert ref == ("module", "hlo_roofline.explorer", "factorizations")
+    assert explorer._resolve(ref) is explorer.factorizations
+    from_file = explorer._resolve(("file", str(MLP), "make_mlp_step"))
+    assert explorer._reference(from_file) == ("file", str(MLP), "make_mlp_step")
+    assert explorer._reference("pkg.mod:make") == ("module", "pkg.mod", "make")
+    kind, data = explorer._reference(lambda mesh: None)
+    assert kind == "pickle" and callable(explorer._resolve((kind, data)))
+    with pytest.raises(ValueError, match=r"FILE\.py:NAME"):
+        explorer._reference("no_colon")
