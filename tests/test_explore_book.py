@@ -237,3 +237,18 @@ def test_the_fixture_tables_match_the_reports():
             r = report(sweep, row["candidate"])
             assert row["step_s"] == pytest.approx(r.summary["step_time_scheduled_s"], rel=1e-9)
             assert re.search(r"compiled: (\w+-bound|refused)", row["why"])
+
+
+def test_the_explorer_marks_what_does_not_fit():
+    """The explorer's own rows for the fit sweep: DP refused by the compiler at 8.6 B and 10.7 B
+    parameters is "does not fit" (unranked, with the compiler's figure), FSDP is ranked."""
+    import pandas as pd
+
+    table = pd.read_csv(HERE / "fit" / "table.csv").set_index("candidate")
+    for layers in (8, 12, 16, 20):
+        dp = table.loc[f"data64_fsdp1_tensor1_rest1_batch=1024_d={D}_f={F_BOOK}_layers={layers}"
+                       "_optimizer=adam"]  # fmt: skip
+        need = _fit("data64_fsdp1_tensor1_rest1", layers).summary["memory_fit"]["need_bytes"]
+        assert dp["hbm_per_device"] == pytest.approx(need)
+        assert (dp["status"] == "does not fit") == (layers >= 16)
+        assert dp["why"].startswith("does not fit") == (layers >= 16)
