@@ -3,7 +3,8 @@
 ``analyze(fn, *args, chip=...)`` compiles a JAX step (locally or compile-only for a TPU/GPU target)
 and returns a :class:`Report`; ``analyze_hlo(text_or_path)`` does the same from HLO text;
 ``roofline(...)`` wraps a training step so its first call writes the report; ``measure(fn, *args)``
-runs the step under the profiler and joins measured per-op times to the report.
+runs the step under the profiler and joins measured per-op times to the report;
+``explore(make_step, target=...)`` compiles every sharding layout of a step and ranks them.
 
 The names are loaded on first use (PEP 562), so ``import hlo_roofline.hlo`` or the TensorBoard
 plugin's start-up pay for neither JAX nor pandas.
@@ -20,6 +21,7 @@ import hlo_roofline._jax_env  # noqa: F401  # isort: skip
 if TYPE_CHECKING:
     from hlo_roofline import chips
     from hlo_roofline.api import analyze, analyze_dump, analyze_hlo, roofline
+    from hlo_roofline.explorer import explore
     from hlo_roofline.hlo import HloParseError
     from hlo_roofline.measured import measure, read_trace
     from hlo_roofline.report import Report, ReportError
@@ -33,6 +35,7 @@ _EXPORTS = {
     "analyze_dump": "hlo_roofline.api",
     "analyze_hlo": "hlo_roofline.api",
     "chips": "hlo_roofline.chips",
+    "explore": "hlo_roofline.explorer",
     "measure": "hlo_roofline.measured",
     "read_trace": "hlo_roofline.measured",
     "roofline": "hlo_roofline.api",
@@ -46,6 +49,7 @@ __all__ = [  # the names of _EXPORTS, spelled out for readers and type checkers
     "analyze_dump",
     "analyze_hlo",
     "chips",
+    "explore",
     "measure",
     "read_trace",
     "roofline",

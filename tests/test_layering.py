@@ -64,6 +64,7 @@ LAYERS = [
             "hlo_roofline.cli.*",
             "hlo_roofline.testing",
             "hlo_roofline.demo",
+            "hlo_roofline.explorer",
             "hlo_roofline.examples",
             "hlo_roofline.examples.*",
             "hlo_roofline_tensorboard",

@@ -20,6 +20,7 @@ from hlo_roofline.cli import check as _check
 from hlo_roofline.cli import chips as _chips
 from hlo_roofline.cli import demo as _demo
 from hlo_roofline.cli import diff as _diff
+from hlo_roofline.cli import explore as _explore
 from hlo_roofline.cli import plot as _plot
 from hlo_roofline.cli import trace as _trace
 from hlo_roofline.cli._common import CONTEXT
@@ -69,5 +70,6 @@ for _command in (
     _trace.trace_command,
     _demo.demo_command,
     _cache.cache_command,
+    _explore.explore_command,
 ):
     main.add_command(_command)

@@ -1,0 +1,172 @@
+"""``explore ENTRY --target T --axes a,b,c``: compile every layout of a step, print them ranked."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from hlo_roofline import explorer, targets
+from hlo_roofline.cli._common import CONTEXT, InputError, _one_line, no_cache_option
+from hlo_roofline.text import format_seconds, format_table
+
+
+def _value(text: str):
+    """A knob value as Python reads it: int, float, else the string itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_knobs(specs: tuple[str, ...]) -> dict[str, list]:
+    """``("batch=8,16", "f=1024")`` → ``{"batch": [8, 16], "f": [1024]}``."""
+    knobs: dict[str, list] = {}
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        if not sep or not name.isidentifier() or not values:
+            raise InputError(f"--knob {spec!r} is not NAME=V1,V2,... (e.g. batch=8,16,32)")
+        knobs[name] = [_value(v) for v in values.split(",")]
+    return knobs
+
+
+def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
+    """The ranked table: rank, layout, knobs, predicted step, tokens/s per chip, bound, fit."""
+    rows = []
+    knob_columns = [
+        c for c in exploration.table.columns
+        if c not in exploration.axes and c not in _KNOWN and not c.startswith("n_axes_")
+    ]  # fmt: skip
+    for _, r in exploration.table.iterrows():
+        ok = _known(r.get("step_s"))
+        row = {"rank": str(r["rank"]) if _known(r["rank"]) else ""}
+        row.update({a: str(r[a]) for a in exploration.axes})
+        row.update({k: str(r[k]) for k in knob_columns})
+        row["step"] = format_seconds(r["step_s"]) if ok else "—"
+        tps = r.get("tokens_per_s_per_chip")
+        row["tok/s/chip"] = f"{tps:,.0f}" if _known(tps) and math.isfinite(tps) else "—"
+        row["exposed"] = f"{r['exposed_comm_share']:.0%}" if ok else "—"
+        hbm = r.get("hbm_per_device")
+        row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
+        row["status"] = r["status"]
+        rows.append(row)
+    right = {"rank", "step", "tok/s/chip", "exposed", "HBM/dev", *exploration.axes}
+    lines = [format_table(rows, right=right), ""]
+    for _, r in exploration.table.iterrows():
+        lines.append(f"{r['candidate']}: {r['why']}")
+    k = exploration.constants
+    if k.ratio:
+        lines.append(
+            f"book constants ({k.chip}): C = {k.C:.3g} FLOP/s, W_ici = {k.W_ici:.3g} B/s, "
+            f"C/W_ici = {k.ratio:,.0f}"
+        )
+    if exploration.pruned:
+        lines.append(f"{len(exploration.pruned)} layouts pruned, e.g. " + "; ".join(
+            f"{'×'.join(str(s) for s in sizes.values())}: {why}"
+            for sizes, why in exploration.pruned[:3]
+        ))  # fmt: skip
+    return "\n".join(lines)
+
+
+def _known(value) -> bool:
+    """Not missing (None, NaN or pandas' NA, as a row of a failed candidate holds)."""
+    return value is not None and not pd.isna(value)
+
+
+_KNOWN = {
+    "candidate", "status", "error", "compile_s", "step_s", "lower_s", "upper_s", "compute_s",
+    "memory_s", "comm_s", "exposed_comm_s", "exposed_comm_share", "mfu_bound",
+    "tokens_per_s_per_chip", "hbm_per_device", "fit", "bound", "why", "rank",
+}  # fmt: skip
+
+
+def _client(address: str):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError(
+            "--scheduler needs Dask distributed: pip install 'hlo_roofline[dask]'"
+        ) from None
+    try:
+        return Client(address, timeout="20s")
+    except Exception as exc:
+        raise InputError(f"cannot reach the Dask scheduler {address}: {_one_line(exc)}") from None
+
+
+@click.command(
+    "explore",
+    context_settings=CONTEXT,
+    short_help="Compile every sharding layout of a step for a target; rank them.",
+)
+@click.argument("entry", metavar="FILE.py:NAME")
+@click.option("--target", required=True, help="Compile-only target, e.g. v5p:4x4x4.")
+@click.option(
+    "--axes", default="data,fsdp,tensor", show_default=True, help="Mesh axis names, comma-separated."
+)
+@click.option("--knob", "knob_specs", multiple=True, metavar="NAME=V1,V2",
+              help="A keyword of NAME and the values to try (repeatable).")  # fmt: skip
+@click.option("--jobs", type=click.IntRange(min=1), help="Worker processes (default: CPU count).")
+@click.option("--scheduler", metavar="ADDRESS", help="A Dask scheduler to compile on.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many candidates.")
+@click.option("--tokens-per-step", type=click.IntRange(min=1), help="For tokens/s per chip.")
+@click.option("--hidden", type=click.IntRange(min=1), help="The MLP's F, for the book's TP rules.")
+@click.option("--logdir", type=click.Path(path_type=Path), help="Write every report here.")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the table as CSV.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="... as JSON.")
+@no_cache_option
+def explore_command(
+    entry, target, axes, knob_specs, jobs, scheduler, limit, tokens_per_step, hidden, logdir,
+    csv_path, json_path, no_cache,
+) -> None:  # fmt: skip
+    """Compile ENTRY(mesh, **knobs) for every factorization of the target's devices over the
+    axes (and every knob value); print them ranked, each with the book's reason.
+
+    \b
+    Example:
+      $ hlo-roofline explore steps.py:make_step --target v5p:4x4x4 \\
+          --axes data,fsdp,tensor --knob batch=8,16,32 --logdir runs/explore
+    """
+    file, sep, name = entry.rpartition(":")
+    if not sep or not name.isidentifier():
+        raise InputError(f"{entry!r} is not FILE.py:NAME (or package.module:NAME)")
+    if file.endswith(".py") and not Path(file).is_file():
+        raise InputError(f"no such file: {file}")
+    try:
+        target = targets.parse_target(target).spec
+    except targets.TargetError as exc:
+        raise InputError(_one_line(exc)) from None
+    names = tuple(a.strip() for a in axes.split(",") if a.strip())
+    knobs = parse_knobs(knob_specs)
+    client = _client(scheduler) if scheduler else None
+    try:
+        result = explorer.explore(
+            entry,
+            target,
+            axes=names,
+            knobs=knobs,
+            constraints={"limit": limit},
+            executor=client,
+            jobs=jobs,
+            cache=not no_cache,
+            tokens_per_step=tokens_per_step,
+            hidden=hidden,
+        )
+    except (ValueError, ImportError, targets.TargetUnavailableError) as exc:
+        raise InputError(_one_line(exc)) from None
+    finally:
+        if client is not None:
+            client.close()
+    if result.table.empty:
+        raise InputError(f"no layout of {target} over {', '.join(names)} passes the constraints")
+    click.echo(table_text(result))
+    if logdir is not None:
+        result.write_tensorboard(logdir)
+        click.echo(f"wrote {len(result.reports)} reports to {logdir}", err=True)
+    if csv_path is not None:
+        result.to_csv(csv_path)
+    if json_path is not None:
+        result.to_json(json_path)
