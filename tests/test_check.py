@@ -87,7 +87,7 @@ def test_read_rules_top_level_or_tool_table(tmp_path):
     broken.write_text("require = \n")
     with pytest.raises(RuleError, match="not valid TOML"):
         read_rules(broken)
-    with pytest.raises(RuleError, match="cannot read .*missing.toml"):
+    with pytest.raises(RuleError, match=r"cannot read .*missing\.toml"):
         read_rules(tmp_path / "missing.toml")
 
 
