@@ -503,7 +503,9 @@ def classify(
         rates[key] = _matmul_rate(chip, *key)
     kernel = (_kernel_mxu_flops(ops) > 0) & ~matmul
     kernel_rates = {d: _matmul_rate(chip, d, "default")[0] for d in set(ops["dtype"][kernel])}
-    kernel &= np.array([not np.isnan(kernel_rates.get(d, np.nan)) for d in ops["dtype"]])
+    kernel &= np.array(
+        [not np.isnan(kernel_rates.get(d, np.nan)) for d in ops["dtype"]], dtype=bool
+    ).reshape(len(ops))
     peaks = np.array(
         [
             rates[d, p][0] if mm else kernel_rates[d] if k else vector
