@@ -169,7 +169,7 @@ def test_a_multi_device_target_given_an_unsharded_program_warns(steps):
         warnings.simplefilter("error", api.UnshardedProgramWarning)
         analyze(step, S((B, D), jnp.float32, sharding=sharded), *on_mesh[1:], target=TARGET,
                 cache=False)  # fmt: skip
-        analyze(step, x, w1, w2, target="v5e:1x1", cache=False)  # one device: nothing to shard
+        analyze(step, x, w1, w2, target="h100", cache=False)  # one device: nothing to shard
 
 
 def test_the_cli_warns_in_one_line_and_explains_a_directory(steps, tmp_path):
@@ -202,7 +202,7 @@ def test_a_step_is_one_cache_entry_whoever_analyzes_it(steps, tmp_path, monkeypa
         " jax.ShapeDtypeStruct((256, 512), jnp.bfloat16))\n" + body
     )
     step, args, _ = cli.load_entry(f"{path}:example")
-    first = analyze(step, *args, target="v5e:1x1", cache=tmp_path / "c")
+    first = analyze(step, *args, target="v5e", cache=tmp_path / "c")
 
     calls = []
     real = jax.stages.Lowered.compile
@@ -211,11 +211,11 @@ def test_a_step_is_one_cache_entry_whoever_analyzes_it(steps, tmp_path, monkeypa
     )
 
     def from_a_helper():
-        return analyze(step, *args, target="v5e:1x1", cache=tmp_path / "c")
+        return analyze(step, *args, target="v5e", cache=tmp_path / "c")
 
     assert from_a_helper().ops.equals(first.ops)
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "c"))
-    data = run_cli("analyze", f"{path}:example", "--target", "v5e:1x1")
+    data = run_cli("analyze", f"{path}:example", "--target", "v5e")
     assert data["summary"]["flops"] == first.summary["flops"]
     assert calls == []
     assert len(list((tmp_path / "c").glob("*.hlo.txt"))) == 1
