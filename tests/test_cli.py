@@ -27,7 +27,7 @@ from hlo_roofline.report import Report
 DOCS = ROOT / "docs" / "cli.md"
 BIN = Path(sys.executable).parent / "hlo-roofline"
 EXAMPLE = re.compile(r"^\s*\$ hlo-roofline (?P<args>.+?)(?:\s+#\s*exit (?P<code>\d))?\s*$")
-COMMANDS = ("chips", "hlo", "analyze", "check", "diff", "plot")  # files made by one feed the next
+COMMANDS = ("chips", "hlo", "analyze", "check", "diff", "plot", "cache")  # files made by one feed the next
 
 
 def doc_blocks() -> list[tuple[str, str]]:
@@ -70,6 +70,9 @@ def workdir(tmp_path_factory):
     (directory / "fixtures").symlink_to(FIXTURES)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(directory)
+        # The examples include `hlo-roofline cache clear`: they get a cache of their own, never
+        # the developer's.
+        patch.setenv("HLO_ROOFLINE_CACHE_DIR", str(directory / "hlo-cache"))
         for name, out in (
             ("matmul_step", "large.json"),
             ("small_matmul_step", "small.json"),
