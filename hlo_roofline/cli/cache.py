@@ -53,7 +53,7 @@ def cache_command(ctx):
 
     \b
     Example:
-      $ hlo-roofline cache            # where it is and what it holds
+      $ hlo-roofline cache
       $ hlo-roofline cache prune --max-size 1G
       $ hlo-roofline cache clear
     """
