@@ -31,6 +31,7 @@ from hlo_roofline.cost.collectives import (
     kind,
 )
 from hlo_roofline.cost.control_flow import (
+    CONTAINERS,
     branches,
     heaviest_branch,
     loop_multipliers,
@@ -50,11 +51,10 @@ _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "
 _RULE_ERRORS = (
     ValueError, IndexError, KeyError, ArithmeticError, AttributeError, TypeError,
 )  # fmt: skip
-_CONTAINERS = frozenset({"while", "call", "conditional"})  # opened by walk() (see _open)
 _MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 # Ops whose data moves by DMA or that only hand control on: no loop of theirs runs on a vector unit.
-_NO_VECTOR_LOOP = BOOKKEEPING | _CONTAINERS | {
+_NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
     "copy-start", "copy-done", "custom-call", "send", "recv", "send-done", "recv-done", "infeed",
     "outfeed", "async-start", "async-update", "async-done", "opt-barrier", "partition-id",
     "replica-id",
@@ -145,7 +145,7 @@ class _Walk:
         ctx, ops = self.ctx, self.ops
         for instr in comp.instructions:
             if (
-                instr.opcode in _CONTAINERS
+                instr.opcode in CONTAINERS
                 and depth < 64
                 and self.open(instr, count, note, short, depth)
             ):

@@ -95,7 +95,8 @@ def _infer_trip_count(loop: Instruction, body: Computation, cond: Computation) -
     return None
 
 
-_OPENED = frozenset({"while", "call", "conditional"})  # what the walk opens into rows
+# The containers the analysis opens into rows (their bodies' ops are rows of their own).
+CONTAINERS = frozenset({"while", "call", "conditional"})
 
 
 def loop_paths(module: Module) -> dict[int, str]:
@@ -108,7 +109,7 @@ def loop_paths(module: Module) -> dict[int, str]:
         comp = pending.pop()
         path = paths[id(comp)]
         for instr in comp.instructions:
-            if instr.opcode not in _OPENED:
+            if instr.opcode not in CONTAINERS:
                 continue
             inner = f"{path}/{instr.name}".lstrip("/") if instr.opcode == "while" else path
             for called in instr.called:
@@ -193,14 +194,10 @@ def wrapped_op(instr: Instruction) -> Instruction:
 
 
 def async_start(instr: Instruction, ctx: CostContext) -> Cost:
-    """An async wrapper costs what it wraps: a called computation, or the sugared op.
-
-    XLA:TPU's SparseCore offloads (an embedding gather or scatter run on the SparseCore) are a
-    ``custom-call-start`` with no operands (they arrive through its ``custom-call-update``s) whose
-    ``called_computations`` hold the program: it costs what that program runs."""
+    """An async wrapper costs what it wraps: a called computation, or the sugared op (a
+    ``custom-call-start`` is its custom call: a SparseCore offload's is priced by the custom-call
+    rule as the program its ``called_computations`` name)."""
     if instr.opcode == "async-start" or "calls" in instr.attrs:
-        return ctx.computation(instr.called[0])
-    if instr.opcode == "custom-call-start" and instr.called:
         return ctx.computation(instr.called[0])
     return ctx.cost(wrapped_op(instr))
 
