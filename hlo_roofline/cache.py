@@ -117,13 +117,13 @@ def compile_program(
     directory = default_dir() if cache is True else Path(cache)
     entry_key = key(lowered, target)
     path = directory / f"{entry_key}{HLO_SUFFIX}"
+    written = False
     with _locked(directory / f"{entry_key}{LOCK_SUFFIX}") as usable:
         program = _read(path, entry_key) if usable else None
         if program is None:
             program = _compile(lowered)
-            if usable:
-                _write(path, entry_key, program)
-    if usable and max_bytes is not None:
+            written = usable and _write(path, entry_key, program)
+    if written and max_bytes is not None:  # only a write grows the cache: a hit scans nothing
         with contextlib.suppress(OSError):
             prune(directory, max_bytes, keep=entry_key)
     return program
@@ -261,8 +261,9 @@ def _read_regular(path: Path) -> str:
         return handle.read().decode("utf-8")
 
 
-def _write(path: Path, entry_key: str, program: Program) -> None:
-    """The HLO first, the metadata last: an entry exists once its metadata does."""
+def _write(path: Path, entry_key: str, program: Program) -> bool:
+    """The HLO first, the metadata last: an entry exists once its metadata does. Whether it was
+    written."""
     meta = {
         "format": FORMAT,
         "key": entry_key,
@@ -277,6 +278,8 @@ def _write(path: Path, entry_key: str, program: Program) -> None:
         write_atomic(_meta_path(path), json.dumps(meta))
     except (OSError, _Damaged) as exc:
         log.info("HLO cache entry %s not written: %s", path, exc)
+        return False
+    return True
 
 
 # -- the lock: a wait with an end ------------------------------------------------------------------
