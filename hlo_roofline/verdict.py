@@ -172,7 +172,7 @@ def _compute_times(
     matmul: np.ndarray,
     peaks: np.ndarray,
     padding: np.ndarray,
-    kernel: np.ndarray,
+    kernel_mxu: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each op's time on the units that run it, and the unit that sets it (the slowest).
 
@@ -180,11 +180,12 @@ def _compute_times(
     result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
     EUP's rate where the chip has one (else at the vector peak, with the FLOPs), and the elements of
     its loop through the vector unit where the chip has that rate (TPUs), a standalone reduce's
-    elements across the lanes at the XLU's. A custom ``kernel`` (an attention kernel): its
-    ``kernel_mxu_flops`` at its MXU peak (``peaks``), the rest of its FLOPs at the vector peak."""
+    elements across the lanes at the XLU's. A custom kernel with ``kernel_mxu`` FLOPs (an
+    attention kernel's, where the chip has a rate for its dtype): those at its MXU peak
+    (``peaks``), the rest of its FLOPs at the vector peak."""
     flops = ops["flops"].to_numpy(dtype=float)
     transcendentals = ops["transcendentals"].to_numpy(dtype=float)
-    kernel_mxu = np.where(kernel, _kernel_mxu_flops(ops), 0.0)
+    kernel = kernel_mxu > 0
     mxu_flops = (
         2.0
         * ops["count"].to_numpy(dtype=float)
@@ -501,11 +502,12 @@ def classify(
     rates: dict[tuple[str, str], tuple[float, str]] = {}  # (dtype, precision) -> (peak, problem)
     for key in set(zip(ops["dtype"][matmul], ops["precision"][matmul], strict=True)):
         rates[key] = _matmul_rate(chip, *key)
-    kernel = (_kernel_mxu_flops(ops) > 0) & ~matmul
-    kernel_rates = {d: _matmul_rate(chip, d, "default")[0] for d in set(ops["dtype"][kernel])}
-    kernel &= np.array(
-        [not np.isnan(kernel_rates.get(d, np.nan)) for d in ops["dtype"]], dtype=bool
-    ).reshape(len(ops))
+    kernel_mxu = np.where(matmul, 0.0, _kernel_mxu_flops(ops))
+    kernel_rates = {
+        d: _matmul_rate(chip, d, "default")[0] for d in set(ops["dtype"][kernel_mxu > 0])
+    }
+    kernel_mxu[np.isnan(ops["dtype"].map(kernel_rates).to_numpy(dtype=float))] = 0.0  # no rate
+    kernel = kernel_mxu > 0
     peaks = np.array(
         [
             rates[d, p][0] if mm else kernel_rates[d] if k else vector
@@ -522,7 +524,7 @@ def classify(
         intensity = np.where(data > 0, flops / data, np.nan)
     padding = mxu_padding(ops, chip)  # the MXU work each matmul does per FLOP it asks for
     t_compute, compute_unit = _compute_times(
-        ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding, kernel
+        ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding, kernel_mxu
     )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm
