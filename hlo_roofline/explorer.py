@@ -298,7 +298,6 @@ def _evaluate(job: dict) -> dict:
             *args,
             target=job["target"],
             cache=job["cache"],
-            isolate_trace=True,
             **jit_kwargs,
         )
     except Exception as exc:

@@ -43,7 +43,6 @@ def analyzed(tmp_path_factory):
                 *args,
                 target=None if target == "cpu" else target,
                 cache=cache,
-                isolate_trace=True,  # the stack in the HLO, and so the cache key, is the test's own
             )
         return reports[model, target]
 
