@@ -418,6 +418,10 @@ def fused_operand_words(fusion: Instruction) -> float:
     GELU backward's elementwise chain) passes through the vector unit once, as the array the
     matmul reads; one read straight from a parameter (through views and slices) streams in.
 
+    The epilogue is the result, as many words as the matmul writes: an f32 epilogue on a bf16
+    result (attention's scaled scores) is charged by XLA:TPU at f32 width on v5e and v5p but at
+    the result's on v6e, so a lower bound counts the result's.
+
     XLA:TPU writes the fusion's tiling into its backend_config (``window_config``: the output,
     input and kernel window bounds and the iteration bounds), but not whether it keeps a computed
     operand tile across the output tiles that reuse it; its estimates of such fusions (softmax
