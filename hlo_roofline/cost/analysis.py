@@ -37,7 +37,7 @@ from hlo_roofline.cost.control_flow import (
     loop_multipliers,
     loop_paths,
 )
-from hlo_roofline.cost.inplace import in_place
+from hlo_roofline.cost.inplace import in_place, sliced_reads
 from hlo_roofline.cost.linalg import (
     MatmulIO,
     comparison_passes,
@@ -466,7 +466,8 @@ def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place:
     the operands a fused prologue computes (:func:`linalg.fused_operand_words`), whichever is more
     (the kernel pipelines the two streams, so each alone is a lower bound). A buffer updated
     in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's, fused or not) does
-    not pass: only the update and the indices do. A sort or top-k passes its keys once per
+    not pass: only the update and the indices do; an operand a fusion reads only through slices
+    passes only its largest slice (:func:`inplace.sliced_reads`). A sort or top-k passes its keys once per
     comparison pass (:func:`linalg.comparison_passes`)."""
     results = instr.shape.leaves()
     operands = [leaf for op in instr.operands for leaf in op.shape.leaves()]
@@ -494,6 +495,13 @@ def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place:
     leaves = [*results, *operands]
     if not leaves:
         return 0.0
+    sliced = sliced_reads(instr) if instr.opcode == "fusion" and not aliases else {}
+    if sliced:  # an operand read only through slices passes only its largest slice
+        unsliced = [
+            leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
+            for leaf in op.shape.leaves()
+        ]  # fmt: skip
+        return float(max([*(leaf.elements for leaf in results), *unsliced, *sliced.values()]))
     largest = max(leaf.elements for leaf in leaves)
     smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
     written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
