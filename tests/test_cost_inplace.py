@@ -271,3 +271,49 @@ def test_cumulative_sum_is_a_scan(chip):
     assert roofline.loc[windows, "flops"].sum() * 10 < xla.loc[windows, "flops"].sum()
     # Elements 256 × 4096 in all; each passes at most log2(4096) = 12 scan steps in all levels.
     assert roofline.loc[windows, "flops"].sum() <= 256 * 4096 * 12
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_compiled_head_projections_have_real_n(chip):
+    """``btd,dnh->btnh`` and ``btnh,nhd->btd`` compiled for the chip: both matmuls are
+    [8192, 2048] @ [2048, 2048] (heads × head_dim = 2048 on N or K, never N = head_dim), and the
+    projection to heads is not charged MXU padding XLA does not charge (within 0.5-1.25×)."""
+    ops = _report("head_projections", chip)
+    matmuls = ops[ops["mm_k"] > 0]
+    assert len(matmuls) == 2
+    for row in matmuls.itertuples():
+        assert (row.mm_batch, row.mm_m, row.mm_n, row.mm_k) == (1, 4 * 2048, 2048, 2048)
+    assert (matmuls["t_roofline_s"] <= 1.25 * matmuls["xla_estimate_s"]).all()
+    assert (matmuls["t_roofline_s"] >= 0.5 * matmuls["xla_estimate_s"]).any()
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_sliced_operand_passes_its_slices(chip):
+    """``silu(h[:, :n]) * h[:, n:]`` of h = [4096, 8192]: the loop runs over one half's
+    elements (4096 × 4096), not h's, and is not above XLA's estimate."""
+    ops = _report("glu_split", chip)
+    row = ops[ops["fused_ops"].str.contains("slice") & (ops["mm_k"] == 0)].iloc[0]
+    assert row["vector_elements"] == 4096 * 4096
+    assert row["t_roofline_s"] <= 1.25 * row["xla_estimate_s"]
+
+
+@pytest.mark.parametrize("chip", ["v5e", "7x"])
+def test_decode_step_multi_output_cache_update_is_in_place(chip):
+    """The decode step's scan writes each layer's K and V caches back into the stacked output:
+    fusions whose tuple root holds dynamic-update-slices, each in place on its own operand."""
+    module = parse(_text(f"decode_step.{chip}"))
+    fusions = [
+        i for c in module.computations.values() if not c.is_fusion for i in c.instructions
+        if i.opcode == "fusion" and any(
+            j.opcode == "dynamic-update-slice" for j in i.called[0].instructions
+        )
+    ]  # fmt: skip
+    found = {i.name: in_place(i) for i in fusions}
+    assert all(found.values()), found
+    layer = B * T * H * D
+    for fusion in fusions:
+        for index, alias in found[fusion.name].items():
+            buffer = fusion.operands[alias.operand].shape
+            assert buffer.elements == 4 * layer  # the stacked [L, B, T, H, D] cache
+            assert alias.update_elements in (layer, B * H * D)
+            assert fusion.shape.leaves()[index].elements == buffer.elements
