@@ -461,16 +461,20 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
 
 def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place: bool) -> float:
     """Elements the op's loop passes through a vector unit: its largest array, capped by what its
-    rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's operands
-    stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a word), and
-    the operands a fused prologue computes (:func:`linalg.fused_operand_words`), whichever is more
-    (the kernel pipelines the two streams, so each alone is a lower bound). A buffer updated
-    in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's, fused or not) does
-    not pass: only the update and the indices do; an operand a fusion reads only through slices
-    passes only its largest slice (:func:`inplace.sliced_reads`). A sort or top-k passes its keys once per
-    comparison pass (:func:`linalg.comparison_passes`)."""
+    rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
+    operands stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a
+    word), or the operands a fused prologue computes (:func:`linalg.fused_operand_words`),
+    whichever is more (the kernel pipelines the two streams, so each alone is a lower bound). A
+    buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
+    fused or not) does not pass: only the update and the indices do; an operand a fusion reads
+    only through slices passes only its largest slice (:func:`inplace.sliced_reads`). A sort or
+    top-k passes its keys once per comparison pass (:func:`linalg.comparison_passes`). An op on
+    scalars alone (loop counters, cache positions) runs on the scalar unit: none (XLA:TPU
+    estimates none of them either)."""
     results = instr.shape.leaves()
     operands = [leaf for op in instr.operands for leaf in op.shape.leaves()]
+    if all(leaf.elements <= 1 for leaf in results) and all(leaf.elements <= 1 for leaf in operands):
+        return 0.0  # scalars only (a loop counter, an index): the scalar unit's, not a vector loop
     aliases = in_place(instr) if instr.opcode in _IN_PLACE_OPS else {}
     if aliases:
         buffers = {alias.operand for alias in aliases.values()}

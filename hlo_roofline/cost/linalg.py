@@ -389,13 +389,14 @@ def _unviewed(value: Instruction, fusion) -> Instruction:
 
 
 # Ops that feed a fused matmul without a vector loop of their own: names and views, windows
-# a DMA reads (slices), scalars and broadcasts a consumer reads in its own loop, and relayouts
-# (copy, transpose): XLA:TPU's estimates do not charge a fused operand's relayout consistently
-# (from a quarter of a pass, an int8 weight on v5e, to two, a scanned weight on 7x), so a
-# lower bound counts none.
+# a DMA reads (slices), scalars and broadcasts a consumer reads in its own loop, relayouts
+# (copy, transpose: XLA:TPU's estimates do not charge a fused operand's relayout consistently,
+# from a quarter of a pass, an int8 weight on v5e, to two, a scanned weight on 7x, so a lower
+# bound counts none) and type conversions (XLA:TPU feeds int8 and fp8 operands to the MXU as
+# they are: weight-only int8 compiles to a convolution of bf16 by s8).
 _NO_LOOP = frozenset(
     {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "slice", "dynamic-slice",
-     "broadcast", "iota", "copy", "transpose", "reshape"}
+     "broadcast", "iota", "copy", "transpose", "reshape", "convert"}
 )  # fmt: skip
 
 
@@ -414,9 +415,10 @@ def words(shape: Shape) -> float:
 
 def fused_operand_words(fusion: Instruction) -> float:
     """Words of a fused matmul's operands that a vector loop computes before they reach the matrix
-    unit: an operand whose producers in the fusion do work (a convert, a relayout copy, softmax or
-    GELU backward's elementwise chain) passes through the vector unit once, as the array the
-    matmul reads; one read straight from a parameter (through views and slices) streams in.
+    unit: an operand whose producers in the fusion do arithmetic (softmax or GELU backward's
+    elementwise chain; not only a convert or a relayout, see ``_NO_LOOP``) passes through the
+    vector unit, as the array the matmul reads, counted as ``PROLOGUE_PASSES`` of a pass; one read
+    straight from a parameter (through views, slices, converts, relayouts) streams in.
 
     The epilogue is the result, as many words as the matmul writes: an f32 epilogue on a bf16
     result (attention's scaled scores) is charged by XLA:TPU at f32 width on v5e and v5p but at
