@@ -50,10 +50,10 @@ def reduce_window(instr: Instruction, ctx: CostContext) -> Cost:
             ):
                 span = out.dims[i]
                 times = out.elements // span + span - 1
-    if ctx.roofline and _prefix_span(window, instr.operands[0].shape, out) > 1:
+    span = _prefix_span(window, instr.operands[0].shape, out) if ctx.roofline else 0
+    if span > 1:
         # A cumulative sum: a scan takes ceil(log2 n) shifted combines per element (Hillis and
-        # Steele's parallel prefix, the form a vector unit runs), not the n/2 a window sums.
-        span = _prefix_span(window, instr.operands[0].shape, out)
+        # Steele's parallel prefix, the form a vector unit runs), not the n − 1 of a window of n.
         times = out.elements * (span - 1).bit_length()
     return _applied(instr, ctx, "to_apply", times).replace(bytes_accessed=ctx.default_bytes(instr))
 
