@@ -479,6 +479,7 @@ def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place:
     if aliases:
         buffers = {alias.operand for alias in aliases.values()}
         results = [leaf for i, leaf in enumerate(results) if i not in aliases]
+        results += [u for alias in aliases.values() for u in alias.updates if u.is_array]
         operands = [
             leaf for i, op in enumerate(instr.operands) if i not in buffers
             for leaf in op.shape.leaves()
