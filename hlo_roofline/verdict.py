@@ -240,25 +240,31 @@ def _op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
     return np.where(runs_on_core, chip.op_floor_s * ops["count"].to_numpy(dtype=float), 0.0)
 
 
-# Why XLA:TPU's estimate sits far above every roof of an op, as far as the model can tell.
-XLA_GAPS = {
-    "tiny_op": "XLA charges each op a fixed overhead; the op's work is a small part of it",
-    "mxu_padding": "N or K far below the MXU width: XLA pays for whole tiles",
-    "mxu_weight_loads": "few rows (M) per weight tile: XLA charges each K×N tile's load",
-    "vector_matmul": "a matrix-vector product (depthwise convolution): no MXU, vector loop",
-    "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
-    "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
-    "unexplained": "no unit the model has explains XLA's time",
-}
+# Why XLA:TPU's estimate sits outside the roofline's reach (``xla_gap``): owned by the schema.
+XLA_GAPS = schema.XLA_GAPS
+BELOW_MEMORY_FLOOR = "below_memory_floor"
 _FAR_ABOVE = 2.0  # XLA's estimate over the roofline at which a row names the gap
 
 
 def _xla_gaps(
-    ops: pd.DataFrame, chip: Chip, t_roofline: np.ndarray, xla: np.ndarray, padding: np.ndarray
+    ops: pd.DataFrame,
+    chip: Chip,
+    t_roofline: np.ndarray,
+    xla: np.ndarray,
+    padding: np.ndarray,
+    own_memory: np.ndarray,
 ):
-    """For each op whose XLA:TPU estimate is over twice its roofline time, the likely reason (a
-    key of :data:`XLA_GAPS`); "" elsewhere. Information for the user, never fitted away."""
+    """For each op whose XLA:TPU estimate the roofline cannot meet, why (a key of
+    :data:`XLA_GAPS`); "" elsewhere. Information for the user, never fitted away.
+
+    Below: XLA's estimate under ``own_memory``, the time the op's own bytes take where XLA
+    placed them (HBM, or VMEM at its bandwidth; a prefetch it reads is not charged, as XLA's
+    per-op number does not see it). No lower bound can sit under that, so the row is XLA's
+    implausibility, not the roofline's: ``below_memory_floor``. Above: XLA's estimate over
+    twice the roofline, the likely reason."""
     gaps = np.full(len(ops), "", dtype=object)
+    with np.errstate(invalid="ignore"):
+        gaps[xla < own_memory] = BELOW_MEMORY_FLOOR
     with np.errstate(divide="ignore", invalid="ignore"):
         far = np.flatnonzero(xla > _FAR_ABOVE * t_roofline)
     if not len(far):
@@ -528,10 +534,12 @@ def classify(
     )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm
+    own_memory = t_memory  # at the op's own placement, no prefetch charged (XLA's view)
     vmem_bandwidth = _vmem_bandwidth(chip)
     if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
         vmem = ops["vmem_bytes"].to_numpy(dtype=float)
         hbm_bytes = data - vmem
+        own_memory = hbm_bytes / hbm + vmem / vmem_bandwidth
         prefetch = _prefetch_charges(ops)
         if prefetch is not None:  # a prefetched operand is HBM traffic of the op that reads it
             moved, is_prefetch = prefetch
@@ -579,7 +587,9 @@ def classify(
         t_exposed_s=scheduled.exposed_s,
         xla_estimate_s=_xla_estimate(ops, chip),
     )
-    ops["xla_gap"] = _xla_gaps(ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding)
+    ops["xla_gap"] = _xla_gaps(
+        ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding, own_memory
+    )
     ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip, padding))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
     upper = float(np.maximum(times.sum(axis=0), floors).sum())

@@ -58,6 +58,10 @@ def _ops(chip: str) -> pd.DataFrame:
 
 
 def _shares(ops: pd.DataFrame) -> tuple[float, float]:
+    """(within 0.5–1.25×, above 1.25×) as shares of XLA's time. Rows whose XLA estimate is below
+    their own bytes' time (``xla_gap`` = below_memory_floor) count in neither "above" nor the
+    whole: no lower bound can sit under them."""
+    ops = ops[ops["xla_gap"] != verdict.BELOW_MEMORY_FLOOR]
     ratio = ops["t_roofline_s"] / ops["xla_estimate_s"]
     weight = ops["xla_estimate_s"]
     in_band = weight[(ratio >= 0.5) & (ratio <= 1.25)].sum() / weight.sum()
@@ -97,14 +101,43 @@ def test_fitted_rates_hold_on_programs_they_were_not_fitted_on(chip):
 
 def test_gaps_far_below_xla_are_named():
     """Where XLA's estimate is over twice the roofline, the row names why (a key of XLA_GAPS);
-    within that, it names none."""
+    where it is below the op's own bytes' time, it says below_memory_floor; elsewhere none."""
     for chip in CHIPS:
         ops = _ops(chip)
         far = ops["xla_estimate_s"] > 2 * ops["t_roofline_s"]
-        assert (ops.loc[far, "xla_gap"] != "").all() and (ops.loc[~far, "xla_gap"] == "").all()
+        floor = ops["xla_gap"] == verdict.BELOW_MEMORY_FLOOR
+        assert (ops.loc[far, "xla_gap"] != "").all() and not (far & floor).any()
+        assert (ops.loc[~far & ~floor, "xla_gap"] == "").all()
         assert set(ops["xla_gap"]) - {""} <= set(verdict.XLA_GAPS)
         depthwise = ops[(ops["program"] == "conv_depthwise_c128") & (ops["mm_k"] > 0)]
         assert (depthwise["xla_gap"] == "vector_matmul").all()
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_an_estimate_below_the_ops_own_bytes_is_named_and_left_out(chip):
+    """A real op whose XLA estimate is cut below its own bytes' time (at HBM, or VMEM where XLA
+    placed them) reads below_memory_floor, whatever its roofline ratio, and leaves the shares;
+    just above that time it does not. Its own bytes: a prefetch it reads is not charged."""
+    text = (FIXTURES / f"layernorm.{chip}.hlo.txt").read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = analyze_hlo(text).ops
+    ops, _ = verdict.classify(ops, chip)
+    chip_data = chips.get(chip).per_device()
+    vmem = ops["vmem_bytes"]
+    own = (ops["bytes_accessed"] - vmem) / chip_data.hbm_bandwidth + vmem / (
+        chip_data.memory["vmem"].bandwidth
+    )
+    row = ops["xla_estimate_s"].idxmax()
+    for scale, expected in ((0.9, verdict.BELOW_MEMORY_FLOOR), (1.1, "")):
+        cut = ops.copy()
+        cut.loc[row, "xla_cycles"] = scale * own[row] * chip_data.clock_hz
+        judged, _ = verdict.classify(cut, chip)
+        assert judged.loc[row, "xla_gap"] == expected, (chip, scale)
+        if expected:
+            assert judged.loc[row, "t_roofline_s"] > judged.loc[row, "xla_estimate_s"]
+            estimated = judged[judged["xla_estimate_s"].notna()]
+            assert _shares(estimated) == _shares(estimated.drop(index=row))
 
 
 def test_estimates_read_at_the_derived_clock():
