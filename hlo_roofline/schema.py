@@ -147,7 +147,8 @@ COLUMNS: tuple[Column, ...] = (
     _c("compute_unit", "text", "",
        "the unit that sets `t_compute_s`: `mxu` (matmul FLOPs, N and K padded to the MXU width on "
        "a TPU), `vector` (FLOPs at the vector peak), `eup` (transcendentals), `loop` (elements "
-       "through a TPU vector loop), `xlu` (a standalone TPU reduce across lanes)", "verdict"),
+       "through a TPU vector loop), `fill` (elements a TPU zero fill or scalar broadcast writes), "
+       "`xlu` (a standalone TPU reduce across lanes)", "verdict"),
     _c("t_memory_s", "float", "s", "bytes ÷ the bandwidth they move at", "verdict"),
     _c("t_comm_s", "float", "s", "link time of the op's collective", "verdict"),
     _c("t_roofline_s", "float", "s", "the largest of the three, at least the chip's per-op floor",

@@ -21,6 +21,7 @@ import pandas as pd
 from hlo_roofline import chips, interconnect, schedule, schema
 from hlo_roofline.chips import Chip
 from hlo_roofline.cost.collectives import parse_group_text
+from hlo_roofline.hlo.ir import DTYPE_BYTES
 
 BOUNDS = ("compute", "memory", "communication", "unknown", "none")
 VERDICT_COLUMNS = schema.VERDICT_COLUMNS
@@ -162,6 +163,7 @@ COMPUTE_UNITS = {
     "vector": "FLOPs at the vector peak (VPU, CUDA cores)",
     "eup": "transcendentals at the TPU EUP's rate",
     "loop": "elements through a TPU vector loop at the rate XLA:TPU's cost model charges",
+    "fill": "elements a TPU fill (a broadcast of a scalar: zeros) writes, at its own rate",
     "xlu": "elements a standalone TPU reduce folds across lanes (XLU)",
 }
 
@@ -208,11 +210,15 @@ def _compute_times(
         "vector": np.where(matmul, 0.0, vector),
         "eup": np.where(matmul, 0.0, eup),
         "loop": zero,
+        "fill": zero,
         "xlu": zero,
     }
     if chip.vector_elements_rate and "vector_elements" in ops:
         elements = ops["vector_elements"].to_numpy(dtype=float)
-        candidates["loop"] = elements / chip.vector_elements_rate
+        fill = fills(ops) if chip.fill_rate else np.zeros(len(ops), dtype=bool)
+        candidates["loop"] = np.where(fill, 0.0, elements) / chip.vector_elements_rate
+        if chip.fill_rate:
+            candidates["fill"] = np.where(fill, elements, 0.0) / chip.fill_rate
     if chip.lane_reduce_rate and "lane_reduced_elements" in ops:
         candidates["xlu"] = (
             ops["lane_reduced_elements"].to_numpy(dtype=float) / chip.lane_reduce_rate
@@ -222,6 +228,28 @@ def _compute_times(
     t_compute = times.max(axis=0)
     unit[t_compute == 0] = ""
     return t_compute, unit
+
+
+_FILL_READS = 1 / 64  # what a fill may read per byte it writes (a row broadcast down the rows)
+
+
+def fills(ops: pd.DataFrame) -> np.ndarray:
+    """The rows that fill an HBM array from (almost) nothing: a ``broadcast``, or a fusion of
+    nothing but one, whose bytes are its result's and at most 1/64 more (a scalar, a row
+    repeated down the rows: zeros, ``jnp.full``, a bias spread over a batch). XLA:TPU charges
+    those per element written at a rate of their own (the chip's ``vpu.fill``); a broadcast
+    that reads more (into sublanes, 1/8) or lands in VMEM runs as any loop."""
+    opcode, fused = ops["opcode"].to_numpy(), ops["fused_ops"].to_numpy()
+    broadcast = (opcode == "broadcast") | ((opcode == "fusion") & (fused == "broadcast"))
+    if not broadcast.any():
+        return broadcast
+    itemsize = ops["dtype"].map(DTYPE_BYTES).fillna(0).to_numpy(dtype=float)
+    written = ops["vector_elements"].to_numpy(dtype=float) * itemsize
+    data = ops["bytes_accessed"].to_numpy(dtype=float)
+    vmem = _column(ops, "vmem_bytes", np.arange(len(ops)), 0.0)
+    return (
+        broadcast & (written > 0) & (data <= written * (1 + _FILL_READS)) & (vmem <= data - written)
+    )  # the array it writes is in HBM (what it reads may be in VMEM)
 
 
 def _kernel_mxu_flops(ops: pd.DataFrame) -> np.ndarray:

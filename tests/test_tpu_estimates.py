@@ -14,6 +14,7 @@ import warnings
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -29,8 +30,9 @@ IN_BAND_FLOOR = {"v5e": 0.90, "v5p": 0.80, "v6e": 0.88, "7x": 0.0}
 READER_IN_BAND_FLOOR = {"v5e": 0.85, "v5p": 0.78, "v6e": 0.72, "7x": 0.0}
 ABOVE_CEILING = 0.01
 # The programs the chip database's derived TPU rates were fitted on (its notes name them): the
-# vector loop rate on layernorm's lane reduction, the XLU rate on softmax's standalone reduce.
-FITTED_ON = ("layernorm", "softmax_long")
+# vector loop rate on layernorm's lane reduction, the XLU rate on softmax's standalone reduce,
+# the fill rate on a zero fill.
+FITTED_ON = ("layernorm", "softmax_long", "zeros_f32")
 HELD_OUT_FLOOR = {
     "v5e": 0.80,
     "v5p": 0.60,
@@ -97,6 +99,23 @@ def test_fitted_rates_hold_on_programs_they_were_not_fitted_on(chip):
     in_band, above = _shares(set_by_loop)
     print(f"\n{chip}: {len(set_by_loop)} held-out ops set by the vector loop: {in_band:.1%} within")
     assert in_band >= HELD_OUT_FLOOR[chip] and above == 0
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_fills_run_at_the_fill_rate_on_programs_it_was_not_fitted_on(chip):
+    """The fill rate comes from zeros_f32; a bf16 zero fill, a fill with an argument and a row
+    broadcast down the rows (its row prefetched into VMEM) are fills too, within the band and
+    not above; a broadcast that is not a fill (a row into sublanes) keeps the loop rate."""
+    ops = _ops(chip)
+    held_out = ops[ops["program"].isin(["zeros_bf16", "fill_f32", "broadcast_rows"])]
+    assert len(held_out) == 3 and (held_out["compute_unit"] == "fill").all(), chip
+    ratio = held_out["t_roofline_s"] / held_out["xla_estimate_s"]
+    print(f"\n{chip}: fills held out, roofline ÷ XLA: {ratio.round(3).tolist()}")
+    assert ratio.between(0.5, 1.25).all(), (chip, ratio.tolist())
+    others = ops[(ops["opcode"] == "broadcast") & ~ops["program"].isin(FITTED_ON)]
+    assert set(verdict.fills(others).nonzero()[0]) == set(
+        np.flatnonzero(others["program"].isin(held_out["program"]).to_numpy())
+    )
 
 
 def test_gaps_far_below_xla_are_named():
