@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from tpu_oracle import priced_ops
+from tpu_oracle import shares as _shares
 
 from hlo_roofline import analyze_hlo, chips, verdict
 from hlo_roofline.hlo.parser import parse
@@ -47,27 +49,9 @@ def _ops(chip: str) -> pd.DataFrame:
     reads (a prefetched operand at VMEM speed: XLA's number does not see the prefetch)."""
     frames = []
     for path in sorted(FIXTURES.glob(f"*.{chip}.hlo.txt")):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            report = analyze_hlo(path.read_text())
-        readers = {n for names in report.ops["prefetch_for"] for n in names.split(",") if n}
-        ops = report.ops.assign(prefetch_for="")  # each op's own time, prefetch not charged
-        ops, _ = verdict.classify(ops, chip)
-        ops = ops.assign(program=path.name.split(".")[0], reads_prefetch=ops["name"].isin(readers))
-        ops = ops[ops["xla_estimate_s"].notna()]
-        frames.append(ops)
+        ops = priced_ops(path.read_text(), chip).assign(program=path.name.split(".")[0])
+        frames.append(ops[ops["xla_estimate_s"].notna()])
     return pd.concat(frames, ignore_index=True)
-
-
-def _shares(ops: pd.DataFrame) -> tuple[float, float]:
-    """(within 0.5–1.25×, above 1.25×) as shares of XLA's time. Rows whose XLA estimate is below
-    their own bytes' time (``xla_gap`` = below_memory_floor) count in neither "above" nor the
-    whole: no lower bound can sit under them."""
-    ops = ops[ops["xla_gap"] != verdict.BELOW_MEMORY_FLOOR]
-    ratio = ops["t_roofline_s"] / ops["xla_estimate_s"]
-    weight = ops["xla_estimate_s"]
-    in_band = weight[(ratio >= 0.5) & (ratio <= 1.25)].sum() / weight.sum()
-    return float(in_band), float(weight[ratio > 1.25].sum() / weight.sum())
 
 
 @pytest.mark.parametrize("chip", CHIPS)
