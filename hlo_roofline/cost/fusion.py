@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from hlo_roofline.cost.base import Cost, CostContext, rule
 from hlo_roofline.cost.data_movement import gather, scatter
+from hlo_roofline.cost.elementwise import ARITHMETIC, TRANSCENDENTAL
+from hlo_roofline.cost.inplace import VIEWS, in_place
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction
 
@@ -102,7 +104,17 @@ def _async_collective_half(instr: Instruction, inner: Cost, marker: str, ctx: Co
 
 
 def _output_bytes(instr: Instruction, body: Computation, ctx: CostContext) -> float:
-    """Result leaves, except that an in-place dynamic-update-slice root writes only its update."""
+    """Result leaves, except that an in-place dynamic-update-slice root writes only its update.
+
+    The roofline model finds every result updated in place (:func:`inplace.in_place`: also a
+    scatter's, through bitcasts and nested fusions, in a tuple root): each writes its updates."""
+    if ctx.roofline:
+        aliases = in_place(instr)
+        if aliases:
+            return sum(
+                sum(ctx.size(u) for u in aliases[i].updates) if i in aliases else ctx.size(leaf)
+                for i, leaf in enumerate(instr.shape.leaves())
+            )
     root = body.root
     if root.opcode == "dynamic-update-slice":
         return ctx.size(root.operands[1].shape)
@@ -140,12 +152,25 @@ def _parameter_read_bytes_uncached(param: Instruction, ctx: CostContext) -> floa
             size += ctx.size(user.shape)
         elif opcode == "dynamic-update-slice" and user.operands[0] is param:
             pass  # aliased with the output
+        elif ctx.roofline and opcode == "scatter" and _scattered_into(param, user):
+            # in place: only the rows the updates combine into are read
+            size += sum(ctx.size(u.shape) for u in user.operands[len(user.operands) // 2 + 1 :])
+        elif ctx.roofline and opcode in VIEWS and not user.is_root:
+            size += _parameter_read_bytes(user, ctx)  # read as its view is
         elif opcode in ("broadcast", "reshape"):
             size += own_size
         elif not seen_plain_user:
             seen_plain_user = True
             size += own_size
     return size
+
+
+def _scattered_into(param: Instruction, scatter_op: Instruction) -> bool:
+    """``param`` is one of the buffers ``scatter_op`` updates (and not also its indices or updates)."""
+    n = len(scatter_op.operands) // 2
+    return any(op is param for op in scatter_op.operands[:n]) and all(
+        op is not param for op in scatter_op.operands[n:]
+    )
 
 
 def _nested_fusion_read_bytes(param: Instruction, nested: Instruction, ctx: CostContext) -> float:
@@ -158,7 +183,8 @@ def _nested_fusion_read_bytes(param: Instruction, nested: Instruction, ctx: Cost
     params = nested.called[0].parameters
     slots = [i for i, op in enumerate(nested.operands) if op is param]
     if ctx.roofline:
-        return sum(_parameter_read_bytes(params[i], ctx) for i in slots)
+        inner = sum(_parameter_read_bytes(params[i], ctx) for i in slots)
+        return inner * _sliced_fraction(nested, ctx)
     root = nested.called[0].root
     size = 0.0
     for i in slots:
@@ -178,6 +204,42 @@ def _nested_fusion_read_bytes(param: Instruction, nested: Instruction, ctx: Cost
                 seen = True
                 size += _parameter_read_bytes(params[i], ctx)
     return size
+
+
+# Ops after which each result element still depends on O(1) elements of the operands at the same
+# place (a relayout, a convert, elementwise arithmetic): slicing the result slices the reads.
+_PER_ELEMENT = frozenset(
+    {*ARITHMETIC, *TRANSCENDENTAL, "copy", "bitcast", "transpose", "reshape", "broadcast",
+     "parameter", "constant", "tuple", "get-tuple-element"}
+)  # fmt: skip
+
+
+def _sliced_fraction(nested: Instruction, ctx: CostContext) -> float:
+    """The share of a nested fusion's result its users read, where they only slice it and each
+    result element is computed from the operands' elements at its own place (a relayout or
+    convert of a stacked weight that a scan's dynamic-slice reads one layer of: XLA computes only
+    the slice). 1 otherwise."""
+    users = ctx.users(nested.computation).get(id(nested), ())
+    elements = nested.shape.elements if nested.shape.is_array else 0
+    if nested.is_root or not users or not elements:
+        return 1.0
+    if any(u.opcode not in ("slice", "dynamic-slice") or u.operands[0] is not nested for u in users):
+        return 1.0
+    if not _per_element_body(nested, ctx):
+        return 1.0
+    return min(1.0, sum(u.shape.elements for u in users) / elements)
+
+
+def _per_element_body(fusion: Instruction, ctx: CostContext) -> bool:
+    key = ("per_element", id(fusion.called[0]))
+    found = ctx.memo.get(key)
+    if found is None:
+        found = ctx.memo[key] = all(
+            i.opcode in _PER_ELEMENT
+            or (i.opcode == "fusion" and bool(i.called) and _per_element_body(i, ctx))
+            for i in fusion.called[0].instructions
+        )
+    return found
 
 
 def _leaf_indices(shape, prefix=()):

@@ -242,7 +242,7 @@ def conv_geometry(
     dims = attrs.conv_dims(instr)
     groups = attrs.int_attr(instr, "feature_group_count", 1)
     batch_groups = attrs.int_attr(instr, "batch_group_count", 1)
-    batch, positions, taps = groups * batch_groups, 1, 1
+    batch, positions, taps, rhs_free = groups * batch_groups, 1, 1, 1
     for i, w in enumerate(attrs.window(instr)):
         kernel = rhs.dims[dims.kernel_spatial[i]]
         outputs = out.dims[dims.output_spatial[i]]
@@ -252,12 +252,16 @@ def conv_geometry(
         )
         if kernel > 1 and pairs == outputs == inputs == kernel:  # a batch dim in disguise
             batch *= outputs
+        elif kernel > 1 and inputs == 1 and pairs == outputs == kernel:
+            # Every output meets its own tap on the lhs's one element: a free dim of the rhs
+            # (a projection to heads, ``btd,dnh->btnh``), so part of N, not of M.
+            rhs_free *= outputs
         else:
             positions *= outputs
             taps *= pairs
     m = out.dims[dims.output_batch] // batch_groups * positions
     k = (lhs.dims[dims.input_feature] // groups) * max(round(taps / max(positions, 1)), 1)
-    return batch, m, out.dims[dims.output_feature] // (groups * batch_groups), k
+    return batch, m, out.dims[dims.output_feature] // (groups * batch_groups) * rhs_free, k
 
 
 def matmul_geometry(

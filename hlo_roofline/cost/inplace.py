@@ -1,0 +1,107 @@
+"""Buffers an op updates in place: what a dynamic-update-slice or scatter touches, not the buffer.
+
+XLA runs a dynamic-update-slice or a scatter in place when its buffer operand can share the
+result's buffer (``HloDataflowAnalysis::CanShareOperandBufferWithUser``): only the update (and, for
+a scatter, the indices and the rows it combines into) moves. A fusion is in place the same way when
+its result (or a tuple element of it) is such an op, through views (bitcast, a reshape that is
+one), nested fusions and get-tuple-element, and the op's buffer comes from a fusion parameter
+through views: that parameter and that result are one buffer, never read or written whole.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hlo_roofline.hlo.ir import Instruction, Shape
+
+# Ops that only view a buffer: an in-place update seen through them is still in place (in an
+# optimized module a reshape that is left is a copy, so only bitcasts).
+VIEWS = frozenset({"bitcast"})
+_MAX_DEPTH = 64
+
+
+class InPlace(NamedTuple):
+    """One buffer updated in place: the operand it arrives as, and what the update touches."""
+
+    operand: int  # the op's operand (a fusion's parameter number) that is the buffer
+    updates: tuple[Shape, ...]  # what is written: a dynamic-update-slice's update, scatter updates
+    combines: bool  # the old values where it writes are read too (a scatter's combiner)
+
+    @property
+    def update_elements(self) -> int:
+        return sum(s.elements for s in self.updates if s.is_array)
+
+
+def _update_shapes(op: Instruction) -> tuple[Shape, ...]:
+    """The shapes an in-place op writes: a dynamic-update-slice's update, a scatter's updates."""
+    if op.opcode == "dynamic-update-slice":
+        return (op.operands[1].shape,)
+    n = len(op.operands) // 2
+    return tuple(u.shape for u in op.operands[n + 1 :])
+
+
+def _unviewed(value: Instruction) -> Instruction:
+    for _ in range(_MAX_DEPTH):
+        if value.opcode not in VIEWS or not value.operands:
+            break
+        value = value.operands[0]
+    return value
+
+
+def _buffer_parameter(value: Instruction) -> int | None:
+    """The fusion parameter number ``value`` is (through views), or None."""
+    value = _unviewed(value)
+    if value.opcode == "parameter" and value.payload.strip().isdigit():
+        return int(value.payload.strip())
+    return None
+
+
+def _producer_in_place(value: Instruction, depth: int = 0) -> InPlace | None:
+    """The in-place update ``value`` is (through views and nested fusions), its buffer named by
+    the parameter of ``value``'s computation it comes from."""
+    value = _unviewed(value)
+    if depth > _MAX_DEPTH or not value.operands:
+        return None
+    if value.opcode == "dynamic-update-slice":
+        buffers = [value.operands[0]]
+    elif value.opcode == "scatter":
+        buffers = value.operands[: len(value.operands) // 2]
+    elif value.opcode == "fusion" and value.called and value.called[0].root is not None:
+        inner = _producer_in_place(value.called[0].root, depth + 1)
+        if inner is None or inner.operand >= len(value.operands):
+            return None
+        param = _buffer_parameter(value.operands[inner.operand])
+        return inner._replace(operand=param) if param is not None else None
+    else:
+        return None
+    param = _buffer_parameter(buffers[0])
+    if param is None:
+        return None
+    return InPlace(param, _update_shapes(value), value.opcode == "scatter")
+
+
+def in_place(instr: Instruction) -> dict[int, InPlace]:
+    """``result leaf index -> InPlace`` for every result of ``instr`` updated in place: a
+    dynamic-update-slice's or scatter's own buffers, a fusion's results that are such an update
+    of one of its parameters. Empty for anything else."""
+    code = instr.opcode
+    if code == "dynamic-update-slice" and len(instr.operands) >= 2:
+        return {0: InPlace(0, _update_shapes(instr), False)}
+    if code == "scatter" and len(instr.operands) >= 3:
+        shapes = _update_shapes(instr)
+        return {i: InPlace(i, shapes[i : i + 1], True) for i in range(len(shapes))}
+    if code != "fusion" or not instr.called or instr.called[0].root is None:
+        return {}
+    root = _unviewed(instr.called[0].root)
+    if instr.shape.is_tuple and any(e.is_tuple for e in instr.shape.tuple_shapes):
+        return {}  # nested tuples: the leaves are not the root's operands one for one
+    if root.opcode == "tuple" and instr.shape.is_tuple:
+        found = {}
+        for i, element in enumerate(root.operands):
+            if element.shape.is_array:
+                alias = _producer_in_place(element)
+                if alias is not None and alias.operand < len(instr.operands):
+                    found[i] = alias
+        return found
+    alias = _producer_in_place(root)
+    return {0: alias} if alias is not None and alias.operand < len(instr.operands) else {}
