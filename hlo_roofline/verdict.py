@@ -22,6 +22,7 @@ from hlo_roofline import chips, interconnect, schedule, schema
 from hlo_roofline.chips import Chip
 from hlo_roofline.cost.collectives import parse_group_text
 from hlo_roofline.hlo.ir import DTYPE_BYTES
+from hlo_roofline.hlo.parser import HloParseError, parse_shape
 
 BOUNDS = ("compute", "memory", "communication", "unknown", "none")
 VERDICT_COLUMNS = schema.VERDICT_COLUMNS
@@ -393,6 +394,26 @@ def _hints(
     return {"hint_reason": reason, "ridge_m": ridge_m, "ridge_k": ridge_k, "mxu_waste": waste}
 
 
+def _row_tiles(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The rows each matmul's result is stored in tiles of, by its layout's first tile (a TPU's
+    ``T(8,128)``: 8), where its M rows are its second-minor dim; 0 where untiled (a GPU, HLO
+    without layouts): the bytes are counted as stored, so the crossover is for that array."""
+    tiles = np.zeros(len(rows), dtype=int)
+    if "shape" not in ops:
+        return tiles
+    m = _column(ops, "mm_m", rows, 0.0)
+    for i, text in enumerate(ops["shape"].to_numpy()[rows]):
+        with contextlib.suppress(HloParseError, ValueError, IndexError):
+            leaf = parse_shape(text).leaves()[0]
+            layout = leaf.layout
+            if layout is None or not layout.tiles or len(layout.tiles[0]) < 2:
+                continue
+            order = layout.minor_to_major or tuple(range(len(leaf.dims) - 1, -1, -1))
+            if len(order) >= 2 and leaf.dims[order[1]] == m[i]:
+                tiles[i] = layout.tiles[0][-2]
+    return tiles
+
+
 def _solve(
     size: np.ndarray,
     flops: np.ndarray,
@@ -424,12 +445,15 @@ def hint_text(
     ridge: float = math.nan,
     mxu_waste: float = 0.0,
     mxu_width: int = 0,
+    row_tile: int = 0,
     detail: str = "",
 ) -> str:
     """A row's hint in words, from its fields: the one place a hint is written. ``bound`` opens
     it (so it never contradicts the row's verdict); ``batch`` is the batch elements with their
     own weights, or for ``split_k`` the slices of K; ``detail`` is the text of a ``prefetch``
-    (the readers) or ``no_rate`` (the problem) row."""
+    (the readers) or ``no_rate`` (the problem) row. ``row_tile``: the rows of the lhs's storage
+    tile on a TPU; where M is not a multiple of it, the array as stored has more rows than M, its
+    bytes are the stored ones, and the hint says that its crossover is for that array."""
     if reason == "prefetch":
         return f"HBM→VMEM prefetch for {detail}: its HBM time is charged to them"
     if reason == "no_rate" or not reason:
@@ -468,6 +492,8 @@ def hint_text(
         )
     elif reason == "ridge_m":
         text = f"{state} at M={m}; {reaches}"
+        if row_tile and m % row_tile and not math.isnan(ridge_m) and ridge_m >= 1:
+            text += " for the lhs as stored (its rows padded to the layout's tile)"
     else:
         text = f"{state}: {reaches}"
     if mxu_waste > 0.01:
@@ -800,12 +826,14 @@ def _hint_columns(
         batch = np.where(split, ops["mm_split_k"].to_numpy()[rows] if "mm_split_k" in ops else 1,
                          geometry[:, 3])  # fmt: skip
         width = _mxu_width(chip)
+        tiles = _row_tiles(ops, rows)
         hint[rows] = [
             hint_text(r, b, m=int(g[0]), n=int(g[1]), k=int(g[2]), batch=int(nb),
-                      ridge_m=rm, ridge_k=rk, intensity=i, ridge=ri, mxu_waste=w, mxu_width=width)
-            for r, b, g, nb, rm, rk, i, ri, w in zip(
+                      ridge_m=rm, ridge_k=rk, intensity=i, ridge=ri, mxu_waste=w, mxu_width=width,
+                      row_tile=t)
+            for r, b, g, nb, rm, rk, i, ri, w, t in zip(
                 reason[rows], bound[rows], geometry, batch, fields["ridge_m"], fields["ridge_k"],
-                intensity, ridge, fields["mxu_waste"], strict=True)
+                intensity, ridge, fields["mxu_waste"], tiles, strict=True)
         ]  # fmt: skip
     for i in np.flatnonzero(no_rate):  # the row says why its compute time is missing
         reason[i] = "no_rate"

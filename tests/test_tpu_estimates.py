@@ -25,21 +25,21 @@ from hlo_roofline.hlo.parser import parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_estimates"
 CHIPS = ("v5e", "v5p", "v6e", "7x")
-# Floors from what the model reached (docs/validation.md); raise them as the model improves.
-# Ops that read no prefetched buffer:
-IN_BAND_FLOOR = {"v5e": 0.90, "v5p": 0.80, "v6e": 0.88, "7x": 0.0}
+# Floors a little below what the model reaches (docs/validation.md gives the figures; the test
+# prints them); raise them as the model improves. Ops that read no prefetched buffer:
+IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.87, "v6e": 0.93, "7x": 0.85}
 # Ops that read a buffer XLA prefetched into VMEM, compared at their own placement:
-READER_IN_BAND_FLOOR = {"v5e": 0.85, "v5p": 0.78, "v6e": 0.72, "7x": 0.0}
+READER_IN_BAND_FLOOR = {"v5e": 0.90, "v5p": 0.83, "v6e": 0.80, "7x": 0.71}
 ABOVE_CEILING = 0.01
 # The programs the chip database's derived TPU rates were fitted on (its notes name them): the
 # vector loop rate on layernorm's lane reduction, the XLU rate on softmax's standalone reduce,
 # the fill rate on a zero fill.
 FITTED_ON = ("layernorm", "softmax_long", "zeros_f32")
 HELD_OUT_FLOOR = {
-    "v5e": 0.80,
-    "v5p": 0.60,
-    "v6e": 0.80,
-    "7x": 0.0,
+    "v5e": 0.81,
+    "v5p": 0.58,
+    "v6e": 0.79,
+    "7x": 0.76,
 }  # v5p: its layout-changing copies
 
 
@@ -61,14 +61,16 @@ def test_roofline_against_xla_tpu_estimates(chip):
     in_band, above = _shares(own)
     r_in_band, r_above = _shares(readers)
     all_in_band, all_above = _shares(ops)
-    print(
-        f"\n{chip}: all {len(ops)} ops: {all_in_band:.1%} within 0.5-1.25x of XLA, "
-        f"{all_above:.1%} above; {len(own)} reading no prefetch: {in_band:.1%} within, "
-        f"{above:.1%} above; {len(readers)} prefetch readers: {r_in_band:.1%} within, "
-        f"{r_above:.1%} above"
+    figures = (
+        f"{chip}: all {len(ops)} ops: {all_in_band:.1%} within 0.5-1.25x of XLA, "
+        f"{all_above:.1%} above; {len(own)} reading no prefetch: {in_band:.1%} within "
+        f"(floor {IN_BAND_FLOOR[chip]:.0%}), {above:.1%} above; {len(readers)} prefetch readers: "
+        f"{r_in_band:.1%} within (floor {READER_IN_BAND_FLOOR[chip]:.0%}), {r_above:.1%} above "
+        f"(ceiling {ABOVE_CEILING:.0%})"
     )
-    assert in_band >= IN_BAND_FLOOR[chip] and r_in_band >= READER_IN_BAND_FLOOR[chip]
-    assert above <= ABOVE_CEILING and r_above <= ABOVE_CEILING
+    print("\n" + figures)
+    assert in_band >= IN_BAND_FLOOR[chip] and r_in_band >= READER_IN_BAND_FLOOR[chip], figures
+    assert above <= ABOVE_CEILING and r_above <= ABOVE_CEILING, figures
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -81,8 +83,12 @@ def test_fitted_rates_hold_on_programs_they_were_not_fitted_on(chip):
     set_by_loop = held_out[(elements >= 0.99 * held_out["t_roofline_s"]) & (elements > 2e-6)]
     assert len(set_by_loop) >= 15, chip
     in_band, above = _shares(set_by_loop)
-    print(f"\n{chip}: {len(set_by_loop)} held-out ops set by the vector loop: {in_band:.1%} within")
-    assert in_band >= HELD_OUT_FLOOR[chip] and above == 0
+    figures = (
+        f"{chip}: {len(set_by_loop)} held-out ops set by the vector loop: {in_band:.1%} within "
+        f"(floor {HELD_OUT_FLOOR[chip]:.0%}), {above:.1%} above (none allowed)"
+    )
+    print("\n" + figures)
+    assert in_band >= HELD_OUT_FLOOR[chip] and above == 0, figures
 
 
 @pytest.mark.parametrize("chip", CHIPS)
