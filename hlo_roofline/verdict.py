@@ -143,18 +143,31 @@ def _padded(dims: np.ndarray, tile: int) -> np.ndarray:
     return -(-dims // tile) * tile
 
 
+_FEW_COLUMNS = 8  # N below a vector register's sublanes: the matmul streams N, holds M
+
+
+def streams_columns(ops: pd.DataFrame) -> np.ndarray:
+    """The matmuls whose N is below 8 (a decode step's scores, one query against a cache of
+    keys): the MXU holds the K×M operand and streams the N columns through it, so M, not N, is
+    padded to its width (XLA:TPU's estimates for such products are far below N padded to 128)."""
+    m, n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_m", "mm_n", "mm_k"))
+    return (n > 0) & (n < _FEW_COLUMNS) & (m > n) & (k > 1)
+
+
 def mxu_padding(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     """How much more work each matmul does on the chip's MXUs than it asks for: the K×N weight
     tile padded to the systolic array's width (the M rows stream through it unpadded, as the book
-    counts them); 1 where the chip has no MXU shape, or the op is a matrix-vector product (a
-    depthwise convolution: it runs on the vector unit)."""
+    counts them), or the K×M tile where it streams its few N columns (:func:`streams_columns`);
+    1 where the chip has no MXU shape, or the op is a matrix-vector product (a depthwise
+    convolution: it runs on the vector unit)."""
     width = _mxu_width(chip)
-    n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_n", "mm_k"))
+    m, n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_m", "mm_n", "mm_k"))
+    held = np.where(streams_columns(ops), m, n)  # the operand's dim the array holds
     factor = np.ones(len(ops))
-    on_mxu = (n > 1) & (k > 1)
+    on_mxu = (held > 1) & (k > 1)
     if width and on_mxu.any():
-        asked = (n * k)[on_mxu].astype(float)
-        factor[on_mxu] = _padded(n[on_mxu], width) * _padded(k[on_mxu], width) / asked
+        asked = (held * k)[on_mxu].astype(float)
+        factor[on_mxu] = _padded(held[on_mxu], width) * _padded(k[on_mxu], width) / asked
     return factor
 
 
@@ -302,12 +315,13 @@ def _xla_gaps(
     floor = (chip.op_floor_s or 0.0) * ops["count"].to_numpy(dtype=float)
     columns = ("opcode", "fused_ops", "mm_m", "mm_n", "mm_k")
     opcode, fused, m, n, k = (ops[c].to_numpy() for c in columns)
+    streamed = np.where(streams_columns(ops), n, m)  # the rows each held weight tile sees
     for i in far:
         if k[i] > 0:
             reason = (
                 "vector_matmul" if min(n[i], k[i]) == 1
                 else "mxu_padding" if padding[i] >= 1.5
-                else "mxu_weight_loads" if width and m[i] < 8 * width
+                else "mxu_weight_loads" if width and streamed[i] < 8 * width
                 else "unexplained"
             )  # fmt: skip
         elif opcode[i] in ("copy", "transpose") or "transpose" in fused[i] or "copy" in fused[i]:
@@ -373,7 +387,8 @@ def _hints(
     n_padding = np.ones(len(rows))
     width = _mxu_width(chip)
     if width:
-        n_padding = np.where(padding > 1, _padded(n, width) / np.maximum(n, 1), 1.0)
+        held = np.where((n > 0) & (n < _FEW_COLUMNS) & (m > n), m, n)  # streams_columns
+        n_padding = np.where(padding > 1, _padded(held, width) / np.maximum(held, 1), 1.0)
     mxu = 2 * per * m * n * k_total  # the matmul's own FLOPs (unpadded)
     # a split-K GEMM from nothing: its weights (along M) or its result (along K) once
     ridge_m = _solve(np.where(split, 0.0, m), np.where(split, 0.0, flops + mxu * (padding - 1)),
@@ -497,7 +512,8 @@ def hint_text(
     else:
         text = f"{state}: {reaches}"
     if mxu_waste > 0.01:
-        text += f"; MXU {mxu_width}-padding of N,K={n},{k} wastes {mxu_waste:.0%}"
+        held = f"M,K={m},{k}" if 0 < n < _FEW_COLUMNS and m > n else f"N,K={n},{k}"
+        text += f"; MXU {mxu_width}-padding of {held} wastes {mxu_waste:.0%}"
     return text
 
 
