@@ -37,7 +37,15 @@ from hlo_roofline.cost.control_flow import (
     loop_multipliers,
     loop_paths,
 )
-from hlo_roofline.cost.linalg import MatmulIO, matmul_geometry, matmul_io
+from hlo_roofline.cost.inplace import in_place, sliced_reads
+from hlo_roofline.cost.linalg import (
+    MatmulIO,
+    comparison_passes,
+    fused_operand_words,
+    matmul_geometry,
+    matmul_io,
+    words,
+)
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Metadata, Module, Shape
 
@@ -60,12 +68,18 @@ _NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
     "replica-id",
 }  # fmt: skip
 _ASYNC_HALVES = ("-start", "-update", "-done")
+_IN_PLACE_OPS = frozenset({"dynamic-update-slice", "scatter", "fusion"})
+# Library selections that run on the TensorCore's vector unit: priced by their comparison passes.
+_SELECTIONS = frozenset(custom_call.SELECTION_TARGETS) - {"GatherScatterIndicesBitpacked"}
 
 
-def _no_vector_loop(opcode: str) -> bool:
+def _no_vector_loop(opcode: str, instr: Instruction | None = None) -> bool:
     """No loop of this op's runs on the TensorCore's vector unit: bookkeeping, DMA, control, or
     an async half (``custom-call-start`` of a SparseCore offload, ``call-done``, ...), whose work
-    is its called program's, priced where that runs."""
+    is its called program's, priced where that runs. A library selection (``TopK``) is a custom
+    call that does run there."""
+    if opcode == "custom-call" and instr is not None:
+        return custom_call.target(instr) not in _SELECTIONS
     return opcode in _NO_VECTOR_LOOP or opcode.endswith(_ASYNC_HALVES)
 
 
@@ -342,7 +356,7 @@ def rows(
             batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
             prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3], meta[4],
             _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused) * count
-            if found is None and not _no_vector_loop(code) else 0.0,
+            if found is None and not _no_vector_loop(code, instr) else 0.0,
             _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
             loops.get(id(instr.computation), ""),
             cost.mxu_flops * count,
@@ -447,24 +461,51 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
 
 def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place: bool) -> float:
     """Elements the op's loop passes through a vector unit: its largest array, capped by what its
-    rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's operands
-    stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a word). A
-    buffer a dynamic-update-slice updates in place (a result shaped like an operand) does not
-    pass: only the update does."""
+    rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
+    operands stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a
+    word), or the operands a fused prologue computes (:func:`linalg.fused_operand_words`),
+    whichever is more (the kernel pipelines the two streams, so each alone is a lower bound). A
+    buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
+    fused or not) does not pass: only the update and the indices do; an operand a fusion reads
+    only through slices passes only its largest slice (:func:`inplace.sliced_reads`). A sort or
+    top-k passes its keys once per comparison pass (:func:`linalg.comparison_passes`). An op on
+    scalars alone (loop counters, cache positions) runs on the scalar unit: none (XLA:TPU
+    estimates none of them either)."""
     results = instr.shape.leaves()
     operands = [leaf for op in instr.operands for leaf in op.shape.leaves()]
-    if updates_in_place or instr.opcode == "dynamic-update-slice":
+    if all(leaf.elements <= 1 for leaf in results) and all(leaf.elements <= 1 for leaf in operands):
+        return 0.0  # scalars only (a loop counter, an index): the scalar unit's, not a vector loop
+    aliases = in_place(instr) if instr.opcode in _IN_PLACE_OPS else {}
+    if aliases:
+        buffers = {alias.operand for alias in aliases.values()}
+        results = [leaf for i, leaf in enumerate(results) if i not in aliases]
+        operands = [
+            leaf for i, op in enumerate(instr.operands) if i not in buffers
+            for leaf in op.shape.leaves()
+        ]  # fmt: skip
+    elif updates_in_place or instr.opcode == "dynamic-update-slice":
         buffers = {(leaf.dtype, leaf.dims) for leaf in results} & {
             (leaf.dtype, leaf.dims) for leaf in operands
         }
         results = [leaf for leaf in results if (leaf.dtype, leaf.dims) not in buffers]
         operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
     if geometry is not None:
-        return float(max((leaf.elements * min(DTYPE_BYTES.get(leaf.dtype, 4), 4) / 4
-                          for leaf in results), default=0.0))  # fmt: skip
+        result_words = max((words(leaf) for leaf in results), default=0.0)
+        return float(max(result_words, fused_operand_words(instr)))
+    if instr.opcode == "sort" or (
+        instr.opcode == "custom-call" and not _no_vector_loop("custom-call", instr)
+    ):
+        return float(instr.operands[0].shape.elements * comparison_passes(instr))
     leaves = [*results, *operands]
     if not leaves:
         return 0.0
+    sliced = sliced_reads(instr) if instr.opcode == "fusion" and not aliases else {}
+    if sliced:  # an operand read only through slices passes only its largest slice
+        unsliced = [
+            leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
+            for leaf in op.shape.leaves()
+        ]  # fmt: skip
+        return float(max([*(leaf.elements for leaf in results), *unsliced, *sliced.values()]))
     largest = max(leaf.elements for leaf in leaves)
     smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
     written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)

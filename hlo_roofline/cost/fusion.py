@@ -223,7 +223,9 @@ def _sliced_fraction(nested: Instruction, ctx: CostContext) -> float:
     elements = nested.shape.elements if nested.shape.is_array else 0
     if nested.is_root or not users or not elements:
         return 1.0
-    if any(u.opcode not in ("slice", "dynamic-slice") or u.operands[0] is not nested for u in users):
+    if any(
+        u.opcode not in ("slice", "dynamic-slice") or u.operands[0] is not nested for u in users
+    ):
         return 1.0
     if not _per_element_body(nested, ctx):
         return 1.0

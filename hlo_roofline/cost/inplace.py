@@ -105,3 +105,37 @@ def in_place(instr: Instruction) -> dict[int, InPlace]:
         return found
     alias = _producer_in_place(root)
     return {0: alias} if alias is not None and alias.operand < len(instr.operands) else {}
+
+
+_SLICES = frozenset({"slice", "dynamic-slice"})
+
+
+def sliced_reads(fusion: Instruction) -> dict[int, int]:
+    """``operand index -> elements`` for each fusion operand its body reads only through slices
+    (through bitcasts): the largest slice, the most one iteration of the fusion's loop reads of it
+    (``h[:, :n] * h[:, n:]`` reads two halves, a loop over one half's elements)."""
+    if fusion.opcode != "fusion" or not fusion.called:
+        return {}
+    body = fusion.called[0]
+    users: dict[int, list[Instruction]] = {}
+    for inner in body.instructions:
+        for op in dict.fromkeys(inner.operands):
+            users.setdefault(id(op), []).append(inner)
+    found = {}
+    for param in body.parameters:
+        if not param.payload.strip().isdigit() or param.is_root:
+            continue
+        largest, todo, ok = 0, [param], True
+        while todo and ok:
+            value = todo.pop()
+            for user in users.get(id(value), ()):
+                if user.opcode in VIEWS and not user.is_root:
+                    todo.append(user)
+                elif user.opcode in _SLICES and user.operands[0] is value:
+                    largest = max(largest, user.shape.elements)
+                else:
+                    ok = False
+                    break
+        if ok and largest:
+            found[int(param.payload.strip())] = largest
+    return found

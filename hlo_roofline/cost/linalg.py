@@ -386,3 +386,106 @@ def _unviewed(value: Instruction, fusion) -> Instruction:
         if index >= len(fusion.operands):
             return value
         value, fusion = fusion.operands[index], None
+
+
+# Ops that feed a fused matmul without a vector loop of their own: names and views, windows
+# a DMA reads (slices), scalars and broadcasts a consumer reads in its own loop, relayouts
+# (copy, transpose: XLA:TPU's estimates do not charge a fused operand's relayout consistently,
+# from a quarter of a pass, an int8 weight on v5e, to two, a scanned weight on 7x, so a lower
+# bound counts none) and type conversions (XLA:TPU feeds int8 and fp8 operands to the MXU as
+# they are: weight-only int8 compiles to a convolution of bf16 by s8).
+_NO_LOOP = frozenset(
+    {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "slice", "dynamic-slice",
+     "broadcast", "iota", "copy", "transpose", "reshape", "convert"}
+)  # fmt: skip
+
+
+# Loop passes a fused matmul's computed operand is counted as. XLA:TPU's estimates of such
+# fusions charge between 0.36 passes (softmax normalisation fused into attention's PV on v5e) and
+# 4.6 (GELU backward on v5e) at the chip's loop rate, over fixtures/inplace and
+# fixtures/tpu_estimates on v5e-7x: the vector unit works on registers on their way to the MXU,
+# not on VMEM like a loop fusion. A lower bound counts the least of them.
+PROLOGUE_PASSES = 0.35
+
+
+def words(shape: Shape) -> float:
+    """32-bit words of an array in vector registers: two bf16 (four 8-bit) elements to a word."""
+    return shape.elements * min(element_bytes(shape) or 4, 4) / 4
+
+
+def fused_operand_words(fusion: Instruction) -> float:
+    """Words of a fused matmul's operands that a vector loop computes before they reach the matrix
+    unit: an operand whose producers in the fusion do arithmetic (softmax or GELU backward's
+    elementwise chain; not only a convert or a relayout, see ``_NO_LOOP``) passes through the
+    vector unit, as the array the matmul reads, counted as ``PROLOGUE_PASSES`` of a pass; one read
+    straight from a parameter (through views, slices, converts, relayouts) streams in.
+
+    The epilogue is the result, as many words as the matmul writes: an f32 epilogue on a bf16
+    result (attention's scaled scores) is charged by XLA:TPU at f32 width on v5e and v5p but at
+    the result's on v6e, so a lower bound counts the result's.
+
+    XLA:TPU writes the fusion's tiling into its backend_config (``window_config``: the output,
+    input and kernel window bounds and the iteration bounds), but not whether it keeps a computed
+    operand tile across the output tiles that reuse it; its estimates of such fusions (softmax
+    backward, GELU backward, scanned weight relayouts, compiled for v5e-7x in fixtures/inplace)
+    agree with one pass, so each element is counted once, not once per output tile."""
+    if fusion.opcode != "fusion" or not fusion.called:
+        return 0.0
+    body = fusion.called[0]
+    matmuls = [
+        (g, i) for i in body.instructions
+        if i.opcode in _MATMUL_OPCODES and (g := matmul_geometry(i)) is not None
+    ]  # fmt: skip
+    if not matmuls:
+        return 0.0
+    matmul = max(matmuls, key=lambda found: math.prod(found[0]))[1]
+    memo: dict[int, bool] = {}
+    computed = sum(words(op.shape) for op in matmul.operands[:2] if _does_work(op, memo, 0))
+    return float(PROLOGUE_PASSES * computed)
+
+
+def _does_work(value: Instruction, memo: dict[int, bool], depth: int) -> bool:
+    """Some op producing ``value`` (inside its fusion, nested fusions included) runs a vector
+    loop."""
+    found = memo.get(id(value))
+    if found is not None:
+        return found
+    if depth > 64:
+        return False
+    if value.opcode == "fusion" and value.called:
+        found = any(
+            _loop_op(i) or (i.opcode == "fusion" and _does_work(i, memo, depth + 1))
+            for i in value.called[0].instructions
+        ) or any(_does_work(op, memo, depth + 1) for op in value.operands)
+    elif _loop_op(value):
+        found = True
+    else:
+        found = any(_does_work(op, memo, depth + 1) for op in value.operands)
+    memo[id(value)] = found
+    return found
+
+
+def _loop_op(instr: Instruction) -> bool:
+    return not (
+        instr.opcode in _NO_LOOP or instr.opcode in _MATMUL_OPCODES or instr.opcode == "fusion"
+    )
+
+
+def comparison_passes(instr: Instruction) -> float:
+    """Passes a sort or a top-k makes over its keys on the vector unit, per key element.
+
+    A comparison sort of n keys needs at least log2(n!) ≈ n·log2(n) comparisons (the decision-
+    tree bound: each comparison at most halves the n! orders left), so a sorted row of n keys is
+    ceil(log2 n) passes over its n elements: a lower bound, as a roofline is (XLA:TPU's bitonic
+    network makes log2 n·(log2 n + 1)/2). A top-k keeps the k best of each row in a sorted
+    buffer: n·log2(k) comparisons, ceil(log2 k) passes (one at k = 1)."""
+    keys = instr.operands[0].shape if instr.operands else None
+    if keys is None or not keys.is_array or not keys.dims:
+        return 1.0
+    if instr.opcode == "sort":
+        dims = attrs.ints(instr, "dimensions") if "dimensions" in instr.attrs else [-1]
+        n = keys.dims[dims[0]] if dims else keys.dims[-1]
+        return float(max((n - 1).bit_length(), 1))
+    result = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
+    k = result.dims[-1] if result.is_array and result.dims else 1
+    return float(max((k - 1).bit_length(), 1))

@@ -50,7 +50,27 @@ def reduce_window(instr: Instruction, ctx: CostContext) -> Cost:
             ):
                 span = out.dims[i]
                 times = out.elements // span + span - 1
+    if ctx.roofline and _prefix_span(window, instr.operands[0].shape, out) > 1:
+        # A cumulative sum: a scan takes ceil(log2 n) shifted combines per element (Hillis and
+        # Steele's parallel prefix, the form a vector unit runs), not the n/2 a window sums.
+        span = _prefix_span(window, instr.operands[0].shape, out)
+        times = out.elements * (span - 1).bit_length()
     return _applied(instr, ctx, "to_apply", times).replace(bytes_accessed=ctx.default_bytes(instr))
+
+
+def _prefix_span(window, operand, out) -> int:
+    """n where the window makes every output the combination of the n elements up to it along one
+    dimension (a cumulative sum or product: window n, n − 1 of padding on one side, stride 1, the
+    operand's size); 0 for any other window."""
+    if operand.is_tuple or len(window) != len(out.dims) or operand.dims != out.dims:
+        return 0
+    spans = [
+        w.size for i, w in enumerate(window)
+        if w.size != 1 and w.stride == 1 and w.base_dilation == w.window_dilation == 1
+        and w.size == out.dims[i] and {w.pad_low, w.pad_high} == {0, w.size - 1}
+    ]  # fmt: skip
+    others = [w for w in window if w.size != 1]
+    return spans[0] if len(spans) == 1 and len(others) == 1 else 0
 
 
 @rule("select-and-scatter")
