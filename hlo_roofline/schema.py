@@ -30,8 +30,9 @@ def _c(name: str, dtype: Dtype, unit: str, meaning: str, layer: Layer) -> Column
 
 
 # The codes of ``xla_gap``: why XLA:TPU's estimate of an op sits outside the roofline's reach.
+BELOW_MEMORY_FLOOR = "below_memory_floor"  # the one code for an estimate under the op's bytes
 XLA_GAPS = {
-    "below_memory_floor": "XLA's estimate is below the time the op's own bytes take at its "
+    BELOW_MEMORY_FLOOR: "XLA's estimate is below the time the op's own bytes take at its "
     "placement's bandwidth: no lower bound can sit under it; left out of agreement statistics",
     "tiny_op": "XLA charges each op a fixed overhead; the op's work is a small part of it",
     "mxu_padding": "N or K far below the MXU width: XLA pays for whole tiles",
@@ -182,7 +183,7 @@ COLUMNS: tuple[Column, ...] = (
        "where XLA:TPU's estimate is below the op's own memory time (`below_memory_floor`: its "
        "bytes at its placement's bandwidth, the prefetches it reads not charged), or over twice "
        "the roofline: the likely reason ("
-       + ", ".join(f"`{code}`" for code in XLA_GAPS if code != "below_memory_floor")
+       + ", ".join(f"`{code}`" for code in XLA_GAPS if code != BELOW_MEMORY_FLOOR)
        + "), else empty", "verdict"),
     # -- measured: the profiler join (measured.join, efficiency.add_efficiency) -----------------
     _c("measured_s", "float", "s", "median over steps of the op's time in one step", "measured"),

@@ -146,12 +146,18 @@ def _padded(dims: np.ndarray, tile: int) -> np.ndarray:
 _FEW_COLUMNS = 8  # N below a vector register's sublanes: the matmul streams N, holds M
 
 
+def _holds_rows(m, n):
+    """Where a matmul of M rows and N columns holds its rows in the MXU: N below 8 (NumPy arrays
+    or plain numbers)."""
+    return (n > 0) & (n < _FEW_COLUMNS) & (m > n)
+
+
 def streams_columns(ops: pd.DataFrame) -> np.ndarray:
     """The matmuls whose N is below 8 (a decode step's scores, one query against a cache of
     keys): the MXU holds the K×M operand and streams the N columns through it, so M, not N, is
     padded to its width (XLA:TPU's estimates for such products are far below N padded to 128)."""
     m, n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_m", "mm_n", "mm_k"))
-    return (n > 0) & (n < _FEW_COLUMNS) & (m > n) & (k > 1)
+    return _holds_rows(m, n) & (k > 1)
 
 
 def mxu_padding(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
@@ -284,7 +290,7 @@ def _op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
 
 # Why XLA:TPU's estimate sits outside the roofline's reach (``xla_gap``): owned by the schema.
 XLA_GAPS = schema.XLA_GAPS
-BELOW_MEMORY_FLOOR = "below_memory_floor"
+BELOW_MEMORY_FLOOR = schema.BELOW_MEMORY_FLOOR
 _FAR_ABOVE = 2.0  # XLA's estimate over the roofline at which a row names the gap
 
 
@@ -387,7 +393,7 @@ def _hints(
     n_padding = np.ones(len(rows))
     width = _mxu_width(chip)
     if width:
-        held = np.where((n > 0) & (n < _FEW_COLUMNS) & (m > n), m, n)  # streams_columns
+        held = np.where(_holds_rows(m, n), m, n)  # the dim the array holds besides K
         n_padding = np.where(padding > 1, _padded(held, width) / np.maximum(held, 1), 1.0)
     mxu = 2 * per * m * n * k_total  # the matmul's own FLOPs (unpadded)
     # a split-K GEMM from nothing: its weights (along M) or its result (along K) once
@@ -512,7 +518,7 @@ def hint_text(
     else:
         text = f"{state}: {reaches}"
     if mxu_waste > 0.01:
-        held = f"M,K={m},{k}" if 0 < n < _FEW_COLUMNS and m > n else f"N,K={n},{k}"
+        held = f"M,K={m},{k}" if _holds_rows(m, n) else f"N,K={n},{k}"
         text += f"; MXU {mxu_width}-padding of {held} wastes {mxu_waste:.0%}"
     return text
 
