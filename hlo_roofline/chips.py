@@ -240,6 +240,7 @@ class Chip:
     eup_rate: float | None = None  # transcendental unit (TPU EUP), results per second, whole chip
     vector_elements_rate: float | None = None  # elements/s a TPU vector loop passes, whole chip
     lane_reduce_rate: float | None = None  # elements/s a TPU standalone reduce folds across lanes
+    fill_rate: float | None = None  # elements/s a TPU fill (broadcast of a scalar) writes, whole chip
     op_floor_s: float | None = None  # the least time any op takes (a TPU's per-op overhead)
     clock_hz: float | None = None  # core clock: converts XLA:TPU's cycle estimates to seconds
     ici: Ici | None = None
@@ -334,6 +335,7 @@ class Chip:
             eup_rate=share(self.eup_rate),
             vector_elements_rate=share(self.vector_elements_rate),
             lane_reduce_rate=share(self.lane_reduce_rate),
+            fill_rate=share(self.fill_rate),
             cores=_frozen(cores),
             memory=_frozen(memory),
         )
@@ -385,7 +387,7 @@ class Chip:
 
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth"},
-    "vpu": {"per", "flops", "elements"},
+    "vpu": {"per", "flops", "elements", "fill"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
@@ -481,7 +483,9 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
     }
     hbm, host, net = (_section(t, s, key) for s in ("hbm", "host", "network"))
     vpu, eup, xlu = (_section(t, s, key) for s in ("vpu", "eup", "xlu"))
-    vpu_flops, vector_elements = (_whole_chip(vpu, f, cores) for f in ("flops", "elements"))
+    vpu_flops, vector_elements, fill = (
+        _whole_chip(vpu, f, cores) for f in ("flops", "elements", "fill")
+    )
     eup_rate = _whole_chip(eup, "rate", cores)
     lane_reduce = _whole_chip(xlu, "lane_reduce", cores)
     ici = None
@@ -513,6 +517,7 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
         eup_rate=eup_rate,
         vector_elements_rate=vector_elements,
         lane_reduce_rate=lane_reduce,
+        fill_rate=fill,
         op_floor_s=t.get("op_floor"),
         clock_hz=t.get("clock"),
         ici=ici,

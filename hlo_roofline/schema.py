@@ -29,6 +29,20 @@ def _c(name: str, dtype: Dtype, unit: str, meaning: str, layer: Layer) -> Column
     return Column(name, dtype, unit, meaning, layer)
 
 
+# The codes of ``xla_gap``: why XLA:TPU's estimate of an op sits outside the roofline's reach.
+BELOW_MEMORY_FLOOR = "below_memory_floor"  # the one code for an estimate under the op's bytes
+XLA_GAPS = {
+    BELOW_MEMORY_FLOOR: "XLA's estimate is below the time the op's own bytes take at its "
+    "placement's bandwidth: no lower bound can sit under it; left out of agreement statistics",
+    "tiny_op": "XLA charges each op a fixed overhead; the op's work is a small part of it",
+    "mxu_padding": "N or K far below the MXU width: XLA pays for whole tiles",
+    "mxu_weight_loads": "few rows (M) per weight tile: XLA charges each K×N tile's load",
+    "vector_matmul": "a matrix-vector product (depthwise convolution): no MXU, vector loop",
+    "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
+    "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
+    "unexplained": "no unit the model has explains XLA's time",
+}
+
 COLUMNS: tuple[Column, ...] = (
     # -- cost: what the op is and what it costs, per device and per step (cost/analysis.py) -------
     _c("name", "text", "", "the instruction, as in the HLO text", "cost"),
@@ -134,7 +148,8 @@ COLUMNS: tuple[Column, ...] = (
     _c("compute_unit", "text", "",
        "the unit that sets `t_compute_s`: `mxu` (matmul FLOPs, N and K padded to the MXU width on "
        "a TPU), `vector` (FLOPs at the vector peak), `eup` (transcendentals), `loop` (elements "
-       "through a TPU vector loop), `xlu` (a standalone TPU reduce across lanes)", "verdict"),
+       "through a TPU vector loop), `fill` (elements a TPU zero fill or scalar broadcast writes), "
+       "`xlu` (a standalone TPU reduce across lanes)", "verdict"),
     _c("t_memory_s", "float", "s", "bytes ÷ the bandwidth they move at", "verdict"),
     _c("t_comm_s", "float", "s", "link time of the op's collective", "verdict"),
     _c("t_roofline_s", "float", "s", "the largest of the three, at least the chip's per-op floor",
@@ -165,9 +180,11 @@ COLUMNS: tuple[Column, ...] = (
        "`xla_cycles` ÷ the chip's clock: shown beside the roofline, never used in it (see "
        "[validation.md](validation.md))", "verdict"),
     _c("xla_gap", "text", "",
-       "where XLA:TPU's estimate is over twice the roofline: the likely reason (`tiny_op`, "
-       "`mxu_padding`, `mxu_weight_loads`, `vector_matmul`, `layout_change`, `lane_reduction`, "
-       "`unexplained`), else empty", "verdict"),
+       "where XLA:TPU's estimate is below the op's own memory time (`below_memory_floor`: its "
+       "bytes at its placement's bandwidth, the prefetches it reads not charged), or over twice "
+       "the roofline: the likely reason ("
+       + ", ".join(f"`{code}`" for code in XLA_GAPS if code != BELOW_MEMORY_FLOOR)
+       + "), else empty", "verdict"),
     # -- measured: the profiler join (measured.join, efficiency.add_efficiency) -----------------
     _c("measured_s", "float", "s", "median over steps of the op's time in one step", "measured"),
     _c("measured_p10_s", "float", "s", "10th percentile of that per-step time", "measured"),

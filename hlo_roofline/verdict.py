@@ -21,6 +21,8 @@ import pandas as pd
 from hlo_roofline import chips, interconnect, schedule, schema
 from hlo_roofline.chips import Chip
 from hlo_roofline.cost.collectives import parse_group_text
+from hlo_roofline.hlo.ir import DTYPE_BYTES
+from hlo_roofline.hlo.parser import HloParseError, parse_shape
 
 BOUNDS = ("compute", "memory", "communication", "unknown", "none")
 VERDICT_COLUMNS = schema.VERDICT_COLUMNS
@@ -141,18 +143,37 @@ def _padded(dims: np.ndarray, tile: int) -> np.ndarray:
     return -(-dims // tile) * tile
 
 
+_FEW_COLUMNS = 8  # N below a vector register's sublanes: the matmul streams N, holds M
+
+
+def _holds_rows(m, n):
+    """Where a matmul of M rows and N columns holds its rows in the MXU: N below 8 (NumPy arrays
+    or plain numbers)."""
+    return (n > 0) & (n < _FEW_COLUMNS) & (m > n)
+
+
+def streams_columns(ops: pd.DataFrame) -> np.ndarray:
+    """The matmuls whose N is below 8 (a decode step's scores, one query against a cache of
+    keys): the MXU holds the K×M operand and streams the N columns through it, so M, not N, is
+    padded to its width (XLA:TPU's estimates for such products are far below N padded to 128)."""
+    m, n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_m", "mm_n", "mm_k"))
+    return _holds_rows(m, n) & (k > 1)
+
+
 def mxu_padding(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     """How much more work each matmul does on the chip's MXUs than it asks for: the K×N weight
     tile padded to the systolic array's width (the M rows stream through it unpadded, as the book
-    counts them); 1 where the chip has no MXU shape, or the op is a matrix-vector product (a
-    depthwise convolution: it runs on the vector unit)."""
+    counts them), or the K×M tile where it streams its few N columns (:func:`streams_columns`);
+    1 where the chip has no MXU shape, or the op is a matrix-vector product (a depthwise
+    convolution: it runs on the vector unit)."""
     width = _mxu_width(chip)
-    n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_n", "mm_k"))
+    m, n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_m", "mm_n", "mm_k"))
+    held = np.where(streams_columns(ops), m, n)  # the operand's dim the array holds
     factor = np.ones(len(ops))
-    on_mxu = (n > 1) & (k > 1)
+    on_mxu = (held > 1) & (k > 1)
     if width and on_mxu.any():
-        asked = (n * k)[on_mxu].astype(float)
-        factor[on_mxu] = _padded(n[on_mxu], width) * _padded(k[on_mxu], width) / asked
+        asked = (held * k)[on_mxu].astype(float)
+        factor[on_mxu] = _padded(held[on_mxu], width) * _padded(k[on_mxu], width) / asked
     return factor
 
 
@@ -162,6 +183,7 @@ COMPUTE_UNITS = {
     "vector": "FLOPs at the vector peak (VPU, CUDA cores)",
     "eup": "transcendentals at the TPU EUP's rate",
     "loop": "elements through a TPU vector loop at the rate XLA:TPU's cost model charges",
+    "fill": "elements a TPU fill (a broadcast of a scalar: zeros) writes, at its own rate",
     "xlu": "elements a standalone TPU reduce folds across lanes (XLU)",
 }
 
@@ -208,11 +230,15 @@ def _compute_times(
         "vector": np.where(matmul, 0.0, vector),
         "eup": np.where(matmul, 0.0, eup),
         "loop": zero,
+        "fill": zero,
         "xlu": zero,
     }
     if chip.vector_elements_rate and "vector_elements" in ops:
         elements = ops["vector_elements"].to_numpy(dtype=float)
-        candidates["loop"] = elements / chip.vector_elements_rate
+        fill = fills(ops) if chip.fill_rate else np.zeros(len(ops), dtype=bool)
+        candidates["loop"] = np.where(fill, 0.0, elements) / chip.vector_elements_rate
+        if chip.fill_rate:
+            candidates["fill"] = np.where(fill, elements, 0.0) / chip.fill_rate
     if chip.lane_reduce_rate and "lane_reduced_elements" in ops:
         candidates["xlu"] = (
             ops["lane_reduced_elements"].to_numpy(dtype=float) / chip.lane_reduce_rate
@@ -222,6 +248,28 @@ def _compute_times(
     t_compute = times.max(axis=0)
     unit[t_compute == 0] = ""
     return t_compute, unit
+
+
+_FILL_READS = 1 / 64  # what a fill may read per byte it writes (a row broadcast down the rows)
+
+
+def fills(ops: pd.DataFrame) -> np.ndarray:
+    """The rows that fill an HBM array from (almost) nothing: a ``broadcast``, or a fusion of
+    nothing but one, whose bytes are its result's and at most 1/64 more (a scalar, a row
+    repeated down the rows: zeros, ``jnp.full``, a bias spread over a batch). XLA:TPU charges
+    those per element written at a rate of their own (the chip's ``vpu.fill``); a broadcast
+    that reads more (into sublanes, 1/8) or lands in VMEM runs as any loop."""
+    opcode, fused = ops["opcode"].to_numpy(), ops["fused_ops"].to_numpy()
+    broadcast = (opcode == "broadcast") | ((opcode == "fusion") & (fused == "broadcast"))
+    if not broadcast.any():
+        return broadcast
+    itemsize = ops["dtype"].map(DTYPE_BYTES).fillna(0).to_numpy(dtype=float)
+    written = ops["vector_elements"].to_numpy(dtype=float) * itemsize
+    data = ops["bytes_accessed"].to_numpy(dtype=float)
+    vmem = _column(ops, "vmem_bytes", np.arange(len(ops)), 0.0)
+    return (
+        broadcast & (written > 0) & (data <= written * (1 + _FILL_READS)) & (vmem <= data - written)
+    )  # the array it writes is in HBM (what it reads may be in VMEM)
 
 
 def _kernel_mxu_flops(ops: pd.DataFrame) -> np.ndarray:
@@ -240,25 +288,31 @@ def _op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
     return np.where(runs_on_core, chip.op_floor_s * ops["count"].to_numpy(dtype=float), 0.0)
 
 
-# Why XLA:TPU's estimate sits far above every roof of an op, as far as the model can tell.
-XLA_GAPS = {
-    "tiny_op": "XLA charges each op a fixed overhead; the op's work is a small part of it",
-    "mxu_padding": "N or K far below the MXU width: XLA pays for whole tiles",
-    "mxu_weight_loads": "few rows (M) per weight tile: XLA charges each K×N tile's load",
-    "vector_matmul": "a matrix-vector product (depthwise convolution): no MXU, vector loop",
-    "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
-    "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
-    "unexplained": "no unit the model has explains XLA's time",
-}
+# Why XLA:TPU's estimate sits outside the roofline's reach (``xla_gap``): owned by the schema.
+XLA_GAPS = schema.XLA_GAPS
+BELOW_MEMORY_FLOOR = schema.BELOW_MEMORY_FLOOR
 _FAR_ABOVE = 2.0  # XLA's estimate over the roofline at which a row names the gap
 
 
 def _xla_gaps(
-    ops: pd.DataFrame, chip: Chip, t_roofline: np.ndarray, xla: np.ndarray, padding: np.ndarray
+    ops: pd.DataFrame,
+    chip: Chip,
+    t_roofline: np.ndarray,
+    xla: np.ndarray,
+    padding: np.ndarray,
+    own_memory: np.ndarray,
 ):
-    """For each op whose XLA:TPU estimate is over twice its roofline time, the likely reason (a
-    key of :data:`XLA_GAPS`); "" elsewhere. Information for the user, never fitted away."""
+    """For each op whose XLA:TPU estimate the roofline cannot meet, why (a key of
+    :data:`XLA_GAPS`); "" elsewhere. Information for the user, never fitted away.
+
+    Below: XLA's estimate under ``own_memory``, the time the op's own bytes take where XLA
+    placed them (HBM, or VMEM at its bandwidth; a prefetch it reads is not charged, as XLA's
+    per-op number does not see it). No lower bound can sit under that, so the row is XLA's
+    implausibility, not the roofline's: ``below_memory_floor``. Above: XLA's estimate over
+    twice the roofline, the likely reason."""
     gaps = np.full(len(ops), "", dtype=object)
+    with np.errstate(invalid="ignore"):
+        gaps[xla < own_memory] = BELOW_MEMORY_FLOOR
     with np.errstate(divide="ignore", invalid="ignore"):
         far = np.flatnonzero(xla > _FAR_ABOVE * t_roofline)
     if not len(far):
@@ -267,12 +321,13 @@ def _xla_gaps(
     floor = (chip.op_floor_s or 0.0) * ops["count"].to_numpy(dtype=float)
     columns = ("opcode", "fused_ops", "mm_m", "mm_n", "mm_k")
     opcode, fused, m, n, k = (ops[c].to_numpy() for c in columns)
+    streamed = np.where(streams_columns(ops), n, m)  # the rows each held weight tile sees
     for i in far:
         if k[i] > 0:
             reason = (
                 "vector_matmul" if min(n[i], k[i]) == 1
                 else "mxu_padding" if padding[i] >= 1.5
-                else "mxu_weight_loads" if width and m[i] < 8 * width
+                else "mxu_weight_loads" if width and streamed[i] < 8 * width
                 else "unexplained"
             )  # fmt: skip
         elif opcode[i] in ("copy", "transpose") or "transpose" in fused[i] or "copy" in fused[i]:
@@ -338,7 +393,8 @@ def _hints(
     n_padding = np.ones(len(rows))
     width = _mxu_width(chip)
     if width:
-        n_padding = np.where(padding > 1, _padded(n, width) / np.maximum(n, 1), 1.0)
+        held = np.where(_holds_rows(m, n), m, n)  # the dim the array holds besides K
+        n_padding = np.where(padding > 1, _padded(held, width) / np.maximum(held, 1), 1.0)
     mxu = 2 * per * m * n * k_total  # the matmul's own FLOPs (unpadded)
     # a split-K GEMM from nothing: its weights (along M) or its result (along K) once
     ridge_m = _solve(np.where(split, 0.0, m), np.where(split, 0.0, flops + mxu * (padding - 1)),
@@ -357,6 +413,26 @@ def _hints(
     reason = np.where(split, "split_k", reason).astype(object)
     waste = 1 - 1 / padding  # the share of the MXU's work that is padding
     return {"hint_reason": reason, "ridge_m": ridge_m, "ridge_k": ridge_k, "mxu_waste": waste}
+
+
+def _row_tiles(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The rows each matmul's result is stored in tiles of, by its layout's first tile (a TPU's
+    ``T(8,128)``: 8), where its M rows are its second-minor dim; 0 where untiled (a GPU, HLO
+    without layouts): the bytes are counted as stored, so the crossover is for that array."""
+    tiles = np.zeros(len(rows), dtype=int)
+    if "shape" not in ops:
+        return tiles
+    m = _column(ops, "mm_m", rows, 0.0)
+    for i, text in enumerate(ops["shape"].to_numpy()[rows]):
+        with contextlib.suppress(HloParseError, ValueError, IndexError):
+            leaf = parse_shape(text).leaves()[0]
+            layout = leaf.layout
+            if layout is None or not layout.tiles or len(layout.tiles[0]) < 2:
+                continue
+            order = layout.minor_to_major or tuple(range(len(leaf.dims) - 1, -1, -1))
+            if len(order) >= 2 and leaf.dims[order[1]] == m[i]:
+                tiles[i] = layout.tiles[0][-2]
+    return tiles
 
 
 def _solve(
@@ -390,12 +466,15 @@ def hint_text(
     ridge: float = math.nan,
     mxu_waste: float = 0.0,
     mxu_width: int = 0,
+    row_tile: int = 0,
     detail: str = "",
 ) -> str:
     """A row's hint in words, from its fields: the one place a hint is written. ``bound`` opens
     it (so it never contradicts the row's verdict); ``batch`` is the batch elements with their
     own weights, or for ``split_k`` the slices of K; ``detail`` is the text of a ``prefetch``
-    (the readers) or ``no_rate`` (the problem) row."""
+    (the readers) or ``no_rate`` (the problem) row. ``row_tile``: the rows of the lhs's storage
+    tile on a TPU; where M is not a multiple of it, the array as stored has more rows than M, its
+    bytes are the stored ones, and the hint says that its crossover is for that array."""
     if reason == "prefetch":
         return f"HBM→VMEM prefetch for {detail}: its HBM time is charged to them"
     if reason == "no_rate" or not reason:
@@ -434,10 +513,13 @@ def hint_text(
         )
     elif reason == "ridge_m":
         text = f"{state} at M={m}; {reaches}"
+        if row_tile and m % row_tile and not math.isnan(ridge_m) and ridge_m >= 1:
+            text += " for the lhs as stored (its rows padded to the layout's tile)"
     else:
         text = f"{state}: {reaches}"
     if mxu_waste > 0.01:
-        text += f"; MXU {mxu_width}-padding of N,K={n},{k} wastes {mxu_waste:.0%}"
+        held = f"M,K={m},{k}" if _holds_rows(m, n) else f"N,K={n},{k}"
+        text += f"; MXU {mxu_width}-padding of {held} wastes {mxu_waste:.0%}"
     return text
 
 
@@ -528,10 +610,12 @@ def classify(
     )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm
+    own_memory = t_memory  # at the op's own placement, no prefetch charged (XLA's view)
     vmem_bandwidth = _vmem_bandwidth(chip)
     if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
         vmem = ops["vmem_bytes"].to_numpy(dtype=float)
         hbm_bytes = data - vmem
+        own_memory = hbm_bytes / hbm + vmem / vmem_bandwidth
         prefetch = _prefetch_charges(ops)
         if prefetch is not None:  # a prefetched operand is HBM traffic of the op that reads it
             moved, is_prefetch = prefetch
@@ -579,7 +663,9 @@ def classify(
         t_exposed_s=scheduled.exposed_s,
         xla_estimate_s=_xla_estimate(ops, chip),
     )
-    ops["xla_gap"] = _xla_gaps(ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding)
+    ops["xla_gap"] = _xla_gaps(
+        ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding, own_memory
+    )
     ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip, padding))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
     upper = float(np.maximum(times.sum(axis=0), floors).sum())
@@ -762,12 +848,14 @@ def _hint_columns(
         batch = np.where(split, ops["mm_split_k"].to_numpy()[rows] if "mm_split_k" in ops else 1,
                          geometry[:, 3])  # fmt: skip
         width = _mxu_width(chip)
+        tiles = _row_tiles(ops, rows)
         hint[rows] = [
             hint_text(r, b, m=int(g[0]), n=int(g[1]), k=int(g[2]), batch=int(nb),
-                      ridge_m=rm, ridge_k=rk, intensity=i, ridge=ri, mxu_waste=w, mxu_width=width)
-            for r, b, g, nb, rm, rk, i, ri, w in zip(
+                      ridge_m=rm, ridge_k=rk, intensity=i, ridge=ri, mxu_waste=w, mxu_width=width,
+                      row_tile=t)
+            for r, b, g, nb, rm, rk, i, ri, w, t in zip(
                 reason[rows], bound[rows], geometry, batch, fields["ridge_m"], fields["ridge_k"],
-                intensity, ridge, fields["mxu_waste"], strict=True)
+                intensity, ridge, fields["mxu_waste"], tiles, strict=True)
         ]  # fmt: skip
     for i in np.flatnonzero(no_rate):  # the row says why its compute time is missing
         reason[i] = "no_rate"

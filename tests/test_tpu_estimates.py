@@ -14,28 +14,32 @@ import warnings
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from tpu_oracle import priced_ops
+from tpu_oracle import shares as _shares
 
 from hlo_roofline import analyze_hlo, chips, verdict
 from hlo_roofline.hlo.parser import parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_estimates"
 CHIPS = ("v5e", "v5p", "v6e", "7x")
-# Floors from what the model reached (docs/validation.md); raise them as the model improves.
-# Ops that read no prefetched buffer:
-IN_BAND_FLOOR = {"v5e": 0.90, "v5p": 0.80, "v6e": 0.88, "7x": 0.0}
+# Floors a little below what the model reaches (docs/validation.md gives the figures; the test
+# prints them); raise them as the model improves. Ops that read no prefetched buffer:
+IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.87, "v6e": 0.93, "7x": 0.85}
 # Ops that read a buffer XLA prefetched into VMEM, compared at their own placement:
-READER_IN_BAND_FLOOR = {"v5e": 0.85, "v5p": 0.78, "v6e": 0.72, "7x": 0.0}
+READER_IN_BAND_FLOOR = {"v5e": 0.90, "v5p": 0.82, "v6e": 0.79, "7x": 0.69}
 ABOVE_CEILING = 0.01
 # The programs the chip database's derived TPU rates were fitted on (its notes name them): the
-# vector loop rate on layernorm's lane reduction, the XLU rate on softmax's standalone reduce.
-FITTED_ON = ("layernorm", "softmax_long")
+# vector loop rate on layernorm's lane reduction, the XLU rate on softmax's standalone reduce,
+# the fill rate on a zero fill.
+FITTED_ON = ("layernorm", "softmax_long", "zeros_f32")
 HELD_OUT_FLOOR = {
-    "v5e": 0.80,
-    "v5p": 0.60,
-    "v6e": 0.80,
-    "7x": 0.0,
+    "v5e": 0.81,
+    "v5p": 0.58,
+    "v6e": 0.79,
+    "7x": 0.76,
 }  # v5p: its layout-changing copies
 
 
@@ -45,23 +49,9 @@ def _ops(chip: str) -> pd.DataFrame:
     reads (a prefetched operand at VMEM speed: XLA's number does not see the prefetch)."""
     frames = []
     for path in sorted(FIXTURES.glob(f"*.{chip}.hlo.txt")):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            report = analyze_hlo(path.read_text())
-        readers = {n for names in report.ops["prefetch_for"] for n in names.split(",") if n}
-        ops = report.ops.assign(prefetch_for="")  # each op's own time, prefetch not charged
-        ops, _ = verdict.classify(ops, chip)
-        ops = ops.assign(program=path.name.split(".")[0], reads_prefetch=ops["name"].isin(readers))
-        ops = ops[ops["xla_estimate_s"].notna()]
-        frames.append(ops)
+        ops = priced_ops(path.read_text(), chip).assign(program=path.name.split(".")[0])
+        frames.append(ops[ops["xla_estimate_s"].notna()])
     return pd.concat(frames, ignore_index=True)
-
-
-def _shares(ops: pd.DataFrame) -> tuple[float, float]:
-    ratio = ops["t_roofline_s"] / ops["xla_estimate_s"]
-    weight = ops["xla_estimate_s"]
-    in_band = weight[(ratio >= 0.5) & (ratio <= 1.25)].sum() / weight.sum()
-    return float(in_band), float(weight[ratio > 1.25].sum() / weight.sum())
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -71,14 +61,16 @@ def test_roofline_against_xla_tpu_estimates(chip):
     in_band, above = _shares(own)
     r_in_band, r_above = _shares(readers)
     all_in_band, all_above = _shares(ops)
-    print(
-        f"\n{chip}: all {len(ops)} ops: {all_in_band:.1%} within 0.5-1.25x of XLA, "
-        f"{all_above:.1%} above; {len(own)} reading no prefetch: {in_band:.1%} within, "
-        f"{above:.1%} above; {len(readers)} prefetch readers: {r_in_band:.1%} within, "
-        f"{r_above:.1%} above"
+    figures = (
+        f"{chip}: all {len(ops)} ops: {all_in_band:.1%} within 0.5-1.25x of XLA, "
+        f"{all_above:.1%} above; {len(own)} reading no prefetch: {in_band:.1%} within "
+        f"(floor {IN_BAND_FLOOR[chip]:.0%}), {above:.1%} above; {len(readers)} prefetch readers: "
+        f"{r_in_band:.1%} within (floor {READER_IN_BAND_FLOOR[chip]:.0%}), {r_above:.1%} above "
+        f"(ceiling {ABOVE_CEILING:.0%})"
     )
-    assert in_band >= IN_BAND_FLOOR[chip] and r_in_band >= READER_IN_BAND_FLOOR[chip]
-    assert above <= ABOVE_CEILING and r_above <= ABOVE_CEILING
+    print("\n" + figures)
+    assert in_band >= IN_BAND_FLOOR[chip] and r_in_band >= READER_IN_BAND_FLOOR[chip], figures
+    assert above <= ABOVE_CEILING and r_above <= ABOVE_CEILING, figures
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -91,20 +83,93 @@ def test_fitted_rates_hold_on_programs_they_were_not_fitted_on(chip):
     set_by_loop = held_out[(elements >= 0.99 * held_out["t_roofline_s"]) & (elements > 2e-6)]
     assert len(set_by_loop) >= 15, chip
     in_band, above = _shares(set_by_loop)
-    print(f"\n{chip}: {len(set_by_loop)} held-out ops set by the vector loop: {in_band:.1%} within")
-    assert in_band >= HELD_OUT_FLOOR[chip] and above == 0
+    figures = (
+        f"{chip}: {len(set_by_loop)} held-out ops set by the vector loop: {in_band:.1%} within "
+        f"(floor {HELD_OUT_FLOOR[chip]:.0%}), {above:.1%} above (none allowed)"
+    )
+    print("\n" + figures)
+    assert in_band >= HELD_OUT_FLOOR[chip] and above == 0, figures
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_fills_run_at_the_fill_rate_on_programs_it_was_not_fitted_on(chip):
+    """The fill rate comes from zeros_f32; a bf16 zero fill, a fill with an argument and a row
+    broadcast down the rows (its row prefetched into VMEM) are fills too, within the band and
+    not above; a broadcast that is not a fill (a row into sublanes) keeps the loop rate."""
+    ops = _ops(chip)
+    held_out = ops[ops["program"].isin(["zeros_bf16", "fill_f32", "broadcast_rows"])]
+    assert len(held_out) == 3 and (held_out["compute_unit"] == "fill").all(), chip
+    ratio = held_out["t_roofline_s"] / held_out["xla_estimate_s"]
+    print(f"\n{chip}: fills held out, roofline ÷ XLA: {ratio.round(3).tolist()}")
+    assert ratio.between(0.5, 1.25).all(), (chip, ratio.tolist())
+    others = ops[(ops["opcode"] == "broadcast") & ~ops["program"].isin(FITTED_ON)]
+    assert set(verdict.fills(others).nonzero()[0]) == set(
+        np.flatnonzero(others["program"].isin(held_out["program"]).to_numpy())
+    )
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_a_product_with_few_columns_holds_its_rows_in_the_mxu(chip):
+    """A decode step's scores (4096 cached keys per head · 2 queries): with the 2 columns padded
+    to the MXU's width the roofline would be 1.4-1.5× XLA's estimate on v5e and v6e; XLA holds the
+    keys and streams the queries, and so does the model: the roofline stays below XLA's on every
+    chip, the row naming the gap."""
+    ops = _ops(chip)
+    dot = ops[(ops["program"] == "decode_scores") & (ops["mm_k"] > 0)].iloc[0]
+    assert (dot["mm_m"], dot["mm_n"], dot["mm_k"]) == (4096, 2, 128)
+    width = chips.get(chip).mxu[0]
+    flops = 2 * dot["mm_batch"] * dot["mm_m"] * dot["mm_n"] * dot["mm_k"]
+    padded_n = flops * width / dot["mm_n"] * max(width, 128) / 128 / chips.get(
+        chip
+    ).per_device().peak_flops("bf16")
+    ratio = dot["t_roofline_s"] / dot["xla_estimate_s"]
+    print(f"\n{chip}: scores, roofline ÷ XLA {ratio:.2f}; N padded {padded_n / dot['xla_estimate_s']:.2f}")
+    if chip in ("v5e", "v6e"):
+        assert padded_n > 1.25 * dot["xla_estimate_s"], chip
+    assert ratio <= 1.0 and dot["xla_gap"] in ("mxu_weight_loads", "mxu_padding"), (chip, ratio)
+    if width == 256:  # K = 128 pads to the 256-wide array: the waste names the dims it holds
+        assert "MXU 256-padding of M,K=4096,128 wastes 50%" in dot["hint"], dot["hint"]
 
 
 def test_gaps_far_below_xla_are_named():
     """Where XLA's estimate is over twice the roofline, the row names why (a key of XLA_GAPS);
-    within that, it names none."""
+    where it is below the op's own bytes' time, it says below_memory_floor; elsewhere none."""
     for chip in CHIPS:
         ops = _ops(chip)
         far = ops["xla_estimate_s"] > 2 * ops["t_roofline_s"]
-        assert (ops.loc[far, "xla_gap"] != "").all() and (ops.loc[~far, "xla_gap"] == "").all()
+        floor = ops["xla_gap"] == verdict.BELOW_MEMORY_FLOOR
+        assert (ops.loc[far, "xla_gap"] != "").all() and not (far & floor).any()
+        assert (ops.loc[~far & ~floor, "xla_gap"] == "").all()
         assert set(ops["xla_gap"]) - {""} <= set(verdict.XLA_GAPS)
         depthwise = ops[(ops["program"] == "conv_depthwise_c128") & (ops["mm_k"] > 0)]
         assert (depthwise["xla_gap"] == "vector_matmul").all()
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_an_estimate_below_the_ops_own_bytes_is_named_and_left_out(chip):
+    """A real op whose XLA estimate is cut below its own bytes' time (at HBM, or VMEM where XLA
+    placed them) reads below_memory_floor, whatever its roofline ratio, and leaves the shares;
+    just above that time it does not. Its own bytes: a prefetch it reads is not charged."""
+    text = (FIXTURES / f"layernorm.{chip}.hlo.txt").read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = analyze_hlo(text).ops
+    ops, _ = verdict.classify(ops, chip)
+    chip_data = chips.get(chip).per_device()
+    vmem = ops["vmem_bytes"]
+    own = (ops["bytes_accessed"] - vmem) / chip_data.hbm_bandwidth + vmem / (
+        chip_data.memory["vmem"].bandwidth
+    )
+    row = ops["xla_estimate_s"].idxmax()
+    for scale, expected in ((0.9, verdict.BELOW_MEMORY_FLOOR), (1.1, "")):
+        cut = ops.copy()
+        cut.loc[row, "xla_cycles"] = scale * own[row] * chip_data.clock_hz
+        judged, _ = verdict.classify(cut, chip)
+        assert judged.loc[row, "xla_gap"] == expected, (chip, scale)
+        if expected:
+            assert judged.loc[row, "t_roofline_s"] > judged.loc[row, "xla_estimate_s"]
+            estimated = judged[judged["xla_estimate_s"].notna()]
+            assert _shares(estimated) == _shares(estimated.drop(index=row))
 
 
 def test_estimates_read_at_the_derived_clock():

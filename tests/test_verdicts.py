@@ -87,6 +87,40 @@ def test_r3_exact_crossover_for_d_f_8192_is_255():
     assert dot.hint == f"memory-bound at M=64; ridge at M≈{dot.ridge_m:.0f}"
 
 
+def _tpu_dot(b: int, d: int, f: int) -> str:
+    """x[b,d] · w[d,f] in bf16 with the TPU's tiled layouts (rows in tiles of 8)."""
+    tiled = "{1,0:T(8,128)(2,1)}"
+    return f"""HloModule book
+ENTRY %e (x: bf16[{b},{d}], w: bf16[{d},{f}]) -> bf16[{b},{f}] {{
+  %x = bf16[{b},{d}]{tiled} parameter(0)
+  %w = bf16[{d},{f}]{tiled} parameter(1)
+  ROOT %dot = bf16[{b},{f}]{tiled} dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+
+
+@pytest.mark.parametrize("batch", [264, 272, 273, 274, 280])
+def test_book_crossover_is_for_the_array_as_stored(batch):
+    """x[B,4096] @ w[4096,4096] on v5e (book numbers): with the book's exact bytes the crossover
+    is B = 272.2, but a TPU stores the rows in tiles of 8, so B = 273 moves 280 rows' bytes and
+    stays memory-bound; the verdict flips at 274. The hint's ridge_m is that crossover, and says
+    it is for the array as stored."""
+    d, ci = 4096, V5E_BOOK.critical_intensity("bf16")
+    stored = -(-batch // 8) * 8
+    padded = batch * d * d / (stored * 2 * d + d * d)  # 2·B·D² FLOPs over 2·(2·stored·D + D²) B
+    exact = batch * d * d / (batch * 2 * d + d * d)
+    dot = row(hr.analyze_hlo(_tpu_dot(batch, d, d), chip=V5E_BOOK), "dot")
+    assert dot.bytes_accessed == 2 * (2 * stored * d + d * d)
+    assert dot.bound == ("compute" if padded > ci else "memory")
+    if batch == 273:  # the book's exact bytes would call it compute-bound
+        assert exact > ci and dot.bound == "memory"
+        assert math.ceil(dot.ridge_m) == 274
+        assert dot.hint.endswith("for the lhs as stored (its rows padded to the layout's tile)")
+    if batch % 8 == 0:
+        assert "as stored" not in dot.hint
+        assert dot.ridge_m == pytest.approx(ci * d / (d - 2 * ci), abs=0.01)  # 272.2
+
+
 def test_r4_int8_matmul_worked_vector():
     report = hr.analyze_hlo(dot_module(256, 8192, 8192, "s8", "s8", "s8"), chip=V5E_BOOK)
     r = row(report, "dot")
