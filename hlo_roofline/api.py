@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from hlo_roofline import chips, cost, memory, targets
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.cache import compile_program
-from hlo_roofline.hlo import Module, parse
+from hlo_roofline.hlo import Module, parse_file, parse_module
 from hlo_roofline.report import Report
 
 log = logging.getLogger(__name__)
@@ -75,13 +75,16 @@ def analyze_hlo(
         )
         text = Path(text)
     if isinstance(text, Path):
-        text = text.read_text(encoding="utf-8")
-    elif not isinstance(text, str | Module):
+        module = parse_file(text)  # its errors name the file
+    elif isinstance(text, str):
+        module = parse_module(text)
+    elif isinstance(text, Module):
+        module = text
+    else:
         raise TypeError(
             f"analyze_hlo takes HLO text (str), a pathlib.Path or a parsed Module, not "
             f"{type(text).__name__}"
         )
-    module = text if isinstance(text, Module) else parse(text)
     _warn_if_unoptimized(module)
     with gc_paused():
         # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.

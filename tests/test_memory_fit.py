@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hlo_roofline import analyze, analyze_hlo, cli, memory, targets
+from hlo_roofline import analyze, analyze_dump, analyze_hlo, cli, memory, targets
 from hlo_roofline.check import Rules, check
 from hlo_roofline.diff import compare
 from hlo_roofline.testing import assert_roofline
@@ -335,7 +335,7 @@ def test_a_cpu_dump_gives_the_compilers_own_figures():
         == sum(oracle[ORACLE_KEYS[k]] for k in ORACLE_KEYS) - 2 * oracle["alias_size_in_bytes"]
     )  # arguments + outputs − aliased + temporaries
     assert mem["allocated_bytes"] >= mem["need_bytes"]  # the usage report's total: thread-local too
-    report = analyze_hlo(DUMPS / "cpu", chip="v5e")
+    report = analyze_dump(DUMPS / "cpu", chip="v5e")
     ((_, r),) = report.items()
     assert r.summary["memory"]["need_bytes"] == mem["need_bytes"]
     assert r.summary["memory_fit"]["verdict"] == "fits"  # not "unknown": temporaries are known
