@@ -355,7 +355,7 @@ def test_roofline_wrapper_compiles_once_and_writes_the_report(tmp_path):
         return w - 0.1 * jax.grad(lambda w: jnp.sum((x @ w) ** 2))(w)
 
     # Judged on this machine: the analysis's compile is the one the calls run.
-    step = hr.roofline(jax.jit(train), target="local", logdir=tmp_path, run="train", cache=False)
+    step = hr.wrap_step(jax.jit(train), target="local", logdir=tmp_path, run="train", cache=False)
     before = len(compiles)
     for _ in range(3):
         w = step(w, x)
@@ -367,7 +367,7 @@ def test_roofline_wrapper_compiles_once_and_writes_the_report(tmp_path):
     def train_again(w, x):  # a new function: jax has not compiled it for this machine yet
         return train(w, x)
 
-    step = hr.roofline(jax.jit(train_again), chip="v5e", cache=False)
+    step = hr.wrap_step(jax.jit(train_again), chip="v5e", cache=False)
     before = len(compiles)
     for _ in range(3):
         w = step(w, x)
