@@ -57,7 +57,7 @@ class Report:
     """
 
     ops: pd.DataFrame
-    summary: dict = field(default_factory=dict)
+    summary: schema.Summary = field(default_factory=dict)  # type: ignore[assignment]
     module: str = ""
 
     @classmethod
@@ -476,6 +476,9 @@ def validate(report: Report) -> Report:
             _refuse_cells(ops, values > 1 + 1e-9, column, "is more than the whole")
     if "bound" in ops:
         _refuse_cells(ops, ~ops["bound"].isin(verdict.BOUNDS), "bound", "is not a known bound")
+    if "hint_reason" in ops:
+        known = ops["hint_reason"].isin(("", *schema.HINT_REASONS))
+        _refuse_cells(ops, ~known, "hint_reason", "is not a known hint")
     _validate_summary(report.summary)
     return report
 
@@ -503,15 +506,15 @@ def _validate_summary(summary: dict) -> None:
             raise ReportError(f"summary {key} = {value!r} is more than the whole")
     fit = summary.get("memory_fit")
     if fit is not None:
-        if not isinstance(fit, dict) or not isinstance(fit.get("verdict"), str):
+        if not isinstance(fit, dict) or memory.verdict_of(fit) not in schema.FIT_VERDICTS:
             raise ReportError(f"summary memory_fit = {fit!r} is not a fit verdict")
         for key in ("need_bytes", "capacity_bytes", "used_fraction"):
             value = fit.get(key)
             if not _finite(value) or value < 0:
                 raise ReportError(f"summary memory_fit.{key} = {value!r} is not a number >= 0")
-    memory = summary.get("memory")
-    if memory is not None and not isinstance(memory, dict):
-        raise ReportError(f"summary memory = {memory!r} is not an object")
+    figures = summary.get("memory")
+    if figures is not None and not isinstance(figures, dict):
+        raise ReportError(f"summary memory = {figures!r} is not an object")
     for key in ("unknown_ops", "notes"):
         if key in summary and not isinstance(summary[key], list):
             raise ReportError(f"summary {key} = {summary[key]!r} is not a list")
