@@ -13,7 +13,7 @@ import sys
 import threading
 import types
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import jax
@@ -130,9 +130,11 @@ def _names_a_file(text: str) -> bool:
         return False
 
 
-def dump_files(directory: str | Path) -> list[Path]:
-    """The optimized modules of an ``--xla_dump_to`` directory (``*after_optimizations.txt``)."""
-    return sorted(p for p in Path(directory).rglob(f"*{DUMP_SUFFIX}") if p.is_file())
+def dump_files(directory: str | Path, module: str | None = None) -> list[Path]:
+    """The optimized modules of an ``--xla_dump_to`` directory (``*after_optimizations.txt``),
+    those whose file name matches the regex ``module`` if given."""
+    files = sorted(p for p in Path(directory).rglob(f"*{DUMP_SUFFIX}") if p.is_file())
+    return [f for f in files if re.search(module, f.name)] if module else files
 
 
 def analyze_dump(
@@ -141,19 +143,32 @@ def analyze_dump(
     chip=None,
     *,
     user_packages: Sequence[str] = (),
+    model_flops: float | None = None,
+    module: str | None = None,
+    before_each: Callable[[Path], object] | None = None,
 ) -> dict[str, Report]:
     """One report per optimized module of an ``--xla_dump_to`` directory, keyed by
     :func:`module_key` (see :func:`analyze_file`: the fit is known where XLA wrote the buffer
-    assignment)."""
+    assignment). ``module``: only the files whose name matches this regex; ``before_each`` is
+    called with each file before it is analyzed (a progress bar)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise NotADirectoryError(f"{directory} is not an --xla_dump_to directory")
     files = dump_files(directory)
     if not files:
         raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
-    return {
-        module_key(f): analyze_file(f, cost_model, chip, user_packages=user_packages) for f in files
-    }
+    if module:
+        files = dump_files(directory, module)
+        if not files:
+            raise FileNotFoundError(f"no module under {directory} matches {module!r}")
+    reports = {}
+    for f in files:
+        if before_each is not None:
+            before_each(f)
+        reports[module_key(f)] = analyze_file(
+            f, cost_model, chip, user_packages=user_packages, model_flops=model_flops
+        )
+    return reports
 
 
 def analyze_file(
