@@ -18,7 +18,6 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ import click
 import pandas as pd
 
 from hlo_roofline import Report, chips, memory, targets  # targets before jax: see its docstring
+from hlo_roofline._atomic import unwritable
 from hlo_roofline.examples import analyze_example, default_cache_dir
 from hlo_roofline.examples.gpt import CONFIG
 from hlo_roofline.report import UNATTRIBUTED, scope_of
@@ -166,7 +166,7 @@ def run(out: Path = DEFAULT_OUT, cache: Path | None = None, top: int = 10) -> in
     """Compile, print and write everything (see the module); ``cache=None`` compiles regardless.
     Returns the exit status: 2, with a one-line message, where ``out`` cannot be written."""
     out = Path(out)
-    problem = _unwritable(out)
+    problem = unwritable(out)
     if problem:  # say so now, not after minutes of compiling
         print(f"error: cannot write to --out {out}: {problem}", file=sys.stderr)
         return 2
@@ -218,17 +218,6 @@ def run(out: Path = DEFAULT_OUT, cache: Path | None = None, top: int = 10) -> in
     print("\nOpen the HLO Roofline tab in TensorBoard:")
     print(f"  tensorboard --logdir {out}")
     return 0
-
-
-def _unwritable(directory: Path) -> str | None:
-    """Why files cannot be written under ``directory`` (None if they can)."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe."):
-            pass
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
 
 
 def _share_formatters(table: pd.DataFrame) -> dict:

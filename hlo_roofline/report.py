@@ -33,7 +33,7 @@ CSV_MAGIC = "#hlo_roofline.report "  # the older CSV's first line: its metadata 
 META_SUFFIX = ".meta.json"  # a CSV's metadata beside it (see meta_path)
 # derived text (rollup's keys), in the TensorBoard tab's payload besides the schema's columns
 _TEXT_COLUMNS = (*schema.TEXT_COLUMNS, "scope", "user_function")
-BOUNDS = ("compute", "memory", "communication")
+BOUNDS = verdict.BOUNDS[:3]  # the units a group can be bound by (verdict.BOUNDS owns the codes)
 # What rollup() groups by besides the report's own text columns: derived from op_name/user_source.
 DERIVED_KEYS = ("user_function", "scope", "pass")
 UNATTRIBUTED = "(unattributed)"
