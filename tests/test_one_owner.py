@@ -131,3 +131,27 @@ def test_commands_import_no_other_commands_and_no_private_names():
                 if a.name.startswith("_") and (path.name, a.name) not in PENDING
             ]
     assert not bad, bad
+
+
+def test_the_architecture_page_names_the_rule_decorator_that_exists():
+    """docs/architecture.md's "Add a cost rule" names the decorator the cost modules use."""
+    import re
+
+    from hlo_roofline.cost import base
+
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    section = page[page.index("## Add a cost rule") :].split("\n## ")[0]
+    named = set(re.findall(r"`cost\.base\.(\w+)`", section)) | set(
+        re.findall(r"`@(\w+)\(", section)
+    )
+    assert named, "the section names no decorator"
+    used = {
+        d.func.id
+        for path, tree in _sources(PACKAGE / "cost")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        for d in node.decorator_list
+        if isinstance(d, ast.Call) and isinstance(d.func, ast.Name)
+    }
+    for name in named:
+        assert callable(getattr(base, name, None)) and name in used, name
