@@ -53,6 +53,14 @@ def analyze_hlo(
     """
     if cost_model not in cost.COST_MODELS:
         raise ValueError(f"cost_model must be one of {cost.COST_MODELS}, not {cost_model!r}")
+    if isinstance(text, str) and _names_a_path(text):
+        warnings.warn(
+            f"analyze_hlo({text!r}) read the path it names: pass pathlib.Path({text!r}), or use "
+            "analyze_file / analyze_dump (a string will be read as HLO text only)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        text = Path(text)
     if isinstance(text, Path) and text.is_dir():
         warnings.warn(
             "analyze_hlo(directory) is deprecated: use analyze_dump(directory), which returns "
@@ -66,14 +74,6 @@ def analyze_hlo(
                 text, cost_model, chip, user_packages=user_packages
             ).items()
         }
-    if isinstance(text, str) and _names_a_file(text):
-        warnings.warn(
-            f"analyze_hlo({text!r}) read the file it names: pass pathlib.Path({text!r}) or use "
-            "analyze_file (a string will be read as HLO text only)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        text = Path(text)
     if isinstance(text, Path):
         module = parse_file(text)  # its errors name the file
     elif isinstance(text, str):
@@ -120,12 +120,12 @@ def _warn_if_unoptimized(module: Module) -> None:
     )
 
 
-def _names_a_file(text: str) -> bool:
-    """The deprecated form: a one-line string that is not HLO and names an existing file."""
+def _names_a_path(text: str) -> bool:
+    """The deprecated form: a one-line string that is not HLO and names a file or directory."""
     if "\n" in text or not text.strip() or text.lstrip().startswith("HloModule"):
         return False
     try:
-        return Path(text).is_file()
+        return Path(text).exists()
     except (OSError, ValueError):  # too long or odd to be a path (an embedded NUL byte)
         return False
 
@@ -464,7 +464,8 @@ def _keyword_parameters(fn) -> frozenset[str] | None:
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
-    return frozenset(p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+    by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in parameters if p.kind in by_keyword)
 
 
 def _lower(step, args: tuple, kwargs: dict):
