@@ -138,12 +138,12 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
             if count >= PROGRESS_MIN_FILES
             else None
         )
-        current = {"file": str(path)}
+        current = {"file": ""}  # the module being analyzed: an error names it
 
         def before_each(file: Path) -> None:
-            if bar is not None and current["file"] != str(path):
-                bar.update(1)
             current["file"] = str(file)
+            if bar is not None:
+                bar.update(1)
 
         with bar or contextlib.nullcontext():
             try:
@@ -152,8 +152,6 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
                     module=module_regex, before_each=before_each,
                 )  # fmt: skip
             except Exception:
-                with input_errors(current["file"] if current["file"] != str(path) else ""):
+                with input_errors(current["file"]):
                     raise
-            if bar is not None:
-                bar.update(1)
     emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
