@@ -260,9 +260,9 @@ class Report:
         try:
             if text.startswith(CSV_MAGIC):
                 return cls._from_old_csv(text)
-            if text.lstrip()[:1] in ("{", "["):
-                return cls.from_dict(json.loads(text))
-            return cls._from_csv(text, _read_text(meta_path(path), what="the summary of"))
+            if path.suffix.lower() == ".csv" or meta_path(path).is_file():
+                return cls._from_csv(text, _read_text(meta_path(path), what="the summary of"))
+            return cls.from_dict(json.loads(text))
         except ReportError as exc:
             raise type(exc)(f"{path}: {exc}") from None
         except RecursionError:
