@@ -1,4 +1,6 @@
-"""What the commands share: errors as one-line messages, the options, saving and printing reports."""
+"""What two or more commands share: errors as one-line messages, the options, saving and printing
+reports, and loading and compiling a `FILE.py:NAME` entry (`analyze` and `check --from`). A command
+imports from here and from `render`, never from another command."""
 
 from __future__ import annotations
 
