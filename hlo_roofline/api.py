@@ -446,7 +446,7 @@ def _split_loose_jit_kwargs(fn, jit_kwargs: dict, fn_kwargs: dict) -> tuple[dict
         warnings.warn(
             f"analyze(fn, ..., {', '.join(f'{k}=' for k in sorted(loose))}) sends jax.jit's "
             f"keywords loosely: pass jit_kwargs={{{', '.join(repr(k) for k in sorted(loose))}: "
-            "...}} (keywords outside it are fn's, as for jax.eval_shape)",
+            "...} (keywords outside it are fn's, as for jax.eval_shape)",
             DeprecationWarning,
             stacklevel=3,
         )
