@@ -332,9 +332,7 @@ def test_in_shardings_place_plain_arguments_as_jit_does():
     def step(x, w):
         return jnp.tanh(x @ w)
 
-    report = analyze(
-        step, x, w, target=TARGET, cache=False, jit_kwargs={"in_shardings": shardings}
-    )
+    report = analyze(step, x, w, target=TARGET, cache=False, jit_kwargs={"in_shardings": shardings})
     compiled = jax.jit(step, in_shardings=shardings).lower(x, w).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost

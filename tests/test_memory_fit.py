@@ -25,6 +25,8 @@ TIGHT_BYTES = 0.9 * 16 * GIB  # the advice aims under 90% of a v5e's 16 GiB
 def _words(fit: dict) -> list[str]:
     """The fit's remedies as the CLI words them (the summary holds codes and figures)."""
     return [memory.advice_text(a) for a in fit["advice"]]
+
+
 SHAPE = (16384, 65536)  # 2**30 elements: bf16 2 GiB, f32 4 GiB
 # Adam on one weight: parameters bf16, two f32 moments, a bf16 gradient in; parameters and
 # moments out. From the shapes alone: 2 + 4 + 4 + 2 = 12 GiB in, 2 + 4 + 4 = 10 GiB out.

@@ -265,9 +265,7 @@ def _with_key(path: Path, key: str, many: bool) -> Path:
     return path.with_name(f"{path.stem}.{key}{path.suffix}") if many else path
 
 
-def emit(
-    reports: dict[str, Report], fmt, top, csv_path, json_path, logdir, run, plot_path
-) -> None:
+def emit(reports: dict[str, Report], fmt, top, csv_path, json_path, logdir, run, plot_path) -> None:
     """Save each report where asked (notes on stderr), then print them to stdout."""
     many = len(reports) > 1
     if fmt == "csv" and many:
