@@ -309,7 +309,8 @@ def test_corrupt_report_is_a_clear_error(tmp_path, content):
 def test_write_tensorboard_layout(classified, tmp_path):
     where = classified.write_tensorboard(tmp_path, "run1")
     assert where == tmp_path / "run1" / "plugins" / "hlo_roofline"
-    assert sorted(p.name for p in where.iterdir()) == ["report.csv", "report.json"]
+    assert sorted(p.name for p in where.iterdir()) == ["report.csv", "report.json", "report.meta.json"]
+    assert hr.Report.read(where / "report.csv").summary == classified.summary
     assert (
         hr.Report.read(tmp_path / "run1").summary == hr.Report.read(where / "report.json").summary
     )
