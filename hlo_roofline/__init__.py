@@ -1,8 +1,10 @@
 """hlo_roofline: per-op roofline analysis of XLA's optimized HLO.
 
-``analyze(fn, *args, chip=...)`` compiles a JAX step (locally or compile-only for a TPU/GPU target)
-and returns a :class:`Report`; ``analyze_hlo(text_or_path)`` does the same from HLO text;
-``roofline(...)`` wraps a training step so its first call writes the report; ``measure(fn, *args)``
+``analyze(fn, *args, chip=..., target=..., jit_kwargs=None, **fn_kwargs)`` compiles a JAX step
+(locally or compile-only for a TPU/GPU target) and returns a :class:`Report`; ``analyze_hlo(text)``
+does the same from HLO text, ``analyze_file(path)`` from a file, ``analyze_dump(directory)`` from an
+``--xla_dump_to`` directory (one report per module); ``wrap_step(step, ...)`` wraps a training
+step so its first call writes the report; ``measure(fn, *args)``
 runs the step under the profiler and joins measured per-op times to the report;
 ``explore(make_step, target=...)`` compiles every sharding layout of a step and ranks them.
 
@@ -20,7 +22,14 @@ import hlo_roofline._jax_env  # noqa: F401  # isort: skip
 
 if TYPE_CHECKING:
     from hlo_roofline import chips
-    from hlo_roofline.api import analyze, analyze_dump, analyze_hlo, roofline
+    from hlo_roofline.api import (
+        analyze,
+        analyze_dump,
+        analyze_file,
+        analyze_hlo,
+        roofline,
+        wrap_step,
+    )
     from hlo_roofline.explorer import explore
     from hlo_roofline.hlo import HloParseError
     from hlo_roofline.measured import measure, read_trace
@@ -33,12 +42,14 @@ _EXPORTS = {
     "ReportError": "hlo_roofline.report",
     "analyze": "hlo_roofline.api",
     "analyze_dump": "hlo_roofline.api",
+    "analyze_file": "hlo_roofline.api",
     "analyze_hlo": "hlo_roofline.api",
     "chips": "hlo_roofline.chips",
     "explore": "hlo_roofline.explorer",
     "measure": "hlo_roofline.measured",
     "read_trace": "hlo_roofline.measured",
     "roofline": "hlo_roofline.api",
+    "wrap_step": "hlo_roofline.api",
 }
 
 __all__ = [  # the names of _EXPORTS, spelled out for readers and type checkers
@@ -47,12 +58,14 @@ __all__ = [  # the names of _EXPORTS, spelled out for readers and type checkers
     "ReportError",
     "analyze",
     "analyze_dump",
+    "analyze_file",
     "analyze_hlo",
     "chips",
     "explore",
     "measure",
     "read_trace",
     "roofline",
+    "wrap_step",
 ]
 
 

@@ -32,16 +32,7 @@ def write_atomic(path: str | os.PathLike, text: str, mode: int | None = None) ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):  # a name another writer took between our choice and the open: another
-        tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}{TMP_SUFFIX}"
-        try:
-            fd = os.open(tmp, flags, 0o666)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"no free temporary name beside {path}")
+    tmp, fd = _open_temporary(path)
     try:
         if mode is not None:
             os.fchmod(fd, mode)
@@ -51,6 +42,32 @@ def write_atomic(path: str | os.PathLike, text: str, mode: int | None = None) ->
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _open_temporary(path: Path) -> tuple[Path, int]:
+    """A new temporary file beside ``path``, named with the writer's pid (see the module)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):  # a name another writer took between our choice and the open: another
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}{TMP_SUFFIX}"
+        try:
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def unwritable(directory: str | os.PathLike) -> str | None:
+    """Why files cannot be written in ``directory`` (None if they can), found by creating it and a
+    temporary file there as :func:`write_atomic` would: asked before minutes of work, not after."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp, fd = _open_temporary(directory / ".probe")
+        os.close(fd)
+        tmp.unlink()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def remove_stale_temporaries(directory: Path) -> None:

@@ -13,7 +13,7 @@ import sys
 import threading
 import types
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import jax
@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from hlo_roofline import chips, cost, memory, targets
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.cache import compile_program
-from hlo_roofline.hlo import Module, parse
+from hlo_roofline.hlo import Module, parse_file, parse_module
 from hlo_roofline.report import Report
 
 log = logging.getLogger(__name__)
@@ -31,34 +31,60 @@ DUMP_SUFFIX = "after_optimizations.txt"
 
 
 def analyze_hlo(
-    path_or_text: str | Path | Module,
+    text: str | Path | Module,
     cost_model: str = "roofline",
     chip=None,
     *,
     user_packages: Sequence[str] = (),
     model_flops: float | None = None,
-) -> Report | dict[str, Report]:
-    """Price every executed op of an optimized HLO module (text, file, or parsed module).
+) -> Report:
+    """Price every executed op of an optimized HLO module: its text, a parsed :class:`Module`, or
+    a :class:`pathlib.Path` to a file of it (a string is always text, never a path).
 
     ``cost_model="xla"`` reproduces XLA's HloCostAnalysis op by op (its module totals, except that a
     custom call is "unknown" rather than −1); ``"roofline"`` (default) corrects it: loop bodies ×
     trip count, async pairs once, library calls priced from their shapes, and bytes on the wire for
-    collectives. With ``chip`` the report is classified against it. An ``--xla_dump_to`` directory
-    gives one report per optimized module, keyed by file name. ``user_packages`` (package names
-    or directories) count as the user's code in ``user_source`` even where installed (MaxText in
-    site-packages). ``model_flops``: your FLOPs per device and step, for the MFU against them
-    (:meth:`Report.classify`). Malformed text raises :class:`~hlo_roofline.HloParseError`.
+    collectives. With ``chip`` the report is classified against it. ``user_packages`` (package
+    names or directories) count as the user's code in ``user_source`` even where installed
+    (MaxText in site-packages). ``model_flops``: your FLOPs per device and step, for the MFU
+    against them (:meth:`Report.classify`). Malformed text raises
+    :class:`~hlo_roofline.HloParseError`. A file with XLA's buffer assignment beside it:
+    :func:`analyze_file`; an ``--xla_dump_to`` directory: :func:`analyze_dump`.
     """
     if cost_model not in cost.COST_MODELS:
         raise ValueError(f"cost_model must be one of {cost.COST_MODELS}, not {cost_model!r}")
-    if _is_directory(path_or_text):
-        return {
+    if isinstance(text, str) and _names_a_path(text):
+        warnings.warn(
+            f"analyze_hlo({text!r}) read the path it names: pass pathlib.Path({text!r}), or use "
+            "analyze_file / analyze_dump (a string will be read as HLO text only)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        text = Path(text)
+    if isinstance(text, Path) and text.is_dir():
+        warnings.warn(
+            "analyze_hlo(directory) is deprecated: use analyze_dump(directory), which returns "
+            "one report per module (analyze_hlo returns one report)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return {  # type: ignore[return-value]  # the old form's dict, until it is removed
             key: report.with_model_flops(model_flops) if model_flops is not None else report
             for key, report in analyze_dump(
-                path_or_text, cost_model, chip, user_packages=user_packages
+                text, cost_model, chip, user_packages=user_packages
             ).items()
         }
-    module = path_or_text if isinstance(path_or_text, Module) else parse(path_or_text)
+    if isinstance(text, Path):
+        module = parse_file(text)  # its errors name the file
+    elif isinstance(text, str):
+        module = parse_module(text)
+    elif isinstance(text, Module):
+        module = text
+    else:
+        raise TypeError(
+            f"analyze_hlo takes HLO text (str), a pathlib.Path or a parsed Module, not "
+            f"{type(text).__name__}"
+        )
     _warn_if_unoptimized(module)
     with gc_paused():
         # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.
@@ -94,20 +120,21 @@ def _warn_if_unoptimized(module: Module) -> None:
     )
 
 
-def _is_directory(path_or_text) -> bool:
-    if not isinstance(path_or_text, str | Path) or "\n" in str(path_or_text):
-        return False
-    if not str(path_or_text).strip():  # Path("") is the current directory
+def _names_a_path(text: str) -> bool:
+    """The deprecated form: a one-line string that is not HLO and names a file or directory."""
+    if "\n" in text or not text.strip() or text.lstrip().startswith("HloModule"):
         return False
     try:
-        return Path(path_or_text).is_dir()
-    except (OSError, ValueError):  # text too long or odd to be a path
+        return Path(text).exists()
+    except (OSError, ValueError):  # too long or odd to be a path (an embedded NUL byte)
         return False
 
 
-def dump_files(directory: str | Path) -> list[Path]:
-    """The optimized modules of an ``--xla_dump_to`` directory (``*after_optimizations.txt``)."""
-    return sorted(p for p in Path(directory).rglob(f"*{DUMP_SUFFIX}") if p.is_file())
+def dump_files(directory: str | Path, module: str | None = None) -> list[Path]:
+    """The optimized modules of an ``--xla_dump_to`` directory (``*after_optimizations.txt``),
+    those whose file name matches the regex ``module`` if given."""
+    files = sorted(p for p in Path(directory).rglob(f"*{DUMP_SUFFIX}") if p.is_file())
+    return [f for f in files if re.search(module, f.name)] if module else files
 
 
 def analyze_dump(
@@ -116,29 +143,49 @@ def analyze_dump(
     chip=None,
     *,
     user_packages: Sequence[str] = (),
+    model_flops: float | None = None,
+    module: str | None = None,
+    before_each: Callable[[Path], object] | None = None,
 ) -> dict[str, Report]:
-    """One report per optimized module of an ``--xla_dump_to`` directory (see
-    :func:`analyze_dump_file`: the fit is known where XLA wrote the buffer assignment)."""
+    """One report per optimized module of an ``--xla_dump_to`` directory, keyed by
+    :func:`module_key` (see :func:`analyze_file`: the fit is known where XLA wrote the buffer
+    assignment). ``module``: only the files whose name matches this regex; ``before_each`` is
+    called with each file before it is analyzed (a progress bar)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{directory} is not an --xla_dump_to directory")
     files = dump_files(directory)
     if not files:
         raise FileNotFoundError(f"no '*{DUMP_SUFFIX}' files under {directory}")
-    return {
-        module_key(f): analyze_dump_file(f, cost_model, chip, user_packages=user_packages)
-        for f in files
-    }
+    if module:
+        files = dump_files(directory, module)
+        if not files:
+            raise FileNotFoundError(f"no module under {directory} matches {module!r}")
+    reports = {}
+    for f in files:
+        if before_each is not None:
+            before_each(f)
+        reports[module_key(f)] = analyze_file(
+            f, cost_model, chip, user_packages=user_packages, model_flops=model_flops
+        )
+    return reports
 
 
-def analyze_dump_file(
-    path: str | Path,
+def analyze_file(
+    path: str | os.PathLike,
     cost_model: str = "roofline",
     chip=None,
     *,
     user_packages: Sequence[str] = (),
+    model_flops: float | None = None,
 ) -> Report:
-    """An optimized module file; where XLA wrote its buffer assignment beside it (a dump's
-    ``*-buffer-assignment.txt``), the memory figures are the compiler's
-    (:func:`memory.from_dump`), so the fit is known, not only a lower bound from the text."""
+    """An optimized HLO file (:func:`analyze_hlo` of its text); where XLA wrote its buffer
+    assignment beside it (a dump's ``*-buffer-assignment.txt``), the memory figures are the
+    compiler's (:func:`memory.from_dump`), so the fit is known, not only a lower bound from the
+    text. A directory is :func:`analyze_dump`'s (IsADirectoryError here)."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory: analyze_dump({str(path)!r}) reads a dump")
     report = analyze_hlo(path, cost_model, user_packages=user_packages)
     stem = path.name.removesuffix(".txt")
     assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
@@ -149,7 +196,12 @@ def analyze_dump_file(
             usage.read_text(encoding="utf-8") if usage.is_file() else None,
             report.summary["memory"],
         )
-    return report.classify(chip) if chip is not None else report
+    if chip is not None:
+        return report.classify(chip, model_flops=model_flops)
+    return report.with_model_flops(model_flops) if model_flops is not None else report
+
+
+analyze_dump_file = analyze_file  # the name the CLI used before analyze_file
 
 
 def module_key(path: Path) -> str:
@@ -312,38 +364,42 @@ def analyze(
     target: str | None = None,
     cost_model: str = "roofline",
     cache: bool | str | os.PathLike = True,
-    isolate_trace: bool = False,
     user_packages: Sequence[str] = (),
     model_flops: float | None = None,
-    **jit_kwargs,
-):
-    """Compile ``fn(*args)`` and return its classified :class:`Report`.
+    jit_kwargs: dict | None = None,
+    **fn_kwargs,
+) -> Report:
+    """Compile ``fn(*args, **fn_kwargs)`` and return its classified :class:`Report`.
 
-    ``fn`` may be plain or jitted; ``args`` are arrays, ``jax.ShapeDtypeStruct`` (with or without
-    shardings) or pytrees of them; ``jit_kwargs`` (``static_argnums``, ``in_shardings``, …) go to
-    ``jax.jit``. ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that
-    accelerator; ``chip`` defaults to the target's chip (or the local device's). Naming an
-    accelerator ``chip`` without a target compiles for that chip, not for the local CPU.
+    As ``jax.eval_shape(fn, *args, **kwargs)``: ``args`` and ``fn_kwargs`` are ``fn``'s (arrays,
+    ``jax.ShapeDtypeStruct`` with or without shardings, or pytrees of them); ``fn`` may be plain
+    or jitted, and ``jit_kwargs`` (``static_argnums``, ``in_shardings``, …) go to ``jax.jit``.
+    ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that accelerator;
+    ``chip`` defaults to the target's chip (or the local device's). Naming an accelerator ``chip``
+    without a target compiles for that chip, not for the local CPU.
     The optimized HLO is kept on disk (:mod:`hlo_roofline.cache`): analyzing the same step again,
     in any process, does not compile it again. ``cache=False`` compiles regardless; a path keeps
     the cache there. The step is traced on the caller's thread, in the caller's JAX context
     (``jax.set_mesh``, ``use_mesh``, Flax's axis rules, ``jax.config`` contexts): it compiles what
     calling it there would. The callers' own frames are left out of the stacks the HLO records, so
-    a step is one cache entry whoever analyzes it. ``isolate_trace`` is accepted and ignored.
+    a step is one cache entry whoever analyzes it.
     ``user_packages`` count as the user's code in the attribution (see :func:`analyze_hlo`).
     A multi-device ``target`` whose topology is named (``"v5e:2x2"``, not ``"v5e"``) given a program
     with nothing sharded warns (:class:`UnshardedProgramWarning`). ``model_flops``: your FLOPs per
     device and step (MaxText's ``calculate_tflops_training_per_device`` × 1e12), for the MFU
     against them (:meth:`Report.classify`).
+
+    Deprecated: ``jax.jit``'s keywords passed loosely (``analyze(fn, x, static_argnums=1)``) still
+    go to ``jax.jit`` with a DeprecationWarning where ``fn`` has no parameter of that name.
     """
-    del isolate_trace  # the trace always runs here now; see above
+    jit_kwargs, fn_kwargs = _split_loose_jit_kwargs(fn, dict(jit_kwargs or {}), fn_kwargs)
     asked = _names_a_topology(target)
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
     report = _analyze_step(
         step,
         args,
-        {},
+        fn_kwargs,
         chip,
         target,
         how,
@@ -354,6 +410,62 @@ def analyze(
         placed_by_jit=jit_kwargs.get("in_shardings") is not None,
     )
     return report.with_model_flops(model_flops) if model_flops is not None else report
+
+
+# ``isolate_trace``: an option of analyze() that the trace on the caller's thread made moot.
+_RETIRED_KWARGS = frozenset({"isolate_trace"})
+
+
+@functools.cache
+def _jit_parameters() -> frozenset[str]:
+    """The keywords this jax's ``jax.jit`` takes (besides the function)."""
+    try:
+        return frozenset(inspect.signature(jax.jit).parameters) - {"fun"}
+    except (TypeError, ValueError):
+        return frozenset({"in_shardings", "out_shardings", "static_argnums", "static_argnames",
+                          "donate_argnums", "donate_argnames", "keep_unused", "device",
+                          "backend", "inline", "abstracted_axes", "compiler_options"})  # fmt: skip
+
+
+def _split_loose_jit_kwargs(fn, jit_kwargs: dict, fn_kwargs: dict) -> tuple[dict, dict]:
+    """The old form told apart from the new: a keyword that ``jax.jit`` takes and ``fn`` does not
+    (no parameter of that name, no ``**kwargs``) was meant for ``jax.jit``; it goes there, with a
+    DeprecationWarning. Every other keyword is ``fn``'s."""
+    accepts = _keyword_parameters(fn)
+    loose = {
+        name: fn_kwargs.pop(name)
+        for name in list(fn_kwargs)
+        if (name in _jit_parameters() or name in _RETIRED_KWARGS)
+        and accepts is not None
+        and name not in accepts
+    }
+    for name in sorted(loose.keys() & _RETIRED_KWARGS):
+        del loose[name]
+        warnings.warn(f"analyze(..., {name}=) is ignored and deprecated", DeprecationWarning, 3)
+    if loose:
+        warnings.warn(
+            f"analyze(fn, ..., {', '.join(f'{k}=' for k in sorted(loose))}) sends jax.jit's "
+            f"keywords loosely: pass jit_kwargs={{{', '.join(repr(k) for k in sorted(loose))}: "
+            "...} (keywords outside it are fn's, as for jax.eval_shape)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        clash = loose.keys() & jit_kwargs.keys()
+        if clash:
+            raise TypeError(f"{sorted(clash)} given both loosely and in jit_kwargs")
+    return {**jit_kwargs, **loose}, fn_kwargs
+
+
+def _keyword_parameters(fn) -> frozenset[str] | None:
+    """The names ``fn`` takes by keyword; None where it takes any (``**kwargs``) or cannot say."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in parameters if p.kind in by_keyword)
 
 
 def _lower(step, args: tuple, kwargs: dict):
@@ -661,7 +773,7 @@ def labelled(report: Report, target: str | None, how: str) -> Report:
     return report
 
 
-def roofline(
+def wrap_step(
     fn=None,
     *,
     chip=None,
@@ -677,31 +789,57 @@ def roofline(
     chip, the step is compiled compile-only for it (from the first call's shapes) while the calls
     themselves run here; the report's ``how`` says which. The report is written to TensorBoard when
     ``logdir`` is given and kept as ``step.report``; later calls go straight to the jitted step.
-    Usable as ``@roofline(chip="v5e", logdir="runs")`` or ``step = roofline(step, chip="v5e")``.
+    Usable as ``@wrap_step(chip="v5e", logdir="runs")`` or ``step = wrap_step(step, chip="v5e")``.
+
+    Bad names fail here, at wrapping time. An analysis that fails inside the training step is
+    logged (``logging.warning`` on ``hlo_roofline.api``) and kept as ``step.analysis_error``, and
+    the step runs: a report is never worth a crashed run. It is not tried again.
     """
-    resolved = resolve(chip, target)  # bad names fail here, at wrapping time
+    resolved = resolve(chip, target)
 
     def wrap(step):
         jitted_step = jitted(step, {})
+        name = getattr(step, "__name__", "step")
 
         @functools.wraps(step)
         def wrapper(*args, **kwargs):
-            if wrapper.report is None:
-                report = _analyze_step(
-                    jitted_step,
-                    args,
-                    kwargs,
-                    *resolved,
-                    cost_model=cost_model,
-                    cache=cache,
-                    warn_unsharded=_names_a_topology(target),
-                )
-                wrapper.report = report
-                if logdir is not None:
-                    report.write_tensorboard(logdir, run or getattr(step, "__name__", "step"))
+            if not wrapper.analyzed:
+                wrapper.analyzed = True
+                try:
+                    report = _analyze_step(
+                        jitted_step,
+                        args,
+                        kwargs,
+                        *resolved,
+                        cost_model=cost_model,
+                        cache=cache,
+                        warn_unsharded=_names_a_topology(target),
+                    )
+                    if logdir is not None:
+                        report.write_tensorboard(logdir, run or name)
+                    wrapper.report = report
+                except Exception as exc:  # the user's step goes on without its report
+                    wrapper.analysis_error = exc
+                    log.warning(
+                        "hlo_roofline could not analyze %s (the step runs without a report): "
+                        "%s: %s", name, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG),
+                    )  # fmt: skip
             return jitted_step(*args, **kwargs)
 
         wrapper.report = None
+        wrapper.analysis_error = None
+        wrapper.analyzed = False
         return wrapper
 
     return wrap(fn) if fn is not None else wrap
+
+
+def roofline(fn=None, **kwargs):
+    """Deprecated name of :func:`wrap_step` (it shadowed ``jax.experimental.roofline``)."""
+    warnings.warn(
+        "hlo_roofline.roofline is deprecated: use hlo_roofline.wrap_step (same arguments); the "
+        "old name shadows jax.experimental.roofline",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return wrap_step(fn, **kwargs)

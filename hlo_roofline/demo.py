@@ -17,16 +17,16 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import argparse
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import click
 import pandas as pd
 
-from hlo_roofline import Report, chips, targets  # targets before jax starts: see its docstring
+from hlo_roofline import Report, chips, memory, targets  # targets before jax: see its docstring
+from hlo_roofline._atomic import unwritable
 from hlo_roofline.examples import analyze_example, default_cache_dir
 from hlo_roofline.examples.gpt import CONFIG
 from hlo_roofline.report import UNATTRIBUTED, scope_of
@@ -138,7 +138,7 @@ def summary_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.Data
             "coverage": f"{s['coverage']:.0%}",
             "HBM per device (fit)": (
                 f"{fit['need_bytes'] / 1e9:.3g} of {fit['capacity_bytes'] / 1e9:.3g} GB "
-                f"({fit['verdict']})"
+                f"({memory.verdict_text(fit)})"
                 if (fit := s.get("memory_fit"))
                 else "—"
             ),
@@ -162,19 +162,13 @@ def top_ops(report: Report, n: int) -> pd.DataFrame:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
-    parser.add_argument(
-        "--cache", type=Path, default=default_cache_dir(), help="optimized-HLO cache directory"
-    )
-    parser.add_argument("--no-cache", action="store_true", help="always compile")
-    parser.add_argument("--top", type=int, default=10, help="ops listed per chip")
-    ns = parser.parse_args(argv)
-    cache = None if ns.no_cache else ns.cache
-    problem = _unwritable(ns.out)
+def run(out: Path = DEFAULT_OUT, cache: Path | None = None, top: int = 10) -> int:
+    """Compile, print and write everything (see the module); ``cache=None`` compiles regardless.
+    Returns the exit status: 2, with a one-line message, where ``out`` cannot be written."""
+    out = Path(out)
+    problem = unwritable(out)
     if problem:  # say so now, not after minutes of compiling
-        print(f"error: cannot write to --out {ns.out}: {problem}", file=sys.stderr)
+        print(f"error: cannot write to --out {out}: {problem}", file=sys.stderr)
         return 2
     pd.set_option("display.width", 200)
 
@@ -207,38 +201,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  verdicts differ: {line}")
     for report in reports.values():
         chip = report.summary["chip_name"]
-        print(f"\n== Top {ns.top} ops on {chip} ({report.summary['compiled_for']}) ==")
-        print(top_ops(report, ns.top).to_string(index=False))
+        print(f"\n== Top {top} ops on {chip} ({report.summary['compiled_for']}) ==")
+        print(top_ops(report, top).to_string(index=False))
 
-    ns.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     written = []
     for run, report in reports.items():
-        csv_path, json_path = ns.out / f"{run}.csv", ns.out / f"{run}.json"
+        csv_path, json_path = out / f"{run}.csv", out / f"{run}.json"
         report.to_csv(csv_path)
         report.to_json(json_path)
-        png_path = report.plot(ns.out / f"{run}.png", f"GPT training step on {labels[run]}")
-        written += [csv_path, json_path, png_path, report.write_tensorboard(ns.out, run)]
+        png_path = report.plot(out / f"{run}.png", f"GPT training step on {labels[run]}")
+        written += [csv_path, json_path, png_path, report.write_tensorboard(out, run)]
     print("\nWrote:")
     for path in written:
         print(f"  {path}")
     print("\nOpen the HLO Roofline tab in TensorBoard:")
-    print(f"  tensorboard --logdir {ns.out}")
+    print(f"  tensorboard --logdir {out}")
     return 0
-
-
-def _unwritable(directory: Path) -> str | None:
-    """Why files cannot be written under ``directory`` (None if they can)."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe."):
-            pass
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
 
 
 def _share_formatters(table: pd.DataFrame) -> dict:
     return {c: "{:.1%}".format for c in table.columns if c[1] == "share"}
+
+
+@click.command(
+    "demo",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    short_help="Analyze the GPT example for v5e and H100.",
+)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
+              show_default=True, help="Output directory: CSV, JSON, charts, TensorBoard.")  # fmt: skip
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=default_cache_dir(), show_default=True, help="Optimized-HLO cache.")  # fmt: skip
+@click.option("--no-cache", is_flag=True, help="Compile even if the optimized HLO is cached.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Ops listed per chip.")  # fmt: skip
+def command(out: Path, cache_dir: Path | None, no_cache: bool, top: int) -> None:
+    """Compile the GPT training step of hlo_roofline/examples/gpt.py compile-only for TPU v5e and
+    H100, print both roofline tables side by side, and write CSV, JSON, charts and a TensorBoard
+    logdir under --out.
+
+    \b
+    Example:
+      $ hlo-roofline demo --out out/demo
+    """
+    cache = None if no_cache else cache_dir
+    raise SystemExit(run(out, cache, top))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m hlo_roofline.demo [--out DIR] [--cache DIR | --no-cache] [--top N]``: the exit
+    status, as :func:`run` returns it (2 for bad usage, with click's message)."""
+    try:
+        command.main(args=list(argv) if argv is not None else None, prog_name="hlo_roofline.demo")
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else 1
+    return 0
 
 
 if __name__ == "__main__":

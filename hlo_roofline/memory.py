@@ -19,12 +19,14 @@ import math
 import re
 from typing import NamedTuple
 
+from hlo_roofline import schema
 from hlo_roofline.cost.base import array_bytes
 from hlo_roofline.hlo import Module
 
 __all__ = [
     "TIGHT",
     "Buffer",
+    "advice_text",
     "describe",
     "from_dump",
     "from_error",
@@ -33,10 +35,14 @@ __all__ = [
     "is_out_of_memory",
     "judge",
     "largest_temporaries",
+    "verdict_of",
+    "verdict_text",
 ]
 
 TIGHT = 0.90  # above this share of HBM a step "fits" only until the next allocation
 LARGEST = 5  # buffers listed as the biggest contributors
+FITS, TIGHT_FIT, DOES_NOT_FIT, UNKNOWN = schema.FIT_VERDICTS
+_OLD_VERDICTS = {"does not fit": DOES_NOT_FIT}  # reports written before the codes
 
 
 class Buffer(NamedTuple):
@@ -258,7 +264,8 @@ def _returned(root) -> set[str]:
 
 
 def judge(memory: dict | None, chip) -> dict:
-    """Summary entries for ``chip``: capacity per device, share used, verdict, remedies."""
+    """Summary entries for ``chip``: capacity per device, share used, verdict and remedies as
+    codes (:data:`schema.FIT_VERDICTS`, :data:`schema.ADVICE_CODES`); :func:`describe` words them."""
     capacity = chip.per_device().hbm_capacity if chip is not None else None
     if not memory or not capacity:
         return {"memory_fit": None}
@@ -266,23 +273,79 @@ def judge(memory: dict | None, chip) -> dict:
     need = float(memory["need_bytes"]) + (reserved or 0.0)
     used = need / capacity
     if used > 1:
-        verdict = "does not fit"
+        verdict = DOES_NOT_FIT
     elif not memory["complete"]:
-        verdict = "unknown"  # temporaries unknown: the need is only a lower bound
+        verdict = UNKNOWN  # temporaries unknown: the need is only a lower bound
     elif used > TIGHT:
-        verdict = "tight"
+        verdict = TIGHT_FIT
     else:
-        verdict = "fits"
-    return {
-        "memory_fit": {
-            "verdict": verdict,
-            "need_bytes": need,
-            "capacity_bytes": float(capacity),
-            "reserved_bytes": reserved,
-            "used_fraction": used,
-            "advice": _advice(memory, need, capacity, verdict),
-        }
+        verdict = FITS
+    fit: schema.MemoryFit = {
+        "verdict": verdict,
+        "need_bytes": need,
+        "capacity_bytes": float(capacity),
+        "reserved_bytes": reserved,
+        "used_fraction": used,
+        "advice": _advice(memory, need, capacity, verdict),
     }
+    return {"memory_fit": fit}
+
+
+def verdict_of(fit: dict) -> str:
+    """A fit's verdict code; a report written before the codes said ``does not fit``."""
+    verdict = fit.get("verdict", UNKNOWN)
+    return _OLD_VERDICTS.get(verdict, verdict)
+
+
+def verdict_text(fit: dict) -> str:
+    """The verdict in words: ``does_not_fit`` → ``does not fit``."""
+    return verdict_of(fit).replace("_", " ")
+
+
+def advice_text(advice: dict | str) -> str:
+    """One remedy in words, with its numbers (an older report's advice is words already)."""
+    if isinstance(advice, str):
+        return advice
+    code, gb = advice["code"], lambda key: f"{advice[key] / 1e9:.2f} GB"
+    if code == "donate":
+        return (
+            "donate the inputs the step returns updated (parameters, optimizer state: "
+            f"jax.jit(..., donate_argnums=...)): saves up to {gb('saves_bytes')} per device"
+        )
+    if code == "remat":
+        return (
+            f"rematerialise activations (jax.checkpoint): temporaries are "
+            f"{gb('temporaries_bytes')} of the {gb('need_bytes')}"
+        )
+    rest = (
+        "temporaries, activations at a fixed per-device batch"
+        if advice["fixed_split"]
+        else "outputs, temporaries, reserved space: the compiler's error does not split them"
+    )
+    assumes = (
+        f"assuming parameters and optimizer state ({gb('state_bytes')} per device) shard over "
+        f"FSDP / ZeRO and the other {gb('fixed_bytes')} ({rest}) do not shrink"
+    )
+    if code == "shard_not_enough":
+        return (
+            f"sharding over more devices is not enough, {assumes}: rematerialise or shrink "
+            "the per-device batch"
+        )
+    if code == "shard_to_room":
+        return (
+            f"shard parameters and optimizer state over enough devices that they take at "
+            f"most {gb('room_bytes')} per device, {assumes}"
+        )
+    if code == "shard_over":
+        devices, count = advice["devices"], advice["slice_devices"]
+        where = (
+            f"the {devices} devices it has" if count == devices
+            else f"a {count}-chip slice ({advice['slice_shape']}, now {devices})"
+        )  # fmt: skip
+        return f"shard over {where}: about {gb('per_device_bytes')} per device, {assumes}"
+    if code == "no_slice":
+        return f"no slice of this chip is big enough, {assumes}"
+    raise ValueError(f"unknown memory advice {code!r}")
 
 
 def describe(summary: dict) -> list[str]:
@@ -296,7 +359,7 @@ def describe(summary: dict) -> list[str]:
         return [f"HBM per device:{bound} {memory['need_bytes'] / 1e9:.3g} GB (no chip to fit)"]
     lines = [
         f"HBM per device: {fit['need_bytes'] / 1e9:.3g} GB of {fit['capacity_bytes'] / 1e9:.3g} GB "
-        f"({fit['used_fraction']:.0%}): {fit['verdict']}"
+        f"({fit['used_fraction']:.0%}): {verdict_text(fit)}"
         + {"compiler error": " (the compiler refused the program)", "hlo": " (temporaries "
            "unknown from HLO text)", "dump": " (the dump's buffer assignment"
            + ("" if memory["complete"] else "; XLA:TPU adds temporaries after it") + ")"}.get(
@@ -304,13 +367,13 @@ def describe(summary: dict) -> list[str]:
     ]  # fmt: skip
     if memory["source"] == "compiler error":
         lines.append("  " + _refused_figures(memory))
-    if fit["verdict"] in ("does not fit", "tight"):
+    if verdict_of(fit) in (DOES_NOT_FIT, TIGHT_FIT):
         largest = ", ".join(
             f"{b['name']} {b['bytes'] / 1e9:.3g} GB" for b in memory.get("largest", [])[:3]
         )
         if largest:
             lines.append(f"  largest: {largest}")
-        lines += [f"  try: {advice}" for advice in fit["advice"]]
+        lines += [f"  try: {advice_text(advice)}" for advice in fit["advice"]]
     return lines
 
 
@@ -338,35 +401,25 @@ def _state_bytes(memory: dict) -> float:
     return state
 
 
-def _shard_advice(memory: dict, need: float, target: float) -> str | None:
+def _shard_advice(memory: dict, need: float, target: float) -> dict | None:
     """The smallest slice of the chip on which sharding the state alone brings the need under
-    ``target``; the assumption said, and no device count that is not a real slice."""
+    ``target``; with the assumption's figures, and no device count that is not a real slice."""
     state = min(_state_bytes(memory), need)
-    fixed = need - state
-    devices = memory.get("devices") or 1
-    rest = (
-        "outputs, temporaries, reserved space: the compiler's error does not split them"
-        if memory.get("outputs_bytes") is None
-        else "temporaries, activations at a fixed per-device batch"
-    )
-    assumes = (
-        f"assuming parameters and optimizer state ({state / 1e9:.2f} GB per device) shard over "
-        f"FSDP / ZeRO and the other {fixed / 1e9:.2f} GB ({rest}) do not shrink"
-    )
     if state <= 0:
         return None
+    fixed = need - state
+    devices = memory.get("devices") or 1
+    assumed = {
+        "state_bytes": state,
+        "fixed_bytes": fixed,
+        # the rest split into temporaries and activations only where the outputs are known
+        "fixed_split": memory.get("outputs_bytes") is not None,
+    }
     if fixed >= target:
-        return (
-            f"sharding over more devices is not enough, {assumes}: rematerialise or shrink "
-            "the per-device batch"
-        )
+        return {"code": "shard_not_enough", **assumed}
     slices = [(int(n), str(shape)) for n, shape in memory.get("slices") or ()]
     if not slices:
-        room = target - fixed
-        return (
-            f"shard parameters and optimizer state over enough devices that they take at "
-            f"most {room / 1e9:.2f} GB per device, {assumes}"
-        )
+        return {"code": "shard_to_room", "room_bytes": target - fixed, **assumed}
     # The whole program's state, where known (replicated arguments shard too): over ``count``
     # devices, each holds its share of it; else what each holds now shrinks by devices / count.
     whole = memory.get("arguments_global_bytes")
@@ -376,26 +429,26 @@ def _shard_advice(memory: dict, need: float, target: float) -> str | None:
         after = fixed + min(whole / count, state)
         if count < devices or after > target:
             continue
-        where = (
-            f"the {devices} devices it has" if count == devices
-            else f"a {count}-chip slice ({shape}, now {devices})"
-        )  # fmt: skip
-        return f"shard over {where}: about {after / 1e9:.2f} GB per device, {assumes}"
-    return f"no slice of this chip is big enough, {assumes}"
+        return {
+            "code": "shard_over",
+            "devices": devices,
+            "slice_devices": count,
+            "slice_shape": shape,
+            "per_device_bytes": after,
+            **assumed,
+        }
+    return {"code": "no_slice", **assumed}
 
 
-def _advice(memory: dict, need: float, capacity: float, verdict: str) -> list[str]:
-    """The book's first moves, with this step's numbers (largest saving first)."""
-    if verdict not in ("does not fit", "tight"):
+def _advice(memory: dict, need: float, capacity: float, verdict: str) -> list[dict]:
+    """The book's first moves, with this step's numbers (largest saving first), as codes."""
+    if verdict not in (DOES_NOT_FIT, TIGHT_FIT):
         return []
-    advice = []
+    advice: list[dict] = []
     target = capacity * TIGHT
     donatable = memory.get("donatable_bytes") or 0
     if donatable:
-        advice.append(
-            f"donate the inputs the step returns updated (parameters, optimizer state: "
-            f"jax.jit(..., donate_argnums=...)): saves up to {donatable / 1e9:.2f} GB per device"
-        )
+        advice.append({"code": "donate", "saves_bytes": float(donatable)})
     if need > target:
         shard = _shard_advice(memory, need, target)
         if shard:
@@ -403,8 +456,7 @@ def _advice(memory: dict, need: float, capacity: float, verdict: str) -> list[st
     temporaries = memory.get("temporaries_bytes")
     if temporaries and temporaries > 0.25 * need:
         advice.append(
-            f"rematerialise activations (jax.checkpoint): temporaries are "
-            f"{temporaries / 1e9:.2f} GB of the {need / 1e9:.2f} GB"
+            {"code": "remat", "temporaries_bytes": float(temporaries), "need_bytes": need}
         )
     return advice
 

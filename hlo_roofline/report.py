@@ -6,6 +6,7 @@ report written by one is read identically by the others (``Report.read`` round-t
 
 from __future__ import annotations
 
+import hashlib
 import html
 import io
 import json
@@ -21,16 +22,18 @@ import pandas as pd
 
 from hlo_roofline import chips, efficiency, memory, schema, verdict
 from hlo_roofline._atomic import write_atomic
+from hlo_roofline._json import json_safe
 from hlo_roofline.hlo import attrs
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
 
 FORMAT = "hlo_roofline.report"
 VERSION = 1
-CSV_MAGIC = "#hlo_roofline.report "
+CSV_MAGIC = "#hlo_roofline.report "  # the older CSV's first line: its metadata as JSON
+META_SUFFIX = ".meta.json"  # a CSV's metadata beside it (see meta_path)
 # derived text (rollup's keys), in the TensorBoard tab's payload besides the schema's columns
 _TEXT_COLUMNS = (*schema.TEXT_COLUMNS, "scope", "user_function")
-BOUNDS = ("compute", "memory", "communication")
+BOUNDS = verdict.BOUNDS[:3]  # the units a group can be bound by (verdict.BOUNDS owns the codes)
 # What rollup() groups by besides the report's own text columns: derived from op_name/user_source.
 DERIVED_KEYS = ("user_function", "scope", "pass")
 UNATTRIBUTED = "(unattributed)"
@@ -54,7 +57,7 @@ class Report:
     """
 
     ops: pd.DataFrame
-    summary: dict = field(default_factory=dict)
+    summary: schema.Summary = field(default_factory=dict)  # type: ignore[assignment]
     module: str = ""
 
     @classmethod
@@ -222,7 +225,7 @@ class Report:
             "format": FORMAT,
             "version": VERSION,
             "module": self.module,
-            "summary": _json_safe(self.summary),
+            "summary": json_safe(self.summary),
             "columns": list(ops.columns),
             "data": [list(row) for row in zip(*columns, strict=True)],
         }
@@ -237,34 +240,31 @@ class Report:
         return text
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
-        """CSV of the ops, preceded by one comment line holding the module name and summary."""
-        meta = {"module": self.module, "rows": len(self.ops), "summary": _json_safe(self.summary)}
-        header = CSV_MAGIC + json.dumps(meta, allow_nan=False)
-        text = header + "\n" + self.ops.to_csv(index=False)
+        """The ops as a plain CSV (``pd.read_csv(path)`` gives the columns); with ``path``, the
+        module name and summary go beside it in :func:`meta_path` (``x.csv`` → ``x.meta.json``),
+        which :meth:`read` needs to read the CSV back as a report. Returns the CSV text."""
+        text = self.ops.to_csv(index=False)
         if path is not None:
-            write_atomic(Path(path), text)
+            _write_csv(self, Path(path), text)
         return text
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> Report:
-        """Read a report written by :meth:`to_json` or :meth:`to_csv` (or a TensorBoard run dir)."""
+        """Read a report written by :meth:`to_json` or :meth:`to_csv` (the CSV with the
+        ``.meta.json`` beside it, or a CSV of the older form that carried it as a first comment
+        line), or a TensorBoard run directory."""
         path = Path(path)
         if path.is_dir():
             path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ReportMissingError(f"cannot read report {path}: No such file or directory") from None
-        except OSError as exc:
-            raise ReportError(f"cannot read report {path}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise ReportError(f"{path} is not a readable hlo_roofline report (not UTF-8)") from None
+        text = _read_text(path)
         try:
             if text.startswith(CSV_MAGIC):
-                return cls._from_csv(text)
+                return cls._from_old_csv(text)
+            if path.suffix.lower() == ".csv" or meta_path(path).is_file():
+                return cls._from_csv(text, _read_text(meta_path(path), what="the summary of"))
             return cls.from_dict(json.loads(text))
         except ReportError as exc:
-            raise ReportError(f"{path}: {exc}") from None
+            raise type(exc)(f"{path}: {exc}") from None
         except RecursionError:
             raise ReportError(
                 f"{path} is not a readable hlo_roofline report (nested too deep)"
@@ -287,16 +287,34 @@ class Report:
         return validate(cls(_restore_types(ops), _summary(data), data.get("module", "")))
 
     @classmethod
-    def _from_csv(cls, text: str) -> Report:
-        """The CSV's first line says how many records follow: a file cut between or inside
-        records is refused, not read as a smaller report."""
+    def _from_csv(cls, text: str, meta_text: str) -> Report:
+        """A plain CSV and its metadata: the metadata says how many records follow and holds
+        the CSV's hash, so a file cut short, or a CSV and a summary from two writes, is refused."""
+        meta = json.loads(meta_text)
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise ReportError("its .meta.json is not an hlo_roofline report's")
+        if meta.get("version") != VERSION:
+            raise ReportError(f"report version {meta.get('version')} is not {VERSION}")
+        digest = meta.get("csv_sha256")
+        if digest is not None and digest != hashlib.sha256(text.encode()).hexdigest():
+            raise ReportError("the CSV is not the one its .meta.json was written with")
+        return cls._csv_body(text, meta)
+
+    @classmethod
+    def _from_old_csv(cls, text: str) -> Report:
+        """The older form: the metadata as JSON on the CSV's first line, after :data:`CSV_MAGIC`."""
         header, _, body = text.partition("\n")
-        meta = json.loads(header[len(CSV_MAGIC) :])
+        return cls._csv_body(body, json.loads(header[len(CSV_MAGIC) :]))
+
+    @classmethod
+    def _csv_body(cls, body: str, meta) -> Report:
+        """The CSV's records, as many as its metadata says: a file cut between or inside records
+        is refused, not read as a smaller report."""
         if not isinstance(meta, dict):
-            raise ReportError("its first line is not a JSON object")
+            raise ReportError("its metadata is not a JSON object")
         rows = meta.get("rows")
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-            raise ReportError("its first line does not say how many rows follow")
+            raise ReportError("its metadata does not say how many rows follow")
         if not body.endswith("\n"):
             raise ReportError("truncated: its last record is cut")
         ops = pd.read_csv(io.StringIO(body), keep_default_na=False, na_values=[""])
@@ -305,7 +323,8 @@ class Report:
         return validate(cls(_restore_types(ops), _summary(meta), meta.get("module", "")))
 
     def write_tensorboard(self, logdir: str | os.PathLike, run: str = ".") -> Path:
-        """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv}`` (each file atomically).
+        """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv,meta.json}`` (each file
+        atomically).
 
         ``run`` must stay inside ``logdir`` (ValueError otherwise). The files are 0644: a
         TensorBoard running as another user must be able to read them.
@@ -316,7 +335,7 @@ class Report:
             raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
         directory = Path(logdir) / run / "plugins" / PLUGIN_NAME
         directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(directory / REPORT_CSV, self.to_csv(), mode=0o644)
+        _write_csv(self, directory / REPORT_CSV, self.ops.to_csv(index=False), mode=0o644)
         write_atomic(directory / REPORT_JSON, self.to_json(), mode=0o644)
         return directory
 
@@ -368,21 +387,43 @@ def _json_column(column: pd.Series) -> list:
     if isinstance(column.dtype, pd.StringDtype):  # text or missing, nothing to convert
         return column.astype(object).where(column.notna(), None).tolist()
     cells = column.astype(object).where(column.notna(), None)
-    return [_json_safe(v) for v in cells.tolist()]
+    return [json_safe(v) for v in cells.tolist()]
 
 
-def _json_safe(value):
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
+def _write_csv(report: Report, path: Path, text: str, mode: int | None = None) -> None:
+    """The CSV and its metadata, each atomically; the metadata first, so a CSV is never newer
+    than the summary that goes with it (a reader also checks the CSV's hash)."""
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "module": report.module,
+        "rows": len(report.ops),
+        "csv_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "summary": json_safe(report.summary),
+    }
+    write_atomic(meta_path(path), json.dumps(meta, allow_nan=False), mode=mode)
+    write_atomic(path, text, mode=mode)
+
+
+def meta_path(csv_path: str | os.PathLike) -> Path:
+    """Where :meth:`Report.to_csv` keeps a CSV's module name and summary: ``x.csv`` →
+    ``x.meta.json`` (any other name: the name + ``.meta.json``)."""
+    path = Path(csv_path)
+    stem = path.name.removesuffix(".csv") if path.suffix == ".csv" else path.name
+    return path.with_name(stem + META_SUFFIX)
+
+
+def _read_text(path: Path, what: str = "") -> str:
+    """A report file's text; missing, unreadable or not UTF-8 is a :class:`ReportError`."""
+    named = f"{what or 'report'} {path}"
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportMissingError(f"cannot read {named}: No such file or directory") from None
+    except OSError as exc:
+        raise ReportError(f"cannot read {named}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ReportError(f"{named} is not a readable hlo_roofline report (not UTF-8)") from None
 
 
 REQUIRED_COLUMNS = (
@@ -435,6 +476,9 @@ def validate(report: Report) -> Report:
             _refuse_cells(ops, values > 1 + 1e-9, column, "is more than the whole")
     if "bound" in ops:
         _refuse_cells(ops, ~ops["bound"].isin(verdict.BOUNDS), "bound", "is not a known bound")
+    if "hint_reason" in ops:
+        known = ops["hint_reason"].isin(("", *schema.HINT_REASONS))
+        _refuse_cells(ops, ~known, "hint_reason", "is not a known hint")
     _validate_summary(report.summary)
     return report
 
@@ -462,15 +506,15 @@ def _validate_summary(summary: dict) -> None:
             raise ReportError(f"summary {key} = {value!r} is more than the whole")
     fit = summary.get("memory_fit")
     if fit is not None:
-        if not isinstance(fit, dict) or not isinstance(fit.get("verdict"), str):
+        if not isinstance(fit, dict) or memory.verdict_of(fit) not in schema.FIT_VERDICTS:
             raise ReportError(f"summary memory_fit = {fit!r} is not a fit verdict")
         for key in ("need_bytes", "capacity_bytes", "used_fraction"):
             value = fit.get(key)
             if not _finite(value) or value < 0:
                 raise ReportError(f"summary memory_fit.{key} = {value!r} is not a number >= 0")
-    memory = summary.get("memory")
-    if memory is not None and not isinstance(memory, dict):
-        raise ReportError(f"summary memory = {memory!r} is not an object")
+    figures = summary.get("memory")
+    if figures is not None and not isinstance(figures, dict):
+        raise ReportError(f"summary memory = {figures!r} is not an object")
     for key in ("unknown_ops", "notes"):
         if key in summary and not isinstance(summary[key], list):
             raise ReportError(f"summary {key} = {summary[key]!r} is not a list")

@@ -222,9 +222,11 @@ BOOL_COLUMNS = names(dtype="bool")
 
 # The hint's fields beside its text (reports written before them have the text alone).
 HINT_FIELDS = ("hint_reason", "ridge_m", "ridge_k", "mxu_waste")
-# The codes of ``hint_reason``.
+# The codes of ``hint_reason`` (its column's meaning lists them; ``verdict.hint_text`` words
+# them); a report read back holds no other (``report.validate``).
 HINT_REASONS = (
-    "ridge_m", "ridge_k", "unreachable", "batched_weights", "split_k", "prefetch", "no_rate",
+    "ridge_m", "ridge_k", "unreachable", "batched_weights", "split_k", "vector_loop", "prefetch",
+    "no_rate",
 )  # fmt: skip
 
 
@@ -300,16 +302,73 @@ class VerdictSummary(TypedDict):
     hlo_flops_per_model_flop: float | None  # Σ flops ÷ model_flops
 
 
-class Summary(CostSummary, VerdictSummary, total=False):
-    """A report's summary: the cost keys, the verdict keys once judged, and what the faces add:
-    ``memory`` / ``memory_fit`` (memory.py), ``compiled_for`` and ``how`` (api.labelled),
-    ``measured_*`` (measured.py)."""
+# The memory fit's verdicts (``memory.judge``), as codes; ``memory.verdict_text`` words them.
+FIT_VERDICTS = ("fits", "tight", "does_not_fit", "unknown")
+FitVerdict = Literal["fits", "tight", "does_not_fit", "unknown"]
+# Its remedies' codes (``memory.advice_text`` words each, with its numbers).
+ADVICE_CODES = ("donate", "shard_over", "shard_to_room", "shard_not_enough", "no_slice", "remat")
 
-    memory: dict | None
-    memory_fit: dict | None
-    compiled_for: str
-    how: str
-    measured_problems: int
+
+class Advice(TypedDict, total=False):
+    """One remedy for a step that does not fit: its code and the figures its words need."""
+
+    code: str  # one of ADVICE_CODES
+    saves_bytes: float  # donate: what donating the updated inputs saves per device
+    temporaries_bytes: float  # remat: the temporaries, of need_bytes
+    need_bytes: float
+    state_bytes: float  # shard_*: parameters and optimizer state per device (what shards)
+    fixed_bytes: float  # the rest, assumed not to shrink
+    fixed_split: bool  # the rest is known to be temporaries and activations (outputs known)
+    room_bytes: float  # shard_to_room: what the state may take per device
+    devices: int  # shard_over: the devices now, the slice's, its shape, the need after
+    slice_devices: int
+    slice_shape: str
+    per_device_bytes: float
+
+
+class MemoryFit(TypedDict):
+    """``memory_fit``: the step's need against one device's HBM (``memory.judge``)."""
+
+    verdict: FitVerdict
+    need_bytes: float
+    capacity_bytes: float
+    reserved_bytes: float | None
+    used_fraction: float
+    advice: list[Advice]
+
+
+class MemorySummary(TypedDict, total=False):
+    """What the memory layer and the API add (``memory``, ``api``)."""
+
+    memory: dict | None  # the need per device and its parts (memory.from_*)
+    memory_fit: MemoryFit | None  # None without a chip or figures
+    compiled_for: str  # the target, or "local" (api.labelled)
+    how: str  # a sentence: what was compiled for what, and why
+    ops_before_optimization: bool  # a refused program's ops, as lowered (api._refused)
+
+
+class MeasuredSummary(TypedDict, total=False):
+    """What the profiler join adds (``measured.join``, ``measured.measure``)."""
+
+    measured_step_s: float  # the step's median wall time in the trace
+    measured_coverage: float  # share of the step's time in ops the report has
+    measured_op_s: float  # Σ measured_s
+    measured_steps: int  # steps measured
+    measured_steps_from: str  # how the steps were found in the trace
+    measured_devices: list[str]  # the trace's device planes the ops ran on
+    measured_overlap: bool  # ops overlapped in the trace (Σ measured_s ≠ the step)
+    measured_unmatched_ops: list[str]  # event names the embedded HLO does not have
+    measured_problems: int  # ops that measured faster than their roof
+    measured_trace: str  # the trace file read
+    measured_program: str  # the program of the trace the report is
+    measured_other_programs: dict[str, float]  # the other programs' measured_op_s
+    measured_host_roof_remeasured: bool  # the host's rates were measured again
+
+
+class Summary(CostSummary, VerdictSummary, MemorySummary, MeasuredSummary, total=False):
+    """A report's summary (``Report.summary``): the cost keys, the verdict keys once judged, the
+    memory and the API's labels, and the measured keys of a measured report. Every key a layer
+    writes is declared here (``tests/test_report_summary.py`` holds real reports to it)."""
 
 
 SUMMARY_KEYS: tuple[str, ...] = tuple(Summary.__annotations__)

@@ -58,7 +58,7 @@ def assert_roofline(
         target=target,
         cost_model=cost_model,
         cache=cache,
-        **(jit_kwargs or {}),
+        jit_kwargs=jit_kwargs,
     )
     if report.chip is None:
         raise TypeError(

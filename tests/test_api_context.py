@@ -323,8 +323,8 @@ def test_assert_roofline_compiles_in_the_callers_mesh(steps):
 
 
 def test_in_shardings_place_plain_arguments_as_jit_does():
-    """``analyze(step, *specs, in_shardings=...)`` on a target: the arguments are jit's to place,
-    as in the user's own ``jax.jit(step, in_shardings=...).lower(*specs)``."""
+    """``analyze(step, *specs, jit_kwargs={"in_shardings": ...})`` on a target: the arguments
+    are jit's to place, as in the user's own ``jax.jit(step, in_shardings=...).lower(*specs)``."""
     auto = mesh(jax.sharding.AxisType.Auto)
     shardings = (NamedSharding(auto, P("data")), NamedSharding(auto, P()))
     x, w = S((B, D), jnp.float32), S((D, F), jnp.float32)
@@ -332,7 +332,7 @@ def test_in_shardings_place_plain_arguments_as_jit_does():
     def step(x, w):
         return jnp.tanh(x @ w)
 
-    report = analyze(step, x, w, target=TARGET, cache=False, in_shardings=shardings)
+    report = analyze(step, x, w, target=TARGET, cache=False, jit_kwargs={"in_shardings": shardings})
     compiled = jax.jit(step, in_shardings=shardings).lower(x, w).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost

@@ -16,13 +16,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
 
 from hlo_roofline import chips, cli
-from hlo_roofline.cli import analyze as cli_analyze
-from hlo_roofline.report import Report
+from hlo_roofline.cli import _common as cli_common
+from hlo_roofline.report import Report, ReportError
 
 DOCS = ROOT / "docs" / "cli.md"
 BIN = Path(sys.executable).parent / "hlo-roofline"
@@ -112,7 +113,13 @@ def test_analyze_data_formats_are_whole_reports(workdir):
     assert report.chip == "v5e" and report.summary["time_share"]["memory"] == pytest.approx(1)
     csv = invoke("analyze", "steps.py:small_matmul_step", "--chip", "v5e", "--format", "csv")
     (workdir / "piped.csv").write_text(csv.stdout)
-    assert Report.read(workdir / "piped.csv").summary == report.summary
+    piped = pd.read_csv(workdir / "piped.csv")  # a plain CSV: the report's columns, no metadata
+    assert list(piped.columns) == list(report.ops.columns) and len(piped) == len(report.ops)
+    assert piped["flops"].sum() == pytest.approx(report.ops["flops"].sum())
+    with pytest.raises(ReportError, match=r"piped\.meta\.json"):  # its summary is not in it
+        Report.read(workdir / "piped.csv")
+    invoke("analyze", "steps.py:small_matmul_step", "--chip", "v5e", "--csv", "saved.csv")
+    assert Report.read(workdir / "saved.csv").summary == report.summary  # --csv writes both
 
 
 def test_analyze_writes_every_output(workdir):
@@ -404,7 +411,7 @@ def run_pytest_example(path: Path) -> None:
     """Call each test function of a documented test file, with `steps` the CLI already loaded."""
     namespace: dict = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(sys.modules, "steps", cli_analyze._import_file(path.parent / "steps.py"))
+        patch.setitem(sys.modules, "steps", cli_common._import_file(path.parent / "steps.py"))
         exec(compile(path.read_text(), str(path), "exec"), namespace)
     tests = [f for name, f in namespace.items() if name.startswith("test_")]
     assert tests

@@ -25,7 +25,7 @@ from conftest import FIXTURES, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hlo_roofline import HloParseError, analyze_hlo, chips
+from hlo_roofline import HloParseError, analyze_dump, analyze_hlo, chips
 from hlo_roofline.cost.base import MAX_NOTES
 from hlo_roofline.hlo import parse_module
 from hlo_roofline.hlo import parser as hlo_parser
@@ -522,13 +522,13 @@ BAD_CALL_IDS = ["chip-int", "chip-object", "chip-unknown", "cost-model", "bytes"
         lambda tmp: analyze_hlo(GOOD.encode()),
         lambda tmp: analyze_hlo(None),
         lambda tmp: analyze_hlo(str(tmp / "missing.hlo.txt")),
-        lambda tmp: analyze_hlo(tmp),  # a directory without dumps
+        lambda tmp: analyze_dump(tmp),  # a directory without dumps
         lambda tmp: analyze_hlo(tmp / "missing"),
     ],
     ids=BAD_CALL_IDS,
 )
-def test_analyze_hlo_raises_only_parse_value_and_os_errors(call, tmp_path):
-    with pytest.raises((HloParseError, ValueError, OSError)) as info:
+def test_analyze_hlo_raises_only_parse_value_type_and_os_errors(call, tmp_path):
+    with pytest.raises((HloParseError, ValueError, OSError, TypeError)) as info:
         call(tmp_path)
     assert str(info.value)
 

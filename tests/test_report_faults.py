@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from hlo_roofline import analyze_hlo, cli
-from hlo_roofline.report import Report, ReportError
+from hlo_roofline.report import Report, ReportError, meta_path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -70,6 +70,7 @@ def test_a_truncated_csv_is_refused(intact, tmp_path, gate):
     for i, cut in enumerate(_truncations(text, 12, seed=len(gate))):
         damaged = tmp_path / f"cut{i}.csv"
         damaged.write_text(cut)
+        _meta_beside(intact["csv"], damaged)  # unhashed: the row count alone must refuse it
         code = _gate(damaged, gate)
         assert code in (1, 2), (len(cut), code)
         if len(cut) < len(text) - 1:  # everything but the final newline is gone
@@ -77,21 +78,29 @@ def test_a_truncated_csv_is_refused(intact, tmp_path, gate):
                 Report.read(damaged)
 
 
-def _csv_cells(text: str) -> tuple[str, list[list[str]]]:
+def _meta_beside(intact_csv: Path, damaged: Path, hashed: bool = False) -> None:
+    """The intact CSV's metadata beside a damaged copy: without the CSV's hash (a hand-edited
+    file), so what refuses the damage is the check of its cells and rows, not the hash."""
+    meta = json.loads(meta_path(intact_csv).read_text())
+    if not hashed:
+        del meta["csv_sha256"]
+    meta_path(damaged).write_text(json.dumps(meta))
+
+
+def _csv_cells(text: str) -> list[list[str]]:
     import csv
     import io
 
-    header, _, body = text.partition("\n")
-    return header, list(csv.reader(io.StringIO(body)))
+    return list(csv.reader(io.StringIO(text)))
 
 
-def _write_csv(path: Path, header: str, rows: list[list[str]]) -> None:
+def _write_csv(path: Path, rows: list[list[str]]) -> None:
     import csv
     import io
 
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(rows)
-    path.write_text(header + "\n" + out.getvalue())
+    path.write_text(out.getvalue())
 
 
 NUMERIC_DAMAGE = ("", "nan", "-1", "inf", "abc")
@@ -102,7 +111,7 @@ NUMERIC_DAMAGE = ("", "nan", "-1", "inf", "abc")
 )
 @pytest.mark.parametrize("value", NUMERIC_DAMAGE)
 def test_a_damaged_csv_cell_never_passes_a_failing_gate(intact, tmp_path, column, value):
-    header, rows = _csv_cells(intact["csv"].read_text())
+    rows = _csv_cells(intact["csv"].read_text())
     names = rows[0]
     index = names.index(column)
     share = names.index("share")
@@ -110,7 +119,8 @@ def test_a_damaged_csv_cell_never_passes_a_failing_gate(intact, tmp_path, column
     target = max(range(1, len(rows)), key=lambda r: float(rows[r][share] or 0))
     rows[target][index] = value
     damaged = tmp_path / "d.csv"
-    _write_csv(damaged, header, rows)
+    _write_csv(damaged, rows)
+    _meta_beside(intact["csv"], damaged)
     for gate in GATES:
         assert _gate(damaged, gate) in (1, 2), (column, value, gate)
 

@@ -343,7 +343,8 @@ def test_corrupt_report_is_a_clear_error(tmp_path, content):
 def test_write_tensorboard_layout(classified, tmp_path):
     where = classified.write_tensorboard(tmp_path, "run1")
     assert where == tmp_path / "run1" / "plugins" / "hlo_roofline"
-    assert sorted(p.name for p in where.iterdir()) == ["report.csv", "report.json"]
+    assert sorted(p.name for p in where.iterdir()) == ["report.csv", "report.json", "report.meta.json"]
+    assert hr.Report.read(where / "report.csv").summary == classified.summary
     assert (
         hr.Report.read(tmp_path / "run1").summary == hr.Report.read(where / "report.json").summary
     )
@@ -389,7 +390,7 @@ def test_roofline_wrapper_compiles_once_and_writes_the_report(tmp_path):
         return w - 0.1 * jax.grad(lambda w: jnp.sum((x @ w) ** 2))(w)
 
     # Judged on this machine: the analysis's compile is the one the calls run.
-    step = hr.roofline(jax.jit(train), target="local", logdir=tmp_path, run="train", cache=False)
+    step = hr.wrap_step(jax.jit(train), target="local", logdir=tmp_path, run="train", cache=False)
     before = len(compiles)
     for _ in range(3):
         w = step(w, x)
@@ -401,7 +402,7 @@ def test_roofline_wrapper_compiles_once_and_writes_the_report(tmp_path):
     def train_again(w, x):  # a new function: jax has not compiled it for this machine yet
         return train(w, x)
 
-    step = hr.roofline(jax.jit(train_again), chip="v5e", cache=False)
+    step = hr.wrap_step(jax.jit(train_again), chip="v5e", cache=False)
     before = len(compiles)
     for _ in range(3):
         w = step(w, x)

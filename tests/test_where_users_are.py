@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import hlo_roofline
-from hlo_roofline import HloParseError, analyze, analyze_hlo, api, cache, cli, roofline
+from hlo_roofline import HloParseError, analyze, analyze_hlo, api, cache, cli, wrap_step
 from hlo_roofline.testing import assert_roofline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -183,7 +183,7 @@ def test_roofline_wrapper_compiles_for_the_named_chip_and_runs_here():
         calls.append(1)
         return jnp.tanh(x @ w)
 
-    wrapped = roofline(step, chip="v5e")
+    wrapped = wrap_step(step, chip="v5e")
     x, w = jnp.ones((128, 256), jnp.bfloat16), jnp.ones((256, 512), jnp.bfloat16)
     out = wrapped(x, w)
     assert out.shape == (128, 512) and jax.devices()[0].platform == "cpu"
@@ -192,7 +192,7 @@ def test_roofline_wrapper_compiles_for_the_named_chip_and_runs_here():
     assert "compile-only" in report.summary["how"]
     assert ":T(" in "".join(report.ops["shape"].astype(str)) or report.summary["flops"] > 0
     assert analyze(step, X, W, chip="v5e").ops["flops"].sum() == report.ops["flops"].sum()
-    local = roofline(step, target="local")
+    local = wrap_step(step, target="local")
     local(x, w)
     assert local.report.chip is None and local.report.summary["compiled_for"] == "local"
 

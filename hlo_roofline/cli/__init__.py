@@ -23,8 +23,7 @@ from hlo_roofline.cli import diff as _diff
 from hlo_roofline.cli import explore as _explore
 from hlo_roofline.cli import plot as _plot
 from hlo_roofline.cli import trace as _trace
-from hlo_roofline.cli._common import CONTEXT
-from hlo_roofline.cli.analyze import load_entry, opened_entry
+from hlo_roofline.cli._common import CONTEXT, load_entry, opened_entry
 from hlo_roofline.cli.render import cut_middle, ops_table, shorten_path, summary_text
 
 __all__ = [

@@ -1,19 +1,27 @@
-"""What the commands share: errors as one-line messages, the options, saving and printing reports."""
+"""What two or more commands share: errors as one-line messages, the options, saving and printing
+reports, and loading and compiling a `FILE.py:NAME` entry (`analyze` and `check --from`). A command
+imports from here and from `render`, never from another command."""
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import importlib.util
+import inspect
 import json
 import logging
 import re
+import sys
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import click
 
-from hlo_roofline import chips, targets
-from hlo_roofline.check import RuleError, read_toml
+from hlo_roofline import api, chips, cost, measured, targets
+from hlo_roofline.check import PERCENT_RANGES, RuleError, percent_error, read_toml
 from hlo_roofline.cli.render import modules_table, report_text, step_time
 from hlo_roofline.diff import NotClassifiedError
 from hlo_roofline.hlo import HloParseError
@@ -21,7 +29,7 @@ from hlo_roofline.report import Report, ReportError
 
 PROGRESS_MIN_FILES = 4
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-COST_MODELS = ("roofline", "xla")
+COST_MODELS = cost.COST_MODELS  # the names --cost-model takes
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -35,13 +43,13 @@ class EntryError(ValueError):
     """A ``file.py:NAME`` entry point that cannot be loaded or does not follow the convention."""
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
 @contextlib.contextmanager
-def _input_errors(what: str = "") -> Iterator[None]:
+def input_errors(what: str = "") -> Iterator[None]:
     """Turn the library's input errors into one-line exit-2 messages."""
     prefix = f"{what}: " if what else ""
     try:
@@ -51,13 +59,13 @@ def _input_errors(what: str = "") -> Iterator[None]:
         where = f"{exc.line}:{exc.column}:" if exc.line else ""
         raise InputError(f"{what}:{where} {message}" if what else message) from None
     except (ReportError, RuleError, NotClassifiedError, EntryError, chips.UnknownChipError) as exc:
-        raise InputError(prefix + _one_line(exc)) from None
+        raise InputError(prefix + one_line(exc)) from None
     except OSError as exc:
         raise InputError(f"{prefix}{exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager
-def _output_errors(path: Path | str) -> Iterator[None]:
+def output_errors(path: Path | str) -> Iterator[None]:
     """A file that cannot be written (a read-only folder, a file where a folder should be,
     ``/proc``) or a run outside its logdir: a one-line exit-2 message, never a traceback."""
     try:
@@ -66,7 +74,7 @@ def _output_errors(path: Path | str) -> Iterator[None]:
         where = exc.filename or path
         raise InputError(f"cannot write {where}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise InputError(f"cannot write {path}: {_one_line(exc)}") from None
+        raise InputError(f"cannot write {path}: {one_line(exc)}") from None
 
 
 # JAX's own compile-time modules: its persistent compilation cache reports a cache it cannot read
@@ -95,7 +103,7 @@ def pyproject_user_packages(start: Path) -> tuple[str, ...]:
         path = directory / "pyproject.toml"
         if not path.is_file():
             continue
-        with _input_errors():
+        with input_errors():
             data = read_toml(path)
         table = data.get("tool")
         table = table.get("hlo-roofline") if isinstance(table, dict) else None
@@ -118,7 +126,7 @@ def _chip(ctx: click.Context, param: click.Parameter, value: str | None) -> chip
     try:
         return chips.get(value)
     except chips.UnknownChipError as exc:
-        raise click.BadParameter(_one_line(exc)) from None
+        raise click.BadParameter(one_line(exc)) from None
 
 
 def _target(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -127,10 +135,10 @@ def _target(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     try:
         return targets.parse_target(value).spec
     except targets.TargetError as exc:
-        raise click.BadParameter(_one_line(exc)) from None
+        raise click.BadParameter(one_line(exc)) from None
 
 
-def _regex(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def regex_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         try:
             re.compile(value)
@@ -139,7 +147,7 @@ def _regex(ctx: click.Context, param: click.Parameter, value: str | None) -> str
     return value
 
 
-def _image(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+def image_callback(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
     if value is not None and value.suffix.lower() not in (".png", ".svg"):
         raise click.BadParameter(f"{value} must end in .png or .svg")
     return value
@@ -199,7 +207,7 @@ model_flops_option = click.option(
 )
 
 
-def _format_option(*choices: str) -> Callable:
+def format_option(*choices: str) -> Callable:
     return click.option(
         "--format",
         "fmt",
@@ -219,7 +227,7 @@ top_option = click.option(
 )
 
 
-def _output_options(fn: Callable) -> Callable:
+def output_options(fn: Callable) -> Callable:
     """--csv/--json/--logdir/--run/--plot: where `analyze` and `hlo` save what they computed."""
     path = click.Path(dir_okay=False, path_type=Path)
     for option in reversed(
@@ -236,7 +244,7 @@ def _output_options(fn: Callable) -> Callable:
                 "--plot",
                 "plot_path",
                 type=path,
-                callback=_image,
+                callback=image_callback,
                 help="Draw the roofline chart (.png or .svg).",
             ),
         ]
@@ -248,7 +256,7 @@ def _output_options(fn: Callable) -> Callable:
 # -- saving and printing reports ------------------------------------------------------------------
 
 
-def _check_run(logdir: Path | None, run: str | None) -> None:
+def check_run(logdir: Path | None, run: str | None) -> None:
     if run is not None and logdir is None:
         raise click.UsageError("--run needs --logdir")
 
@@ -257,9 +265,7 @@ def _with_key(path: Path, key: str, many: bool) -> Path:
     return path.with_name(f"{path.stem}.{key}{path.suffix}") if many else path
 
 
-def _emit(
-    reports: dict[str, Report], fmt, top, csv_path, json_path, logdir, run, plot_path
-) -> None:
+def emit(reports: dict[str, Report], fmt, top, csv_path, json_path, logdir, run, plot_path) -> None:
     """Save each report where asked (notes on stderr), then print them to stdout."""
     many = len(reports) > 1
     if fmt == "csv" and many:
@@ -268,21 +274,21 @@ def _emit(
         raise click.UsageError("--plot needs a chip to judge against: pass --chip")
     for key, report in reports.items():
         if csv_path:
-            with _output_errors(_with_key(csv_path, key, many)):
+            with output_errors(_with_key(csv_path, key, many)):
                 report.to_csv(_with_key(csv_path, key, many))
-            _note(f"wrote {_with_key(csv_path, key, many)}")
+            note(f"wrote {_with_key(csv_path, key, many)}")
         if json_path:
-            with _output_errors(_with_key(json_path, key, many)):
+            with output_errors(_with_key(json_path, key, many)):
                 report.to_json(_with_key(json_path, key, many))
-            _note(f"wrote {_with_key(json_path, key, many)}")
+            note(f"wrote {_with_key(json_path, key, many)}")
         if logdir:
-            with _output_errors(logdir):
+            with output_errors(logdir):
                 written = report.write_tensorboard(logdir, f"{run}/{key}" if many else run)
-            _note(f"wrote {written}")
+            note(f"wrote {written}")
         if plot_path:
-            with _output_errors(_with_key(plot_path, key, many)):
+            with output_errors(_with_key(plot_path, key, many)):
                 chart = report.plot(_with_key(plot_path, key, many))
-            _note(f"wrote {chart}")
+            note(f"wrote {chart}")
     if fmt == "json":
         data = {k: r.to_dict() for k, r in reports.items()}
         click.echo(json.dumps(data if many else next(iter(data.values())), allow_nan=False))
@@ -295,15 +301,15 @@ def _emit(
             click.echo(report_text(report, key if many else "", top))
 
 
-def _note(text: str) -> None:
+def note(text: str) -> None:
     click.echo(text, err=True)
 
 
-def _load_report(path: Path, chip: chips.Chip | None) -> Report:
-    with _input_errors():
+def load_report(path: Path, chip: chips.Chip | None) -> Report:
+    with input_errors():
         report = Report.read(path)
     if chip is not None:
-        with _input_errors():
+        with input_errors():
             try:
                 return report.classify(chip)
             except KeyError as exc:  # a column the verdict needs
@@ -315,3 +321,274 @@ def _load_report(path: Path, chip: chips.Chip | None) -> Report:
             "pass --chip to judge it again"
         )
     return report
+
+
+class Percent(click.ParamType):
+    """A percent rule's value, accepted by the one range of :data:`check.PERCENT_RANGES`."""
+
+    name = "percent"
+
+    def __init__(self, rule: str) -> None:
+        self.rule = rule
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of percent", param, ctx)
+        error = percent_error(self.rule, number)
+        if error is not None:
+            self.fail(error, param, ctx)
+        return number
+
+
+def percent_option(flag: str, help: str, rule: str | None = None):
+    """A percent flag whose accepted range is its rule's (``rule``: default the flag's name)."""
+    rule = rule or flag.removeprefix("--").replace("-", "_")
+    assert rule in PERCENT_RANGES, rule
+    return click.option(flag, type=Percent(rule), metavar="PCT", help=help)
+
+
+# -- FILE.py:NAME entry points: loading, compiling (the analyze and check commands) -----------
+
+
+def load_entry(entry: str) -> tuple[Callable, tuple, dict]:
+    """``path/to/file.py:NAME`` → (step, args, jit kwargs), from ``NAME()``'s return value.
+
+    ``NAME`` takes no arguments and returns ``(step, args)`` or ``(step, args, jit_kwargs)``:
+    ``args`` a tuple of arrays / ``jax.ShapeDtypeStruct`` / pytrees, ``jit_kwargs`` a dict for
+    ``jax.jit`` (``static_argnums``, ``donate_argnums``, ``in_shardings``, ...). A ``NAME`` that
+    yields (its step needs a context) is opened with :func:`opened_entry` instead.
+    """
+    _, returned = _call(entry)
+    if inspect.isgenerator(returned):
+        returned.close()
+        raise EntryError(
+            f"{entry} yields its step (it needs a context): open it with "
+            f"hlo_roofline.cli.opened_entry({entry!r})"
+        )
+    return _unpack(entry, returned)
+
+
+@contextlib.contextmanager
+def opened_entry(entry: str) -> Iterator[tuple[Callable, tuple, dict]]:
+    """``FILE.py:NAME``'s (step, args, jit kwargs), inside the JAX context ``NAME`` sets up.
+
+    ``NAME`` either returns the tuple (see :func:`load_entry`) or *yields* it from inside the
+    context its step needs, as a ``contextlib.contextmanager`` would::
+
+        def train_step_example():
+            with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
+                yield train_step, (state, batch)
+
+    The step is traced and compiled while ``NAME`` is suspended at its ``yield``, so on this
+    thread its mesh, axis rules and config contexts hold, as they do where the step is called.
+    """
+    path, generator = _call(entry)
+    if not inspect.isgenerator(generator):
+        yield _unpack(entry, generator)
+        return
+    try:
+        returned = next(generator)
+    except StopIteration:
+        raise EntryError(f"{entry}() returned without yielding (step, args)") from None
+    except Exception as exc:
+        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
+    try:
+        yield _unpack(entry, returned)
+    except BaseException:
+        generator.close()  # leaves its contexts (runs its `finally` and `with` exits)
+        raise
+    try:
+        next(generator)
+    except StopIteration:
+        return
+    except Exception as exc:
+        raise EntryError(f"{entry}() raised {_user_error(exc, path)} after its yield") from None
+    generator.close()
+    raise EntryError(f"{entry}() must yield once, not twice")
+
+
+def _call(entry: str) -> tuple[Path, object]:
+    """The file ``FILE.py:NAME`` names and what ``NAME()`` returned (a generator if it yields)."""
+    path, factory = _factory(entry)
+    try:
+        return path, factory()
+    except Exception as exc:
+        raise EntryError(f"{entry}() raised {_user_error(exc, path)}") from None
+
+
+def _factory(entry: str) -> tuple[Path, Callable]:
+    """The file and the function of no arguments that ``FILE.py:NAME`` names."""
+    if Path(entry).is_dir():
+        raise EntryError(
+            f"{entry} is a directory: use `hlo-roofline hlo {entry}` for an --xla_dump_to "
+            "directory, or name a step as FILE.py:NAME"
+        )
+    file, sep, name = entry.rpartition(":")
+    if not sep or not file or not name.isidentifier():
+        raise EntryError(f"{entry!r} is not FILE.py:NAME (e.g. steps.py:matmul_step)")
+    path = Path(file)
+    if path.is_dir():
+        raise EntryError(f"{file} is a directory, not a Python file (FILE.py:NAME)")
+    if not path.is_file():
+        raise EntryError(f"no such file: {file}")
+    module = _import_file(path)
+    factory = getattr(module, name, None)
+    if factory is None:
+        public = [n for n in vars(module) if not n.startswith("_")]
+        close = difflib.get_close_matches(name, public, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise EntryError(f"{file} has no {name!r}{hint}")
+    if not callable(factory):
+        raise EntryError(f"{entry} is not a function: {type(factory).__name__}")
+    _require_no_arguments(entry, factory)
+    return path, factory
+
+
+def _require_no_arguments(entry: str, factory: Callable) -> None:
+    """A step itself (it needs its inputs) is the commonest mistake: explain the factory form."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # builtins and the like: let the call decide
+        return
+    needed = [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if needed:
+        name = entry.rpartition(":")[2]
+        args = ", ".join(needed)
+        raise EntryError(
+            f"{entry} needs arguments ({args}): NAME must be a function of no arguments that "
+            f"returns (step, args) or (step, args, jit_kwargs), e.g. "
+            f"`def {name}_example(): return {name}, ({args}{',' if len(needed) == 1 else ''})` "
+            f"with jax.ShapeDtypeStruct or arrays for the arguments"
+        )
+
+
+_imported: dict[Path, tuple[tuple[int, int], object]] = {}
+
+
+def _import_file(path: Path) -> ModuleType:
+    """Import a user's Python file as a module (its directory importable meanwhile).
+
+    An unchanged file is imported once per process, so a long-lived process (a test session, the
+    TensorBoard plugin) hands jax the same step function again and reuses its compilation.
+    """
+    resolved = path.resolve()
+    stat = resolved.stat()
+    version = (stat.st_mtime_ns, stat.st_size)
+    cached = _imported.get(resolved)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    module_name = "_hlo_roofline_entry_" + re.sub(r"\W", "_", str(resolved))
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise EntryError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(resolved.parent))
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(module_name, None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise EntryError(f"cannot import {path}: {_user_error(exc, path)}") from None
+    finally:
+        sys.path.remove(str(resolved.parent))
+    _imported[resolved] = (version, module)
+    return module
+
+
+def _unpack(entry: str, returned: object) -> tuple[Callable, tuple, dict]:
+    convention = "must return (step, args) or (step, args, jit_kwargs)"
+    if not isinstance(returned, tuple | list) or len(returned) not in (2, 3):
+        raise EntryError(f"{entry}() {convention}, not {type(returned).__name__}")
+    step, args, *rest = returned
+    kwargs = rest[0] if rest else {}
+    if not callable(step):
+        raise EntryError(f"{entry}() {convention}: step is a {type(step).__name__}")
+    if not isinstance(args, tuple | list):
+        raise EntryError(f"{entry}() {convention}: args must be a tuple, not {type(args).__name__}")
+    if not isinstance(kwargs, dict):
+        raise EntryError(f"{entry}() {convention}: jit_kwargs must be a dict")
+    return step, tuple(args), kwargs
+
+
+def _user_error(exc: BaseException, path: Path) -> str:
+    """``TypeError: ... (steps.py:12)``: the exception and the innermost line of the user's file."""
+    where = ""
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        where = f" ({path.name}:{exc.lineno})"
+    else:
+        resolved = str(path.resolve())
+        for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+            if frame.filename == resolved or Path(frame.filename).resolve() == path.resolve():
+                where = f" ({path.name}:{frame.lineno})"
+                break
+    return f"{type(exc).__name__}: {one_line(exc)}{where}"
+
+
+def compile_entry(
+    entry: str,
+    chip,
+    target,
+    cost_model: str,
+    steps: int = 0,
+    no_cache: bool = False,
+    user_packages: tuple[str, ...] = (),
+) -> Report:
+    """Load ``entry`` and analyze it (``steps`` > 0: run and measure it); errors become messages.
+
+    The step is traced here, on this thread, inside the context ``NAME`` yields from (see
+    :func:`opened_entry`): it compiles what the same call compiles in the user's process.
+    """
+    quiet_jax_cache_logs()
+    with input_errors(), opened_entry(entry) as (step, args, kwargs):  # errors: one line
+        return _analyze_entry(
+            entry, step, args, kwargs, chip, target, cost_model, steps, no_cache, user_packages
+        )
+
+
+def _analyze_entry(
+    entry, step, args, kwargs, chip, target, cost_model, steps, no_cache, user_packages
+) -> Report:
+    packages = (*pyproject_user_packages(Path(entry.rpartition(":")[0]).parent), *user_packages)
+    try:
+        if steps:
+            if target is not None:
+                raise InputError("--measure runs the step here: it cannot use --target")
+            return measured.measure(api.jitted(step, kwargs), *args, steps=steps, chip=chip)
+        return api.analyze(
+            step,
+            *args,
+            chip=chip,
+            target=target,
+            cost_model=cost_model,
+            cache=not no_cache,
+            user_packages=packages,
+            jit_kwargs=kwargs,
+        )
+    except InputError:
+        raise
+    except (targets.TargetError, targets.TargetUnavailableError, measured.TraceError) as exc:
+        raise InputError(one_line(exc)) from None
+    except Exception as exc:
+        path = Path(entry.rpartition(":")[0])
+        innermost = traceback.extract_tb(exc.__traceback__)[-1]
+        if Path(innermost.filename).resolve().is_relative_to(PACKAGE_DIR):
+            where = f"{Path(innermost.filename).name}:{innermost.lineno}"
+            raise InputError(
+                f"internal error analyzing {entry} at {where} (please report it): "
+                f"{type(exc).__name__}: {one_line(exc)}"
+            ) from None
+        raise InputError(f"compiling {entry} failed: {_user_error(exc, path)}") from None
+
+
+# The names explore's command imported before they were public here.
+_one_line = one_line

@@ -8,7 +8,7 @@ import re
 import click
 
 from hlo_roofline import cache
-from hlo_roofline.cli._common import CONTEXT, InputError, _format_option
+from hlo_roofline.cli._common import CONTEXT, InputError, format_option
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
@@ -63,7 +63,7 @@ def cache_command(ctx):
 
 @cache_command.command("show", context_settings=CONTEXT)
 @_dir_option
-@_format_option("text", "json")
+@format_option("text", "json")
 def show(directory, fmt):
     """Where the cache is, how many entries and bytes it holds."""
     used = cache.usage(directory)

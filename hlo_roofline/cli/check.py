@@ -10,13 +10,11 @@ import jax
 
 from hlo_roofline.check import (
     KINDS,
-    PERCENT_RANGES,
     REQUIRABLE,
     CheckResult,
     RuleError,
     Rules,
     check,
-    percent_error,
     pyproject_rules,
     read_rules,
     refused,
@@ -24,46 +22,19 @@ from hlo_roofline.check import (
 from hlo_roofline.cli._common import (
     CONTEXT,
     InputError,
-    _format_option,
-    _input_errors,
-    _load_report,
-    _note,
-    _one_line,
-    _regex,
     chip_option,
+    compile_entry,
     cost_model_option,
+    format_option,
+    input_errors,
+    load_report,
     no_cache_option,
+    note,
+    one_line,
+    percent_option,
+    regex_callback,
     target_option,
 )
-from hlo_roofline.cli.analyze import _compile
-
-
-class Percent(click.ParamType):
-    """A percent rule's value, accepted by the one range of :data:`check.PERCENT_RANGES`."""
-
-    name = "percent"
-
-    def __init__(self, rule: str) -> None:
-        self.rule = rule
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, float):
-            return value
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of percent", param, ctx)
-        error = percent_error(self.rule, number)
-        if error is not None:
-            self.fail(error, param, ctx)
-        return number
-
-
-def percent_option(flag: str, help: str, rule: str | None = None):
-    """A percent flag whose accepted range is its rule's (``rule``: default the flag's name)."""
-    rule = rule or flag.removeprefix("--").replace("-", "_")
-    assert rule in PERCENT_RANGES, rule
-    return click.option(flag, type=Percent(rule), metavar="PCT", help=help)
 
 
 def _kinds(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
@@ -89,9 +60,9 @@ _KIND_HELP = ", ".join(KINDS)
 @click.option("--rules", "rules_path", metavar="FILE",
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML rules (top-level keys or [tool.hlo-roofline.check]).")  # fmt: skip
-@click.option("--select", callback=_regex, metavar="REGEX",
+@click.option("--select", callback=regex_callback, metavar="REGEX",
               help="Ops whose name, opcode, op_name, source or user line matches.")  # fmt: skip
-@click.option("--exclude", callback=_regex, metavar="REGEX",
+@click.option("--exclude", callback=regex_callback, metavar="REGEX",
               help="Leave out ops whose name, opcode, op_name, source or user line matches.")  # fmt: skip
 @click.option("--kind", multiple=True, callback=_kinds, metavar="KIND",
               help=f"Only ops of this kind: {_KIND_HELP} (repeat, or a,b, for several; "
@@ -111,7 +82,7 @@ _KIND_HELP = ", ".join(KINDS)
                 "(compile with --from to know its temporaries).")  # fmt: skip
 @percent_option("--max-regression", "The step may be at most PCT% slower than --baseline.")
 @no_cache_option
-@_format_option("table", "json")
+@format_option("table", "json")
 def check_command(report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags):
     """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input.
 
@@ -134,7 +105,7 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
         raise click.UsageError("give a REPORT or --from FILE.py:NAME (exactly one)")
     if target is not None and entry is None:
         raise click.UsageError("--target compiles a step: use it with --from FILE.py:NAME")
-    with _input_errors():
+    with input_errors():
         rules = _rules(rules_path, flags)
     if rules.empty:
         raise click.UsageError(
@@ -144,7 +115,7 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
         )
     if entry is not None:
         try:
-            report = _compile(entry, chip, target, cost_model, no_cache=no_cache)
+            report = compile_entry(entry, chip, target, cost_model, no_cache=no_cache)
         except InputError as exc:
             reason = _compiler_error(exc)
             if reason is None:
@@ -152,11 +123,11 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
             _print_result(refused(rules, reason), fmt, "")
             return
     else:
-        report = _load_report(report_path, chip)
+        report = load_report(report_path, chip)
     baseline = None
     if rules.baseline is not None:
-        baseline = _load_report(Path(rules.baseline), None)
-    with _input_errors():
+        baseline = load_report(Path(rules.baseline), None)
+    with input_errors():
         result = check(report, rules, baseline)
     _print_result(result, fmt, f"{len(result.selected)} ops selected")
 
@@ -171,7 +142,7 @@ def _compiler_error(exc: InputError) -> str | None:
     cause = exc.__context__
     while cause is not None:
         if runtime_errors and isinstance(cause, runtime_errors):
-            return _one_line(cause)
+            return one_line(cause)
         cause = cause.__context__
     return None
 
@@ -191,11 +162,11 @@ def _rules(rules_path: Path | None, flags: dict) -> Rules:
         found = pyproject_rules(Path.cwd())
         base = found[0] if found else Rules()
         if found:
-            _note(f"rules from {found[1]}")
+            note(f"rules from {found[1]}")
     try:
         return base.merged(**flags)
     except RuleError as exc:
-        raise click.UsageError(_one_line(exc)) from None
+        raise click.UsageError(one_line(exc)) from None
 
 
 def _print_result(result: CheckResult, fmt: str, passed_note: str) -> None:

@@ -7,7 +7,7 @@ import json
 import click
 
 from hlo_roofline import chips
-from hlo_roofline.cli._common import CONTEXT, _format_option, _one_line
+from hlo_roofline.cli._common import CONTEXT, format_option, one_line
 from hlo_roofline.text import format_table
 
 
@@ -15,7 +15,7 @@ from hlo_roofline.text import format_table
     "chips", context_settings=CONTEXT, short_help="List chips, or show one with sources."
 )
 @click.argument("name", required=False)
-@_format_option("table", "json")
+@format_option("table", "json")
 def chips_command(name, fmt):
     """List the chip database, or show one chip with every number and its source.
 
@@ -44,7 +44,7 @@ def chips_command(name, fmt):
     try:
         chip = chips.get(name)
     except chips.UnknownChipError as exc:
-        raise click.BadParameter(_one_line(exc), param_hint="NAME") from None
+        raise click.BadParameter(one_line(exc), param_hint="NAME") from None
     rows = [
         {
             "field": path,

@@ -10,13 +10,13 @@ import click
 from hlo_roofline.check import Rules, check, coverage_violations, violation_table
 from hlo_roofline.cli._common import (
     CONTEXT,
-    _format_option,
-    _input_errors,
-    _load_report,
     chip_option,
+    format_option,
+    input_errors,
+    load_report,
+    percent_option,
     top_option,
 )
-from hlo_roofline.cli.check import percent_option
 from hlo_roofline.cli.render import diff_text
 from hlo_roofline.diff import compare, judged_alike
 
@@ -29,7 +29,7 @@ from hlo_roofline.diff import compare, judged_alike
                 "than A's.", rule="max_regression")  # fmt: skip
 @percent_option("--min-coverage", "Exit 1 if fewer than PCT% of the ops of A or of B are "
                 "priced (an unknown coverage fails too).")  # fmt: skip
-@_format_option("table", "csv", "json")
+@format_option("table", "csv", "json")
 @top_option
 def diff_command(a, b, chip, fail_on_regression, min_coverage, fmt, top):
     """Compare two reports op by op: bound flips, time deltas, added and removed ops.
@@ -46,8 +46,8 @@ def diff_command(a, b, chip, fail_on_regression, min_coverage, fmt, top):
       $ hlo-roofline diff small.json large.json --fail-on-regression 5  # exit 1
       $ hlo-roofline diff small.json large.json --min-coverage 99
     """
-    report_a, report_b = _load_report(a, chip), _load_report(b, chip)
-    with _input_errors():
+    report_a, report_b = load_report(a, chip), load_report(b, chip)
+    with input_errors():
         diff = compare(report_a, report_b)
     if fmt == "json":
         click.echo(json.dumps(diff.to_dict(), default=float))

@@ -8,18 +8,18 @@ import click
 
 from hlo_roofline.cli._common import (
     CONTEXT,
-    _image,
-    _load_report,
-    _note,
-    _output_errors,
     chip_option,
+    image_callback,
+    load_report,
+    note,
+    output_errors,
 )
 
 
 @click.command("plot", context_settings=CONTEXT, short_help="Draw a report's roofline chart.")
 @click.argument("report_path", metavar="REPORT", type=click.Path(exists=True, path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              callback=_image, help="The chart: .png or .svg.")  # fmt: skip
+              callback=image_callback, help="The chart: .png or .svg.")  # fmt: skip
 @chip_option
 @click.option("--title", help="Chart title (default: module and chip).")
 def plot_command(report_path, output, chip, title):
@@ -30,9 +30,9 @@ def plot_command(report_path, output, chip, title):
       $ hlo-roofline plot large.json -o roofline.png
       $ hlo-roofline plot mlp.json -o mlp.svg --chip v5p
     """
-    report = _load_report(report_path, chip)
+    report = load_report(report_path, chip)
     if report.chip is None:
         raise click.UsageError("REPORT is not judged against a chip: pass --chip")
-    with _output_errors(output):
+    with output_errors(output):
         chart = report.plot(output, title)
-    _note(f"wrote {chart}")
+    note(f"wrote {chart}")

@@ -10,12 +10,12 @@ from hlo_roofline import measured
 from hlo_roofline.cli._common import (
     CONTEXT,
     InputError,
-    _check_run,
-    _emit,
-    _format_option,
-    _one_line,
-    _output_options,
+    check_run,
     chip_option,
+    emit,
+    format_option,
+    one_line,
+    output_options,
     top_option,
 )
 
@@ -25,8 +25,8 @@ from hlo_roofline.cli._common import (
 )
 @click.argument("path", type=click.Path(exists=True, path_type=Path), metavar="TRACE|DIR")
 @chip_option
-@_output_options
-@_format_option("table", "csv", "json")
+@output_options
+@format_option("table", "csv", "json")
 @top_option
 def trace_command(path, chip, csv_path, json_path, logdir, run, plot_path, fmt, top):
     """Read a jax.profiler trace (an .xplane.pb or a directory holding one) and join the measured
@@ -36,10 +36,10 @@ def trace_command(path, chip, csv_path, json_path, logdir, run, plot_path, fmt, 
     Example:
       $ hlo-roofline trace logs/ --chip host
     """
-    _check_run(logdir, run)
+    check_run(logdir, run)
     try:
         result = measured.read_trace(path, chip=chip)
     except measured.TraceError as exc:
-        raise InputError(_one_line(exc)) from None
+        raise InputError(one_line(exc)) from None
     reports = result if isinstance(result, dict) else {path.stem: result}
-    _emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
+    emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)

@@ -109,7 +109,7 @@ def analyze_example(
 ):
     """The :class:`~hlo_roofline.Report` of an example compiled compile-only for ``target``.
 
-    ``hlo_roofline.analyze(step, *args, target=target, **jit_kwargs)``; the demo and the tests,
+    ``hlo_roofline.analyze(step, *args, target=target, jit_kwargs=jit_kwargs)``; the demo and the tests,
     whoever calls, share cache entries (the HLO records no caller's frames). With ``cache_dir`` the
     optimized HLO is kept on disk (:mod:`hlo_roofline.cache`), so a second run — ``make demo``
     again, or another test worker — does not pay for the compile again. An example built for one
@@ -128,5 +128,5 @@ def analyze_example(
             target=target,
             cost_model=cost_model,
             cache=cache_dir if cache_dir is not None else False,
-            **jit_kwargs,
+            jit_kwargs=jit_kwargs,
         )

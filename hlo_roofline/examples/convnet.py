@@ -8,7 +8,7 @@ or around the cuDNN calls (on a GPU)::
     from hlo_roofline import analyze
     from hlo_roofline.examples.convnet import convnet_step
     step, args, jit_kwargs = convnet_step()
-    report = analyze(step, *args, target="v5e:2x2", **jit_kwargs)
+    report = analyze(step, *args, target="v5e:2x2", jit_kwargs=jit_kwargs)
 """
 
 from __future__ import annotations

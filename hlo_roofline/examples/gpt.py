@@ -8,7 +8,7 @@ params are bf16 and the AdamW moments f32. Every matmul sits in a named scope (`
     from hlo_roofline import analyze
     from hlo_roofline.examples.gpt import gpt_step
     step, args, jit_kwargs = gpt_step()
-    report = analyze(step, *args, target="v5e:2x2", **jit_kwargs)
+    report = analyze(step, *args, target="v5e:2x2", jit_kwargs=jit_kwargs)
 
 or from a terminal: ``hlo-roofline analyze hlo_roofline/examples/gpt.py:gpt_step --target v5e:2x2``.
 """

@@ -12,7 +12,7 @@ targets give the exact per-device program XLA would run there, from one CPU mach
     from hlo_roofline import analyze
     from hlo_roofline.examples.gpt_sharded import gpt_sharded_step
     step, args, jit_kwargs = gpt_sharded_step("v5p:4x4x4")
-    report = analyze(step, *args, target="v5p:4x4x4", **jit_kwargs)
+    report = analyze(step, *args, target="v5p:4x4x4", jit_kwargs=jit_kwargs)
 """
 
 from __future__ import annotations
