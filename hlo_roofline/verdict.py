@@ -552,20 +552,7 @@ def classify(
     bound[no_rate] = "unknown"
     step = float(t_roofline.sum())
     is_collective = ops["collective"].to_numpy() != ""
-    waits_for = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
-    # On a TPU torus a collective's device group names the links it uses (another mesh axis is
-    # another ring of links); a GPU's collectives share its NVLink and network ports.
-    links = (
-        ops["replica_group"].to_numpy() if chip.kind == "tpu" and "replica_group" in ops else None
-    )
-    scheduled = schedule.walk(
-        ops["name"].to_numpy(),
-        ops["opcode"].to_numpy(),
-        waits_for,
-        is_collective,
-        t_roofline,
-        links,
-    )
+    scheduled = walk_schedule(ops, chip.kind, t_roofline)
     with np.errstate(divide="ignore", invalid="ignore"):  # seconds per byte this op moves
         per_byte = np.where(data > 0, t_memory / data, 1 / hbm)
     ops = ops.assign(
@@ -602,6 +589,23 @@ def classify(
         **model_flops_summary(float(flops.sum()), model_flops, chip, scheduled.step_s),
     )
     return ops, summary
+
+
+def walk_schedule(ops: pd.DataFrame, kind: str, t_roofline: np.ndarray) -> schedule.Scheduled:
+    """The step as scheduled (:func:`hlo_roofline.schedule.walk`) for ops on a chip of ``kind``.
+
+    On a TPU torus a collective's device group names the links it uses (another mesh axis is
+    another ring of links); a GPU's collectives share its NVLink and network ports."""
+    waits_for = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
+    links = ops["replica_group"].to_numpy() if kind == "tpu" and "replica_group" in ops else None
+    return schedule.walk(
+        ops["name"].to_numpy(),
+        ops["opcode"].to_numpy(),
+        waits_for,
+        ops["collective"].to_numpy() != "",
+        t_roofline,
+        links,
+    )
 
 
 def _roof_columns(

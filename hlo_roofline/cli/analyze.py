@@ -27,6 +27,7 @@ from hlo_roofline.cli._common import (
     _format_option,
     _input_errors,
     _one_line,
+    _output_errors,
     _output_options,
     _regex,
     chip_option,
@@ -303,6 +304,14 @@ def _analyze_entry(
 @no_cache_option
 @user_package_option
 @model_flops_option
+@click.option(
+    "--trace-out",
+    "trace_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="Also write the step as scheduled as Chrome trace-event JSON (open it in Perfetto or "
+    "XProf's trace viewer).",
+)
 def analyze(
     entry,
     chip,
@@ -320,6 +329,7 @@ def analyze(
     no_cache,
     user_packages,
     model_flops,
+    trace_path,
 ):
     """Compile a JAX step and print its per-op roofline.
 
@@ -335,6 +345,7 @@ def analyze(
       $ hlo-roofline analyze steps.py:matmul_step --chip v5e
       $ hlo-roofline analyze steps.py:matmul_step --target v5e:2x2 --json large.json --top 3
       $ hlo-roofline analyze steps.py:elementwise_step --chip v5e --format csv
+      $ hlo-roofline analyze steps.py:matmul_step --chip v5e --trace-out step.trace.json
     """
     _check_run(logdir, run)
     report = _compile(
@@ -343,6 +354,12 @@ def analyze(
     if model_flops is not None:
         report = report.with_model_flops(model_flops)
     name = entry.rpartition(":")[2]
+    if trace_path is not None:
+        if report.chip is None:
+            raise click.UsageError("--trace-out needs a chip to schedule on: pass --chip")
+        with _output_errors(trace_path):
+            report.to_trace(trace_path)
+        click.echo(f"wrote {trace_path}", err=True)
     _emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
 
 
