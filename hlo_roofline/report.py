@@ -382,7 +382,7 @@ class Report:
         chip = self.summary.get("chip_name") or self.chip
         events: list[dict] = [
             _meta("process_name", 0, f"hlo_roofline: {self.module or 'module'} on {chip}"),
-            *(_meta("thread_name", tid[k], _lane_title(k, chips.get(self.chip).kind)) for k in tid),
+            *(_meta("thread_name", tid[k], lane_title(k, chips.get(self.chip).kind)) for k in tid),
             *(
                 {"ph": "M", "pid": 1, "tid": n, "name": "thread_sort_index",
                  "args": {"sort_index": n}} for n in tid.values()
@@ -425,7 +425,7 @@ def _complete(name: str, tid: int, begin: float, end: float, args: dict, cat: st
     return event | {"cat": cat or "exposed", "args": args}
 
 
-def _lane_title(lane: str, kind: str) -> str:
+def lane_title(lane: str, kind: str) -> str:
     """A lane as a person names it: the compute stream, the DMA engine, a collective's links
     (ICI on a TPU, with the device group whose links they are; NVLink and network on a GPU)."""
     if lane == schedule.STREAM:

@@ -17,7 +17,15 @@ from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.logdir import REPORT_JSON
-from hlo_roofline.report import Report, ReportError, ReportMissingError, function_of, scope_of
+from hlo_roofline.report import (
+    Report,
+    ReportError,
+    ReportMissingError,
+    function_of,
+    lane_title,
+    scope_of,
+)
+from hlo_roofline.schedule import STREAM
 from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
@@ -31,9 +39,15 @@ __all__ = [
     "report_csv",
     "report_json",
     "rollup",
+    "timeline",
+    "constants",
 ]
 
-_CACHE_SIZE = 8  # (report file, chip) entries; a 20k-op report is a few MB of JSON
+# (report file, chip) entries, kept while their JSON text totals at most _CACHE_CHARS: a logdir of
+# many runs (which the run check reads one by one) never evicts the big report the tab shows, and
+# a 20k-op report (~20 MB of JSON) is parsed once, not once per request.
+_CACHE_SIZE = 256
+_CACHE_CHARS = 400_000_000
 _cache: OrderedDict[tuple, tuple[dict, str, Report, dict]] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
@@ -52,8 +66,55 @@ def chip_list() -> list[dict]:
 # The verdict columns a judged report must have for the tab to draw it: the hint's fields are
 # shown where present (reports written before them have the hint text alone).
 
-# What the tab groups the op table by (see rollup); the payload carries each op's value of each.
-GROUPINGS = ("user_source", "user_function", "scope")
+# What the tab groups the op table by (see rollup), with the label the tab shows; the payload
+# carries each op's value of each.
+GROUPING_LABELS = {"user_source": "user line", "user_function": "function", "scope": "scope"}
+GROUPINGS = tuple(GROUPING_LABELS)
+NONE_COLOR = "#a8a8a8"  # ops with no time: grey, beside the plot's palette
+# The memory-fit verdicts' colours: green fits, amber tight, red does not fit.
+FIT_COLORS = {"fits": "#2e9d57", "tight": "#e0a21e", "unknown": "#8c7a6b", "does not fit": "#d6453d"}
+# What each roof_unit means, for the tab's legend and details (compute units: verdict's own).
+ROOF_UNITS = {
+    "floor": "the chip's per-op floor (a fixed overhead per op on the core)",
+    "hbm": "HBM bandwidth",
+    "vmem": "VMEM bandwidth (bytes XLA placed in VMEM)",
+    "link": "the links of its collective",
+}
+
+
+def constants() -> dict:
+    """What the tab would otherwise repeat in JavaScript: the bounds and their colours, the
+    groupings, the memory-fit colours and what each roof unit means."""
+    from hlo_roofline.plot import COLORS
+    from hlo_roofline.verdict import BOUNDS, COMPUTE_UNITS
+
+    return {
+        "bounds": list(BOUNDS),
+        "bound_colors": {**COLORS, "none": NONE_COLOR},
+        "groupings": GROUPING_LABELS,
+        "fit_colors": FIT_COLORS,
+        "roof_units": {**COMPUTE_UNITS, **ROOF_UNITS},
+    }
+
+
+def timeline(report_dir: str, chip: str | None = None) -> dict:
+    """The step as scheduled (``Report.timeline``): one row per op with time, its lane, begin,
+    end and exposed seconds, each lane's title, the step's length."""
+    report = load(report_dir, chip)[2]
+    if not report.chip:
+        raise ReportError("the report is not judged on a chip: choose one above")
+    frame = report.timeline()
+    kind = chips.get(report.chip).kind
+    lanes = sorted(set(frame["lane"]), key=lambda k: (k != STREAM, k))
+    return {
+        "step_s": report.summary.get("step_time_scheduled_s"),
+        "lanes": [{"lane": k, "title": lane_title(k, kind)} for k in lanes],
+        "columns": ["row", "lane", "begin_s", "end_s", "exposed_s"],
+        "data": [
+            [int(r.row), r.lane, float(r.begin_s), float(r.end_s), float(r.exposed_s)]
+            for r in frame.itertuples(index=False)
+        ],
+    }
 
 
 def _derived(report: Report) -> dict[str, pd.Series]:
@@ -125,7 +186,10 @@ def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, d
             if _stamp(path) == key[1]:  # not rewritten while we read it
                 with _lock:
                     _cache[key] = entry
-                    while len(_cache) > _CACHE_SIZE:
+                    while len(_cache) > 1 and (
+                        len(_cache) > _CACHE_SIZE
+                        or sum(len(e[1]) for e in _cache.values()) > _CACHE_CHARS
+                    ):
                         _cache.popitem(last=False)
             return entry
         finally:

@@ -193,6 +193,8 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
                 "/csv": self._serve_csv,
                 "/compare": self._serve_compare,
                 "/rollup": self._serve_rollup,
+                "/timeline": self._serve_timeline,
+                "/constants": self._serve_constants,
             }
         )
         return apps
@@ -301,6 +303,21 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
             return _json_response(request, _data.rollup(path, by, _chip_param(request)))
 
         return self._guarded(request, answer)
+
+    @wrappers.Request.application
+    def _serve_timeline(self, request):
+        """The run's step as scheduled: each op's lane, begin, end and exposed part."""
+
+        def answer(_data):
+            path = self._index.report_dir(request.args.get("run"))
+            return _json_response(request, _data.timeline(path, _chip_param(request)))
+
+        return self._guarded(request, answer)
+
+    @wrappers.Request.application
+    def _serve_constants(self, request):
+        """Bounds, colours, groupings and unit meanings: the server's, never repeated in JS."""
+        return self._guarded(request, lambda _data: _json_response(request, _data.constants()))
 
     def _guarded(self, request, answer):
         """Run ``answer(_data)``; turn every failure into a JSON error for this request only."""
