@@ -353,7 +353,9 @@ class Report:
         """Where each op with time ran in the step as scheduled (:mod:`hlo_roofline.schedule`):
         ``name``, ``lane`` (``compute``: the stream; ``dma``, ``interconnect[:<group>]``: the
         engine its transfer ran on), ``begin_s`` and ``end_s`` within the step, ``exposed_s``
-        (the stream's wait for its transfer, ending at ``end_s``) and its row in :attr:`ops`.
+        (the stream's wait for its transfer, ending at ``end_s``; ``wait_from_s`` where that
+        wait began, ``exposed_from_s`` where it overlaps the op's own bar) and its row in
+        :attr:`ops`.
         Ops without time are left out. Needs a judged report."""
         if not self.chip:
             raise ValueError("the report is not judged on a chip: classify it first")
@@ -367,6 +369,8 @@ class Report:
                 "begin_s": walked.begin_s,
                 "end_s": walked.end_s,
                 "exposed_s": walked.exposed_s,
+                "wait_from_s": walked.end_s - walked.exposed_s,
+                "exposed_from_s": np.maximum(walked.begin_s, walked.end_s - walked.exposed_s),
             }
         )
         return frame[t > 0].reset_index(drop=True)
@@ -399,9 +403,9 @@ class Report:
             begin, end = r.begin_s * us, r.end_s * us
             events.append(_complete(r.name, tid[r.lane], begin, end, args, r.lane))
             if r.exposed_s > 0:
-                wait_from = end - r.exposed_s * us
+                wait_from = r.wait_from_s * us
                 events.append(
-                    _complete("exposed", tid[r.lane], max(begin, wait_from), end, {"op": r.name})
+                    _complete("exposed", tid[r.lane], r.exposed_from_s * us, end, {"op": r.name})
                 )
                 if r.lane != schedule.STREAM:
                     events.append(

@@ -109,9 +109,9 @@ def timeline(report_dir: str, chip: str | None = None) -> dict:
     return {
         "step_s": report.summary.get("step_time_scheduled_s"),
         "lanes": [{"lane": k, "title": lane_title(k, kind)} for k in lanes],
-        "columns": ["row", "lane", "begin_s", "end_s", "exposed_s"],
+        "columns": ["row", "lane", "begin_s", "end_s", "exposed_s", "exposed_from_s", "wait_from_s"],
         "data": [
-            [int(r.row), r.lane, float(r.begin_s), float(r.end_s), float(r.exposed_s)]
+            [int(r.row), r.lane, r.begin_s, r.end_s, r.exposed_s, r.exposed_from_s, r.wait_from_s]
             for r in frame.itertuples(index=False)
         ],
     }

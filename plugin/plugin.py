@@ -39,6 +39,7 @@ STATIC_FILES = {
     "chart.js": "text/javascript",
     "table.js": "text/javascript",
     "util.js": "text/javascript",
+    "timeline.js": "text/javascript",
     "style.css": "text/css",
 }
 

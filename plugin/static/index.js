@@ -13,8 +13,8 @@
 
 import { RooflineChart } from "./chart.js";
 import { VirtualTable } from "./table.js";
+import { Timeline } from "./timeline.js";
 import {
-  BOUND_COLORS,
   BOUNDS,
   el,
   fmtBytes,
@@ -24,16 +24,17 @@ import {
   fmtTime,
   getJSON,
   getJSONText,
+  GROUPINGS,
+  loadConstants,
   longest,
   option,
+  ROOF_UNITS,
   route,
   setChildren,
 } from "./util.js";
 
 const PLUGIN = "hlo_roofline";
 const URL_KEYS = ["run", "chip", "other", "op", "bound", "opcode", "q", "all", "by", "in"];
-// What the table can group ops by (the server's Report.rollup keys), and the label of each.
-const GROUPINGS = { user_source: "user line", user_function: "function", scope: "scope" };
 const UNATTRIBUTED = "(unattributed)"; // the group of ops without one (Report.rollup's name)
 const POLL_MS = 30_000; // runs re-listed this often when no TensorBoard host tells us to reload
 
@@ -217,7 +218,10 @@ function buildLayout() {
   ui.other = el("select", { attrs: { id: "hr-other", "aria-label": "Compare with" } });
   ui.csv = el("a", { className: "hr-button", text: "Download CSV", attrs: { download: "" } });
   ui.status = el("span", { className: "hr-status", attrs: { role: "status" } });
-  ui.run.addEventListener("change", () => selectRun(ui.run.value));
+  ui.run.addEventListener("change", () => {
+    state.autoRun = false;
+    selectRun(ui.run.value);
+  });
   ui.chip.addEventListener("change", () => {
     state.chip = ui.chip.value;
     loadReport();
@@ -288,11 +292,6 @@ function buildLayout() {
   });
   ui.timedOnly.addEventListener("change", () => setFilter({ timedOnly: ui.timedOnly.checked }));
   ui.groupBy = el("select", { attrs: { id: "hr-group-by", "aria-label": "Group ops by" } });
-  setChildren(
-    ui.groupBy,
-    option("", "op (no grouping)"),
-    ...Object.entries(GROUPINGS).map(([key, label]) => option(key, label)),
-  );
   ui.groupBy.addEventListener("change", () => setGroupBy(ui.groupBy.value));
   // The group whose ops the table shows (after a click on a group's row), with a way back.
   ui.groupFilter = el("span", { className: "hr-group-filter", attrs: { id: "hr-group-filter" } });
@@ -329,6 +328,9 @@ function buildLayout() {
   document.body.append(ui.root);
 
   ui.chart = new RooflineChart(ui.chartBox, { onSelect: (row) => selectOp(row) });
+  ui.timelineBox = el("section", { className: "hr-timeline-box", attrs: { "aria-label": "Timeline" } });
+  ui.main.after(ui.timelineBox);
+  ui.timeline = new Timeline(ui.timelineBox, { onSelect: (row) => selectOp(row) });
   ui.table = new VirtualTable(ui.tableBox, opColumns(), {
     onSelect: (row) => selectOp(row),
     sort: { key: "t_roofline_s", dir: -1 },
@@ -360,7 +362,7 @@ function opColumns() {
   };
   const m = state.model;
   return [
-    { key: "name", label: "name", width: "minmax(140px, 1.4fr)", text: text("name") },
+    { key: "name", label: "name", width: "minmax(140px, 1.4fr)", text: text("name"), middle: true },
     { key: "opcode", label: "opcode", text: text("opcode"), fit: m ? longest(m.distinct("opcode")) : [] },
     {
       key: "bound",
@@ -375,6 +377,10 @@ function opColumns() {
     numeric("intensity", "FLOP/B", fmtSI),
     numeric("t_roofline_s", "time", fmtTime),
     numeric("share", "share", fmtPct),
+    ...(m && m.has("roof_unit")
+      ? [{ key: "roof_unit", label: "roof", text: text("roof_unit"), fit: longest(m.distinct("roof_unit")), tip: (row) => ROOF_UNITS[state.model.get(row, "roof_unit")] || "" }]
+      : []),
+    ...(m && m.has("t_exposed_s") && m.summary.exposed_comm_s > 0 ? [numeric("t_exposed_s", "exposed", fmtTime)] : []),
     ...(m && m.has("measured_s")
       ? [numeric("measured_s", "measured", fmtTime), numeric("efficiency", "efficiency", fmtPct)]
       : []),
@@ -389,7 +395,7 @@ function opColumns() {
           },
         ]
       : []),
-    { key: "op_name", label: "op_name", width: "minmax(160px, 2fr)", text: text("op_name") },
+    { key: "op_name", label: "op_name", width: "minmax(160px, 2fr)", text: text("op_name"), middle: true },
     { key: "hint", label: "hint", width: "minmax(120px, 1.2fr)", text: text("hint") },
   ];
 }
@@ -411,13 +417,32 @@ function showError(message) {
 
 // -- runs ---------------------------------------------------------------------------------------
 
-/** List the runs and which of them cannot be shown; fill the run menus. */
+/** List the runs and fill the run menus with those not known to fail (the check of every report,
+ * run_errors, comes after the shown run is drawn: see checkRuns). */
 async function listRuns() {
-  const [runs, errors] = await Promise.all([
-    getJSON(route("runs")),
-    getJSON(route("run_errors")).catch(() => ({})),
-  ]);
+  const runs = await getJSON(route("runs"));
+  state.all = runs;
+  fillRuns();
+  return runs;
+}
+
+/** Ask which runs cannot be shown (the server reads every report for it): never before the shown
+ * run is drawn, so a logdir of big reports does not hold up the first paint. */
+async function checkRuns() {
+  let errors;
+  try {
+    errors = await getJSON(route("run_errors"));
+  } catch {
+    return;
+  }
   state.errors = errors || {};
+  fillRuns();
+  // the run shown by default failed: show the first that loads (a run the URL named stays)
+  if (state.run in state.errors && state.autoRun && state.runs.length) await selectRun(state.runs[0]);
+}
+
+function fillRuns() {
+  const runs = state.all;
   state.runs = runs.filter((r) => !(r in state.errors));
   const bad = runs.filter((r) => r in state.errors);
   const options = state.runs.map((r) => option(r, r, r === state.run));
@@ -447,7 +472,6 @@ async function listRuns() {
     ),
   );
   fillOther();
-  return runs;
 }
 
 function fillOther() {
@@ -465,11 +489,20 @@ async function init() {
   const wanted = readURL();
   let all;
   try {
-    [all, state.chips] = await Promise.all([listRuns(), getJSON(route("chips")).catch(() => [])]);
+    [all, state.chips] = await Promise.all([
+      listRuns(),
+      getJSON(route("chips")).catch(() => []),
+      loadConstants(),
+    ]);
   } catch (err) {
     showError(`cannot list runs: ${err.message}`);
     return;
   }
+  setChildren(
+    ui.groupBy,
+    option("", "op (no grouping)"),
+    ...Object.entries(GROUPINGS).map(([key, label]) => option(key, label)),
+  );
   const hosted = connectHost(() => refresh());
   if (!hosted) setInterval(() => refresh(), POLL_MS);
   if (!all.length) {
@@ -491,7 +524,8 @@ async function init() {
   state.pendingOp = wanted.op || null;
   // A run the URL names is shown even if it cannot load (its error, not another run); otherwise
   // the first run that loads.
-  const run = all.includes(wanted.run) ? wanted.run : state.runs[0];
+  state.autoRun = !all.includes(wanted.run); // the tab chose the run: on to the next if it fails
+  const run = state.autoRun ? state.runs[0] : wanted.run;
   if (run === undefined) {
     ui.content.hidden = true;
     setStatus("");
@@ -499,6 +533,7 @@ async function init() {
     return;
   }
   await selectRun(run);
+  checkRuns();
 }
 
 /** ``key=value`` (the URL's "in") as a group filter, or null. */
@@ -525,6 +560,7 @@ async function refresh() {
   state.refreshing = true;
   try {
     const all = await listRuns();
+    checkRuns();
     if (!all.length) {
       state.run = null;
       showEmpty();
@@ -574,10 +610,17 @@ async function loadReport({ quiet = false } = {}) {
     ({ body: payload, text } = await getJSONText(route("report", { run: state.run, chip: state.chip })));
   } catch (err) {
     if (id !== state.requestId) return;
+    if (state.autoRun && !quiet && err.status && err.status !== 400) {
+      // the run the tab picked cannot be shown: say so in the menu and show the next one
+      state.errors[state.run] = err.message;
+      fillRuns();
+      if (state.runs.length) return selectRun(state.runs[0]);
+    }
     state.model = null;
     state.reportText = "";
     ui.table.setRows([]);
     ui.chart.setModel(null);
+    ui.timeline.setRun(null, "", null);
     fillChips();
     showError(err.message);
     setStatus("");
@@ -604,6 +647,7 @@ async function loadReport({ quiet = false } = {}) {
   ui.measuredToggle.hidden = !state.model.has("measured_s");
   ui.chart.showMeasured = ui.showMeasured.checked;
   ui.chart.setModel(state.model);
+  ui.timeline.setRun(state.run, state.chip, state.model.summary.chip ? state.model : null);
   applyFilter();
   setGroupBy(state.groupBy);
   if (state.selected >= 0) selectOp(state.selected);
@@ -693,7 +737,11 @@ function renderSummary() {
       classified
         ? `${fmtTime(s.step_time_min_s ?? s.step_time_lower_s)} – ${fmtTime(s.step_time_upper_s)}`
         : "not classified",
-      classified ? "perfect overlap – no overlap" : "choose a chip above",
+      classified
+        ? "every op's units overlapping perfectly – none overlapping; the step as scheduled " +
+            "(the ops in XLA's order, transfers beside them) lies in between"
+        : "choose a chip above",
+      "range",
     ),
     card("MFU upper bound", fmtPct(s.mfu_upper_bound), s.chip_name || s.chip || ""),
     classified && s.step_time_scheduled_s !== undefined && s.step_time_scheduled_s !== null
@@ -708,6 +756,16 @@ function renderSummary() {
         )
       : null,
     classified ? timeBox : null,
+    classified && typeof s.floor_share === "number"
+      ? card(
+          "held at the per-op floor",
+          fmtPct(s.floor_share),
+          s.floor_share > 0
+            ? "of the step's lower bound is ops whose work takes less than the chip's per-op floor"
+            : "no op is held at the per-op floor",
+          "floor",
+        )
+      : null,
     card(
       "coverage",
       fmtPct(s.coverage),
@@ -723,7 +781,7 @@ function renderSummary() {
           "measured step",
           fmtTime(s.measured_step_s),
           `per-op times cover ${fmtPct(s.measured_coverage)}` +
-            (s.measured_overlap ? " · ops overlapped: capture on one core" : ""),
+            (s.measured_overlap ? " · ops overlapped in the trace (their times sum past the step)" : ""),
           "measured",
         )
       : null,
@@ -987,25 +1045,29 @@ function selectOp(row) {
   state.selected = row;
   ui.table.select(row, true);
   ui.chart.select(row);
+  ui.timeline.select(row);
   showHiddenNote();
   renderDetails();
   writeURL();
 }
 
-/** An op's ridge and where it comes from: its peak over the bandwidth its bytes move at. */
-function ridgeText(g) {
-  const ridge = g("critical_intensity");
-  const peak = g("t_compute_s") > 0 ? (g("flops") + (g("transcendentals") || 0)) / g("t_compute_s") : null;
-  const bandwidth = g("t_memory_s") > 0 ? g("bytes_accessed") / g("t_memory_s") : null;
-  if (!(ridge > 0) || !peak || !bandwidth) return fmtSI(ridge) + " FLOP/B";
-  const hbm = state.model.summary.hbm_bandwidth;
-  const vmem = g("vmem_bytes") > 0 ? `, ${fmtPct(g("vmem_bytes") / g("bytes_accessed"), 0)} of them in VMEM` : "";
-  let text =
-    `${fmtSI(ridge)} FLOP/B = its peak ${fmtSI(peak, "FLOP/s")} ÷ the ` +
-    `${fmtSI(bandwidth, "B/s")} its bytes move at${vmem}`;
-  if (hbm > 0 && Math.abs(bandwidth / hbm - 1) > 0.005)
-    text += `; the chart's ridge for this peak is ÷ HBM: ${fmtSI(peak / hbm)} FLOP/B`;
-  return text;
+/** The roof the op's predicted point lies on, in the server's numbers (verdict.classify's
+ * roof columns): the unit and what it is, the compute roof, the memory roof. No arithmetic here. */
+function roofText(g) {
+  const unit = g("roof_unit");
+  if (!unit) return "";
+  const parts = [`${unit}: ${ROOF_UNITS[unit] || unit}`];
+  if (g("roof_flops_per_s") > 0) parts.push(`compute roof ${fmtSI(g("roof_flops_per_s"), "FLOP/s")}`);
+  if (g("roof_bytes_per_s") > 0) parts.push(`memory roof ${fmtSI(g("roof_bytes_per_s"), "B/s")}`);
+  return parts.join(" · ");
+}
+
+/** Why a measured op sits where it does, where the join found a problem. */
+function measuredText(g) {
+  const e = g("efficiency");
+  const problem = state.model.has("measurement_problem") ? g("measurement_problem") : "";
+  if (problem) return `${fmtPct(e)} (${problem})`;
+  return fmtPct(e);
 }
 
 function renderDetails() {
@@ -1037,21 +1099,21 @@ function renderDetails() {
     ["of them in VMEM", g("vmem_bytes") ? fmtBytes(g("vmem_bytes")) : ""],
     ["comm bytes", g("comm_bytes") ? fmtBytes(g("comm_bytes")) : ""],
     ["intensity", g("intensity") > 0 ? `${fmtSI(g("intensity"))} FLOP/B` : "no FLOPs"],
-    ["ridge", ridgeText(g)],
+    ["roof", m.has("roof_unit") ? roofText(g) : ""],
+    ["ridge", g("critical_intensity") > 0 ? `${fmtSI(g("critical_intensity"))} FLOP/B` : ""],
+    ["compute unit", m.has("compute_unit") ? g("compute_unit") : ""],
     ["t compute", fmtTime(g("t_compute_s"))],
     ["t memory", fmtTime(g("t_memory_s"))],
     ["t comm", fmtTime(g("t_comm_s"))],
     ["t roofline", fmtTime(g("t_roofline_s"))],
+    ["exposed", m.has("t_exposed_s") && g("t_exposed_s") > 0 ? `${fmtTime(g("t_exposed_s"))} the stream waited for its transfer` : ""],
+    ["XLA's estimate", m.has("xla_estimate_s") && g("xla_estimate_s") > 0 ? fmtTime(g("xla_estimate_s")) : ""],
+    ["XLA's gap", m.has("xla_gap") ? g("xla_gap") : ""],
     ["share", fmtPct(g("share"))],
     ...(m.has("measured_s")
       ? [
           ["measured", fmtTime(g("measured_s"))],
-          [
-            "efficiency",
-            g("efficiency") > 1
-              ? `${fmtPct(g("efficiency"))} (above the DRAM roof: cache-resident)`
-              : fmtPct(g("efficiency")),
-          ],
+          ["efficiency", measuredText(g)],
           ["achieved FLOP/s", fmtSI(g("achieved_flops_per_s"))],
           ["achieved bytes/s", fmtSI(g("achieved_bytes_per_s"))],
         ]
@@ -1259,10 +1321,6 @@ function renderCompare() {
 }
 
 export function render() {
-  // The stylesheet's bound colours come from the one palette the chart uses too.
-  for (const [bound, color] of Object.entries(BOUND_COLORS)) {
-    document.documentElement.style.setProperty(`--hr-${bound}`, color);
-  }
   init().catch((err) => {
     console.error(err);
     if (ui.error) {

@@ -3,11 +3,25 @@
 // columns: [{key, label, width (CSS grid track), fit (strings the column must show whole: its
 //            width is measured from them and the label), num (right-aligned, numeric sort),
 //            value(id) -> sort value, text(id) -> displayed string, tip(id) -> tooltip (default:
-//            the text), cls(id) -> extra class}]
+//            the text), cls(id) -> extra class, middle (a long text is cut in its middle where
+//            the column is too narrow: its end, which tells rows apart, stays; the cell holds
+//            the whole text, shown on hover)}]
 // Rows are opaque ids (row indices of the report); the caller supplies the filtered id list.
 // Keyboard: the body is focusable; ↑/↓, PgUp/PgDn, Home/End move the selection.
 
 import { el } from "./util.js";
+
+/** Cut an overflowing cell in its middle: the cell keeps its whole text (what is read, copied
+ * and searched); the browser ends it in "…" before a right padding that shows its tail. */
+function cutMiddle(cell, ctx) {
+  if (cell.scrollWidth <= cell.clientWidth) return;
+  const text = cell.textContent;
+  const tail = text.slice(text.length - Math.min(16, Math.floor(text.length * 0.4)));
+  const style = getComputedStyle(cell);
+  ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  cell.dataset.tail = tail;
+  cell.style.paddingRight = `${Math.ceil(ctx.measureText(tail).width) + 8}px`;
+}
 
 export class VirtualTable {
   constructor(container, columns, { rowHeight = 26, height = 420, onSelect, sort, label }) {
@@ -189,7 +203,7 @@ export class VirtualTable {
         const extra = c.cls ? c.cls(id) : "";
         row.append(
           el("div", {
-            className: `hr-cell${c.num ? " hr-num" : ""}${extra ? " " + extra : ""}`,
+            className: `hr-cell${c.num ? " hr-num" : ""}${c.middle ? " hr-mid" : ""}${extra ? " " + extra : ""}`,
             text,
             title: c.tip ? c.tip(id) : c.num ? null : text,
             attrs: { role: "gridcell", "data-key": c.key },
@@ -199,5 +213,9 @@ export class VirtualTable {
       rows.push(row);
     }
     this.sizer.replaceChildren(...rows);
+    if (this.columns.some((c) => c.middle)) {
+      if (!VirtualTable._ctx) VirtualTable._ctx = document.createElement("canvas").getContext("2d");
+      for (const cell of this.sizer.querySelectorAll(".hr-mid")) cutMiddle(cell, VirtualTable._ctx);
+    }
   }
 }
