@@ -10,6 +10,7 @@ import os
 import threading
 from collections import OrderedDict
 
+import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips
@@ -35,12 +36,12 @@ __all__ = [
     "check",
     "chip_list",
     "compare",
+    "constants",
     "load",
     "report_csv",
     "report_json",
     "rollup",
     "timeline",
-    "constants",
 ]
 
 # (report file, chip) entries, kept while their JSON text totals at most _CACHE_CHARS: a logdir of
@@ -121,10 +122,11 @@ def _derived(report: Report) -> dict[str, pd.Series]:
     """Each op's scope and user function, which the tab groups and filters by: they depend on the
     op's names, not on the chip, so every chip's entry of a run shares them."""
     ops, derived = report.ops, {}
-    if "op_name" in ops:
-        derived["scope"] = ops["op_name"].map(scope_of)
-    if "user_source" in ops:
-        derived["user_function"] = ops["user_source"].map(function_of)
+    for column, name, of in (("op_name", "scope", scope_of), ("user_source", "user_function", function_of)):
+        if column in ops:  # each distinct name once: ops share few of them
+            codes, uniques = pd.factorize(ops[column].fillna(""), sort=False)
+            values = np.array([of(u) for u in uniques] + [""], dtype=object)
+            derived[name] = pd.Series(values[codes], index=ops.index)
     return derived
 
 
@@ -138,6 +140,7 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     would otherwise draw an empty chart with "none" verdicts.
     """
     derived = None
+    as_written = None  # the file's own text, when the browser can take it as it is
     if key_chip is not None:
         try:
             _, _, report, derived = load(report_dir)
@@ -148,15 +151,45 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
         except KeyError as exc:
             raise ReportError(f"cannot classify it: missing column {exc}") from None
     else:
-        report = Report.read(path)
+        as_written = _strict_text(path)
+        report = Report.read(path)  # the one reader: its validation, its errors
+        if as_written is not None and _stamp(path) != as_written[1]:
+            as_written = None  # rewritten between the two reads: serve what was validated
         if report.chip:
             missing = report.missing_verdicts()
             if missing:
                 raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
     if derived is None:
         derived = _derived(report)
-    payload = Report(report.ops.assign(**derived), report.summary, report.module).to_dict()
-    return payload, dumps(payload), report, derived
+    # Each op's scope and user function ride beside the report's columns ("derived"), so a report
+    # as written is served as its own file's text plus them: never turned into a payload and
+    # written out again (a second or more for a 20k-op report).
+    extra = dumps({k: v.tolist() for k, v in derived.items()})
+    if as_written is not None:
+        body = as_written[0].rstrip()
+        text = f'{body[:-1]},"derived":{extra}}}'
+        payload = {"summary": report.summary, "module": report.module}
+    else:
+        payload = report.to_dict()
+        text = f'{dumps(payload)[:-1]},"derived":{extra}}}'
+    return payload, text, report, derived
+
+
+def _strict_text(path: str) -> tuple[str, tuple] | None:
+    """The report file's text and stamp if the browser's JSON.parse takes it as it is: a JSON
+    object (not the CSV form) with no NaN or Infinity token (a file written by another tool may
+    have them; where either word appears at all, the report is written out again instead)."""
+    try:
+        stamp = _stamp(path)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return None  # Report.read says what is wrong
+    if not text.lstrip().startswith("{") or not text.rstrip().endswith("}"):
+        return None
+    if "NaN" in text or "Infinity" in text:
+        return None
+    return text, stamp
 
 
 def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, dict]:

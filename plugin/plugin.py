@@ -159,6 +159,9 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         self._active = False
         self._checked_at = -math.inf
         self._lock = threading.Lock()
+        # The report reader (pandas, hlo_roofline) is imported beside TensorBoard's start, not by
+        # the first request: a cold server's first paint does not wait for a second of imports.
+        threading.Thread(target=_warm, name="hlo_roofline-import", daemon=True).start()
 
     # -- TBPlugin ---------------------------------------------------------------------------
 
@@ -347,6 +350,13 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
             if path:
                 text = text.replace(path, "<logdir>")
         return text
+
+
+def _warm() -> None:
+    try:
+        import hlo_roofline_tensorboard._data  # noqa: F401
+    except Exception:  # the first request reports it
+        logger.debug("hlo_roofline: warming the report reader failed", exc_info=True)
 
 
 class HloRooflineLoader(base_plugin.TBLoader):

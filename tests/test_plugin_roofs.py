@@ -9,6 +9,7 @@ floor) and H100, the FSDP step sharded over four v5p chips (exposed collectives)
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -131,7 +132,11 @@ def test_every_point_lies_on_its_own_roof(page, server, logdir, run):
     select(frame, op["name"])
     own = canvas.evaluate("c => c.hloOwnRoof()")
     if op["flops"] > 0 and op["intensity"] > 0:
-        assert own["unit"] == op["roof_unit"] and own["label"] == f"its roof: {op['roof_unit']}"
+        assert own["unit"] == op["roof_unit"]
+        assert own["label"] == (
+            "its time: link (its collective)" if op["roof_unit"] == "link"
+            else f"its roof: {op['roof_unit']}"
+        )  # fmt: skip
     roof = frame.locator('.hr-details dd[data-field="roof"]').text_content()
     assert roof.startswith(f"{op['roof_unit']}: ")
     if op["roof_bytes_per_s"] > 0:
@@ -180,7 +185,7 @@ def test_timeline_marks_exposed_communication_and_selects_ops(page, server, logd
     assert sorted(b["row"] for b in marked) == sorted(exposed.index)
     # bars sit in schedule order on the stream: none overlaps the next
     stream = sorted((b for b in bars if b["lane"] == "compute"), key=lambda b: b["x0"])
-    for a, b in zip(stream, stream[1:], strict=False):
+    for a, b in itertools.pairwise(stream):
         assert a["x1"] <= b["x0"] + 1.01
     target = max(marked, key=lambda b: b["x1"] - b["x0"])
     box = canvas.bounding_box()

@@ -192,13 +192,13 @@ def test_symlink_out_of_the_logdir_is_refused(tmp_path):
 def test_report_is_the_written_report(client, logdir):
     body = get_json(client, "/report?run=mlp/v5e")
     expected = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json").to_dict()
-    # plus each op's scope and user function (what the tab groups by), from hlo_roofline.report
-    assert body["columns"] == [*expected["columns"], "scope", "user_function"]
-    n = len(expected["columns"])
-    assert [row[:n] for row in body["data"]] == _strict_json(json.dumps(expected["data"]))
+    # plus each op's scope and user function (what the tab groups by), from hlo_roofline.report,
+    # beside the report's own columns
+    assert body["columns"] == expected["columns"]
+    assert body["data"] == _strict_json(json.dumps(expected["data"]))
     ops = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json").ops
-    assert [row[n] for row in body["data"]] == [scope_of(x) for x in ops["op_name"]]
-    assert [row[n + 1] for row in body["data"]] == [function_of(x) for x in ops["user_source"]]
+    assert body["derived"]["scope"] == [scope_of(x) for x in ops["op_name"]]
+    assert body["derived"]["user_function"] == [function_of(x) for x in ops["user_source"]]
     assert body["summary"]["chip"] == "v5e"
     assert {"step_time_lower_s", "step_time_upper_s", "mfu_upper_bound", "roofs"} <= set(
         body["summary"]
@@ -455,22 +455,29 @@ def test_rollup_rejects_other_keys_and_old_reports(client, logdir):
 def test_report_payload_carries_scope_and_user_function(client):
     body = get_json(client, "/report?run=mlp/v5e")
     columns = body["columns"]
-    assert {"user_source", "call_stack", "scope", "user_function"} <= set(columns)
+    assert {"user_source", "call_stack"} <= set(columns)
+    assert {"scope", "user_function"} == set(body["derived"])
+    assert all(len(v) == len(body["data"]) for v in body["derived"].values())
     stack = columns.index("call_stack")
     assert all(0 <= row[stack] < len(body["call_stacks"]) for row in body["data"])
 
 
-def test_one_palette_for_the_tab_and_the_plot():
-    """The tab's bound colours are the PNG/SVG plot's, and the stylesheet defines none of its own."""
+def test_one_palette_for_the_tab_and_the_plot(client):
+    """The tab's bound colours are the PNG/SVG plot's, sent by the server; neither the scripts nor
+    the stylesheet define one of their own."""
     from pathlib import Path
 
     from hlo_roofline.plot import COLORS
+    from hlo_roofline.verdict import BOUNDS
 
+    constants = get_json(client, "/constants")
+    assert {b: constants["bound_colors"][b] for b in COLORS} == COLORS
+    assert constants["bounds"] == list(BOUNDS)
     static = Path(tb_plugin.__file__).parent / "static"
-    util = (static / "util.js").read_text()
-    block = util[util.index("export const BOUND_COLORS") :].split("};")[0]
-    tab = dict(re.findall(r"(\w+): \"(#[0-9a-f]{6})\"", block))
-    assert {bound: tab[bound] for bound in COLORS} == COLORS
+    owned = {*constants["bound_colors"].values(), *constants["fit_colors"].values()}
+    for script in static.glob("*.js"):
+        text = script.read_text().lower()
+        assert not [c for c in owned if c.lower() in text], script.name
     assert not re.search(
         r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text()
     )

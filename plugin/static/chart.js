@@ -629,23 +629,26 @@ export class RooflineChart {
     ctx.beginPath();
     ctx.rect(plot.left, plot.top, plot.right - plot.left, plot.bottom - plot.top);
     ctx.clip();
-    ctx.setLineDash([7, 3]);
-    ctx.lineWidth = 2;
-    ctx.strokeStyle = this.colors.accent;
-    ctx.beginPath();
-    const steps = 96;
-    for (let i = 0; i <= steps; i++) {
-      const x = 10 ** (xs[0] + ((xs[1] - xs[0]) * i) / steps);
-      if (i === 0) ctx.moveTo(X(x), Y(roof(x)));
-      else ctx.lineTo(X(x), Y(roof(x)));
+    // a link-bound op sits below both roofs (its time is its collective's): no line, its label
+    if (unit !== "link") {
+      ctx.setLineDash([7, 3]);
+      ctx.lineWidth = 2;
+      ctx.strokeStyle = this.colors.accent;
+      ctx.beginPath();
+      const steps = 96;
+      for (let i = 0; i <= steps; i++) {
+        const x = 10 ** (xs[0] + ((xs[1] - xs[0]) * i) / steps);
+        if (i === 0) ctx.moveTo(X(x), Y(roof(x)));
+        else ctx.lineTo(X(x), Y(roof(x)));
+      }
+      ctx.stroke();
     }
-    ctx.stroke();
     ctx.setLineDash([]);
     ctx.font = FONT;
     ctx.fillStyle = this.colors.accent;
     ctx.textAlign = p.px > (plot.left + plot.right) / 2 ? "right" : "left";
     ctx.textBaseline = "bottom";
-    const label = `its roof: ${unit}`;
+    const label = unit === "link" ? "its time: link (its collective)" : `its roof: ${unit}`;
     ctx.fillText(label, p.px + (ctx.textAlign === "left" ? 8 : -8), Math.max(plot.top + 12, p.py - p.r - 4));
     ctx.restore();
     return { row: p.row, unit, flops, bytes, label };

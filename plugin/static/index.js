@@ -48,6 +48,14 @@ class Model {
     this.summary = payload.summary || {};
     this.module = payload.module || "";
     this.stacks = payload.call_stacks || []; // the call_stack column indexes this list
+    // Columns the server derives for the tab (each op's scope, user function), sent beside the
+    // report's own: added as columns.
+    for (const [column, values] of Object.entries(payload.derived || {})) {
+      if (column in this.index || !Array.isArray(values) || values.length !== this.rows.length) continue;
+      this.index[column] = this.columns.length;
+      this.columns.push(column);
+      for (let i = 0; i < this.rows.length; i++) this.rows[i].push(values[i]);
+    }
     const fields = ["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]
       .map((c) => this.index[c])
       .filter((i) => i !== undefined);
@@ -489,11 +497,16 @@ async function init() {
   const wanted = readURL();
   let all;
   try {
-    [all, state.chips] = await Promise.all([
-      listRuns(),
-      getJSON(route("chips")).catch(() => []),
-      loadConstants(),
-    ]);
+    const rest = Promise.all([getJSON(route("chips")).catch(() => []), loadConstants()]);
+    all = await listRuns();
+    // The run the tab will most likely show: ask for its report now, beside the constants.
+    const likely = all.includes(wanted.run) ? wanted.run : all[0];
+    if (likely !== undefined) {
+      const url = route("report", { run: likely, chip: wanted.chip || "" });
+      state.prefetch = { url, promise: getJSONText(url) };
+      state.prefetch.promise.catch(() => {});
+    }
+    [state.chips] = await rest;
   } catch (err) {
     showError(`cannot list runs: ${err.message}`);
     return;
@@ -607,7 +620,10 @@ async function loadReport({ quiet = false } = {}) {
   let payload;
   let text;
   try {
-    ({ body: payload, text } = await getJSONText(route("report", { run: state.run, chip: state.chip })));
+    const url = route("report", { run: state.run, chip: state.chip });
+    const early = state.prefetch && state.prefetch.url === url ? state.prefetch.promise : null;
+    state.prefetch = null;
+    ({ body: payload, text } = await (early || getJSONText(url)));
   } catch (err) {
     if (id !== state.requestId) return;
     if (state.autoRun && !quiet && err.status && err.status !== 400) {

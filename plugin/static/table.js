@@ -16,9 +16,12 @@ import { el } from "./util.js";
 function cutMiddle(cell, ctx) {
   if (cell.scrollWidth <= cell.clientWidth) return;
   const text = cell.textContent;
-  const tail = text.slice(text.length - Math.min(16, Math.floor(text.length * 0.4)));
   const style = getComputedStyle(cell);
   ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  // the tail: at most 16 characters, 40% of the text, and 45% of the cell
+  let n = Math.min(16, Math.floor(text.length * 0.4));
+  while (n > 3 && ctx.measureText(text.slice(text.length - n)).width > 0.45 * cell.clientWidth) n--;
+  const tail = text.slice(text.length - n);
   cell.dataset.tail = tail;
   cell.style.paddingRight = `${Math.ceil(ctx.measureText(tail).width) + 8}px`;
 }
