@@ -159,9 +159,11 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         self._active = False
         self._checked_at = -math.inf
         self._lock = threading.Lock()
-        # The report reader (pandas, hlo_roofline) is imported beside TensorBoard's start, not by
-        # the first request: a cold server's first paint does not wait for a second of imports.
-        threading.Thread(target=_warm, name="hlo_roofline-import", daemon=True).start()
+        # The report reader (pandas, hlo_roofline) is imported beside TensorBoard's start, and the
+        # run the tab shows first is read: a cold server's first paint waits for neither.
+        threading.Thread(
+            target=_warm, args=(self._index,), name="hlo_roofline-warm", daemon=True
+        ).start()
 
     # -- TBPlugin ---------------------------------------------------------------------------
 
@@ -352,10 +354,16 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         return text
 
 
-def _warm() -> None:
+def _warm(index: RunIndex) -> None:
+    """Import the report reader and read the first run's report (the one the tab opens on) into
+    its cache. Best effort: any failure is the first request's to report."""
     try:
-        import hlo_roofline_tensorboard._data  # noqa: F401
-    except Exception:  # the first request reports it
+        from hlo_roofline_tensorboard import _data
+
+        first = next(iter(index.runs()), None)
+        if first is not None:
+            _data.load(index.report_dir(first))
+    except Exception:
         logger.debug("hlo_roofline: warming the report reader failed", exc_info=True)
 
 
