@@ -233,3 +233,46 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+def screenshot_docs(out_dir: Path = ROOT / "docs" / "img") -> list[Path]:
+    """docs/tensorboard.md's screenshots: the tab on the demo's v5e and H100 runs, the FSDP step
+    sharded over four v5p chips (with its timeline open) and a measured run; each with its
+    longest op selected, so its own roof is drawn.
+
+    ``PYTHONPATH=.:<dir linking hlo_roofline_tensorboard> python tests/tb_helpers.py``
+    """
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="tab_docs"))
+    runs = {
+        "tab_v5e": lambda: fixture_report("gpt_tiny", "tpu_v5e", "v5e"),
+        "tab_h100": lambda: fixture_report("gpt_tiny", "h100", "h100-sxm"),
+        "tab_v5p_sharded": lambda: fixture_report("fsdp_train_step", "tpu_v5p", "v5p"),
+        "tab_measured": lambda: measured_report(root / "tab_measured"),
+    }
+    for run, make in runs.items():
+        make().write_tensorboard(root, run)
+    written = []
+    with tensorboard(root) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for run in runs:
+            page.goto(f"{url}/data/plugin_entry.html?name=hlo_roofline&run={run}")
+            page.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for(timeout=60_000)
+            page.locator(".hr-body .hr-row").first.click()  # the longest op (sorted by time)
+            target = ".hr-main"
+            if run == "tab_v5p_sharded":
+                page.locator("#hr-timeline summary").click()
+                page.locator('#hr-timeline[data-state="ready"]').wait_for()
+                target = ".hr-content"
+            path = out_dir / f"{run}.png"
+            if target == ".hr-content":
+                page.locator(".hr-ops").evaluate("e => e.hidden = true")
+            page.locator(target).screenshot(path=str(path))
+            written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for path in screenshot_docs():
+        print(path)

@@ -592,6 +592,12 @@ async function refresh() {
 }
 
 async function selectRun(run) {
+  if (run !== state.run && state.run) {
+    // a group, an op name search and an opcode belong to the run they were chosen in
+    state.selected = -1;
+    state.filter = { ...state.filter, text: "", opcode: "", group: null };
+    ui.search.value = "";
+  }
   if (run !== state.run) state.selected = -1;
   state.run = run;
   ui.run.value = run;
@@ -896,11 +902,14 @@ function setFilter(change) {
 }
 
 function clearFilters() {
-  state.filter = { bound: "", opcode: "", text: "", timedOnly: false, group: null };
+  // "only ops with time" is a view setting, not a filter: it stays, unless the op to show has none
+  const selected = state.model && state.selected >= 0 ? state.model.get(state.selected, "t_roofline_s") : 1;
+  const timedOnly = state.filter.timedOnly && selected > 0;
+  state.filter = { bound: "", opcode: "", text: "", timedOnly, group: null };
   ui.boundFilter.value = "";
   ui.opcodeFilter.value = "";
   ui.search.value = "";
-  ui.timedOnly.checked = false;
+  ui.timedOnly.checked = timedOnly;
   applyFilter();
   if (state.selected >= 0) selectOp(state.selected);
   writeURL();
@@ -952,7 +961,8 @@ async function loadGroups() {
   ui.groupBox.dataset.state = "loading";
   if (!ui.groupTable) {
     ui.groupTable = new VirtualTable(ui.groupBox, [], {
-      onSelect: (row) => openGroup(row),
+      onSelect: (row) => ui.groupTable.select(row), // arrows move; Enter or a click opens
+      onActivate: (row) => openGroup(row),
       sort: { key: "t_roofline_s", dir: -1 },
       label: "Groups",
     });
@@ -995,6 +1005,12 @@ async function loadGroups() {
           { key: "bound", label: "bound", text: (r) => get(r, "bound"), cls: (r) => pill(get(r, "bound")), fit: BOUNDS },
           numeric("mix_compute", "compute-bound", fmtPct),
           numeric("mix_memory", "memory-bound", fmtPct),
+          ...(state.model.summary.comm_time_s > 0 && idx.mix_communication !== undefined
+            ? [numeric("mix_communication", "comm-bound", fmtPct)]
+            : []),
+          ...(state.model.summary.exposed_comm_s > 0 && idx.t_exposed_s !== undefined
+            ? [numeric("t_exposed_s", "exposed", fmtTime)]
+            : []),
           numeric("flops", "FLOPs", fmtSI),
         ]),
   ]);

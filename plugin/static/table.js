@@ -27,9 +27,11 @@ function cutMiddle(cell, ctx) {
 }
 
 export class VirtualTable {
-  constructor(container, columns, { rowHeight = 26, height = 420, onSelect, sort, label }) {
+  constructor(container, columns, { rowHeight = 26, height = 420, onSelect, onActivate, sort, label }) {
     this.rowHeight = rowHeight;
     this.onSelect = onSelect || (() => {});
+    // onActivate (optional): a click or Enter on a row; the arrows then only move (onSelect)
+    this.onActivate = onActivate || this.onSelect;
     this.sort = sort || { key: columns[0].key, dir: 1 };
     this.ids = [];
     this.position = new Map();
@@ -170,7 +172,11 @@ export class VirtualTable {
     if (step !== undefined) next = pos < 0 ? 0 : Math.min(this.ids.length - 1, Math.max(0, pos + step));
     else if (event.key === "Home") next = 0;
     else if (event.key === "End") next = this.ids.length - 1;
-    else return;
+    else if (event.key === "Enter" && this.selected >= 0 && this.position.has(this.selected)) {
+      event.preventDefault();
+      this.onActivate(this.selected);
+      return;
+    } else return;
     event.preventDefault();
     this.onSelect(this.ids[next]);
   }
@@ -196,7 +202,7 @@ export class VirtualTable {
       const row = el("div", {
         className: `hr-row${id === this.selected ? " hr-selected" : ""}`,
         attrs: { role: "row", "aria-selected": String(id === this.selected), "data-row": id },
-        on: { click: () => this.onSelect(id) },
+        on: { click: () => this.onActivate(id) },
       });
       row.style.gridTemplateColumns = this.template;
       row.style.transform = `translateY(${pos * h}px)`;
