@@ -278,3 +278,47 @@ def test_long_names_are_cut_in_the_middle(browser, server, logdir):
         assert re.search(r"\S", page.locator("#hr-count").text_content())
     finally:
         context.close()
+
+
+def test_groups_by_keyboard_and_filters_stay_with_their_run(page, server, logdir):
+    """↓ in the grouped table moves between groups without opening one; Enter opens the one
+    chosen. Clear keeps "only ops with time". A search made in one run is not carried to the next
+    (it would show "0 of N ops" there)."""
+    report = read(logdir, "fsdp/v5p")
+    table = report.rollup("user_function")
+    assert len(table) >= 2
+    frame = open_plugin(page, server, "fsdp/v5p")
+    frame.locator("#hr-group-by").select_option("user_function")
+    groups = frame.locator("#hr-groups")
+    frame.locator('#hr-groups[data-state="ready"]').wait_for()
+    body = groups.locator(".hr-body")
+    body.focus()
+    body.press("ArrowDown")
+    body.press("ArrowDown")
+    assert groups.is_visible()  # no group opened by the arrows
+    selected = groups.locator('.hr-row[aria-selected="true"] [data-key="user_function"]')
+    second = str(table.index[1])
+    assert selected.get_attribute("title") == second
+    body.press("Enter")
+    frame.locator("#hr-group-filter").wait_for(state="visible")
+    assert frame.locator("#hr-group-by").input_value() == ""
+    function = second[second.rindex("(") :]  # the second group's function, not the first's
+    assert function in frame.locator("#hr-group-filter").text_content()
+    assert str(table.index[0])[str(table.index[0]).rindex("(") :] != function
+    # the comm-bound share and exposed time are columns of a sharded run's groups
+    frame.locator("#hr-group-by").select_option("user_function")
+    frame.locator('#hr-groups[data-state="ready"]').wait_for()
+    keys = groups.locator("[role=columnheader]").evaluate_all("cs => cs.map(c => c.dataset.key)")
+    assert "mix_communication" in keys and "t_exposed_s" in keys
+    frame.locator("#hr-group-by").select_option("")
+
+    frame.locator("#hr-search").fill("all-gather")
+    frame.locator("#hr-count").filter(has_text=re.compile("of")).wait_for()
+    clear = frame.locator("#hr-timed-only")
+    assert clear.is_checked()
+    frame.locator("#hr-run").select_option("gpt/h100")
+    frame.locator('.hr-app[data-state=ready][data-run="gpt/h100"]').wait_for()
+    assert frame.locator("#hr-search").input_value() == ""
+    ops = read(logdir, "gpt/h100").ops
+    shown = frame.locator("#hr-count").get_attribute("data-shown")
+    assert int(shown) == int((ops["t_roofline_s"] > 0).sum())
