@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from tb_helpers import big_report, chromium, fixture_report, tensorboard  # noqa: E402
+from tb_helpers import big_report, chromium, fixture_report, tensorboard
 
 IFRAME = 'iframe[src*="plugin_entry.html?name=hlo_roofline"]'
 
