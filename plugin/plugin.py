@@ -35,11 +35,11 @@ TOP_RUN = "."
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 # Every file the frontend may load, served at ``/<name>``; nothing else under static/ is reachable.
 STATIC_FILES = {
-    "index.js": "text/javascript",
-    "chart.js": "text/javascript",
-    "table.js": "text/javascript",
-    "util.js": "text/javascript",
-    "timeline.js": "text/javascript",
+    **{
+        f"{name}.js": "text/javascript"
+        for name in ("index", "state", "url", "summary", "chart", "table", "cells", "groups",
+                     "details", "compare", "timeline", "util")
+    },  # fmt: skip
     "style.css": "text/css",
 }
 

@@ -125,6 +125,14 @@ def test_static_assets(client):
         assert response.headers["Content-Type"].startswith(kind)
         assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert "export function render()" in client.get(f"{PREFIX}/index.js").get_data(as_text=True)
+    # every module a served script imports is served too (a missing one is a blank tab)
+    static = tb_plugin.STATIC_DIR
+    imported = {
+        m for f in static.glob("*.js") for m in re.findall(r'from "\./([\w.-]+)"', f.read_text())
+    }
+    assert imported <= set(tb_plugin.STATIC_FILES), imported - set(tb_plugin.STATIC_FILES)
+    for name in imported:
+        assert client.get(f"{PREFIX}/{name}").status_code == 200
     assert client.get(f"{PREFIX}/plugin.py").status_code == 404
     assert client.get(f"{PREFIX}/static/../plugin.py").status_code == 404
 
