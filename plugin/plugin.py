@@ -34,14 +34,9 @@ TOP_RUN = "."
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 # Every file the frontend may load, served at ``/<name>``; nothing else under static/ is reachable.
-STATIC_FILES = {
-    **{
-        f"{name}.js": "text/javascript"
-        for name in ("index", "state", "url", "summary", "chart", "table", "cells", "groups",
-                     "details", "compare", "timeline", "util")
-    },  # fmt: skip
-    "style.css": "text/css",
-}
+_MODULES = ("index", "state", "url", "summary", "chart", "table", "cells", "groups", "details",
+            "compare", "timeline", "util")  # fmt: skip
+STATIC_FILES = {**{f"{name}.js": "text/javascript" for name in _MODULES}, "style.css": "text/css"}
 
 _MAX_RUN_CHARS = 1024
 _INACTIVE_RECHECK_S = 5.0  # a negative is_active() is re-checked at most this often
@@ -154,16 +149,18 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext) -> None:
+    def __init__(self, context: base_plugin.TBContext, warm: bool = True) -> None:
         self._index = RunIndex(context.logdir)
         self._active = False
         self._checked_at = -math.inf
         self._lock = threading.Lock()
         # The report reader (pandas, hlo_roofline) is imported beside TensorBoard's start, and the
         # run the tab shows first is read: a cold server's first paint waits for neither.
-        threading.Thread(
+        self.warmed = threading.Thread(
             target=_warm, args=(self._index,), name="hlo_roofline-warm", daemon=True
-        ).start()
+        )
+        if warm:
+            self.warmed.start()
 
     # -- TBPlugin ---------------------------------------------------------------------------
 

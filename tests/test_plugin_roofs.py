@@ -322,3 +322,38 @@ def test_groups_by_keyboard_and_filters_stay_with_their_run(page, server, logdir
     ops = read(logdir, "gpt/h100").ops
     shown = frame.locator("#hr-count").get_attribute("data-shown")
     assert int(shown) == int((ops["t_roofline_s"] > 0).sum())
+
+
+IFRAME = 'iframe[src*="plugin_entry.html?name=hlo_roofline"]'
+
+
+def test_the_host_url_and_theme_drive_the_tab(page, server, logdir):
+    """Inside TensorBoard: a link opened in a window already on the tab (only the hash changes)
+    shows its view; coming back from another tab puts the tab's state back in the URL; the tab
+    follows TensorBoard's dark theme."""
+    page.goto(f"{server}/#hlo_roofline&p.hlo_roofline.run=gpt%2Fv5e")
+    frame = page.frame_locator(IFRAME)
+    frame.locator('.hr-app[data-state=ready][data-run="gpt/v5e"]').wait_for()
+    page.evaluate("() => { location.hash = '#hlo_roofline&p.hlo_roofline.run=gpt%2Fh100'; }")
+    frame.locator('.hr-app[data-state=ready][data-run="gpt/h100"]').wait_for()
+    assert frame.locator("#hr-run").input_value() == "gpt/h100"
+
+    page.evaluate("() => { location.hash = '#hlo_roofline'; }")  # the tab's keys dropped
+    page.wait_for_function("() => location.hash.includes('p.hlo_roofline.run=gpt%2Fh100')")
+
+    root = frame.locator("html")
+    page.evaluate("() => document.body.classList.add('dark-mode')")
+    page.wait_for_function(
+        """sel => document.querySelector(sel).contentDocument.documentElement
+                 .classList.contains('hr-dark')""",
+        arg=IFRAME,
+    )
+    background = frame.locator("body").evaluate("e => getComputedStyle(e).backgroundColor")
+    assert background == "rgb(30, 31, 34)"  # the dark theme's --hr-bg
+    page.evaluate("() => document.body.classList.remove('dark-mode')")
+    page.wait_for_function(
+        """sel => document.querySelector(sel).contentDocument.documentElement
+                 .classList.contains('hr-light')""",
+        arg=IFRAME,
+    )
+    assert root.count() == 1

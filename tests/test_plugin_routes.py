@@ -57,8 +57,26 @@ def logdir(tmp_path_factory):
     return root
 
 
-def make_plugin(logdir) -> tb_plugin.HloRooflinePlugin:
-    return tb_plugin.HloRooflineLoader().load(base_plugin.TBContext(logdir=str(logdir)))
+def make_plugin(logdir, warm: bool = False) -> tb_plugin.HloRooflinePlugin:
+    """The plugin as TensorBoard loads it; without the start-up read of the first run unless
+    ``warm`` (tests that count or race reads see only their own)."""
+    return tb_plugin.HloRooflinePlugin(base_plugin.TBContext(logdir=str(logdir)), warm=warm)
+
+
+def test_the_first_run_is_read_as_the_plugin_starts(tmp_path):
+    """TensorBoard's loader starts the plugin warm: the first run's report is in the cache before
+    any request asks for it (a cold first paint does not wait for its parse)."""
+    from hlo_roofline_tensorboard import _data
+
+    for run in ("a_first", "b_second"):
+        fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, run)
+    plugin = tb_plugin.HloRooflineLoader().load(base_plugin.TBContext(logdir=str(tmp_path)))
+    plugin.warmed.join(60)
+    cached = {key[0] for key in _data._cache}
+    first = str(tmp_path / "a_first" / "plugins" / "hlo_roofline" / "report.json")
+    second = str(tmp_path / "b_second" / "plugins" / "hlo_roofline" / "report.json")
+    assert os.path.realpath(first) in {os.path.realpath(k) for k in cached}
+    assert os.path.realpath(second) not in {os.path.realpath(k) for k in cached}
 
 
 @pytest.fixture(scope="module")

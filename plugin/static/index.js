@@ -20,7 +20,7 @@ import { fitOf, Model, state, ui } from "./state.js";
 import { linkTrace, renderSummary } from "./summary.js";
 import { VirtualTable } from "./table.js";
 import { Timeline } from "./timeline.js";
-import { connectHost, readURL, writeURL } from "./url.js";
+import { connectHost, hostWindow, readURL, watchHost, writeURL } from "./url.js";
 import { BOUNDS, el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, getJSONText, GROUPINGS, loadConstants, longest, option, ROOF_UNITS, route, setChildren } from "./util.js";
 
 const POLL_MS = 30_000; // runs re-listed this often when no TensorBoard host tells us to reload
@@ -315,10 +315,19 @@ export async function init() {
   );
   const hosted = connectHost(() => refresh());
   if (!hosted) setInterval(() => refresh(), POLL_MS);
+  watchHost((values) => navigate(values));
+  followTheme();
   if (!all.length) {
     showEmpty();
     return;
   }
+  await show(wanted);
+  checkRuns();
+}
+
+/** Show what a URL asks for: run, chip, compared run, filters, grouping, selected op. */
+async function show(wanted) {
+  const all = state.all;
   state.chip = wanted.chip || "";
   state.other = state.runs.includes(wanted.other) ? wanted.other : "";
   state.filter = {
@@ -343,7 +352,29 @@ export async function init() {
     return;
   }
   await selectRun(run);
-  checkRuns();
+}
+
+/** The host's URL changed to another view of this tab (a shared link opened in a window already
+ * on it): show that view. */
+async function navigate(values) {
+  state.run = null; // the URL's filters are for the run it names: none is carried over
+  await show(values);
+}
+
+/** TensorBoard's dark theme (its body's dark-mode class), followed as it changes; on its own, the
+ * page follows the system's (style.css, prefers-color-scheme). */
+function followTheme() {
+  const host = hostWindow();
+  const body = host && host.document && host.document.body;
+  if (!body) return;
+  const apply = () => {
+    const dark = body.classList.contains("dark-mode");
+    document.documentElement.classList.toggle("hr-dark", dark);
+    document.documentElement.classList.toggle("hr-light", !dark);
+    if (ui.chart && state.model) ui.chart.draw();
+  };
+  apply();
+  new host.MutationObserver(apply).observe(body, { attributes: true, attributeFilter: ["class"] });
 }
 
 export function showEmpty() {

@@ -109,3 +109,23 @@ export function connectHost(onReload) {
   window.parent.postMessage("experimental.bootstrap", window.location.origin, [channel.port2]);
   return true;
 }
+
+/** Keep the host's URL and the view together: a hash that names another view of this tab calls
+ * ``onNavigate`` with its values; coming back to the tab (TensorBoard drops the tab's keys when
+ * another tab shows) puts the tab's state back in the URL. */
+export function watchHost(onNavigate) {
+  const host = hostWindow();
+  if (!host) return;
+  host.addEventListener("hashchange", () => {
+    const { tab, pairs } = parseHash(host.location.hash);
+    if (tab !== PLUGIN) return;
+    const prefix = `p.${PLUGIN}.`;
+    if (!pairs.some(([k]) => k.startsWith(prefix))) {
+      writeURLNow();
+      return;
+    }
+    const wanted = readURL();
+    const now = urlValues();
+    if (URL_KEYS.some((k) => (wanted[k] || "") !== (now[k] || ""))) onNavigate(wanted);
+  });
+}
