@@ -525,3 +525,20 @@ def test_a_run_deleted_while_served_is_404(tmp_path, monkeypatch, caplog):
         assert "gone" in body["error"]
         fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "gone")
     assert "Traceback" not in caplog.text
+
+
+def test_a_report_written_before_the_free_text_and_roof_columns_is_shown(tmp_path):
+    """A judged report without `hint` (free text) or the roof columns (written before them) is
+    shown, not refused as corrupt; its timeline is the schedule of its own times."""
+    report = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
+    for column in ("hint", "roof_flops_per_s", "roof_bytes_per_s", "roof_unit"):
+        report = without_column(report, column)
+    report.write_tensorboard(tmp_path, "old")
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    body = get_json(c, "/report?run=old")
+    assert "hint" not in body["columns"] and "roof_unit" not in body["columns"]
+    assert get_json(c, "/run_errors") == {}
+    timeline = get_json(c, "/timeline?run=old")
+    timed = report.ops[report.ops["t_roofline_s"] > 0]
+    assert sorted(row[0] for row in timeline["data"]) == sorted(timed.index)
+    assert timeline["step_s"] == pytest.approx(report.summary["step_time_scheduled_s"])
