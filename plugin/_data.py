@@ -54,9 +54,52 @@ _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
 
 
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
+def _gfile():
+    from tensorboard.compat import tf
+
+    return tf.io.gfile
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if _remote(directory) else os.path.join(directory, name)
+
+
 def _stamp(path: str) -> tuple:
+    """A file's identity: a rewrite (write_tensorboard replaces the file) is a new one. A remote
+    file's is its length, all TensorBoard's gfile gives (FileNotFoundError where it is gone)."""
+    if _remote(path):
+        from tensorboard import errors as tb_errors
+
+        try:
+            return (_gfile().stat(path).length,)
+        except (tb_errors.NotFoundError, OSError) as exc:
+            raise FileNotFoundError(path) from exc
     st = os.stat(path)
     return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _read(path: str) -> Report:
+    """``Report.read`` of a local file; a remote one's text through TensorBoard's gfile, read the
+    same way (its errors are ReportErrors)."""
+    if not _remote(path):
+        return Report.read(path)
+    import json
+
+    try:
+        with _gfile().GFile(path, "r") as f:
+            text = f.read()
+    except Exception as exc:
+        raise ReportError(f"cannot read report {path}: {exc}") from None
+    try:
+        return Report.from_dict(json.loads(text))
+    except ReportError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise ReportError(f"{path} is not a readable hlo_roofline report ({exc})") from None
 
 
 def chip_list() -> list[dict]:
@@ -145,14 +188,14 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
         try:
             _, _, report, derived = load(report_dir)
         except ReportError:  # not showable as written (no verdict columns), maybe once judged
-            report = Report.read(path)
+            report = _read(path)
         try:
             report = report.classify(chips.get(key_chip))
         except KeyError as exc:
             raise ReportError(f"cannot classify it: missing column {exc}") from None
     else:
         as_written = _strict_text(path)
-        report = Report.read(path)  # the one reader: its validation, its errors
+        report = _read(path)  # the one reader: its validation, its errors
         if as_written is not None and _stamp(path) != as_written[1]:
             as_written = None  # rewritten between the two reads: serve what was validated
         if report.chip:
@@ -181,9 +224,13 @@ def _strict_text(path: str) -> tuple[str, tuple] | None:
     have them; where either word appears at all, the report is written out again instead)."""
     try:
         stamp = _stamp(path)
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError):
+        if _remote(path):
+            with _gfile().GFile(path, "r") as f:
+                text = f.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+    except Exception:
         return None  # Report.read says what is wrong
     if not text.lstrip().startswith("{") or not text.rstrip().endswith("}"):
         return None
@@ -202,7 +249,7 @@ def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, d
     long and as much memory). Raises ReportError for a corrupt file and UnknownChipError for an
     unknown chip.
     """
-    path = os.path.join(report_dir, REPORT_JSON)
+    path = _join(report_dir, REPORT_JSON)
     key_chip = chips.resolve(chip) if chip else None
     key = (path, _stamp(path), key_chip)
     with _lock:
@@ -236,7 +283,7 @@ _checked: dict[str, tuple[tuple, str | None]] = {}  # report file -> (stamp, err
 
 def check(report_dir: str) -> str | None:
     """Why a run's report cannot be shown (None if it can), remembered per file version."""
-    path = os.path.join(report_dir, REPORT_JSON)
+    path = _join(report_dir, REPORT_JSON)
     try:
         stamp = _stamp(path)
     except OSError as exc:

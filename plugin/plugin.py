@@ -60,18 +60,48 @@ def _error(request, message: str, code: int):
     return _json_response(request, {"error": message}, code)
 
 
+def remote(path: str) -> bool:
+    """A logdir on another filesystem (``gs://``, ``s3://``, any fsspec URL): read through
+    TensorBoard's file API, ``tensorboard.compat.tf.io.gfile``."""
+    return "://" in path
+
+
+def gfile():
+    from tensorboard.compat import tf
+
+    return tf.io.gfile
+
+
 class RunIndex:
-    """Finds runs under one logdir and maps a run name to its report directory, safely."""
+    """Finds runs under one logdir and maps a run name to its report directory, safely.
+
+    A local logdir is walked with ``os`` (links resolved: nothing outside it is served); a remote
+    one (``gs://bucket/logs``) through TensorBoard's gfile, which has no links to follow."""
 
     def __init__(self, logdir: str) -> None:
         self.logdir = logdir or ""
-        self.root = os.path.realpath(self.logdir) if self.logdir else ""
+        self.remote = remote(self.logdir)
+        if self.remote:
+            self.root = self.logdir.rstrip("/")
+        else:
+            self.root = os.path.realpath(self.logdir) if self.logdir else ""
+
+    def _walk(self):
+        if self.remote:
+            if not gfile().isdir(self.root):
+                return
+            yield from gfile().walk(self.root)
+            return
+        if not self.root or not os.path.isdir(self.root):
+            return
+        yield from os.walk(self.root)
 
     def iter_runs(self):
         """Run names in walk order (lazy, so "is there any run?" stops at the first)."""
-        if not self.root or not os.path.isdir(self.root):
-            return
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        for dirpath, dirnames, filenames in self._walk():
+            if self.remote:
+                dirpath = dirpath.rstrip("/")
+                dirnames[:] = [d.rstrip("/") for d in dirnames]
             dirnames.sort()
             if (
                 os.path.basename(dirpath) == PLUGIN_NAME
@@ -79,7 +109,10 @@ class RunIndex:
                 and REPORT_JSON in filenames
             ):
                 run_dir = os.path.dirname(os.path.dirname(dirpath))
-                yield os.path.relpath(run_dir, self.root).replace(os.sep, "/")
+                if self.remote:
+                    yield run_dir[len(self.root) :].strip("/") or TOP_RUN
+                else:
+                    yield os.path.relpath(run_dir, self.root).replace(os.sep, "/")
                 dirnames[:] = []  # nothing below a report directory is a run
 
     def runs(self) -> list[str]:
@@ -99,7 +132,7 @@ class RunIndex:
         """
         parts = recorded.replace("\\", "/").split("/")
         found = {"recorded": os.path.basename(recorded), "run": None, "host": None}
-        if len(parts) < 4 or parts[-4:-2] != ["plugins", "profile"] or not self.root:
+        if len(parts) < 4 or parts[-4:-2] != ["plugins", "profile"] or not self.root or self.remote:
             return found
         session, name = parts[-2], parts[-1]
         tail = os.path.join("plugins", "profile", session, name)
@@ -127,6 +160,11 @@ class RunIndex:
         if not self.root:
             raise NotFound("no logdir")
         rel = [] if run == TOP_RUN else parts
+        if self.remote:
+            path = "/".join([self.root, *rel, "plugins", PLUGIN_NAME])
+            if not gfile().exists(f"{path}/{REPORT_JSON}"):
+                raise NotFound(f"no report for run {run!r}")
+            return path
         path = os.path.realpath(os.path.join(self.root, *rel, "plugins", PLUGIN_NAME))
         # A linked directory, report.json or report.csv would serve whatever it points at.
         files = (path, os.path.join(path, REPORT_JSON), os.path.join(path, REPORT_CSV))
