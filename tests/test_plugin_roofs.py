@@ -302,6 +302,10 @@ def test_groups_by_keyboard_and_filters_stay_with_their_run(page, server, logdir
     body.press("Enter")
     frame.locator("#hr-group-filter").wait_for(state="visible")
     assert frame.locator("#hr-group-by").input_value() == ""
+    # the count names the group's ops as its row counted them
+    count = frame.locator("#hr-count")
+    assert count.get_attribute("data-group") == str(int(table.loc[second, "ops"]))
+    assert f"of the group's {int(table.loc[second, 'ops'])} ops" in count.text_content()
     function = second[second.rindex("(") :]  # the second group's function, not the first's
     assert function in frame.locator("#hr-group-filter").text_content()
     assert str(table.index[0])[str(table.index[0]).rindex("(") :] != function

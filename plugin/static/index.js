@@ -555,18 +555,24 @@ export function applyFilter() {
   const hasTime = m.has("t_roofline_s");
   const ids = [];
   const shown = new Uint8Array(m.rows.length);
+  let inGroup = 0; // the group's ops, whatever the other filters (the count its row showed)
   for (let i = 0; i < m.rows.length; i++) {
+    if (group && (m.get(i, group.key) || UNATTRIBUTED) !== group.value) continue;
+    inGroup++;
     if (bound && m.get(i, "bound") !== bound) continue;
     if (opcode && m.get(i, "opcode") !== opcode) continue;
     if (timedOnly && hasTime && !(m.get(i, "t_roofline_s") > 0)) continue;
     if (needle && !m.search[i].includes(needle)) continue;
-    if (group && (m.get(i, group.key) || UNATTRIBUTED) !== group.value) continue;
     ids.push(i);
     shown[i] = 1;
   }
   ui.table.setRows(ids);
   ui.chart.setShown(ids.length === m.rows.length ? null : shown);
-  ui.count.textContent = `${ids.length} of ${m.rows.length} ops`;
+  ui.count.textContent = group
+    ? `${ids.length} of the group's ${inGroup} ops (of ${m.rows.length})` +
+      (ids.length < inGroup && timedOnly ? ": ops without time hidden" : "")
+    : `${ids.length} of ${m.rows.length} ops`;
+  ui.count.dataset.group = group ? String(inGroup) : "";
   ui.count.dataset.shown = String(ids.length);
   ui.count.dataset.total = String(m.rows.length);
   if (state.selected >= 0) ui.table.select(state.selected, true);
