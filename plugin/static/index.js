@@ -372,6 +372,7 @@ function followTheme() {
     document.documentElement.classList.toggle("hr-dark", dark);
     document.documentElement.classList.toggle("hr-light", !dark);
     if (ui.chart && state.model) ui.chart.draw();
+    if (ui.timeline) ui.timeline.draw();
   };
   apply();
   new host.MutationObserver(apply).observe(body, { attributes: true, attributeFilter: ["class"] });
