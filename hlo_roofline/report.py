@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, efficiency, memory, schema, verdict
+from hlo_roofline import chips, efficiency, memory, schedule, schema, verdict
 from hlo_roofline._atomic import write_atomic
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo import attrs
@@ -366,6 +366,98 @@ class Report:
     def plot(self, path: str | os.PathLike, title: str | None = None) -> Path:
         """A log-log roofline chart (PNG or SVG by extension) of a classified report."""
         return roofline_chart(self, Path(path), title)
+
+    # -- the step as scheduled -----------------------------------------------------------------
+    def timeline(self) -> pd.DataFrame:
+        """Where each op with time ran in the step as scheduled (:mod:`hlo_roofline.schedule`):
+        ``name``, ``lane`` (``compute``: the stream; ``dma``, ``interconnect[:<group>]``: the
+        engine its transfer ran on), ``begin_s`` and ``end_s`` within the step, ``exposed_s``
+        (the stream's wait for its transfer, ending at ``end_s``; ``wait_from_s`` where that
+        wait began, ``exposed_from_s`` where it overlaps the op's own bar) and its row in
+        :attr:`ops`.
+        Ops without time are left out. Needs a judged report."""
+        if not self.chip:
+            raise ValueError("the report is not judged on a chip: classify it first")
+        t = self.ops["t_roofline_s"].to_numpy(dtype=float)
+        walked = verdict.walk_schedule(self.ops, chips.get(self.chip).kind, t)
+        frame = pd.DataFrame(
+            {
+                "row": np.arange(len(self.ops)),
+                "name": self.ops["name"].to_numpy(),
+                "lane": walked.lane.astype(str),
+                "begin_s": walked.begin_s,
+                "end_s": walked.end_s,
+                "exposed_s": walked.exposed_s,
+                "wait_from_s": walked.end_s - walked.exposed_s,
+                "exposed_from_s": np.maximum(walked.begin_s, walked.end_s - walked.exposed_s),
+            }
+        )
+        return frame[t > 0].reset_index(drop=True)
+
+    def to_trace(self, path: str | os.PathLike | None = None) -> str:
+        """The step as scheduled as Chrome trace-event JSON (opens in Perfetto, ``chrome://tracing``
+        and XProf's trace viewer beside a measured trace): one thread for the compute stream and
+        one per transfer engine, each op a complete event (µs), the exposed part of a transfer a
+        nested ``exposed`` event and the stream's wait for it an event on the stream."""
+        frame = self.timeline()
+        lanes = sorted(set(frame["lane"]) - {schedule.STREAM})
+        tid = {schedule.STREAM: 1} | {lane: i + 2 for i, lane in enumerate(lanes)}
+        chip = self.summary.get("chip_name") or self.chip
+        events: list[dict] = [
+            _meta("process_name", 0, f"hlo_roofline: {self.module or 'module'} on {chip}"),
+            *(_meta("thread_name", tid[k], lane_title(k, chips.get(self.chip).kind)) for k in tid),
+            *(
+                {"ph": "M", "pid": 1, "tid": n, "name": "thread_sort_index",
+                 "args": {"sort_index": n}} for n in tid.values()
+            ),
+        ]  # fmt: skip
+        cols = [c for c in ("op_name", "opcode", "bound", "roof_unit", "source") if c in self.ops]
+        us = 1e6
+        for r in frame.itertuples(index=False):
+            op = self.ops.iloc[r.row]
+            args = {c: json_safe(op[c]) for c in cols} | {
+                "t_roofline_s": float(op["t_roofline_s"]),
+                "exposed_s": float(r.exposed_s),
+            }
+            begin, end = r.begin_s * us, r.end_s * us
+            events.append(_complete(r.name, tid[r.lane], begin, end, args, r.lane))
+            if r.exposed_s > 0:
+                wait_from = r.wait_from_s * us
+                events.append(
+                    _complete("exposed", tid[r.lane], r.exposed_from_s * us, end, {"op": r.name})
+                )
+                if r.lane != schedule.STREAM:
+                    events.append(
+                        _complete(f"waits for {r.name}", 1, wait_from, end, {"op": r.name})
+                    )
+        text = json.dumps(
+            {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"chip": chip}},
+            allow_nan=False,
+        )
+        if path is not None:
+            write_atomic(Path(path), text)
+        return text
+
+
+def _meta(kind: str, tid: int, name: str) -> dict:
+    return {"ph": "M", "pid": 1, "tid": tid, "name": kind, "args": {"name": name}}
+
+
+def _complete(name: str, tid: int, begin: float, end: float, args: dict, cat: str = "") -> dict:
+    event = {"ph": "X", "pid": 1, "tid": tid, "name": name, "ts": begin, "dur": end - begin}
+    return event | {"cat": cat or "exposed", "args": args}
+
+
+def lane_title(lane: str, kind: str) -> str:
+    """A lane as a person names it: the compute stream, the DMA engine, a collective's links
+    (ICI on a TPU, with the device group whose links they are; NVLink and network on a GPU)."""
+    if lane == schedule.STREAM:
+        return "compute stream"
+    if lane == schedule.COPY_ENGINE:
+        return "DMA (copies, prefetches)"
+    _, _, group = lane.partition(":")
+    links = "ICI" if kind == "tpu" else "NVLink / network" if kind == "gpu" else "interconnect"
+    return f"{links} {group}".strip()
 
 
 def _json_column(column: pd.Series) -> list:

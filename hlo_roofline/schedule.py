@@ -23,16 +23,22 @@ from typing import NamedTuple
 import numpy as np
 
 COLLECTIVE_ENGINE, COPY_ENGINE = "interconnect", "dma"
+STREAM = "compute"  # the lane of the rows the compute stream runs
 
 
 class Scheduled(NamedTuple):
     """The walk's result: the step, per row the time the stream waited for that row's transfer
     (for a synchronous collective: all of its time), and the least any order of the same ops
-    could take (``least_s``: see :func:`walk`)."""
+    could take (``least_s``: see :func:`walk`). Where each row ran, for a timeline: ``begin_s``
+    and ``end_s`` within the step and its ``lane`` (:data:`STREAM`, or the engine a transfer ran
+    on)."""
 
     step_s: float
     exposed_s: np.ndarray
     least_s: float
+    begin_s: np.ndarray | None = None
+    end_s: np.ndarray | None = None
+    lane: np.ndarray | None = None
 
 
 def walk(
@@ -74,27 +80,36 @@ def walk(
         if links is None
         else np.where(collective, [f"{COLLECTIVE_ENGINE}:{k}" for k in links], COPY_ENGINE)
     )
+    begin = np.zeros(n)
+    lane = np.full(n, STREAM, dtype=object)
     free: dict[str, float] = {}
     in_flight: dict[str, tuple[float, int]] = {}  # start name -> (end of its transfer, its row)
     for i in events:
+        begin[last:i] = clock + elapsed[last:i] - elapsed[last]
         clock += elapsed[i] - elapsed[last]
         last = i + 1
         if is_start[i]:
             engine = engines[i]
-            end = max(clock, free.get(engine, 0.0)) + durations[i]
+            begin[i] = max(clock, free.get(engine, 0.0))
+            end = begin[i] + durations[i]
             free[engine] = end
             in_flight[names[i]] = (end, i)
+            lane[i] = engine
         elif is_done[i]:
             end, start = in_flight.pop(waits_for[i], (clock, -1))
             if end > clock:
                 exposed[start] += end - clock
                 clock = end
+            begin[i] = clock
             clock += durations[i]
         else:  # a synchronous collective: its links first finish what they are doing
-            end = max(clock, free.get(engines[i], 0.0)) + durations[i]
+            begin[i] = max(clock, free.get(engines[i], 0.0))
+            end = begin[i] + durations[i]
             free[engines[i]] = end
             exposed[i] += end - clock
             clock = end
+            lane[i] = engines[i]
+    begin[last:n] = clock + elapsed[last:n] - elapsed[last]
     clock += elapsed[n] - elapsed[last]
     for end, start in sorted(in_flight.values()):  # launched, never waited for: the step waits
         if end > clock:
@@ -105,7 +120,10 @@ def walk(
     per_engine: dict[str, float] = {}
     for engine, seconds in zip(engines[transfers], durations[transfers], strict=True):
         per_engine[engine] = per_engine.get(engine, 0.0) + float(seconds)
-    return Scheduled(float(clock), exposed, max([on_stream, *per_engine.values()]))
+    end_at = begin + durations
+    return Scheduled(
+        float(clock), exposed, max([on_stream, *per_engine.values()]), begin, end_at, lane
+    )
 
 
 def launches(opcode: str) -> bool:

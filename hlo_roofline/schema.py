@@ -185,6 +185,16 @@ COLUMNS: tuple[Column, ...] = (
        "the roofline: the likely reason ("
        + ", ".join(f"`{code}`" for code in XLA_GAPS if code != BELOW_MEMORY_FLOOR)
        + "), else empty", "verdict"),
+    _c("roof_flops_per_s", "float", "FLOP/s",
+       "the op's compute roof: `flops` ÷ the larger of `t_compute_s` and the per-op floor, the "
+       "rate its binding unit (`roof_unit`) reaches on this op; NaN without FLOPs", "verdict"),
+    _c("roof_bytes_per_s", "float", "B/s",
+       "the op's memory roof: `bytes_accessed` ÷ `t_memory_s`, the HBM bandwidth (VMEM's for "
+       "bytes XLA placed there); NaN without bytes", "verdict"),
+    _c("roof_unit", "text", "",
+       "the roof the op's predicted point lies on: its `compute_unit`, `floor` (held at the "
+       "chip's per-op floor), `hbm`, `vmem` (most of its memory time), `link` "
+       "(communication); empty for ops without time", "verdict"),
     # -- measured: the profiler join (measured.join, efficiency.add_efficiency) -----------------
     _c("measured_s", "float", "s", "median over steps of the op's time in one step", "measured"),
     _c("measured_p10_s", "float", "s", "10th percentile of that per-step time", "measured"),
@@ -222,6 +232,9 @@ BOOL_COLUMNS = names(dtype="bool")
 
 # The hint's fields beside its text (reports written before them have the text alone).
 HINT_FIELDS = ("hint_reason", "ridge_m", "ridge_k", "mxu_waste")
+# The roof behind each verdict (reports written before them lack them; faces show them where
+# present).
+ROOF_FIELDS = ("roof_flops_per_s", "roof_bytes_per_s", "roof_unit")
 # The codes of ``hint_reason`` (its column's meaning lists them; ``verdict.hint_text`` words
 # them); a report read back holds no other (``report.validate``).
 HINT_REASONS = (
@@ -381,6 +394,7 @@ SUMMARY_KEYS: tuple[str, ...] = tuple(Summary.__annotations__)
 # not see no measurement. Every other numeric cell of a report holds a finite number.
 NULLABLE_COLUMNS: frozenset[str] = frozenset({
     "intensity", "ridge_m", "ridge_k", "mxu_waste", "xla_cycles", "xla_estimate_s",
+    "roof_flops_per_s", "roof_bytes_per_s",
     *(c.name for c in COLUMNS if c.layer == "measured"),
 })  # fmt: skip
 # Numeric columns that are a part of a whole.
@@ -388,7 +402,7 @@ FRACTION_COLUMNS: frozenset[str] = frozenset({"share"})
 # Columns a report judged on a chip cannot lack to be shown or gated: every verdict column but
 # the hint (free text, and its fields, which reports written before them lack).
 VERDICT_CORE: tuple[str, ...] = tuple(
-    c for c in VERDICT_COLUMNS if c != "hint" and c not in HINT_FIELDS
+    c for c in VERDICT_COLUMNS if c != "hint" and c not in HINT_FIELDS and c not in ROOF_FIELDS
 )
 # Summary keys that are numbers no smaller than 0 (seconds, bytes, FLOPs), and those that are
 # fractions of a whole.

@@ -611,6 +611,7 @@ def classify(
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm
     own_memory = t_memory  # at the op's own placement, no prefetch charged (XLA's view)
+    t_vmem = np.zeros(len(ops))  # the part of t_memory spent on VMEM bytes
     vmem_bandwidth = _vmem_bandwidth(chip)
     if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
         vmem = ops["vmem_bytes"].to_numpy(dtype=float)
@@ -622,7 +623,8 @@ def classify(
             moved = np.minimum(moved, vmem)
             hbm_bytes, vmem = hbm_bytes + moved, vmem - moved
             hbm_bytes[is_prefetch] = vmem[is_prefetch] = 0.0  # counted once, in its readers
-        t_memory = hbm_bytes / hbm + vmem / vmem_bandwidth
+        t_vmem = vmem / vmem_bandwidth
+        t_memory = hbm_bytes / hbm + t_vmem
     t_comm, topology = _comm_times(ops, chip, topology)
     times = np.stack([t_compute, t_memory, t_comm])
     # an op takes at least the chip's per-op floor; its bound is the unit that would set it above
@@ -634,20 +636,7 @@ def classify(
     bound[no_rate] = "unknown"
     step = float(t_roofline.sum())
     is_collective = ops["collective"].to_numpy() != ""
-    waits_for = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
-    # On a TPU torus a collective's device group names the links it uses (another mesh axis is
-    # another ring of links); a GPU's collectives share its NVLink and network ports.
-    links = (
-        ops["replica_group"].to_numpy() if chip.kind == "tpu" and "replica_group" in ops else None
-    )
-    scheduled = schedule.walk(
-        ops["name"].to_numpy(),
-        ops["opcode"].to_numpy(),
-        waits_for,
-        is_collective,
-        t_roofline,
-        links,
-    )
+    scheduled = walk_schedule(ops, chip.kind, t_roofline)
     with np.errstate(divide="ignore", invalid="ignore"):  # seconds per byte this op moves
         per_byte = np.where(data > 0, t_memory / data, 1 / hbm)
     ops = ops.assign(
@@ -667,6 +656,7 @@ def classify(
         ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding, own_memory
     )
     ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip, padding))
+    ops = ops.assign(**_roof_columns(ops, t_compute, t_memory, t_vmem, floors, flops, data))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
     upper = float(np.maximum(times.sum(axis=0), floors).sum())
     summary = _summary(ops, chip, step, upper, scheduled.least_s)
@@ -685,6 +675,55 @@ def classify(
         **model_flops_summary(float(flops.sum()), model_flops, chip, scheduled.step_s),
     )
     return ops, summary
+
+
+def walk_schedule(ops: pd.DataFrame, kind: str, t_roofline: np.ndarray) -> schedule.Scheduled:
+    """The step as scheduled (:func:`hlo_roofline.schedule.walk`) for ops on a chip of ``kind``.
+
+    On a TPU torus a collective's device group names the links it uses (another mesh axis is
+    another ring of links); a GPU's collectives share its NVLink and network ports."""
+    waits_for = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
+    links = ops["replica_group"].to_numpy() if kind == "tpu" and "replica_group" in ops else None
+    return schedule.walk(
+        ops["name"].to_numpy(),
+        ops["opcode"].to_numpy(),
+        waits_for,
+        ops["collective"].to_numpy() != "",
+        t_roofline,
+        links,
+    )
+
+
+def _roof_columns(
+    ops: pd.DataFrame,
+    t_compute: np.ndarray,
+    t_memory: np.ndarray,
+    t_vmem: np.ndarray,
+    floors: np.ndarray,
+    flops: np.ndarray,
+    data: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The roof behind each verdict, so a face draws it without arithmetic on the model: the
+    FLOP/s the op's compute side reaches (its binding unit, or the per-op floor where that holds
+    it), the bandwidth its bytes move at, and the unit whose roof its point lies on. A predicted
+    point (intensity, flops ÷ ``t_roofline_s``) lies on min(compute roof, intensity × memory
+    roof) unless its link time sets it."""
+    held = np.maximum(t_compute, floors)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        roof_flops = np.where((flops > 0) & (held > 0), flops / held, np.nan)
+        roof_bytes = np.where((data > 0) & (t_memory > 0), data / t_memory, np.nan)
+    bound = ops["bound"].to_numpy()
+    on_floor = (floors > 0) & (floors >= ops["t_roofline_s"].to_numpy(dtype=float)) & (
+        floors > np.maximum(t_compute, t_memory)
+    )
+    memory = np.where(t_vmem > t_memory - t_vmem, "vmem", "hbm")
+    unit = np.select(
+        [bound == "none", on_floor, bound == "compute", bound == "memory",
+         bound == "communication"],
+        ["", "floor", ops["compute_unit"].to_numpy(dtype=object), memory, "link"],
+        "",
+    ).astype(object)  # fmt: skip
+    return {"roof_flops_per_s": roof_flops, "roof_bytes_per_s": roof_bytes, "roof_unit": unit}
 
 
 LOOP_FIELDS = ("parent", "trip_count", "iterations", "ops", "flops", "bytes_accessed",

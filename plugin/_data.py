@@ -10,6 +10,7 @@ import os
 import threading
 from collections import OrderedDict
 
+import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips
@@ -17,7 +18,15 @@ from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.logdir import REPORT_JSON
-from hlo_roofline.report import Report, ReportError, ReportMissingError, function_of, scope_of
+from hlo_roofline.report import (
+    Report,
+    ReportError,
+    ReportMissingError,
+    function_of,
+    lane_title,
+    scope_of,
+)
+from hlo_roofline.schedule import STREAM
 from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
@@ -27,21 +36,70 @@ __all__ = [
     "check",
     "chip_list",
     "compare",
+    "constants",
     "load",
     "report_csv",
     "report_json",
     "rollup",
+    "timeline",
 ]
 
-_CACHE_SIZE = 8  # (report file, chip) entries; a 20k-op report is a few MB of JSON
+# (report file, chip) entries, kept while their JSON text totals at most _CACHE_CHARS: a logdir of
+# many runs (which the run check reads one by one) never evicts the big report the tab shows, and
+# a 20k-op report (~20 MB of JSON) is parsed once, not once per request.
+_CACHE_SIZE = 256
+_CACHE_CHARS = 400_000_000
 _cache: OrderedDict[tuple, tuple[dict, str, Report, dict]] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
 
 
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
+def _gfile():
+    from tensorboard.compat import tf
+
+    return tf.io.gfile
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if _remote(directory) else os.path.join(directory, name)
+
+
 def _stamp(path: str) -> tuple:
+    """A file's identity: a rewrite (write_tensorboard replaces the file) is a new one. A remote
+    file's is its length, all TensorBoard's gfile gives (FileNotFoundError where it is gone)."""
+    if _remote(path):
+        from tensorboard import errors as tb_errors
+
+        try:
+            return (_gfile().stat(path).length,)
+        except (tb_errors.NotFoundError, OSError) as exc:
+            raise FileNotFoundError(path) from exc
     st = os.stat(path)
     return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _read(path: str) -> Report:
+    """``Report.read`` of a local file; a remote one's text through TensorBoard's gfile, read the
+    same way (its errors are ReportErrors)."""
+    if not _remote(path):
+        return Report.read(path)
+    import json
+
+    try:
+        with _gfile().GFile(path, "r") as f:
+            text = f.read()
+    except Exception as exc:
+        raise ReportError(f"cannot read report {path}: {exc}") from None
+    try:
+        return Report.from_dict(json.loads(text))
+    except ReportError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise ReportError(f"{path} is not a readable hlo_roofline report ({exc})") from None
 
 
 def chip_list() -> list[dict]:
@@ -52,18 +110,66 @@ def chip_list() -> list[dict]:
 # The verdict columns a judged report must have for the tab to draw it: the hint's fields are
 # shown where present (reports written before them have the hint text alone).
 
-# What the tab groups the op table by (see rollup); the payload carries each op's value of each.
-GROUPINGS = ("user_source", "user_function", "scope")
+# What the tab groups the op table by (see rollup), with the label the tab shows; the payload
+# carries each op's value of each.
+GROUPING_LABELS = {"user_source": "user line", "user_function": "function", "scope": "scope"}
+GROUPINGS = tuple(GROUPING_LABELS)
+NONE_COLOR = "#a8a8a8"  # ops with no time: grey, beside the plot's palette
+# The memory-fit verdicts' colours: green fits, amber tight, red does not fit.
+FIT_COLORS = {"fits": "#2e9d57", "tight": "#e0a21e", "unknown": "#8c7a6b", "does not fit": "#d6453d"}
+# What each roof_unit means, for the tab's legend and details (compute units: verdict's own).
+ROOF_UNITS = {
+    "floor": "the chip's per-op floor (a fixed overhead per op on the core)",
+    "hbm": "HBM bandwidth",
+    "vmem": "VMEM bandwidth (bytes XLA placed in VMEM)",
+    "link": "the links of its collective",
+}
+
+
+def constants() -> dict:
+    """What the tab would otherwise repeat in JavaScript: the bounds and their colours, the
+    groupings, the memory-fit colours and what each roof unit means."""
+    from hlo_roofline.plot import COLORS
+    from hlo_roofline.verdict import BOUNDS, COMPUTE_UNITS
+
+    return {
+        "bounds": list(BOUNDS),
+        "bound_colors": {**COLORS, "none": NONE_COLOR},
+        "groupings": GROUPING_LABELS,
+        "fit_colors": FIT_COLORS,
+        "roof_units": {**COMPUTE_UNITS, **ROOF_UNITS},
+    }
+
+
+def timeline(report_dir: str, chip: str | None = None) -> dict:
+    """The step as scheduled (``Report.timeline``): one row per op with time, its lane, begin,
+    end and exposed seconds, each lane's title, the step's length."""
+    report = load(report_dir, chip)[2]
+    if not report.chip:
+        raise ReportError("the report is not judged on a chip: choose one above")
+    frame = report.timeline()
+    kind = chips.get(report.chip).kind
+    lanes = sorted(set(frame["lane"]), key=lambda k: (k != STREAM, k))
+    return {
+        "step_s": report.summary.get("step_time_scheduled_s"),
+        "lanes": [{"lane": k, "title": lane_title(k, kind)} for k in lanes],
+        "columns": ["row", "lane", "begin_s", "end_s", "exposed_s", "exposed_from_s", "wait_from_s"],
+        "data": [
+            [int(r.row), r.lane, r.begin_s, r.end_s, r.exposed_s, r.exposed_from_s, r.wait_from_s]
+            for r in frame.itertuples(index=False)
+        ],
+    }
 
 
 def _derived(report: Report) -> dict[str, pd.Series]:
     """Each op's scope and user function, which the tab groups and filters by: they depend on the
     op's names, not on the chip, so every chip's entry of a run shares them."""
     ops, derived = report.ops, {}
-    if "op_name" in ops:
-        derived["scope"] = ops["op_name"].map(scope_of)
-    if "user_source" in ops:
-        derived["user_function"] = ops["user_source"].map(function_of)
+    for column, name, of in (("op_name", "scope", scope_of), ("user_source", "user_function", function_of)):
+        if column in ops:  # each distinct name once: ops share few of them
+            codes, uniques = pd.factorize(ops[column].fillna(""), sort=False)
+            values = np.array([of(u) for u in uniques] + [""], dtype=object)
+            derived[name] = pd.Series(values[codes], index=ops.index)
     return derived
 
 
@@ -77,25 +183,60 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     would otherwise draw an empty chart with "none" verdicts.
     """
     derived = None
+    as_written = None  # the file's own text, when the browser can take it as it is
     if key_chip is not None:
         try:
             _, _, report, derived = load(report_dir)
         except ReportError:  # not showable as written (no verdict columns), maybe once judged
-            report = Report.read(path)
+            report = _read(path)
         try:
             report = report.classify(chips.get(key_chip))
         except KeyError as exc:
             raise ReportError(f"cannot classify it: missing column {exc}") from None
     else:
-        report = Report.read(path)
+        as_written = _strict_text(path)
+        report = _read(path)  # the one reader: its validation, its errors
+        if as_written is not None and _stamp(path) != as_written[1]:
+            as_written = None  # rewritten between the two reads: serve what was validated
         if report.chip:
             missing = report.missing_verdicts()
             if missing:
                 raise ReportError(f"judged on {report.chip} but missing column(s) {missing}")
     if derived is None:
         derived = _derived(report)
-    payload = Report(report.ops.assign(**derived), report.summary, report.module).to_dict()
-    return payload, dumps(payload), report, derived
+    # Each op's scope and user function ride beside the report's columns ("derived"), so a report
+    # as written is served as its own file's text plus them: never turned into a payload and
+    # written out again (a second or more for a 20k-op report).
+    extra = dumps({k: v.tolist() for k, v in derived.items()})
+    if as_written is not None:
+        body = as_written[0].rstrip()
+        text = f'{body[:-1]},"derived":{extra}}}'
+        payload = {"summary": report.summary, "module": report.module}
+    else:
+        payload = report.to_dict()
+        text = f'{dumps(payload)[:-1]},"derived":{extra}}}'
+    return payload, text, report, derived
+
+
+def _strict_text(path: str) -> tuple[str, tuple] | None:
+    """The report file's text and stamp if the browser's JSON.parse takes it as it is: a JSON
+    object (not the CSV form) with no NaN or Infinity token (a file written by another tool may
+    have them; where either word appears at all, the report is written out again instead)."""
+    try:
+        stamp = _stamp(path)
+        if _remote(path):
+            with _gfile().GFile(path, "r") as f:
+                text = f.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+    except Exception:
+        return None  # Report.read says what is wrong
+    if not text.lstrip().startswith("{") or not text.rstrip().endswith("}"):
+        return None
+    if "NaN" in text or "Infinity" in text:
+        return None
+    return text, stamp
 
 
 def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, dict]:
@@ -108,7 +249,7 @@ def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, d
     long and as much memory). Raises ReportError for a corrupt file and UnknownChipError for an
     unknown chip.
     """
-    path = os.path.join(report_dir, REPORT_JSON)
+    path = _join(report_dir, REPORT_JSON)
     key_chip = chips.resolve(chip) if chip else None
     key = (path, _stamp(path), key_chip)
     with _lock:
@@ -125,7 +266,10 @@ def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, d
             if _stamp(path) == key[1]:  # not rewritten while we read it
                 with _lock:
                     _cache[key] = entry
-                    while len(_cache) > _CACHE_SIZE:
+                    while len(_cache) > 1 and (
+                        len(_cache) > _CACHE_SIZE
+                        or sum(len(e[1]) for e in _cache.values()) > _CACHE_CHARS
+                    ):
                         _cache.popitem(last=False)
             return entry
         finally:
@@ -139,7 +283,7 @@ _checked: dict[str, tuple[tuple, str | None]] = {}  # report file -> (stamp, err
 
 def check(report_dir: str) -> str | None:
     """Why a run's report cannot be shown (None if it can), remembered per file version."""
-    path = os.path.join(report_dir, REPORT_JSON)
+    path = _join(report_dir, REPORT_JSON)
     try:
         stamp = _stamp(path)
     except OSError as exc:

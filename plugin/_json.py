@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
+
+from hlo_roofline._json import json_safe
+
+_COMPACT = (",", ":")
 
 
 def dumps(value) -> str:
-    """``value`` as compact JSON, NaN and ±inf written as null."""
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        return json.dumps(_json_safe(value), allow_nan=False, separators=(",", ":"))
-
-
-def _json_safe(value):
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
+    """``value`` as compact JSON, NaN and ±inf written as null (``hlo_roofline._json`` owns how)."""
+    try:  # most payloads hold no NaN: skip the walk over every cell
+        return json.dumps(value, allow_nan=False, separators=_COMPACT)
+    except (ValueError, TypeError):
+        return json.dumps(json_safe(value), allow_nan=False, separators=_COMPACT)

@@ -34,13 +34,9 @@ TOP_RUN = "."
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 # Every file the frontend may load, served at ``/<name>``; nothing else under static/ is reachable.
-STATIC_FILES = {
-    "index.js": "text/javascript",
-    "chart.js": "text/javascript",
-    "table.js": "text/javascript",
-    "util.js": "text/javascript",
-    "style.css": "text/css",
-}
+_MODULES = ("index", "state", "url", "summary", "chart", "table", "cells", "groups", "details",
+            "compare", "timeline", "util")  # fmt: skip
+STATIC_FILES = {**{f"{name}.js": "text/javascript" for name in _MODULES}, "style.css": "text/css"}
 
 _MAX_RUN_CHARS = 1024
 _INACTIVE_RECHECK_S = 5.0  # a negative is_active() is re-checked at most this often
@@ -64,18 +60,48 @@ def _error(request, message: str, code: int):
     return _json_response(request, {"error": message}, code)
 
 
+def remote(path: str) -> bool:
+    """A logdir on another filesystem (``gs://``, ``s3://``, any fsspec URL): read through
+    TensorBoard's file API, ``tensorboard.compat.tf.io.gfile``."""
+    return "://" in path
+
+
+def gfile():
+    from tensorboard.compat import tf
+
+    return tf.io.gfile
+
+
 class RunIndex:
-    """Finds runs under one logdir and maps a run name to its report directory, safely."""
+    """Finds runs under one logdir and maps a run name to its report directory, safely.
+
+    A local logdir is walked with ``os`` (links resolved: nothing outside it is served); a remote
+    one (``gs://bucket/logs``) through TensorBoard's gfile, which has no links to follow."""
 
     def __init__(self, logdir: str) -> None:
         self.logdir = logdir or ""
-        self.root = os.path.realpath(self.logdir) if self.logdir else ""
+        self.remote = remote(self.logdir)
+        if self.remote:
+            self.root = self.logdir.rstrip("/")
+        else:
+            self.root = os.path.realpath(self.logdir) if self.logdir else ""
+
+    def _walk(self):
+        if self.remote:
+            if not gfile().isdir(self.root):
+                return
+            yield from gfile().walk(self.root)
+            return
+        if not self.root or not os.path.isdir(self.root):
+            return
+        yield from os.walk(self.root)
 
     def iter_runs(self):
         """Run names in walk order (lazy, so "is there any run?" stops at the first)."""
-        if not self.root or not os.path.isdir(self.root):
-            return
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        for dirpath, dirnames, filenames in self._walk():
+            if self.remote:
+                dirpath = dirpath.rstrip("/")
+                dirnames[:] = [d.rstrip("/") for d in dirnames]
             dirnames.sort()
             if (
                 os.path.basename(dirpath) == PLUGIN_NAME
@@ -83,7 +109,10 @@ class RunIndex:
                 and REPORT_JSON in filenames
             ):
                 run_dir = os.path.dirname(os.path.dirname(dirpath))
-                yield os.path.relpath(run_dir, self.root).replace(os.sep, "/")
+                if self.remote:
+                    yield run_dir[len(self.root) :].strip("/") or TOP_RUN
+                else:
+                    yield os.path.relpath(run_dir, self.root).replace(os.sep, "/")
                 dirnames[:] = []  # nothing below a report directory is a run
 
     def runs(self) -> list[str]:
@@ -103,7 +132,7 @@ class RunIndex:
         """
         parts = recorded.replace("\\", "/").split("/")
         found = {"recorded": os.path.basename(recorded), "run": None, "host": None}
-        if len(parts) < 4 or parts[-4:-2] != ["plugins", "profile"] or not self.root:
+        if len(parts) < 4 or parts[-4:-2] != ["plugins", "profile"] or not self.root or self.remote:
             return found
         session, name = parts[-2], parts[-1]
         tail = os.path.join("plugins", "profile", session, name)
@@ -131,6 +160,11 @@ class RunIndex:
         if not self.root:
             raise NotFound("no logdir")
         rel = [] if run == TOP_RUN else parts
+        if self.remote:
+            path = "/".join([self.root, *rel, "plugins", PLUGIN_NAME])
+            if not gfile().exists(f"{path}/{REPORT_JSON}"):
+                raise NotFound(f"no report for run {run!r}")
+            return path
         path = os.path.realpath(os.path.join(self.root, *rel, "plugins", PLUGIN_NAME))
         # A linked directory, report.json or report.csv would serve whatever it points at.
         files = (path, os.path.join(path, REPORT_JSON), os.path.join(path, REPORT_CSV))
@@ -153,11 +187,18 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext) -> None:
+    def __init__(self, context: base_plugin.TBContext, warm: bool = True) -> None:
         self._index = RunIndex(context.logdir)
         self._active = False
         self._checked_at = -math.inf
         self._lock = threading.Lock()
+        # The report reader (pandas, hlo_roofline) is imported beside TensorBoard's start, and the
+        # run the tab shows first is read: a cold server's first paint waits for neither.
+        self.warmed = threading.Thread(
+            target=_warm, args=(self._index,), name="hlo_roofline-warm", daemon=True
+        )
+        if warm:
+            self.warmed.start()
 
     # -- TBPlugin ---------------------------------------------------------------------------
 
@@ -193,6 +234,8 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
                 "/csv": self._serve_csv,
                 "/compare": self._serve_compare,
                 "/rollup": self._serve_rollup,
+                "/timeline": self._serve_timeline,
+                "/constants": self._serve_constants,
             }
         )
         return apps
@@ -302,6 +345,21 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
 
         return self._guarded(request, answer)
 
+    @wrappers.Request.application
+    def _serve_timeline(self, request):
+        """The run's step as scheduled: each op's lane, begin, end and exposed part."""
+
+        def answer(_data):
+            path = self._index.report_dir(request.args.get("run"))
+            return _json_response(request, _data.timeline(path, _chip_param(request)))
+
+        return self._guarded(request, answer)
+
+    @wrappers.Request.application
+    def _serve_constants(self, request):
+        """Bounds, colours, groupings and unit meanings: the server's, never repeated in JS."""
+        return self._guarded(request, lambda _data: _json_response(request, _data.constants()))
+
     def _guarded(self, request, answer):
         """Run ``answer(_data)``; turn every failure into a JSON error for this request only."""
         from hlo_roofline_tensorboard import _data
@@ -329,6 +387,19 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
             if path:
                 text = text.replace(path, "<logdir>")
         return text
+
+
+def _warm(index: RunIndex) -> None:
+    """Import the report reader and read the first run's report (the one the tab opens on) into
+    its cache. Best effort: any failure is the first request's to report."""
+    try:
+        from hlo_roofline_tensorboard import _data
+
+        first = next(iter(index.runs()), None)
+        if first is not None:
+            _data.load(index.report_dir(first))
+    except Exception:
+        logger.debug("hlo_roofline: warming the report reader failed", exc_info=True)
 
 
 class HloRooflineLoader(base_plugin.TBLoader):

@@ -233,3 +233,54 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+def screenshot_docs(out_dir: Path = ROOT / "docs" / "img") -> list[Path]:
+    """docs/tensorboard.md's screenshots: the tab on the demo's v5e and H100 runs, the FSDP step
+    sharded over four v5p chips (with its timeline open) and a measured run; each with an op
+    selected, so its own roof is drawn (its most FLOPs; on v5p its longest op, a collective).
+
+    ``PYTHONPATH=.:<dir linking hlo_roofline_tensorboard> python tests/tb_helpers.py``
+    """
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="tab_docs"))
+    runs = {
+        "tab_v5e": lambda: fixture_report("gpt_tiny", "tpu_v5e", "v5e"),
+        "tab_h100": lambda: fixture_report("gpt_tiny", "h100", "h100-sxm"),
+        "tab_v5p_sharded": lambda: fixture_report("fsdp_train_step", "tpu_v5p", "v5p"),
+        "tab_measured": lambda: measured_report(root / "tab_measured"),
+    }
+    chosen = {}
+    for run, make in runs.items():
+        report = make()
+        report.write_tensorboard(root, run)
+        ops = report.ops[report.ops["t_roofline_s"] > 0]
+        key = "t_roofline_s" if run == "tab_v5p_sharded" else "flops"
+        chosen[run] = ops.sort_values(key).iloc[-1]["name"]
+    written = []
+    with tensorboard(root) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for run in runs:
+            page.goto(f"{url}/data/plugin_entry.html?name=hlo_roofline&run={run}")
+            page.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for(timeout=60_000)
+            page.locator("#hr-search").fill(chosen[run])
+            page.locator(f'.hr-body .hr-row:has([data-key="name"]:text-is("{chosen[run]}"))').click()
+            page.locator("#hr-search").fill("")
+            page.wait_for_timeout(400)  # the search box settles (debounced), no point drawn faint
+            target = ".hr-main"
+            if run == "tab_v5p_sharded":
+                page.locator("#hr-timeline summary").click()
+                page.locator('#hr-timeline[data-state="ready"]').wait_for()
+                target = ".hr-content"
+            path = out_dir / f"{run}.png"
+            if target == ".hr-content":
+                page.locator(".hr-ops").evaluate("e => e.hidden = true")
+            page.locator(target).screenshot(path=str(path))
+            written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for path in screenshot_docs():
+        print(path)

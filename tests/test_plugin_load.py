@@ -284,7 +284,7 @@ def run_jobs(run: str, chip: str | None) -> list[tuple[str, Check]]:
 
 
 def test_concurrent_mixed_requests_answer_each_their_own_run(server):
-    """300 requests from 24 threads, the first ones on a cold server: all right, no cross-talk."""
+    """300+ requests from 24 threads, the first ones on a cold server: all right, no cross-talk."""
     from hlo_roofline import chips
 
     def runs_check(r: Response) -> str | None:
@@ -325,7 +325,7 @@ def test_concurrent_mixed_requests_answer_each_their_own_run(server):
         jobs.append((route("compare", run, other=other), compare_check(run, other)))
         jobs += [(f"{PREFIX}/runs", runs_check), (f"{PREFIX}/chips", chips_check)]
         jobs += [(f"{PREFIX}/{name}", static_check(name)) for name in tb_plugin.STATIC_FILES]
-    assert len(jobs) == 300
+    assert len(jobs) >= 300  # one more per static file
     failures = hammer(server, jobs)
     assert not failures, f"{len(failures)} of {len(jobs)} failed:\n" + "\n".join(failures[:8])
 

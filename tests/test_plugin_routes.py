@@ -58,8 +58,26 @@ def logdir(tmp_path_factory):
     return root
 
 
-def make_plugin(logdir) -> tb_plugin.HloRooflinePlugin:
-    return tb_plugin.HloRooflineLoader().load(base_plugin.TBContext(logdir=str(logdir)))
+def make_plugin(logdir, warm: bool = False) -> tb_plugin.HloRooflinePlugin:
+    """The plugin as TensorBoard loads it; without the start-up read of the first run unless
+    ``warm`` (tests that count or race reads see only their own)."""
+    return tb_plugin.HloRooflinePlugin(base_plugin.TBContext(logdir=str(logdir)), warm=warm)
+
+
+def test_the_first_run_is_read_as_the_plugin_starts(tmp_path):
+    """TensorBoard's loader starts the plugin warm: the first run's report is in the cache before
+    any request asks for it (a cold first paint does not wait for its parse)."""
+    from hlo_roofline_tensorboard import _data
+
+    for run in ("a_first", "b_second"):
+        fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, run)
+    plugin = tb_plugin.HloRooflineLoader().load(base_plugin.TBContext(logdir=str(tmp_path)))
+    plugin.warmed.join(60)
+    cached = {key[0] for key in _data._cache}
+    first = str(tmp_path / "a_first" / "plugins" / "hlo_roofline" / "report.json")
+    second = str(tmp_path / "b_second" / "plugins" / "hlo_roofline" / "report.json")
+    assert os.path.realpath(first) in {os.path.realpath(k) for k in cached}
+    assert os.path.realpath(second) not in {os.path.realpath(k) for k in cached}
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +144,14 @@ def test_static_assets(client):
         assert response.headers["Content-Type"].startswith(kind)
         assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert "export function render()" in client.get(f"{PREFIX}/index.js").get_data(as_text=True)
+    # every module a served script imports is served too (a missing one is a blank tab)
+    static = tb_plugin.STATIC_DIR
+    imported = {
+        m for f in static.glob("*.js") for m in re.findall(r'from "\./([\w.-]+)"', f.read_text())
+    }
+    assert imported <= set(tb_plugin.STATIC_FILES), imported - set(tb_plugin.STATIC_FILES)
+    for name in imported:
+        assert client.get(f"{PREFIX}/{name}").status_code == 200
     assert client.get(f"{PREFIX}/plugin.py").status_code == 404
     assert client.get(f"{PREFIX}/static/../plugin.py").status_code == 404
 
@@ -193,13 +219,13 @@ def test_symlink_out_of_the_logdir_is_refused(tmp_path):
 def test_report_is_the_written_report(client, logdir):
     body = get_json(client, "/report?run=mlp/v5e")
     expected = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json").to_dict()
-    # plus each op's scope and user function (what the tab groups by), from hlo_roofline.report
-    assert body["columns"] == [*expected["columns"], "scope", "user_function"]
-    n = len(expected["columns"])
-    assert [row[:n] for row in body["data"]] == _strict_json(json.dumps(expected["data"]))
+    # plus each op's scope and user function (what the tab groups by), from hlo_roofline.report,
+    # beside the report's own columns
+    assert body["columns"] == expected["columns"]
+    assert body["data"] == _strict_json(json.dumps(expected["data"]))
     ops = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json").ops
-    assert [row[n] for row in body["data"]] == [scope_of(x) for x in ops["op_name"]]
-    assert [row[n + 1] for row in body["data"]] == [function_of(x) for x in ops["user_source"]]
+    assert body["derived"]["scope"] == [scope_of(x) for x in ops["op_name"]]
+    assert body["derived"]["user_function"] == [function_of(x) for x in ops["user_source"]]
     assert body["summary"]["chip"] == "v5e"
     assert {"step_time_lower_s", "step_time_upper_s", "mfu_upper_bound", "roofs"} <= set(
         body["summary"]
@@ -458,22 +484,29 @@ def test_rollup_rejects_other_keys_and_old_reports(client, logdir):
 def test_report_payload_carries_scope_and_user_function(client):
     body = get_json(client, "/report?run=mlp/v5e")
     columns = body["columns"]
-    assert {"user_source", "call_stack", "scope", "user_function"} <= set(columns)
+    assert {"user_source", "call_stack"} <= set(columns)
+    assert {"scope", "user_function"} == set(body["derived"])
+    assert all(len(v) == len(body["data"]) for v in body["derived"].values())
     stack = columns.index("call_stack")
     assert all(0 <= row[stack] < len(body["call_stacks"]) for row in body["data"])
 
 
-def test_one_palette_for_the_tab_and_the_plot():
-    """The tab's bound colours are the PNG/SVG plot's, and the stylesheet defines none of its own."""
+def test_one_palette_for_the_tab_and_the_plot(client):
+    """The tab's bound colours are the PNG/SVG plot's, sent by the server; neither the scripts nor
+    the stylesheet define one of their own."""
     from pathlib import Path
 
     from hlo_roofline.plot import COLORS
+    from hlo_roofline.verdict import BOUNDS
 
+    constants = get_json(client, "/constants")
+    assert {b: constants["bound_colors"][b] for b in COLORS} == COLORS
+    assert constants["bounds"] == list(BOUNDS)
     static = Path(tb_plugin.__file__).parent / "static"
-    util = (static / "util.js").read_text()
-    block = util[util.index("export const BOUND_COLORS") :].split("};")[0]
-    tab = dict(re.findall(r"(\w+): \"(#[0-9a-f]{6})\"", block))
-    assert {bound: tab[bound] for bound in COLORS} == COLORS
+    owned = {*constants["bound_colors"].values(), *constants["fit_colors"].values()}
+    for script in static.glob("*.js"):
+        text = script.read_text().lower()
+        assert not [c for c in owned if c.lower() in text], script.name
     assert not re.search(
         r"--hr-(compute|memory|communication|unknown|none):", (static / "style.css").read_text()
     )
@@ -495,3 +528,20 @@ def test_a_run_deleted_while_served_is_404(tmp_path, monkeypatch, caplog):
         assert "gone" in body["error"]
         fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "gone")
     assert "Traceback" not in caplog.text
+
+
+def test_a_report_written_before_the_free_text_and_roof_columns_is_shown(tmp_path):
+    """A judged report without `hint` (free text) or the roof columns (written before them) is
+    shown, not refused as corrupt; its timeline is the schedule of its own times."""
+    report = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
+    for column in ("hint", "roof_flops_per_s", "roof_bytes_per_s", "roof_unit"):
+        report = without_column(report, column)
+    report.write_tensorboard(tmp_path, "old")
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    body = get_json(c, "/report?run=old")
+    assert "hint" not in body["columns"] and "roof_unit" not in body["columns"]
+    assert get_json(c, "/run_errors") == {}
+    timeline = get_json(c, "/timeline?run=old")
+    timed = report.ops[report.ops["t_roofline_s"] > 0]
+    assert sorted(row[0] for row in timeline["data"]) == sorted(timed.index)
+    assert timeline["step_s"] == pytest.approx(report.summary["step_time_scheduled_s"])

@@ -21,6 +21,7 @@ from hlo_roofline.cli._common import (
     input_errors,
     model_flops_option,
     no_cache_option,
+    output_errors,
     output_options,
     pyproject_user_packages,
     regex_callback,
@@ -55,6 +56,14 @@ from hlo_roofline.cli._common import (
 @no_cache_option
 @user_package_option
 @model_flops_option
+@click.option(
+    "--trace-out",
+    "trace_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="Also write the step as scheduled as Chrome trace-event JSON (open it in Perfetto or "
+    "XProf's trace viewer).",
+)
 def analyze(
     entry,
     chip,
@@ -72,6 +81,7 @@ def analyze(
     no_cache,
     user_packages,
     model_flops,
+    trace_path,
 ):
     """Compile a JAX step and print its per-op roofline.
 
@@ -87,6 +97,7 @@ def analyze(
       $ hlo-roofline analyze steps.py:matmul_step --chip v5e
       $ hlo-roofline analyze steps.py:matmul_step --target v5e:2x2 --json large.json --top 3
       $ hlo-roofline analyze steps.py:elementwise_step --chip v5e --format csv
+      $ hlo-roofline analyze steps.py:matmul_step --chip v5e --trace-out step.trace.json
     """
     check_run(logdir, run)
     report = compile_entry(
@@ -95,6 +106,12 @@ def analyze(
     if model_flops is not None:
         report = report.with_model_flops(model_flops)
     name = entry.rpartition(":")[2]
+    if trace_path is not None:
+        if report.chip is None:
+            raise click.UsageError("--trace-out needs a chip to schedule on: pass --chip")
+        with output_errors(trace_path):
+            report.to_trace(trace_path)
+        click.echo(f"wrote {trace_path}", err=True)
     emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
 
 

@@ -1,6 +1,9 @@
 // Log-log roofline chart: the chip's roofs and ridges, one point per op with a nonzero predicted
 // time (colored by bound, area ∝ time share); in a measured run also the attained point of each op
 // (FLOPs ÷ measured time, at the same intensity), joined to its predicted point by a line.
+// The selected (or hovered) op's own roof is drawn over it: its compute roof (the rate of the unit
+// that binds it — MXU, VPU, vector loop, XLU, EUP — or the per-op floor) and its memory roof, the
+// server's roof_* columns; every predicted point lies on its own roof unless its link time sets it.
 //
 // x = arithmetic intensity (FLOP/byte), y = FLOP/s (FLOPs ÷ time). Ops without FLOPs (or bytes)
 // have no place on log axes: they sit in a strip of their own at the left ("no FLOPs"), placed by
@@ -118,6 +121,7 @@ export class RooflineChart {
     this.canvas.hloPoints = () => this.points.map(exportPoint);
     this.canvas.hloMeasured = () => this.measured.map(exportPoint);
     this.canvas.hloLayout = () => this._layout;
+    this.canvas.hloOwnRoof = () => this._ownRoof;
     this.canvas.hloHover = (x, y) => this.hoverAt({ x, y });
     this._resize = new ResizeObserver(() => this.draw());
     this._resize.observe(this.wrap);
@@ -219,7 +223,7 @@ export class RooflineChart {
         roofs.push({
           labels: [dtype],
           peak: roof.peak_flops,
-          ridge: roof.critical_intensity || (bw ? roof.peak_flops / bw : null),
+          ridge: roof.critical_intensity, // the server's (none drawn where it has none)
         });
       }
     }
@@ -279,6 +283,7 @@ export class RooflineChart {
       grid: color("--hr-grid", "#e4e4e4"),
       muted: color("--hr-muted", "#777"),
       bg: color("--hr-bg", "#fff"),
+      accent: color("--hr-accent", "#f57c00"),
     };
     const { fg, grid, muted } = this.colors;
     ctx.clearRect(0, 0, width, HEIGHT);
@@ -559,7 +564,7 @@ export class RooflineChart {
     const edge = [...this.points, ...measured].filter((p) => p.out);
     drawGroup(edge, (c, p) => triangle(c, p.px, p.py, p.out, 5));
 
-    this._geom = { plot, strip, X, Y };
+    this._geom = { plot, strip, X, Y, xs: [kx0, kx1] };
     this._layout = {
       width,
       height: HEIGHT,
@@ -589,6 +594,8 @@ export class RooflineChart {
       ctx.stroke();
     };
     if (this.hover) ring(this.hover, this.hover.r + 3, fg, 1.5);
+    const own = this.byRow.get(this.hover && this.hover.kind === "predicted" ? this.hover.row : this.selected);
+    this._ownRoof = own ? this._drawOwnRoof(ctx, own.predicted) : null;
     const entry = this.byRow.get(this.selected);
     if (entry) {
       const p = entry.predicted;
@@ -605,6 +612,46 @@ export class RooflineChart {
       ring(p, p.r + 3, "#111", 3);
       ring(p, p.r + 5, "#ffd400", 2);
     }
+  }
+
+  /** The op's own roof, min(compute roof, intensity × memory roof), over the plot; labelled with
+   * its unit. Returns what was drawn (for tests), or null where the op has no roof on the axes. */
+  _drawOwnRoof(ctx, p) {
+    const m = this.model;
+    if (!m || p.strip || !m.has("roof_unit")) return null;
+    const unit = m.get(p.row, "roof_unit");
+    const flops = m.get(p.row, "roof_flops_per_s");
+    const bytes = m.get(p.row, "roof_bytes_per_s");
+    if (!unit || !(flops > 0 || bytes > 0)) return null;
+    const { plot, X, Y, xs } = this._geom;
+    const roof = (x) => Math.min(flops > 0 ? flops : Infinity, bytes > 0 ? x * bytes : Infinity);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(plot.left, plot.top, plot.right - plot.left, plot.bottom - plot.top);
+    ctx.clip();
+    // a link-bound op sits below both roofs (its time is its collective's): no line, its label
+    if (unit !== "link") {
+      ctx.setLineDash([7, 3]);
+      ctx.lineWidth = 2;
+      ctx.strokeStyle = this.colors.accent;
+      ctx.beginPath();
+      const steps = 96;
+      for (let i = 0; i <= steps; i++) {
+        const x = 10 ** (xs[0] + ((xs[1] - xs[0]) * i) / steps);
+        if (i === 0) ctx.moveTo(X(x), Y(roof(x)));
+        else ctx.lineTo(X(x), Y(roof(x)));
+      }
+      ctx.stroke();
+    }
+    ctx.setLineDash([]);
+    ctx.font = FONT;
+    ctx.fillStyle = this.colors.accent;
+    ctx.textAlign = p.px > (plot.left + plot.right) / 2 ? "right" : "left";
+    ctx.textBaseline = "bottom";
+    const label = unit === "link" ? "its time: link (its collective)" : `its roof: ${unit}`;
+    ctx.fillText(label, p.px + (ctx.textAlign === "left" ? 8 : -8), Math.max(plot.top + 12, p.py - p.r - 4));
+    ctx.restore();
+    return { row: p.row, unit, flops, bytes, label };
   }
 
   _buildLegend(edge, range) {
@@ -648,11 +695,29 @@ export class RooflineChart {
       ...(clipped ? [clipped] : []),
     );
     this.canvas.dataset.outside = String(edge.length);
+    const units = {};
+    if (this.model && this.model.has("roof_unit"))
+      for (const p of this.points) {
+        const u = this.model.get(p.row, "roof_unit");
+        if (u) units[u] = (units[u] || 0) + 1;
+      }
+    const onRoofs = Object.entries(units)
+      .sort((a, b) => b[1] - a[1])
+      .map(([u, n]) => `${u} ${n}`)
+      .join(" · ");
     this.note.textContent =
-      "Ridges on the chart: each roof's peak ÷ HBM bandwidth. An op's own ridge (in its " +
-      "details) is its peak ÷ the bandwidth its bytes move at — higher where XLA keeps them " +
-      "in VMEM — so it can differ from the roof's.";
+      "Solid roofs: the matrix unit's peak per dtype and HBM (dashed: VMEM). Each point lies on " +
+      "its own roof — the unit that binds it, or the per-op floor — drawn (dashed, orange) for " +
+      "the selected or hovered op" +
+      (onRoofs ? `. Points per roof: ${onRoofs}.` : ".");
+    this.note.dataset.units = JSON.stringify(units);
     this.note.hidden = !this.points.length;
+    if (this.model && !this.model.has("t_roofline_s")) {
+      this.note.textContent =
+        "This report is not judged on a chip, so it has no roofline: choose a chip above.";
+      this.note.hidden = false;
+      this.note.dataset.unjudged = "1";
+    } else delete this.note.dataset.unjudged;
   }
 
   _xy(event) {
@@ -753,6 +818,7 @@ export class RooflineChart {
         !this.isShown(p.row) ? el("div", { className: "hr-k", text: "hidden by the table's filters" }) : null,
         line("opcode", g("opcode")),
         line("bound", g("bound")),
+        m.has("roof_unit") ? line("on the roof of", g("roof_unit")) : null,
         line("op_name", g("op_name")),
         line("source", g("source")),
         line("FLOPs", fmtSI(g("flops"))),
@@ -775,7 +841,7 @@ export class RooflineChart {
 }
 
 function exportPoint(p) {
-  return { row: p.row, x: p.px, y: p.py, r: p.r, bound: p.bound, out: p.out, strip: p.strip, kind: p.kind };
+  return { row: p.row, x: p.px, y: p.py, r: p.r, bound: p.bound, out: p.out, strip: p.strip, kind: p.kind, value_x: p.x, value_y: p.y };
 }
 
 /** A triangle at (x, y) pointing out of the plot through the edge `out`. */

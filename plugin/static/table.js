@@ -3,16 +3,35 @@
 // columns: [{key, label, width (CSS grid track), fit (strings the column must show whole: its
 //            width is measured from them and the label), num (right-aligned, numeric sort),
 //            value(id) -> sort value, text(id) -> displayed string, tip(id) -> tooltip (default:
-//            the text), cls(id) -> extra class}]
+//            the text), cls(id) -> extra class, middle (a long text is cut in its middle where
+//            the column is too narrow: its end, which tells rows apart, stays; the cell holds
+//            the whole text, shown on hover)}]
 // Rows are opaque ids (row indices of the report); the caller supplies the filtered id list.
 // Keyboard: the body is focusable; ↑/↓, PgUp/PgDn, Home/End move the selection.
 
 import { el } from "./util.js";
 
+/** Cut an overflowing cell in its middle: the cell keeps its whole text (what is read, copied
+ * and searched); the browser ends it in "…" before a right padding that shows its tail. */
+function cutMiddle(cell, ctx) {
+  if (cell.scrollWidth <= cell.clientWidth) return;
+  const text = cell.textContent;
+  const style = getComputedStyle(cell);
+  ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  // the tail: at most 16 characters, 40% of the text, and 45% of the cell
+  let n = Math.min(16, Math.floor(text.length * 0.4));
+  while (n > 3 && ctx.measureText(text.slice(text.length - n)).width > 0.45 * cell.clientWidth) n--;
+  const tail = text.slice(text.length - n);
+  cell.dataset.tail = tail;
+  cell.style.paddingRight = `${Math.ceil(ctx.measureText(tail).width) + 8}px`;
+}
+
 export class VirtualTable {
-  constructor(container, columns, { rowHeight = 26, height = 420, onSelect, sort, label }) {
+  constructor(container, columns, { rowHeight = 26, height = 420, onSelect, onActivate, sort, label }) {
     this.rowHeight = rowHeight;
     this.onSelect = onSelect || (() => {});
+    // onActivate (optional): a click or Enter on a row; the arrows then only move (onSelect)
+    this.onActivate = onActivate || this.onSelect;
     this.sort = sort || { key: columns[0].key, dir: 1 };
     this.ids = [];
     this.position = new Map();
@@ -153,7 +172,11 @@ export class VirtualTable {
     if (step !== undefined) next = pos < 0 ? 0 : Math.min(this.ids.length - 1, Math.max(0, pos + step));
     else if (event.key === "Home") next = 0;
     else if (event.key === "End") next = this.ids.length - 1;
-    else return;
+    else if (event.key === "Enter" && this.selected >= 0 && this.position.has(this.selected)) {
+      event.preventDefault();
+      this.onActivate(this.selected);
+      return;
+    } else return;
     event.preventDefault();
     this.onSelect(this.ids[next]);
   }
@@ -179,7 +202,7 @@ export class VirtualTable {
       const row = el("div", {
         className: `hr-row${id === this.selected ? " hr-selected" : ""}`,
         attrs: { role: "row", "aria-selected": String(id === this.selected), "data-row": id },
-        on: { click: () => this.onSelect(id) },
+        on: { click: () => this.onActivate(id) },
       });
       row.style.gridTemplateColumns = this.template;
       row.style.transform = `translateY(${pos * h}px)`;
@@ -189,7 +212,7 @@ export class VirtualTable {
         const extra = c.cls ? c.cls(id) : "";
         row.append(
           el("div", {
-            className: `hr-cell${c.num ? " hr-num" : ""}${extra ? " " + extra : ""}`,
+            className: `hr-cell${c.num ? " hr-num" : ""}${c.middle ? " hr-mid" : ""}${extra ? " " + extra : ""}`,
             text,
             title: c.tip ? c.tip(id) : c.num ? null : text,
             attrs: { role: "gridcell", "data-key": c.key },
@@ -199,5 +222,9 @@ export class VirtualTable {
       rows.push(row);
     }
     this.sizer.replaceChildren(...rows);
+    if (this.columns.some((c) => c.middle)) {
+      if (!VirtualTable._ctx) VirtualTable._ctx = document.createElement("canvas").getContext("2d");
+      for (const cell of this.sizer.querySelectorAll(".hr-mid")) cutMiddle(cell, VirtualTable._ctx);
+    }
   }
 }

@@ -3,17 +3,27 @@
 // Every string that comes from a report (op names, metadata, source paths) reaches the page through
 // textContent or an attribute value set with setAttribute: never parsed as markup.
 
-export const BOUNDS = ["compute", "memory", "communication", "unknown", "none"];
+// Constants the server owns (GET constants: the bounds and their palette, shared with the PNG/SVG
+// plot; the groupings; the memory-fit colours; what each roof unit means). Filled by
+// loadConstants() before anything is drawn; ES module bindings are live, so importers see them.
+export let BOUNDS = [];
+export let BOUND_COLORS = {};
+export let GROUPINGS = {};
+export let FIT_COLORS = {};
+export let ROOF_UNITS = {};
 
-// The one palette of bounds: the chart, the stylesheet (set from here) and the PNG/SVG plot
-// (hlo_roofline/plot.py, held equal by tests/test_plugin_routes.py).
-export const BOUND_COLORS = {
-  compute: "#d6453d",
-  memory: "#3b76c4",
-  communication: "#e08a1e",
-  unknown: "#8c7a6b",
-  none: "#a8a8a8",
-};
+export async function loadConstants() {
+  const c = await getJSON(route("constants"));
+  BOUNDS = c.bounds;
+  BOUND_COLORS = c.bound_colors;
+  GROUPINGS = c.groupings;
+  FIT_COLORS = c.fit_colors;
+  ROOF_UNITS = c.roof_units;
+  const root = document.documentElement.style;
+  for (const [bound, color] of Object.entries(BOUND_COLORS)) root.setProperty(`--hr-${bound}`, color);
+  for (const [fit, color] of Object.entries(FIT_COLORS))
+    root.setProperty(`--hr-fit-${fit.replace(/ /g, "-")}`, color);
+}
 
 /**
  * Create an element. `props`: className, text (textContent), title, attrs {name: value},
@@ -78,6 +88,7 @@ export function fmtSI(x, unit = "") {
 }
 
 function fmt3(a) {
+  if (a < 1) return String(Number(a.toPrecision(3))); // 0.00123, never "0.00"
   return a >= 100 ? a.toFixed(0) : a >= 10 ? a.toFixed(1) : a.toFixed(2);
 }
 
@@ -130,10 +141,13 @@ export async function getJSONText(url, signal) {
   try {
     body = JSON.parse(text);
   } catch {
-    throw new Error(`${response.status} ${response.statusText}: not JSON`);
+    throw Object.assign(new Error(`${response.status} ${response.statusText}: not JSON`), {
+      status: response.status,
+    });
   }
   if (!response.ok) {
-    throw new Error(body && body.error ? body.error : `${response.status} ${response.statusText}`);
+    const message = body && body.error ? body.error : `${response.status} ${response.statusText}`;
+    throw Object.assign(new Error(message), { status: response.status });
   }
   return { body, text };
 }
