@@ -13,7 +13,7 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips
+from hlo_roofline import chips, memory
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
@@ -116,7 +116,7 @@ GROUPING_LABELS = {"user_source": "user line", "user_function": "function", "sco
 GROUPINGS = tuple(GROUPING_LABELS)
 NONE_COLOR = "#a8a8a8"  # ops with no time: grey, beside the plot's palette
 # The memory-fit verdicts' colours: green fits, amber tight, red does not fit.
-FIT_COLORS = {"fits": "#2e9d57", "tight": "#e0a21e", "unknown": "#8c7a6b", "does not fit": "#d6453d"}
+FIT_COLORS = {"fits": "#2e9d57", "tight": "#e0a21e", "unknown": "#8c7a6b", "does_not_fit": "#d6453d"}
 # What each roof_unit means, for the tab's legend and details (compute units: verdict's own).
 ROOF_UNITS = {
     "floor": "the chip's per-op floor (a fixed overhead per op on the core)",
@@ -208,14 +208,28 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     # as written is served as its own file's text plus them: never turned into a payload and
     # written out again (a second or more for a 20k-op report).
     extra = dumps({k: v.tolist() for k, v in derived.items()})
+    words = dumps(_memory_words(report.summary))
     if as_written is not None:
         body = as_written[0].rstrip()
-        text = f'{body[:-1]},"derived":{extra}}}'
+        text = f'{body[:-1]},"derived":{extra},"memory_words":{words}}}'
         payload = {"summary": report.summary, "module": report.module}
     else:
         payload = report.to_dict()
-        text = f'{dumps(payload)[:-1]},"derived":{extra}}}'
+        text = f'{dumps(payload)[:-1]},"derived":{extra},"memory_words":{words}}}'
     return payload, text, report, derived
+
+
+def _memory_words(summary: dict) -> dict | None:
+    """The memory fit's verdict and remedies in words (the report holds codes; ``memory`` owns
+    their wording), so the card quotes the server rather than re-wording codes."""
+    fit = summary.get("memory_fit")
+    if not fit:
+        return None
+    return {
+        "code": memory.verdict_of(fit),
+        "verdict": memory.verdict_text(fit),
+        "advice": [memory.advice_text(a) for a in fit.get("advice") or []],
+    }
 
 
 def _strict_text(path: str) -> tuple[str, tuple] | None:

@@ -12,6 +12,7 @@ export class Model {
     this.rows = payload.data || [];
     this.summary = payload.summary || {};
     this.module = payload.module || "";
+    this.memoryWords = payload.memory_words || null; // the memory fit in the server's words
     this.stacks = payload.call_stacks || []; // the call_stack column indexes this list
     // Columns the server derives for the tab (each op's scope, user function), sent beside the
     // report's own: added as columns.

@@ -128,7 +128,7 @@ export function renderSummary() {
           "measured",
         )
       : null,
-    memoryCard(s),
+    memoryCard(s, m.memoryWords),
     card(
       "module",
       m.module || "–",
@@ -138,7 +138,7 @@ export function renderSummary() {
 }
 
 /** The third roofline: the step's HBM need per device as a bar against one device's HBM. */
-export function memoryCard(s) {
+export function memoryCard(s, words) {
   const mem = s.memory;
   if (!mem) return null;
   const fit = s.memory_fit;
@@ -158,12 +158,13 @@ export function memoryCard(s) {
     return box;
   }
   const used = fit.used_fraction;
+  const code = words ? words.code : fit.verdict;
   const bar = el("div", {
     className: "hr-sharebar hr-membar",
     attrs: { role: "meter", "aria-label": "HBM used", "aria-valuenow": String(used) },
   });
   const seg = el("span", {
-    className: `hr-fit-${fit.verdict.replace(/ /g, "-")}`,
+    className: `hr-fit-${code.replace(/[ _]/g, "-")}`,
     title: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)}`,
   });
   seg.style.width = `${Math.min(100, Math.max(0.5, used * 100))}%`;
@@ -175,18 +176,18 @@ export function memoryCard(s) {
   box.append(
     el("div", {
       className: "hr-card-value",
-      text: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)} (${fmtPct(used)}): ${fit.verdict}`,
+      text: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)} (${fmtPct(used)}): ${words ? words.verdict : fit.verdict}`,
     }),
     bar,
     el("div", { className: "hr-card-sub", text: `per device${source}` }),
   );
-  if (fit.verdict === "does not fit" || fit.verdict === "tight") {
+  if (code === "does_not_fit" || code === "tight") {
     const largest = (mem.largest || [])
       .slice(0, 3)
       .map((b) => `${b.name} ${fmtBytes(b.bytes)}`)
       .join(", ");
     if (largest) box.append(el("div", { className: "hr-card-sub", text: `largest: ${largest}` }));
-    for (const advice of fit.advice || []) {
+    for (const advice of words ? words.advice : []) {
       box.append(el("div", { className: "hr-card-sub", text: `try: ${advice}` }));
     }
   }

@@ -22,7 +22,7 @@ export async function loadConstants() {
   const root = document.documentElement.style;
   for (const [bound, color] of Object.entries(BOUND_COLORS)) root.setProperty(`--hr-${bound}`, color);
   for (const [fit, color] of Object.entries(FIT_COLORS))
-    root.setProperty(`--hr-fit-${fit.replace(/ /g, "-")}`, color);
+    root.setProperty(`--hr-fit-${fit.replace(/[ _]/g, "-")}`, color);
 }
 
 /**
