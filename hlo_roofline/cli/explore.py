@@ -39,7 +39,7 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
     rows = []
     knob_columns = [
         c for c in exploration.table.columns
-        if c not in exploration.axes and c not in _KNOWN and not c.startswith("n_axes_")
+        if c not in exploration.axes and c not in _KNOWN and not c.startswith(explorer.SPAN_PREFIXES)
     ]  # fmt: skip
     for _, r in exploration.table.iterrows():
         ok = _known(r.get("step_s"))
@@ -49,17 +49,27 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
         row["step"] = format_seconds(r["step_s"]) if ok else "—"
         tps = r.get("tokens_per_s_per_chip")
         row["tok/s/chip"] = f"{tps:,.0f}" if _known(tps) and math.isfinite(tps) else "—"
+        gap = r.get("gap_to_best")
+        row["vs best"] = (
+            f"+{gap:.0%}" if _known(gap) and gap > 0 else ("best" if _known(gap) else "—")
+        )
         row["exposed"] = f"{r['exposed_comm_share']:.0%}" if ok else "—"
         hbm = r.get("hbm_per_device")
         row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
         row["status"] = r["status"]
         rows.append(row)
-    right = {"rank", "step", "tok/s/chip", "exposed", "HBM/dev", *exploration.axes}
+    right = {"rank", "step", "tok/s/chip", "vs best", "exposed", "HBM/dev", *exploration.axes}
     lines = [format_table(rows, right=right), ""]
     for _, r in exploration.table.iterrows():
         lines.append(f"{r['candidate']}: {r['why']}")
     k = exploration.constants
-    if k.ratio:
+    if k.gpu:
+        lines.append(
+            f"book constants ({k.chip}): C = {k.C:.3g} FLOP/s, W_GPU = {k.W_ici:.3g} B/s, "
+            f"C/W_GPU = {k.ratio:,.0f}"
+            + (f", W_node = {k.W_node:.3g} B/s, C/W_node = {k.node_ratio:,.0f}" if k.W_node else "")
+        )
+    elif k.ratio:
         lines.append(
             f"book constants ({k.chip}): C = {k.C:.3g} FLOP/s, W_ici = {k.W_ici:.3g} B/s, "
             f"C/W_ici = {k.ratio:,.0f}"
@@ -77,11 +87,7 @@ def _known(value) -> bool:
     return value is not None and not pd.isna(value)
 
 
-_KNOWN = {
-    "candidate", "status", "error", "compile_s", "step_s", "lower_s", "upper_s", "compute_s",
-    "memory_s", "comm_s", "exposed_comm_s", "exposed_comm_share", "mfu_bound",
-    "tokens_per_s_per_chip", "hbm_per_device", "fit", "bound", "why", "rank",
-}  # fmt: skip
+_KNOWN = explorer.ROW_COLUMNS
 
 
 def _client(address: str):
