@@ -120,11 +120,12 @@ def test_process_pool_sweep(pool_run):
     for _, row in table.iterrows():
         report = result.reports[row["candidate"]]
         assert row["step_s"] == report.summary["step_time_scheduled_s"]
-        assert row["lower_s"] == report.summary["step_time_lower_s"] <= row["upper_s"]
+        assert row["lower_s"] == report.summary["step_time_min_s"] <= row["step_s"]
+        assert row["upper_s"] == report.summary["step_time_upper_s"]
         assert row["comm_s"] == pytest.approx(report.ops["t_comm_s"].sum())
         assert row["tokens_per_s_per_chip"] == pytest.approx(64 / row["step_s"] / 4)
-        peak = result.constants.C  # no model_flops given: the program's own FLOPs per device
-        assert row["mfu_bound"] == pytest.approx(report.summary["flops"] / peak / row["step_s"])
+        assert row["mfu_upper_bound"] == report.summary["mfu_upper_bound"]
+        assert math.isnan(row["mfu_model"])  # no model FLOPs given
         assert row["why"].startswith("compiled: ")
     dp = table[table["data"] == 4].iloc[0]
     assert "book T1: B/X = 16 tokens" in dp["why"]  # 64 tokens over 4 chips
@@ -222,7 +223,29 @@ def test_cli_explore(pool_run, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "tok/s/chip" in result.stdout and "C/W_ici" in result.stdout
     assert csv.read_text().count("\n") == 4
-    assert len(list((tmp_path / "logs").iterdir())) == 3
+    runs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert len(runs) == 4 and "hlo_roofline_explore.json" in runs  # 3 runs and the table
+    assert "vs best" in result.stdout and "best" in result.stdout.split("vs best")[1]
+
+
+def test_model_flops_reach_the_reports_summary(pool_run):
+    """``model_flops`` (the whole step's, a function of the knobs) goes to each candidate's
+    analyze per device; the row's MFU is the summary's, never computed again. A re-run on the
+    same cache: no compile."""
+    _, cache = pool_run
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        result = explorer.explore(
+            f"{MLP}:tiny", TARGET, axes=AXES, knobs=KNOBS, executor=pool, cache=cache,
+            model_flops=lambda batch: 6 * batch * 1e6, progress=False,
+        )  # fmt: skip
+    for _, row in result.table.iterrows():
+        s = result.reports[row["candidate"]].summary
+        assert s["model_flops"] == pytest.approx(6 * 64 * 1e6 / 4)  # per device of 4
+        assert row["mfu_model"] == s["mfu_model"]
+        assert s["mfu_model"] == pytest.approx(
+            s["model_flops"] / (s["step_time_scheduled_s"] * result.constants.C)
+        )
+        assert row["mfu_upper_bound"] == s["mfu_upper_bound"]
 
 
 @pytest.mark.parametrize(
