@@ -395,12 +395,11 @@ class Exploration:
         table's rows, NaN as null, each with ``run``: its report's run in the logdir, null where
         it did not compile) and ``pruned`` (``sizes`` and ``why``).
         """
-        import json
 
         from hlo_roofline import chips
 
         chip = chips.get(self.constants.chip)
-        rows = json.loads(self.table.to_json(orient="records"))  # NaN/NA → null, numpy → JSON
+        rows = [{k: _plain(v) for k, v in r.items()} for r in self.table.to_dict("records")]
         for r in rows:
             r["run"] = r["candidate"] if self.reports.get(r["candidate"]) is not None else None
         knob_names = [c for c in self.table.columns if c not in ROW_COLUMNS
@@ -438,6 +437,14 @@ class Exploration:
         if path is not None:
             Path(path).write_text(text)
         return text
+
+
+def _plain(value):
+    """A table cell as JSON holds it, every digit kept: None for NaN and NA, numpy scalars as
+    Python's."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
 
 
 FORMAT, VERSION = "hlo_roofline.exploration", 1

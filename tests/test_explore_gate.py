@@ -84,7 +84,7 @@ def test_gap_to_best_is_the_ranking_measure():
     table = _exploration().table
     ok = table[table["status"] == "ok"]
     best = ok["tokens_per_s_per_chip"].max()
-    assert ok["gap_to_best"].tolist() == pytest.approx((best / ok["tokens_per_s_per_chip"] - 1))
+    assert ok["gap_to_best"].tolist() == pytest.approx(best / ok["tokens_per_s_per_chip"] - 1)
     assert table.iloc[0]["gap_to_best"] == 0 and table.iloc[0]["rank"] == 1
     assert ok.sort_values("rank")["gap_to_best"].is_monotonic_increasing
     no_fit = table[table["status"] == "does not fit"]
@@ -207,3 +207,24 @@ def test_the_gate_in_process():
     assert not failed.passed and failed.gap == pytest.approx(worst)
     with pytest.raises(gate.RuleError, match="must be a number"):
         gate.explore_gate(ex.table, label, True)
+
+
+def test_the_committed_h100_exploration():
+    """fixtures/explore/h100_gate: every layout of 8 H100s, as the explorer wrote it (the folder
+    reads like a logdir). Same tokens a step everywhere, so gap_to_best is each step as scheduled
+    (its committed report's) over the best one's, less 1; tensor parallelism in the node wins."""
+    table = explorer.read_table(HERE / "h100_gate")
+    assert len(table) == 10 and (table["status"] == "ok").all()
+    steps = {
+        label: _report("h100_gate", label).summary["step_time_scheduled_s"]
+        for label in table["candidate"]
+    }
+    best = min(steps.values())
+    for _, row in table.iterrows():
+        assert row["step_s"] == steps[row["candidate"]]
+        assert row["gap_to_best"] == pytest.approx(steps[row["candidate"]] / best - 1, rel=1e-9)
+        assert row["run"] == row["candidate"] and (row["nodes_data"], row["nodes_tensor"]) == (1, 1)
+    first = table.sort_values("rank").iloc[0]
+    assert first["tensor"] == 4 and first["gap_to_best"] == 0
+    dp = gate.match_layout(table, "data=8")
+    assert dp["gap_to_best"] > 0.5 and "book G1: B/X = 1,024 tokens ≤ C/W_GPU" in dp["why"]

@@ -140,7 +140,8 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
       $ hlo-roofline check --from steps.py:elementwise_step --chip v5e --require compute  # exit 1
       $ hlo-roofline check large.json --max-memory-share 50 --min-coverage 95
       $ hlo-roofline check large.json --baseline small.json --max-regression 10  # exit 1
-      $ hlo-roofline check --explore layouts.json --layout data=16,tensor=4 --max-gap-to-best 10
+      $ hlo-roofline check --explore fixtures/explore/h100_gate --layout data=2,tensor=4 --max-gap-to-best 5
+      $ hlo-roofline check --explore fixtures/explore/h100_gate --layout data=8 --max-gap-to-best 10  # exit 1
     """
     gate = {k: flags.pop(k) for k in ("explore_path", "layout", "max_gap_to_best")}
     if any(v is not None for v in gate.values()):
