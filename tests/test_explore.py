@@ -218,10 +218,16 @@ def test_cli_explore(pool_run, tmp_path, monkeypatch):
         cli.main,
         ["explore", f"{MLP}:tiny", "--target", TARGET, "--axes", "data,tensor",
          "--knob", "batch=64", "--jobs", "1", "--tokens-per-step", "64",
-         "--logdir", str(tmp_path / "logs"), "--csv", str(csv)],
+         "--logdir", str(tmp_path / "logs"), "--csv", str(csv), "--model-flops", "3.84e8",
+         "--json", str(tmp_path / "t.json")],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "tok/s/chip" in result.stdout and "C/W_ici" in result.stdout
+    assert " MFU " in result.stdout.splitlines()[0]  # the model FLOPs' MFU, not the bound
+    doc = __import__("json").loads((tmp_path / "t.json").read_text())
+    c = explorer.book_constants("v5e").C
+    for row in doc["rows"]:  # --model-flops is the whole step's: each device does a quarter
+        assert row["mfu_model"] == pytest.approx(3.84e8 / 4 / (row["step_s"] * c))
     assert csv.read_text().count("\n") == 4
     runs = sorted(p.name for p in (tmp_path / "logs").iterdir())
     assert len(runs) == 4 and "hlo_roofline_explore.json" in runs  # 3 runs and the table

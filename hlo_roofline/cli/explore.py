@@ -37,6 +37,10 @@ def parse_knobs(specs: tuple[str, ...]) -> dict[str, list]:
 def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
     """The ranked table: rank, layout, knobs, predicted step, tokens/s per chip, bound, fit."""
     rows = []
+    # MFU against the user's model FLOPs where given (--model-flops), else the program's bound
+    table = exploration.table
+    given = "mfu_model" in table and table["mfu_model"].notna().any()
+    mfu_column, mfu_header = ("mfu_model", "MFU") if given else ("mfu_upper_bound", "MFU ≤")
     knob_columns = [
         c for c in exploration.table.columns
         if c not in exploration.axes and c not in _KNOWN and not c.startswith(explorer.SPAN_PREFIXES)
@@ -54,11 +58,13 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
             f"+{gap:.0%}" if _known(gap) and gap > 0 else ("best" if _known(gap) else "—")
         )
         row["exposed"] = f"{r['exposed_comm_share']:.0%}" if ok else "—"
+        mfu = r.get(mfu_column)
+        row[mfu_header] = f"{mfu:.0%}" if _known(mfu) else "—"
         hbm = r.get("hbm_per_device")
         row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
         row["status"] = r["status"]
         rows.append(row)
-    right = {"rank", "step", "tok/s/chip", "vs best", "exposed", "HBM/dev", *exploration.axes}
+    right = {"rank", "step", "tok/s/chip", "vs best", "exposed", mfu_header, "HBM/dev", *exploration.axes}
     lines = [format_table(rows, right=right), ""]
     for _, r in exploration.table.iterrows():
         lines.append(f"{r['candidate']}: {r['why']}")
@@ -120,13 +126,15 @@ def _client(address: str):
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many candidates.")
 @click.option("--tokens-per-step", type=click.IntRange(min=1), help="For tokens/s per chip.")
 @click.option("--hidden", type=click.IntRange(min=1), help="The MLP's F, for the book's TP rules.")
+@click.option("--model-flops", type=click.FloatRange(min=0, min_open=True), metavar="FLOPS",
+              help="The model's FLOPs a step, all chips together: MFU against them.")  # fmt: skip
 @click.option("--logdir", type=click.Path(path_type=Path), help="Write every report here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the table as CSV.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="... as JSON.")
 @no_cache_option
 def explore_command(
-    entry, target, axes, knob_specs, jobs, scheduler, limit, tokens_per_step, hidden, logdir,
-    csv_path, json_path, no_cache,
+    entry, target, axes, knob_specs, jobs, scheduler, limit, tokens_per_step, hidden, model_flops,
+    logdir, csv_path, json_path, no_cache,
 ) -> None:  # fmt: skip
     """Compile ENTRY(mesh, **knobs) for every factorization of the target's devices over the
     axes (and every knob value); print them ranked, each with the book's reason.
@@ -160,6 +168,7 @@ def explore_command(
             cache=not no_cache,
             tokens_per_step=tokens_per_step,
             hidden=hidden,
+            model_flops=model_flops,
         )
     except (ValueError, ImportError, targets.TargetUnavailableError) as exc:
         raise InputError(_one_line(exc)) from None
