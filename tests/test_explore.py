@@ -234,6 +234,22 @@ def test_cli_explore(pool_run, tmp_path, monkeypatch):
     assert "vs best" in result.stdout and "best" in result.stdout.split("vs best")[1]
 
 
+def test_cli_constraints(pool_run, monkeypatch):
+    """--fixed, --maximum, --divides prune as the API's constraints do (the one layout left is in
+    the cache: nothing compiles)."""
+    _, cache = pool_run
+    monkeypatch.setenv("HLO_ROOFLINE_CACHE_DIR", str(cache))
+    result = CliRunner().invoke(
+        cli.main,
+        ["explore", f"{MLP}:tiny", "--target", TARGET, "--axes", "data,tensor",
+         "--knob", "batch=64", "--jobs", "1", "--maximum", "data=2", "--divides", "tensor=2"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.endswith(" ok")]
+    assert len(rows) == 1 and rows[0].split()[1:3] == ["2", "2"]  # data 2 × tensor 2 only
+    assert "2 layouts pruned" in result.stdout
+
+
 def test_model_flops_reach_the_reports_summary(pool_run):
     """``model_flops`` (the whole step's, a function of the knobs) goes to each candidate's
     analyze per device; the row's MFU is the summary's, never computed again. A re-run on the
@@ -261,6 +277,9 @@ def test_model_flops_reach_the_reports_summary(pool_run):
         (["x", "--target", TARGET], "is not FILE.py:NAME"),
         ([f"{MLP}:tiny", "--target", "v9z:1x1"], ""),
         ([f"{MLP}:tiny", "--target", TARGET, "--knob", "batch"], "NAME=V1,V2"),
+        ([f"{MLP}:tiny", "--target", TARGET, "--fixed", "data"], "is not AXIS=N"),
+        ([f"{MLP}:tiny", "--target", TARGET, "--maximum", "data=0"], "is not AXIS=N"),
+        ([f"{MLP}:tiny", "--target", TARGET, "--divides", "pipe=2"], "is not one of --axes"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(args, message):

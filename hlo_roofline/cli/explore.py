@@ -34,6 +34,19 @@ def parse_knobs(specs: tuple[str, ...]) -> dict[str, list]:
     return knobs
 
 
+def parse_sizes(flag: str, specs: tuple[str, ...], axes: tuple[str, ...]) -> dict[str, int]:
+    """``("tensor=16",)`` → ``{"tensor": 16}``: one constraint per axis, a positive integer."""
+    sizes: dict[str, int] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not sep or not value.isdigit() or int(value) < 1:
+            raise InputError(f"{flag} {spec!r} is not AXIS=N (e.g. tensor=16)")
+        if name not in axes:
+            raise InputError(f"{flag} {spec!r}: {name!r} is not one of --axes {','.join(axes)}")
+        sizes[name] = int(value)
+    return sizes
+
+
 def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
     """The ranked table: rank, layout, knobs, predicted step, tokens/s per chip, bound, fit."""
     rows = []
@@ -124,6 +137,12 @@ def _client(address: str):
 @click.option("--jobs", type=click.IntRange(min=1), help="Worker processes (default: CPU count).")
 @click.option("--scheduler", metavar="ADDRESS", help="A Dask scheduler to compile on.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many candidates.")
+@click.option("--fixed", "fixed_specs", multiple=True, metavar="AXIS=N",
+              help="This axis has only size N (repeatable).")  # fmt: skip
+@click.option("--maximum", "maximum_specs", multiple=True, metavar="AXIS=N",
+              help="This axis is at most N (repeatable).")  # fmt: skip
+@click.option("--divides", "divides_specs", multiple=True, metavar="AXIS=N",
+              help="This axis's size divides N, e.g. tensor=16 for 16 heads (repeatable).")  # fmt: skip
 @click.option("--tokens-per-step", type=click.IntRange(min=1), help="For tokens/s per chip.")
 @click.option("--hidden", type=click.IntRange(min=1), help="The MLP's F, for the book's TP rules.")
 @click.option("--model-flops", type=click.FloatRange(min=0, min_open=True), metavar="FLOPS",
@@ -133,8 +152,8 @@ def _client(address: str):
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="... as JSON.")
 @no_cache_option
 def explore_command(
-    entry, target, axes, knob_specs, jobs, scheduler, limit, tokens_per_step, hidden, model_flops,
-    logdir, csv_path, json_path, no_cache,
+    entry, target, axes, knob_specs, jobs, scheduler, limit, fixed_specs, maximum_specs,
+    divides_specs, tokens_per_step, hidden, model_flops, logdir, csv_path, json_path, no_cache,
 ) -> None:  # fmt: skip
     """Compile ENTRY(mesh, **knobs) for every factorization of the target's devices over the
     axes (and every knob value); print them ranked, each with the book's reason.
@@ -155,6 +174,12 @@ def explore_command(
         raise InputError(_one_line(exc)) from None
     names = tuple(a.strip() for a in axes.split(",") if a.strip())
     knobs = parse_knobs(knob_specs)
+    constraints = {
+        "limit": limit,
+        "fixed": parse_sizes("--fixed", fixed_specs, names),
+        "maximum": parse_sizes("--maximum", maximum_specs, names),
+        "divides": parse_sizes("--divides", divides_specs, names),
+    }
     client = _client(scheduler) if scheduler else None
     try:
         result = explorer.explore(
@@ -162,7 +187,7 @@ def explore_command(
             target,
             axes=names,
             knobs=knobs,
-            constraints={"limit": limit},
+            constraints=constraints,
             executor=client,
             jobs=jobs,
             cache=not no_cache,
