@@ -21,6 +21,10 @@ Ops that take no time (parameters, constants, tuples) are never selected. A sele
 ``exclude``, ``kind``, ``exclude_kind``) that leaves no op is itself a violation, so a rename cannot
 silently turn a gate off. A step the compiler refused (out of memory for its target) fails every
 rule with the compiler's reason: it has no program to pass them with (:func:`refused`).
+
+The explorer's gate is separate, over an exploration's ranked table rather than a report:
+:func:`explore_gate` fails a configured layout more than ``max_gap_to_best`` percent slower than
+the best explored one (the row's ``gap_to_best``), or one that did not compile or fit.
 """
 
 from __future__ import annotations
