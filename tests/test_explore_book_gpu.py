@@ -179,3 +179,14 @@ def test_g5_data_parallel_adam_on_80_gb(layers):
     assert fits == (dp["need_bytes"] <= hbm) == (params <= 7e9)
     fsdp = report("h100_fit", f"data1_fsdp8_tensor1_rest1_{name}").summary["memory_fit"]
     assert fsdp["verdict"] == "fits" and fsdp["need_bytes"] < dp["need_bytes"] / 5
+
+
+def test_gpu_candidates_count_the_nodes_each_axis_reaches():
+    """On 2 nodes of 8: an axis laid over the hosts reaches 2 nodes, one inside a host 1 (the
+    book's W_node against W_GPU); a TPU's torus spans are not asked of GPUs."""
+    kept, _ = explorer.candidates("h100:2x1x8", ("data", "tensor"))
+    nodes = {tuple(s for _, s in c.sizes): dict(c.nodes) for c in kept}
+    assert nodes[(2, 8)] == {"data": 2, "tensor": 1}
+    assert nodes[(1, 16)] == {"data": 1, "tensor": 2}
+    assert nodes[(16, 1)] == {"data": 2, "tensor": 1}
+    assert all(c.n_axes == () for c in kept)
