@@ -228,3 +228,19 @@ def test_the_committed_h100_exploration():
     assert first["tensor"] == 4 and first["gap_to_best"] == 0
     dp = gate.match_layout(table, "data=8")
     assert dp["gap_to_best"] > 0.5 and "book G1: B/X = 1,024 tokens ≤ C/W_GPU" in dp["why"]
+
+
+def test_the_committed_gpt_exploration_on_64_h100s():
+    """docs/explore.md's GPT ranking on h100:8x1x8, as the explorer wrote it: 28 layouts, 25
+    compiled (16 heads cannot split 32 or 64 ways), data 32 × tensor 2 first, pure DP 6% behind."""
+    table = explorer.read_table(HERE / "gpt_h100")
+    assert len(table) == 28 and (table["status"] == "ok").sum() == 25
+    errors = table[table["status"] == "compile error"]
+    assert set(errors["tensor"]) == {32, 64} and errors["error"].str.startswith("IndivisibleError").all()
+    first = table[table["rank"] == 1].iloc[0]
+    assert (first["data"], first["fsdp"], first["tensor"]) == (32, 1, 2)
+    dp = gate.match_layout(table, "data=64")
+    assert dp["gap_to_best"] == pytest.approx(first["tokens_per_s_per_chip"] / dp["tokens_per_s_per_chip"] - 1)
+    assert gate.explore_gate(table, "data=64", 10).passed
+    assert not gate.explore_gate(table, "data=8,tensor=8", 10).passed
+    assert "C/W_node = 2,472" in dp["why"]  # the data axis crosses nodes
