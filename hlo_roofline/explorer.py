@@ -3,7 +3,8 @@
 "Which layout should I train on?" is the question of the training chapter of *How to Scale Your
 Model*. Its closed forms (DP/FSDP are compute-bound while the per-chip batch B/X exceeds C/W_ici;
 tensor parallelism turns communication-bound past Y > n_axes·F/(C/W_ici); ...) hold for an
-idealised MLP. :func:`explore` asks the compiler instead: every factorization of the target's
+idealised MLP; its GPU chapter restates them for NVLink nodes and the network between them (W_GPU
+in a node, W_node across). :func:`explore` asks the compiler instead: every factorization of the target's
 devices over the named mesh axes (that the topology accepts), crossed with the user's knobs, is
 compiled compile-only (in worker processes, through the on-disk HLO cache) and judged; each row
 then says where it stands and what the book's rule predicts for it.
