@@ -244,3 +244,16 @@ def test_the_committed_gpt_exploration_on_64_h100s():
     assert gate.explore_gate(table, "data=64", 10).passed
     assert not gate.explore_gate(table, "data=8,tensor=8", 10).passed
     assert "C/W_node = 2,472" in dp["why"]  # the data axis crosses nodes
+
+
+def test_the_committed_maxtext_exploration():
+    """docs/explore.md's MaxText ranking (v5p-8, three layouts): MaxText's default FSDP 4 first,
+    each row's gap its tokens/s per chip against the first's."""
+    table = explorer.read_table(HERE / "maxtext_v5p8")
+    assert (table["status"] == "ok").all() and len(table) == 3
+    first = table[table["rank"] == 1].iloc[0]
+    assert (first["fsdp"], first["tensor"]) == (4, 1)
+    best = first["tokens_per_s_per_chip"]
+    assert table["gap_to_best"].tolist() == pytest.approx((best / table["tokens_per_s_per_chip"] - 1).tolist())
+    assert gate.explore_gate(table, "tensor=4", 25).passed
+    assert not gate.explore_gate(table, "tensor=4", 20).passed
