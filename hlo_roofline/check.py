@@ -21,6 +21,10 @@ Ops that take no time (parameters, constants, tuples) are never selected. A sele
 ``exclude``, ``kind``, ``exclude_kind``) that leaves no op is itself a violation, so a rename cannot
 silently turn a gate off. A step the compiler refused (out of memory for its target) fails every
 rule with the compiler's reason: it has no program to pass them with (:func:`refused`).
+
+The explorer's gate is separate, over an exploration's ranked table rather than a report:
+:func:`explore_gate` fails a configured layout more than ``max_gap_to_best`` percent slower than
+the best explored one (the row's ``gap_to_best``), or one that did not compile or fit.
 """
 
 from __future__ import annotations
@@ -534,3 +538,101 @@ def violation_table(violations: Sequence[Violation]) -> str:
         for v in violations
     ]
     return format_table(rows, right=("share",))
+
+
+# -- the explorer's gate: the configured layout against the best explored -------------------------
+
+GAP_RULE = "max-gap-to-best"
+
+
+@dataclass
+class ExploreGateResult:
+    """The configured layout's row of an exploration against its first-ranked row."""
+
+    layout: str  # the configured candidate's label
+    best: str | None  # the first-ranked candidate's label (None: nothing compiled and fit)
+    gap: float | None  # the configured layout's ``gap_to_best`` (0.25: 25% slower)
+    max_gap_to_best: float  # percent
+    violations: list[Violation]
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    def describe(self) -> str:
+        return f"{GAP_RULE} {self.max_gap_to_best:g}%"
+
+    def table(self) -> str:
+        return violation_table(self.violations)
+
+
+def match_layout(table: pd.DataFrame, layout: str) -> pd.Series:
+    """The one row of an explorer table that ``layout`` names: a candidate label
+    (``data16_fsdp1_tensor4_batch=64``) or ``NAME=VALUE`` pairs over its axis and knob columns
+    (``data=16,tensor=4``). No row or several: :class:`RuleError` naming what there is."""
+    labels = table["candidate"].astype(str)
+    if (labels == layout).sum() == 1:
+        return table[labels == layout].iloc[0]
+    pairs = [p.strip() for p in layout.split(",") if p.strip()]
+    wanted: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name or not value:
+            raise RuleError(
+                f"layout {layout!r} is neither a candidate of the exploration nor NAME=VALUE "
+                f"pairs (e.g. data=16,tensor=4); candidates: {', '.join(labels[:4])}, ..."
+            )
+        if name not in table.columns:
+            raise RuleError(f"layout {layout!r}: the exploration has no column {name!r}")
+        wanted[name] = value
+    hit = pd.Series(True, index=table.index)
+    for name, value in wanted.items():
+        hit &= table[name].map(lambda cell, value=value: _same_value(cell, value))
+    if hit.sum() != 1:
+        found = ", ".join(labels[hit][:4]) or "none"
+        raise RuleError(
+            f"layout {layout!r} matches {int(hit.sum())} candidates ({found}); name one "
+            "(its label, or more NAME=VALUE pairs)"
+        )
+    return table[hit].iloc[0]
+
+
+def _same_value(cell, text: str) -> bool:
+    """A table cell equals a value typed on the command line (``16`` is 16 and 16.0)."""
+    if str(cell) == text:
+        return True
+    try:
+        return float(cell) == float(text)
+    except (TypeError, ValueError):
+        return False
+
+
+def explore_gate(table: pd.DataFrame, layout: str, max_gap_to_best: float) -> ExploreGateResult:
+    """Fail when the configured ``layout`` is more than ``max_gap_to_best`` percent slower than
+    the best layout explored (the row's own ``gap_to_best``, which the explorer ranked on), or
+    did not compile or fit at all."""
+    if isinstance(max_gap_to_best, bool) or not isinstance(max_gap_to_best, int | float):
+        raise RuleError(f"{GAP_RULE} must be a number of percent, not {max_gap_to_best!r}")
+    if not (math.isfinite(max_gap_to_best) and max_gap_to_best >= 0):
+        raise RuleError(f"{GAP_RULE} must be a finite percent >= 0, not {max_gap_to_best:g}")
+    row = match_layout(table, layout)
+    label = str(row["candidate"])
+    ranked = table[pd.to_numeric(table["rank"], errors="coerce") == 1]
+    best = str(ranked.iloc[0]["candidate"]) if len(ranked) else None
+    gap = pd.to_numeric(pd.Series([row["gap_to_best"]]), errors="coerce").iloc[0]
+    gap = None if pd.isna(gap) else float(gap)
+    violations = []
+    if row["status"] != "ok" or gap is None:
+        why = row.get("why")
+        detail = f"{row['status']}" + (f": {why}" if isinstance(why, str) and why else "")
+        violations.append(Violation(GAP_RULE, label, detail=detail))
+    elif gap * 100 > max_gap_to_best:
+        violations.append(
+            Violation(
+                GAP_RULE,
+                label,
+                detail=f"{gap:.1%} slower than the best explored, {best} "
+                f"(max {max_gap_to_best:g}%)",
+            )
+        )
+    return ExploreGateResult(label, best, gap, float(max_gap_to_best), violations)

@@ -3,7 +3,8 @@
 "Which layout should I train on?" is the question of the training chapter of *How to Scale Your
 Model*. Its closed forms (DP/FSDP are compute-bound while the per-chip batch B/X exceeds C/W_ici;
 tensor parallelism turns communication-bound past Y > n_axes·F/(C/W_ici); ...) hold for an
-idealised MLP. :func:`explore` asks the compiler instead: every factorization of the target's
+idealised MLP; its GPU chapter restates them for NVLink nodes and the network between them (W_GPU
+in a node, W_node across). :func:`explore` asks the compiler instead: every factorization of the target's
 devices over the named mesh axes (that the topology accepts), crossed with the user's knobs, is
 compiled compile-only (in worker processes, through the on-disk HLO cache) and judged; each row
 then says where it stands and what the book's rule predicts for it.
@@ -34,6 +35,9 @@ from typing import Any, TextIO
 
 import pandas as pd
 
+from hlo_roofline import memory
+from hlo_roofline._atomic import write_atomic
+
 __all__ = [
     "BookConstants",
     "Constraints",
@@ -54,16 +58,28 @@ MODEL_AXES = ("tensor", "model")  # axes that split the model's hidden dimension
 
 @dataclass(frozen=True)
 class BookConstants:
-    """C (bf16 FLOP/s per chip), W_ici (bidirectional bytes/s of one link axis) and their ratio,
-    the book's "ICI operational intensity" (≈ 2,550 on TPU v5p)."""
+    """C (bf16 FLOP/s per chip), W_ici (bidirectional bytes/s of one link axis; on a GPU the
+    NVLink one-way egress, the book's W_GPU) and their ratio, the book's "ICI operational
+    intensity" (≈ 2,550 on TPU v5p, ≈ 2,200 on H100); on a GPU also W_node, a node's scale-out
+    egress, for what crosses nodes (C/W_node ≈ 2,475 on H100)."""
 
     chip: str
     C: float
     W_ici: float | None
+    W_node: float | None = None
 
     @property
     def ratio(self) -> float | None:
         return self.C / self.W_ici if self.W_ici else None
+
+    @property
+    def node_ratio(self) -> float | None:
+        return self.C / self.W_node if self.W_node else None
+
+    @property
+    def gpu(self) -> bool:
+        """Whether the book's GPU chapter applies (NVLink domains and nodes, not a torus)."""
+        return self.W_node is not None
 
 
 def book_constants(chip) -> BookConstants:
@@ -73,12 +89,12 @@ def book_constants(chip) -> BookConstants:
 
     chip = chips.get(chip) if isinstance(chip, str) else chip
     per_device = chip.per_device()
-    w = None
+    w, w_node = None, None
     if chip.ici is not None and chip.ici.link_bidirectional:
         w = chip.ici.link_bidirectional
     elif chip.scaleup is not None and chip.scaleup.oneway:
-        w = chip.scaleup.oneway
-    return BookConstants(chip.key, per_device.peak_flops("bf16"), w)
+        w, w_node = chip.scaleup.oneway, chip.scaleout_per_node
+    return BookConstants(chip.key, per_device.peak_flops("bf16"), w, w_node)
 
 
 # -- candidates ----------------------------------------------------------------------------------
@@ -142,7 +158,8 @@ class Candidate:
 
     sizes: tuple[tuple[str, int], ...]
     knobs: tuple[tuple[str, Any], ...]
-    n_axes: tuple[tuple[str, int], ...] = ()  # torus axes each mesh axis spans
+    n_axes: tuple[tuple[str, int], ...] = ()  # torus axes each mesh axis spans (TPU)
+    nodes: tuple[tuple[str, int], ...] = ()  # nodes (NVLink domains) each mesh axis spans (GPU)
 
     @property
     def label(self) -> str:
@@ -178,10 +195,17 @@ def candidates(
         if reason is not None:
             pruned.append((sizes, reason))
             continue
-        spans = tuple((a, _torus_axes(mesh, i)) for i, a in enumerate(axes))
+        gpu = targets.parse_target(target).platform == "cuda"
+        spans = () if gpu else tuple((a, _torus_axes(mesh, i)) for i, a in enumerate(axes))
+        nodes = tuple((a, _nodes(mesh, i)) for i, a in enumerate(axes)) if gpu else ()
         for values in knob_values:
             kept.append(
-                Candidate(tuple(sizes.items()), tuple(zip(knob_names, values, strict=True)), spans)
+                Candidate(
+                    tuple(sizes.items()),
+                    tuple(zip(knob_names, values, strict=True)),
+                    spans,
+                    nodes,
+                )
             )
     if rules.limit is not None and len(kept) > rules.limit:
         pruned += [(dict(c.sizes), f"over the limit of {rules.limit}") for c in kept[rules.limit :]]
@@ -192,12 +216,22 @@ def candidates(
 def _torus_axes(mesh, index: int) -> int:
     """How many torus dimensions the devices along mesh axis ``index`` span (the book's
     n_axes: a collective over them gets that many links' bandwidth)."""
-    devices = mesh.devices
-    line = devices[tuple(slice(None) if i == index else 0 for i in range(devices.ndim))]
-    coords = [getattr(d, "coords", None) for d in line.flat]
+    coords = [getattr(d, "coords", None) for d in _line(mesh, index)]
     if len(coords) < 2 or any(c is None for c in coords):
         return 1 if len(coords) >= 2 else 0
     return sum(len({c[k] for c in coords}) > 1 for k in range(len(coords[0])))
+
+
+def _line(mesh, index: int) -> list:
+    """The devices along mesh axis ``index`` (the other axes at 0)."""
+    devices = mesh.devices
+    return list(devices[tuple(slice(None) if i == index else 0 for i in range(devices.ndim))].flat)
+
+
+def _nodes(mesh, index: int) -> int:
+    """How many nodes (hosts: one NVLink domain each) the devices along mesh axis ``index``
+    reach: the book's GPU rules take W_GPU inside one, W_node across."""
+    return len({int(getattr(d, "process_index", 0)) for d in _line(mesh, index)})
 
 
 # -- passing make_step to workers ----------------------------------------------------------------
@@ -298,7 +332,8 @@ def _evaluate(job: dict) -> dict:
             *args,
             target=job["target"],
             cache=job["cache"],
-            **jit_kwargs,
+            model_flops=job.get("model_flops"),
+            jit_kwargs=jit_kwargs,
         )
     except Exception as exc:
         return {
@@ -344,29 +379,146 @@ class Exploration:
         return ok.sort_values("rank").iloc[0]
 
     def write_tensorboard(self, logdir: str | os.PathLike) -> list[Path]:
-        """Every candidate's report into ``logdir``, one run per candidate label."""
-        return [r.write_tensorboard(logdir, label) for label, r in self.reports.items() if r]
+        """Every candidate's report into ``logdir``, one run per candidate label, and the ranked
+        table beside them (``logdir.EXPLORE_JSON``, :meth:`document`): what the tab's
+        exploration view reads."""
+        from hlo_roofline._atomic import write_atomic
+        from hlo_roofline.logdir import EXPLORE_JSON
+
+        written = [r.write_tensorboard(logdir, label) for label, r in self.reports.items() if r]
+        path = Path(logdir) / EXPLORE_JSON
+        write_atomic(path, self.to_json(), mode=0o644)
+        return [*written, path]
+
+    def document(self) -> dict:
+        """The exploration as one JSON-ready document (``FORMAT``, version ``VERSION``):
+
+        ``target``, ``chip``, ``axes``, ``knobs`` (names), ``rank_by`` (the column ranked on),
+        ``constants`` (``C``, ``W``, ``ratio``: the book's C, W_ici or W_GPU, C/W),
+        ``hbm_capacity`` (bytes per device: the line a step-vs-HBM plot draws), ``rows`` (the
+        table's rows, NaN as null, each with ``run``: its report's run in the logdir, null where
+        it did not compile) and ``pruned`` (``sizes`` and ``why``).
+        """
+
+        from hlo_roofline import chips
+
+        chip = chips.get(self.constants.chip)
+        rows = [{k: _plain(v) for k, v in r.items()} for r in self.table.to_dict("records")]
+        for r in rows:
+            r["run"] = r["candidate"] if self.reports.get(r["candidate"]) is not None else None
+        knob_names = [c for c in self.table.columns if c not in ROW_COLUMNS
+                      and c not in self.axes and not c.startswith(SPAN_PREFIXES)]  # fmt: skip
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "target": self.target,
+            "chip": self.constants.chip,
+            "axes": list(self.axes),
+            "knobs": knob_names,
+            "rank_by": rank_by(self.table) if len(self.table) else None,
+            "constants": {
+                "C": self.constants.C,
+                "W": self.constants.W_ici,
+                "W_node": self.constants.W_node,
+                "ratio": self.constants.ratio,
+            },
+            "hbm_capacity": chip.per_device().hbm_capacity,
+            "rows": rows,
+            "pruned": [{"sizes": sizes, "why": reason} for sizes, reason in self.pruned],
+        }
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
         text = self.table.to_csv(index=False)
         if path is not None:
-            Path(path).write_text(text)
+            write_atomic(path, text)
         return text
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
-        text = self.table.to_json(orient="records", indent=1)
+        """:meth:`document` as JSON text (written to ``path`` if given)."""
+        import json
+
+        text = json.dumps(self.document(), indent=1, allow_nan=False)
         if path is not None:
-            Path(path).write_text(text)
+            write_atomic(path, text)
         return text
 
 
+def _plain(value):
+    """A table cell as JSON holds it, every digit kept: None for NaN and NA, numpy scalars as
+    Python's."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+FORMAT, VERSION = "hlo_roofline.exploration", 1
+SPAN_PREFIXES = ("n_axes_", "nodes_")  # per-axis span columns: torus axes (TPU), nodes (GPU)
+# The row's own columns (the rest are axis sizes, n_axes_<axis> and knobs).
+ROW_COLUMNS = frozenset({
+    "candidate", "status", "error", "compile_s", "step_s", "lower_s", "upper_s", "compute_s",
+    "memory_s", "comm_s", "exposed_comm_s", "exposed_comm_share", "mfu_upper_bound", "mfu_model",
+    "tokens_per_s_per_chip", "hbm_per_device", "fit", "bound", "why", "rank", "gap_to_best",
+})  # fmt: skip
+
+
+class ExplorationError(ValueError):
+    """A file that is not an exploration the gate can read (:func:`read_table`)."""
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """The ranked table of an exploration written by :meth:`Exploration.to_json` (or
+    ``explore --json``), :meth:`Exploration.to_csv` (``--csv``) or ``write_tensorboard`` (the
+    logdir itself, or its ``logdir.EXPLORE_JSON``). Anything else is an :class:`ExplorationError`
+    saying what is wrong."""
+    import json
+
+    from hlo_roofline.logdir import EXPLORE_JSON
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / EXPLORE_JSON
+    if not path.is_file():
+        raise ExplorationError(f"no exploration at {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExplorationError(f"cannot read {path}: {exc}") from None
+    if path.suffix == ".csv":
+        import io
+
+        try:
+            table = pd.read_csv(io.StringIO(text))
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise ExplorationError(f"{path} is not a CSV table: {_one_line(exc)}") from None
+    else:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ExplorationError(f"{path} is not JSON: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ExplorationError(f'{path} is not an exploration (no "format": "{FORMAT}")')
+        if doc.get("version") != VERSION or not isinstance(doc.get("rows"), list):
+            raise ExplorationError(
+                f"{path}: exploration version {doc.get('version')!r}, this reads {VERSION}"
+            )
+        table = pd.DataFrame(doc["rows"])
+    missing = {"candidate", "status", "rank", "gap_to_best"} - set(table.columns)
+    if missing:
+        raise ExplorationError(
+            f"{path} lacks the column(s) {', '.join(sorted(missing))}: not an explorer table "
+            "(or written before gap_to_best; run explore again)"
+        )
+    return table
+
+
 def row(candidate: Candidate, result: dict, report, constants: BookConstants, **given) -> dict:
-    """One candidate's row: axis sizes, knobs, the times, the fit, and why (see ``why``)."""
+    """One candidate's row: axis sizes, knobs, the report summary's times and MFU, the fit, and
+    why (see ``why``). Nothing here re-derives what the summary holds."""
     sizes, knobs = dict(candidate.sizes), dict(candidate.knobs)
     out: dict[str, Any] = {"candidate": candidate.label, **sizes, **knobs}
     out.update({f"n_axes_{axis}": n for axis, n in candidate.n_axes})
+    out.update({f"nodes_{axis}": n for axis, n in candidate.nodes})
     tokens = _given(given.get("tokens_per_step"), knobs)
-    model_flops = _given(given.get("model_flops"), knobs)
     hidden = _given(given.get("hidden"), knobs)
     devices = math.prod(sizes.values())
     out.update(
@@ -383,35 +535,45 @@ def row(candidate: Candidate, result: dict, report, constants: BookConstants, **
     compute = float(ops["t_compute_s"].sum()) if "t_compute_s" in ops else math.nan
     memory_t = float(ops["t_memory_s"].sum()) if "t_memory_s" in ops else math.nan
     comm = s.get("comm_time_s", math.nan)
-    if model_flops and step:
-        mfu = model_flops / (devices * constants.C * step)
-    else:
-        mfu = s.get("flops", 0.0) / (constants.C * step) if step else math.nan
     fit = s.get("memory_fit") or {}
     mem = s.get("memory") or {}
     out.update(
         step_s=step,
-        lower_s=s.get("step_time_lower_s"),
+        lower_s=s.get("step_time_min_s"),
         upper_s=s.get("step_time_upper_s"),
         compute_s=compute,
         memory_s=memory_t,
         comm_s=comm,
         exposed_comm_s=s.get("exposed_comm_s"),
         exposed_comm_share=s.get("exposed_comm_share"),
-        mfu_bound=mfu,
+        mfu_upper_bound=_number(s.get("mfu_upper_bound")),
+        mfu_model=_number(s.get("mfu_model")),
         tokens_per_s_per_chip=(tokens / step / devices) if tokens and step else math.nan,
         hbm_per_device=fit.get("need_bytes", mem.get("need_bytes")),
-        fit=fit.get("verdict", "unknown"),
+        fit=memory.verdict_of(fit),
         bound=_bound(compute, memory_t, comm) if len(ops) else "unknown",
     )
-    if fit.get("verdict") == "does not fit":
+    if memory.verdict_of(fit) == memory.DOES_NOT_FIT:
         out["status"] = STATUS_NO_FIT
     out["why"] = why(out, candidate, constants, tokens, hidden)
     return out
 
 
+def _number(value) -> float:
+    """A summary number, NaN where the summary has none (``mfu_model`` without model FLOPs)."""
+    return math.nan if value is None else float(value)
+
+
 def _given(value, knobs: dict):
     return value(**knobs) if callable(value) else value
+
+
+def _per_device(model_flops: float | None, candidate: Candidate) -> float | None:
+    """The step's model FLOPs (all devices) as :func:`hlo_roofline.analyze` takes them: per
+    device, so the summary's ``mfu_model`` is the row's."""
+    if model_flops is None:
+        return None
+    return float(model_flops) / math.prod(s for _, s in candidate.sizes)
 
 
 def _bound(compute: float, memory: float, comm: float) -> str:
@@ -425,11 +587,14 @@ def why(out: dict, candidate: Candidate, k: BookConstants, tokens, hidden) -> st
     """Where this candidate stands, in the book's terms: the compiled step's bound and exposed
     communication, then each of the book's rules that applies, with its threshold.
 
-    Rules (R = C/W_ici; X = product of the batch axes, Y = the model axis, N = X·Y, n_axes =
-    torus axes a mesh axis spans): DP/FSDP compute-bound iff B/X > R/n_axes(X) (T1); TP
-    communication-bound iff Y > n_axes(Y)·F/R (T2); FSDP×TP compute-bound iff B/N > 2·R²/F (T3).
+    TPU rules, from the training chapter (R = C/W_ici; X = product of the batch axes, Y = the
+    model axis, N = X·Y, n_axes = torus axes a mesh axis spans): DP/FSDP compute-bound iff
+    B/X > R/n_axes(X) (T1); TP communication-bound iff Y > n_axes(Y)·F/R (T2); FSDP×TP
+    compute-bound iff B/N > 2·R²/F (T3). GPU rules, from the GPU chapter (W = W_GPU while the axes
+    stay in one node, W_node once they cross): DP/FSDP compute-bound iff B/X > C/W (G1); TP
+    communication-bound iff Y > F·W/C (G2).
     """
-    sizes, spans = dict(candidate.sizes), dict(candidate.n_axes)
+    sizes = dict(candidate.sizes)
     parts = []
     if out["status"] == STATUS_NO_FIT:
         parts.append(
@@ -446,11 +611,18 @@ def why(out: dict, candidate: Candidate, k: BookConstants, tokens, hidden) -> st
         )
     if k.ratio is None:
         return "; ".join(parts)
-    r = k.ratio
     x_axes = [a for a in BATCH_AXES if sizes.get(a, 1) > 1]
     y_axes = [a for a in MODEL_AXES if sizes.get(a, 1) > 1]
     x = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
     y = math.prod(sizes.get(a, 1) for a in MODEL_AXES)
+    rules = _gpu_rules if k.gpu else _tpu_rules
+    parts += rules(candidate, k, tokens, hidden, x_axes, y_axes, x, y)
+    return "; ".join(parts)
+
+
+def _tpu_rules(candidate, k, tokens, hidden, x_axes, y_axes, x, y) -> list[str]:
+    """The training chapter's T1–T3 on a torus."""
+    spans, r, parts = dict(candidate.n_axes), k.ratio, []
     if tokens and x_axes:
         n = max(1, sum(spans.get(a, 1) for a in x_axes))
         per_chip = tokens / x
@@ -477,22 +649,65 @@ def why(out: dict, candidate: Candidate, k: BookConstants, tokens, hidden) -> st
             f"book T3: B/N = {per_chip:,.0f} {'>' if side == 'compute' else '≤'} "
             f"2·(C/W_ici)²/F = {threshold:,.0f} ⇒ {side}-bound (FSDP×TP)"
         )
-    return "; ".join(parts)
+    return parts
+
+
+def _gpu_rules(candidate, k, tokens, hidden, x_axes, y_axes, x, y) -> list[str]:
+    """The GPU chapter's G1 (DP/FSDP) and G2 (TP): W_GPU inside a node, W_node across nodes."""
+    nodes, parts = dict(candidate.nodes), []
+
+    def over(axes: list[str]) -> tuple[float, str]:
+        crosses = math.prod(nodes.get(a, 1) for a in axes) > 1 and k.node_ratio is not None
+        return (k.node_ratio, "C/W_node") if crosses else (k.ratio, "C/W_GPU")
+
+    if tokens and x_axes:
+        per_chip = tokens / x
+        threshold, name = over(x_axes)
+        side = "compute" if per_chip > threshold else "communication"
+        parts.append(
+            f"book G1: B/X = {per_chip:,.0f} tokens {'>' if side == 'compute' else '≤'} "
+            f"{name} = {threshold:,.0f} ⇒ {side}-bound over {'×'.join(x_axes)}"
+        )
+    if hidden and y_axes:
+        ratio, name = over(y_axes)
+        threshold = hidden / ratio
+        side = "communication" if y > threshold else "compute"
+        parts.append(
+            f"book G2: {'×'.join(y_axes)} axis {y} {'>' if y > threshold else '≤'} "
+            f"F/({name}) = {hidden}/{ratio:,.0f} = {threshold:.3g} ⇒ {side}-bound on the "
+            "model axis"
+        )
+    return parts
+
+
+def rank_by(table: pd.DataFrame) -> str:
+    """What the ranking compares: ``tokens_per_s_per_chip`` when every candidate that compiled
+    and fits has it (the user gave tokens per step; batch knobs then compare fairly), else
+    ``step_s``."""
+    ok = table["status"] == STATUS_OK if "status" in table else pd.Series(dtype=bool)
+    tps = table.get("tokens_per_s_per_chip")
+    if ok.any() and tps is not None and tps[ok].notna().all():
+        return "tokens_per_s_per_chip"
+    return "step_s"
 
 
 def rank(table: pd.DataFrame) -> pd.DataFrame:
-    """Rank the candidates that compiled and fit: most tokens/s per chip first where known, else
-    the shortest predicted step."""
+    """Rank the candidates that compiled and fit by :func:`rank_by` (most tokens/s per chip, else
+    the shortest predicted step) and give each its ``gap_to_best``: how much longer it takes per
+    token (or per step) than the first, as a fraction (0.25: 25% slower)."""
     table = table.copy()
     table["rank"] = pd.NA
+    table["gap_to_best"] = math.nan
     ok = table["status"] == STATUS_OK
     if not ok.any():
         return table
-    tps = table.get("tokens_per_s_per_chip")
-    if tps is not None and tps[ok].notna().all():
-        order = table[ok].sort_values("tokens_per_s_per_chip", ascending=False, kind="stable")
+    by = rank_by(table)
+    if by == "tokens_per_s_per_chip":
+        order = table[ok].sort_values(by, ascending=False, kind="stable")
+        table.loc[ok, "gap_to_best"] = order[by].iloc[0] / table.loc[ok, by] - 1
     else:
-        order = table[ok].sort_values("step_s", kind="stable")
+        order = table[ok].sort_values(by, kind="stable")
+        table.loc[ok, "gap_to_best"] = table.loc[ok, by] / order[by].iloc[0] - 1
     table.loc[order.index, "rank"] = range(1, len(order) + 1)
     table["rank"] = table["rank"].astype("Int64")
     sort_key = table["rank"].astype("Float64").fillna(math.inf)
@@ -562,8 +777,10 @@ def explore(
     processes (default ``os.cpu_count()``) or on ``executor`` (any ``concurrent.futures``
     executor, or a ``distributed.Client``), each through the HLO cache (``cache``, as for
     :func:`hlo_roofline.analyze`), so a second run compiles nothing again. ``tokens_per_step``,
-    ``model_flops`` and ``hidden`` (the MLP's F, for the book's TP rules) may be numbers or
-    functions of the knobs. A candidate that fails to compile is a row with its error.
+    ``model_flops`` (the model's FLOPs a step, all devices together: each candidate's report gets
+    its share per device, and the row's ``mfu_model`` is the report's) and ``hidden`` (the MLP's
+    F, for the book's TP rules) may be numbers or functions of the knobs. A candidate that fails
+    to compile is a row with its error.
     """
     from hlo_roofline import chips, targets
 
@@ -581,6 +798,7 @@ def explore(
             "sizes": c.sizes,
             "knobs": c.knobs,
             "cache": str(cache) if isinstance(cache, os.PathLike) else cache,
+            "model_flops": _per_device(_given(model_flops, dict(c.knobs)), c),
         }
         for c in found
     ]
@@ -619,7 +837,6 @@ def explore(
                 report,
                 constants,
                 tokens_per_step=tokens_per_step,
-                model_flops=model_flops,
                 hidden=hidden,
             )
         )

@@ -7,3 +7,6 @@ from __future__ import annotations
 PLUGIN_NAME = "hlo_roofline"  # TensorBoard's plugin name: the folder under <run>/plugins/
 REPORT_JSON = "report.json"
 REPORT_CSV = "report.csv"
+# The explorer's ranked layouts, at the logdir's root beside one run per candidate (the run's name
+# is the row's ``run``): ``hlo_roofline.explorer.Exploration.write_tensorboard`` writes it.
+EXPLORE_JSON = "hlo_roofline_explore.json"

@@ -120,11 +120,12 @@ def test_process_pool_sweep(pool_run):
     for _, row in table.iterrows():
         report = result.reports[row["candidate"]]
         assert row["step_s"] == report.summary["step_time_scheduled_s"]
-        assert row["lower_s"] == report.summary["step_time_lower_s"] <= row["upper_s"]
+        assert row["lower_s"] == report.summary["step_time_min_s"] <= row["step_s"]
+        assert row["upper_s"] == report.summary["step_time_upper_s"]
         assert row["comm_s"] == pytest.approx(report.ops["t_comm_s"].sum())
         assert row["tokens_per_s_per_chip"] == pytest.approx(64 / row["step_s"] / 4)
-        peak = result.constants.C  # no model_flops given: the program's own FLOPs per device
-        assert row["mfu_bound"] == pytest.approx(report.summary["flops"] / peak / row["step_s"])
+        assert row["mfu_upper_bound"] == report.summary["mfu_upper_bound"]
+        assert math.isnan(row["mfu_model"])  # no model FLOPs given
         assert row["why"].startswith("compiled: ")
     dp = table[table["data"] == 4].iloc[0]
     assert "book T1: B/X = 16 tokens" in dp["why"]  # 64 tokens over 4 chips
@@ -217,12 +218,56 @@ def test_cli_explore(pool_run, tmp_path, monkeypatch):
         cli.main,
         ["explore", f"{MLP}:tiny", "--target", TARGET, "--axes", "data,tensor",
          "--knob", "batch=64", "--jobs", "1", "--tokens-per-step", "64",
-         "--logdir", str(tmp_path / "logs"), "--csv", str(csv)],
+         "--logdir", str(tmp_path / "logs"), "--csv", str(csv), "--model-flops", "3.84e8",
+         "--json", str(tmp_path / "t.json")],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "tok/s/chip" in result.stdout and "C/W_ici" in result.stdout
+    assert " MFU " in result.stdout.splitlines()[0]  # the model FLOPs' MFU, not the bound
+    doc = __import__("json").loads((tmp_path / "t.json").read_text())
+    c = explorer.book_constants("v5e").C
+    for row in doc["rows"]:  # --model-flops is the whole step's: each device does a quarter
+        assert row["mfu_model"] == pytest.approx(3.84e8 / 4 / (row["step_s"] * c))
     assert csv.read_text().count("\n") == 4
-    assert len(list((tmp_path / "logs").iterdir())) == 3
+    runs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert len(runs) == 4 and "hlo_roofline_explore.json" in runs  # 3 runs and the table
+    assert "vs best" in result.stdout and "best" in result.stdout.split("vs best")[1]
+
+
+def test_cli_constraints(pool_run, monkeypatch):
+    """--fixed, --maximum, --divides prune as the API's constraints do (the one layout left is in
+    the cache: nothing compiles)."""
+    _, cache = pool_run
+    monkeypatch.setenv("HLO_ROOFLINE_CACHE_DIR", str(cache))
+    result = CliRunner().invoke(
+        cli.main,
+        ["explore", f"{MLP}:tiny", "--target", TARGET, "--axes", "data,tensor",
+         "--knob", "batch=64", "--jobs", "1", "--maximum", "data=2", "--divides", "tensor=2"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.endswith(" ok")]
+    assert len(rows) == 1 and rows[0].split()[1:3] == ["2", "2"]  # data 2 × tensor 2 only
+    assert "2 layouts pruned" in result.stdout
+
+
+def test_model_flops_reach_the_reports_summary(pool_run):
+    """``model_flops`` (the whole step's, a function of the knobs) goes to each candidate's
+    analyze per device; the row's MFU is the summary's, never computed again. A re-run on the
+    same cache: no compile."""
+    _, cache = pool_run
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        result = explorer.explore(
+            f"{MLP}:tiny", TARGET, axes=AXES, knobs=KNOBS, executor=pool, cache=cache,
+            model_flops=lambda batch: 6 * batch * 1e6, progress=False,
+        )  # fmt: skip
+    for _, row in result.table.iterrows():
+        s = result.reports[row["candidate"]].summary
+        assert s["model_flops"] == pytest.approx(6 * 64 * 1e6 / 4)  # per device of 4
+        assert row["mfu_model"] == s["mfu_model"]
+        assert s["mfu_model"] == pytest.approx(
+            s["model_flops"] / (s["step_time_scheduled_s"] * result.constants.C)
+        )
+        assert row["mfu_upper_bound"] == s["mfu_upper_bound"]
 
 
 @pytest.mark.parametrize(
@@ -232,6 +277,9 @@ def test_cli_explore(pool_run, tmp_path, monkeypatch):
         (["x", "--target", TARGET], "is not FILE.py:NAME"),
         ([f"{MLP}:tiny", "--target", "v9z:1x1"], ""),
         ([f"{MLP}:tiny", "--target", TARGET, "--knob", "batch"], "NAME=V1,V2"),
+        ([f"{MLP}:tiny", "--target", TARGET, "--fixed", "data"], "is not AXIS=N"),
+        ([f"{MLP}:tiny", "--target", TARGET, "--maximum", "data=0"], "is not AXIS=N"),
+        ([f"{MLP}:tiny", "--target", TARGET, "--divides", "pipe=2"], "is not one of --axes"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(args, message):

@@ -19,7 +19,7 @@ from functools import cache
 import pytest
 from conftest import FIXTURES
 
-from hlo_roofline import explorer
+from hlo_roofline import explorer, memory
 from hlo_roofline.report import Report, pass_of
 
 HERE = FIXTURES / "explore"
@@ -211,7 +211,7 @@ def test_t5_data_parallel_adam_stops_fitting_where_fsdp_fits(layers):
     dp = _fit("data64_fsdp1_tensor1_rest1", layers).summary
     need = dp["memory_fit"]["need_bytes"]
     assert 12.0 <= need / params <= 12.6
-    fits = dp["memory_fit"]["verdict"] != "does not fit"
+    fits = memory.verdict_of(dp["memory_fit"]) != memory.DOES_NOT_FIT
     assert fits == (need <= hbm)
     assert fits == (params <= 8e9)  # the compiled limit: HBM / 12.1 ≈ 8.4 B
     book_limit = hbm / 10

@@ -588,7 +588,3 @@ def _analyze_entry(
                 f"{type(exc).__name__}: {one_line(exc)}"
             ) from None
         raise InputError(f"compiling {entry} failed: {_user_error(exc, path)}") from None
-
-
-# The names explore's command imported before they were public here.
-_one_line = one_line

@@ -9,12 +9,15 @@ import click
 import jax
 
 from hlo_roofline.check import (
+    GAP_RULE,
     KINDS,
     REQUIRABLE,
     CheckResult,
+    ExploreGateResult,
     RuleError,
     Rules,
     check,
+    explore_gate,
     pyproject_rules,
     read_rules,
     refused,
@@ -81,6 +84,14 @@ _KIND_HELP = ", ".join(KINDS)
 @percent_option("--max-hbm", "The step needs at most PCT% of one device's HBM, over 100 allowed "
                 "(compile with --from to know its temporaries).")  # fmt: skip
 @percent_option("--max-regression", "The step may be at most PCT% slower than --baseline.")
+@click.option("--explore", "explore_path", type=click.Path(path_type=Path), metavar="RESULT",
+              help="Gate an exploration instead (explore --json/--csv, or its --logdir): "
+                   "with --layout and --max-gap-to-best.")  # fmt: skip
+@click.option("--layout", metavar="LAYOUT",
+              help="The configured layout in --explore: its label, or NAME=VALUE pairs "
+                   "(data=16,tensor=4).")  # fmt: skip
+@click.option("--max-gap-to-best", type=float, metavar="PCT",
+              help="The configured layout may be at most PCT% slower than the best explored.")  # fmt: skip
 @no_cache_option
 @format_option("table", "json")
 def check_command(report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags):
@@ -100,7 +111,13 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
       $ hlo-roofline check --from steps.py:elementwise_step --chip v5e --require compute  # exit 1
       $ hlo-roofline check large.json --max-memory-share 50 --min-coverage 95
       $ hlo-roofline check large.json --baseline small.json --max-regression 10  # exit 1
+      $ hlo-roofline check --explore fixtures/explore/h100_gate --layout data=2,tensor=4 --max-gap-to-best 5
+      $ hlo-roofline check --explore fixtures/explore/h100_gate --layout data=8 --max-gap-to-best 10  # exit 1
     """
+    gate = {k: flags.pop(k) for k in ("explore_path", "layout", "max_gap_to_best")}
+    if any(v is not None for v in gate.values()):
+        _explore_gate(report_path, entry, rules_path, flags, fmt, **gate)
+        return
     if (report_path is None) == (entry is None):
         raise click.UsageError("give a REPORT or --from FILE.py:NAME (exactly one)")
     if target is not None and entry is None:
@@ -130,6 +147,52 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
     with input_errors():
         result = check(report, rules, baseline)
     _print_result(result, fmt, f"{len(result.selected)} ops selected")
+
+
+def _explore_gate(report_path, entry, rules_path, flags, fmt, explore_path, layout, max_gap_to_best):
+    """``check --explore RESULT --layout L --max-gap-to-best X``: the configured layout against
+    the best the explorer found (exit 1 when more than X% slower, or not compiled or fitting)."""
+    from hlo_roofline import explorer  # a face too: reads the explorer's own files
+
+    if explore_path is None or layout is None or max_gap_to_best is None:
+        raise click.UsageError("--explore RESULT, --layout and --max-gap-to-best go together")
+    others = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+    if report_path is not None or entry is not None or rules_path is not None or others:
+        given = [*(["REPORT"] if report_path else []), *(["--from"] if entry else []),
+                 *(["--rules"] if rules_path else []), *others]  # fmt: skip
+        raise click.UsageError(f"--explore gates an exploration alone: drop {', '.join(given)}")
+    try:
+        table = explorer.read_table(explore_path)
+        result = explore_gate(table, layout, max_gap_to_best)
+    except explorer.ExplorationError as exc:
+        raise InputError(one_line(exc)) from None
+    except RuleError as exc:
+        raise click.UsageError(one_line(exc)) from None
+    _print_gate(result, fmt)
+
+
+def _print_gate(result: ExploreGateResult, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "passed": result.passed,
+                    "rules": result.describe(),
+                    "layout": result.layout,
+                    "best": result.best,
+                    "gap_to_best": result.gap,
+                    "violations": [v.__dict__ for v in result.violations],
+                }
+            )
+        )
+    elif result.passed:
+        where = "the best" if not result.gap else f"{result.gap:.1%} slower than {result.best}"
+        click.echo(f"passed: {result.describe()} ({result.layout} is {where})")
+    else:
+        click.echo(result.table())
+        click.echo(f"\nfailed: {result.layout} breaks {GAP_RULE} {result.max_gap_to_best:g}%")
+    if not result.passed:
+        raise SystemExit(1)
 
 
 def _compiler_error(exc: InputError) -> str | None:

@@ -9,7 +9,7 @@ import click
 import pandas as pd
 
 from hlo_roofline import explorer, targets
-from hlo_roofline.cli._common import CONTEXT, InputError, _one_line, no_cache_option
+from hlo_roofline.cli._common import CONTEXT, InputError, no_cache_option, one_line
 from hlo_roofline.text import format_seconds, format_table
 
 
@@ -34,12 +34,29 @@ def parse_knobs(specs: tuple[str, ...]) -> dict[str, list]:
     return knobs
 
 
+def parse_sizes(flag: str, specs: tuple[str, ...], axes: tuple[str, ...]) -> dict[str, int]:
+    """``("tensor=16",)`` → ``{"tensor": 16}``: one constraint per axis, a positive integer."""
+    sizes: dict[str, int] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not sep or not value.isdigit() or int(value) < 1:
+            raise InputError(f"{flag} {spec!r} is not AXIS=N (e.g. tensor=16)")
+        if name not in axes:
+            raise InputError(f"{flag} {spec!r}: {name!r} is not one of --axes {','.join(axes)}")
+        sizes[name] = int(value)
+    return sizes
+
+
 def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
     """The ranked table: rank, layout, knobs, predicted step, tokens/s per chip, bound, fit."""
     rows = []
+    # MFU against the user's model FLOPs where given (--model-flops), else the program's bound
+    table = exploration.table
+    given = "mfu_model" in table and table["mfu_model"].notna().any()
+    mfu_column, mfu_header = ("mfu_model", "MFU") if given else ("mfu_upper_bound", "MFU ≤")
     knob_columns = [
         c for c in exploration.table.columns
-        if c not in exploration.axes and c not in _KNOWN and not c.startswith("n_axes_")
+        if c not in exploration.axes and c not in _KNOWN and not c.startswith(explorer.SPAN_PREFIXES)
     ]  # fmt: skip
     for _, r in exploration.table.iterrows():
         ok = _known(r.get("step_s"))
@@ -49,17 +66,29 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
         row["step"] = format_seconds(r["step_s"]) if ok else "—"
         tps = r.get("tokens_per_s_per_chip")
         row["tok/s/chip"] = f"{tps:,.0f}" if _known(tps) and math.isfinite(tps) else "—"
+        gap = r.get("gap_to_best")
+        row["vs best"] = (
+            f"+{gap:.0%}" if _known(gap) and gap > 0 else ("best" if _known(gap) else "—")
+        )
         row["exposed"] = f"{r['exposed_comm_share']:.0%}" if ok else "—"
+        mfu = r.get(mfu_column)
+        row[mfu_header] = f"{mfu:.0%}" if _known(mfu) else "—"
         hbm = r.get("hbm_per_device")
         row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
         row["status"] = r["status"]
         rows.append(row)
-    right = {"rank", "step", "tok/s/chip", "exposed", "HBM/dev", *exploration.axes}
+    right = {"rank", "step", "tok/s/chip", "vs best", "exposed", mfu_header, "HBM/dev", *exploration.axes}
     lines = [format_table(rows, right=right), ""]
     for _, r in exploration.table.iterrows():
         lines.append(f"{r['candidate']}: {r['why']}")
     k = exploration.constants
-    if k.ratio:
+    if k.gpu:
+        lines.append(
+            f"book constants ({k.chip}): C = {k.C:.3g} FLOP/s, W_GPU = {k.W_ici:.3g} B/s, "
+            f"C/W_GPU = {k.ratio:,.0f}"
+            + (f", W_node = {k.W_node:.3g} B/s, C/W_node = {k.node_ratio:,.0f}" if k.W_node else "")
+        )
+    elif k.ratio:
         lines.append(
             f"book constants ({k.chip}): C = {k.C:.3g} FLOP/s, W_ici = {k.W_ici:.3g} B/s, "
             f"C/W_ici = {k.ratio:,.0f}"
@@ -77,11 +106,7 @@ def _known(value) -> bool:
     return value is not None and not pd.isna(value)
 
 
-_KNOWN = {
-    "candidate", "status", "error", "compile_s", "step_s", "lower_s", "upper_s", "compute_s",
-    "memory_s", "comm_s", "exposed_comm_s", "exposed_comm_share", "mfu_bound",
-    "tokens_per_s_per_chip", "hbm_per_device", "fit", "bound", "why", "rank",
-}  # fmt: skip
+_KNOWN = explorer.ROW_COLUMNS
 
 
 def _client(address: str):
@@ -94,7 +119,7 @@ def _client(address: str):
     try:
         return Client(address, timeout="20s")
     except Exception as exc:
-        raise InputError(f"cannot reach the Dask scheduler {address}: {_one_line(exc)}") from None
+        raise InputError(f"cannot reach the Dask scheduler {address}: {one_line(exc)}") from None
 
 
 @click.command(
@@ -112,15 +137,23 @@ def _client(address: str):
 @click.option("--jobs", type=click.IntRange(min=1), help="Worker processes (default: CPU count).")
 @click.option("--scheduler", metavar="ADDRESS", help="A Dask scheduler to compile on.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many candidates.")
+@click.option("--fixed", "fixed_specs", multiple=True, metavar="AXIS=N",
+              help="This axis has only size N (repeatable).")  # fmt: skip
+@click.option("--maximum", "maximum_specs", multiple=True, metavar="AXIS=N",
+              help="This axis is at most N (repeatable).")  # fmt: skip
+@click.option("--divides", "divides_specs", multiple=True, metavar="AXIS=N",
+              help="This axis's size divides N, e.g. tensor=16 for 16 heads (repeatable).")  # fmt: skip
 @click.option("--tokens-per-step", type=click.IntRange(min=1), help="For tokens/s per chip.")
 @click.option("--hidden", type=click.IntRange(min=1), help="The MLP's F, for the book's TP rules.")
+@click.option("--model-flops", type=click.FloatRange(min=0, min_open=True), metavar="FLOPS",
+              help="The model's FLOPs a step, all chips together: MFU against them.")  # fmt: skip
 @click.option("--logdir", type=click.Path(path_type=Path), help="Write every report here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the table as CSV.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="... as JSON.")
 @no_cache_option
 def explore_command(
-    entry, target, axes, knob_specs, jobs, scheduler, limit, tokens_per_step, hidden, logdir,
-    csv_path, json_path, no_cache,
+    entry, target, axes, knob_specs, jobs, scheduler, limit, fixed_specs, maximum_specs,
+    divides_specs, tokens_per_step, hidden, model_flops, logdir, csv_path, json_path, no_cache,
 ) -> None:  # fmt: skip
     """Compile ENTRY(mesh, **knobs) for every factorization of the target's devices over the
     axes (and every knob value); print them ranked, each with the book's reason.
@@ -138,9 +171,15 @@ def explore_command(
     try:
         target = targets.parse_target(target).spec
     except targets.TargetError as exc:
-        raise InputError(_one_line(exc)) from None
+        raise InputError(one_line(exc)) from None
     names = tuple(a.strip() for a in axes.split(",") if a.strip())
     knobs = parse_knobs(knob_specs)
+    constraints = {
+        "limit": limit,
+        "fixed": parse_sizes("--fixed", fixed_specs, names),
+        "maximum": parse_sizes("--maximum", maximum_specs, names),
+        "divides": parse_sizes("--divides", divides_specs, names),
+    }
     client = _client(scheduler) if scheduler else None
     try:
         result = explorer.explore(
@@ -148,15 +187,16 @@ def explore_command(
             target,
             axes=names,
             knobs=knobs,
-            constraints={"limit": limit},
+            constraints=constraints,
             executor=client,
             jobs=jobs,
             cache=not no_cache,
             tokens_per_step=tokens_per_step,
             hidden=hidden,
+            model_flops=model_flops,
         )
     except (ValueError, ImportError, targets.TargetUnavailableError) as exc:
-        raise InputError(_one_line(exc)) from None
+        raise InputError(one_line(exc)) from None
     finally:
         if client is not None:
             client.close()
