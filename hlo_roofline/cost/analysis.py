@@ -74,6 +74,7 @@ _FLOAT_COLUMNS = schema.names("cost", "float")
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
 _NO_IO = MatmulIO(0.0, 0.0, 0.0, 0)
+_UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
 _COLLECTIVE_OR_WRAPPER = frozenset(
     {*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), "fusion", "async-start"}
@@ -244,6 +245,7 @@ def rows(
     # of 17k instructions has 750 distinct ones), so each is split once
     attributes_read: dict[str, tuple[str, str, str]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
+    estimates: dict[str, float | None] = {}  # backend_config -> XLA:TPU's estimated cycles
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
@@ -326,9 +328,11 @@ def rows(
             start = _async_start(instr)
             waits_for = start.name if start is not None else ""
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
-        cycles = (  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
-            attrs.estimated_cycles(instr) if "estimated_cycles" in backend_config else None
-        )
+        cycles = None  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
+        if "estimated_cycles" in backend_config:  # decoded once per distinct config
+            cycles = estimates.get(backend_config, _UNREAD)
+            if cycles is _UNREAD:
+                cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
         table.append((

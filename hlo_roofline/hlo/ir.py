@@ -56,30 +56,42 @@ class Shape:
     layout: Layout | None = None
     tuple_shapes: tuple[Shape, ...] = ()
     dynamic: tuple[bool, ...] = ()
+    # What the cost rules ask of a shape over and over, worked out when it is made (a module
+    # makes one Shape per distinct spelling, and its instructions share them):
+    is_tuple: bool = field(init=False, compare=False, repr=False)
+    is_array: bool = field(init=False, compare=False, repr=False)
+    # element count of an array (1 for a scalar); 0 for tuples, tokens and opaques
+    elements: int = field(init=False, compare=False, repr=False)
+    # and, on first use, its text and its leaves (reports print it and walk them once a row)
+    _text: str | None = field(default=None, init=False, compare=False, repr=False)
+    _leaves: tuple[Shape, ...] | None = field(default=None, init=False, compare=False, repr=False)
 
-    @property
-    def is_tuple(self) -> bool:
-        return self.dtype == "tuple"
-
-    @property
-    def is_array(self) -> bool:
-        return self.dtype not in NON_ARRAY_TYPES and self.dtype != "tuple"
-
-    @property
-    def elements(self) -> int:
-        """Element count of an array (1 for a scalar); 0 for tuples, tokens and opaques."""
-        return math.prod(self.dims) if self.is_array else 0
+    def __post_init__(self) -> None:
+        is_tuple = self.dtype == "tuple"
+        is_array = not is_tuple and self.dtype not in NON_ARRAY_TYPES
+        object.__setattr__(self, "is_tuple", is_tuple)
+        object.__setattr__(self, "is_array", is_array)
+        object.__setattr__(self, "elements", math.prod(self.dims) if is_array else 0)
 
     def leaves(self) -> list[Shape]:
         """Array leaves in order (nested tuples flattened; tokens dropped)."""
-        if self.dtype == "tuple":
-            out: list[Shape] = []
-            for s in self.tuple_shapes:
-                out.extend(s.leaves())
-            return out
-        return [self] if self.is_array else []
+        found = self._leaves
+        if found is None:
+            if self.dtype == "tuple":
+                found = tuple(leaf for s in self.tuple_shapes for leaf in s.leaves())
+            else:
+                found = (self,) if self.is_array else ()
+            object.__setattr__(self, "_leaves", found)
+        return list(found)
 
     def __str__(self) -> str:
+        text = self._text
+        if text is None:
+            text = self._spell()
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def _spell(self) -> str:
         if self.dtype == "tuple":
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
         if not self.is_array:
