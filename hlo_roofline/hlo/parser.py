@@ -207,16 +207,19 @@ _FAST_OPERAND = r"(?:/\*[^*]*+\*/\s*+)?(?:(?:" + _SHAPE_TEXT + r")\s++)?%[^\s,()
 _ALL_OPERANDS_NAMED = _compile(
     r"\s*+" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+"
 )  # every operand written "%name"
+_ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
+_ATTR_VALUE = r"(?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+"
+_FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=(" + _ATTR_VALUE + ")"
 _FAST_LINE = _compile(
     r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
     r"(" + _SHAPE_TEXT + r")\s*+"  # shape
     r"([a-z][a-z0-9\-_]*+)\("  # opcode(
     r"(?:(\s*+(?:" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+)?)"  # %a, %b
     r'|([^()"]*+(?:\([^()"]*+\)[^()"]*+)*+))\)'  # or a parameter's / constant's payload
-    r"(.*)"  # the attributes
+    # the attributes, each ", key=value" as XLA prints them, checked in the same pass (a line
+    # whose attributes are not in that form is not matched: the careful path reads it)
+    r"((?:, [\w.\-]++=" + _ATTR_VALUE + r")*+)\s*+$"
 )
-_ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
-_FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=((?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+)"
 _FAST_ATTR_ITEM = _compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
 _FAST_ATTRS = _compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
 # Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).
@@ -533,9 +536,6 @@ def _fast_instruction(
             return None
     else:
         return None  # operands printed without '%'
-    attr_text = attr_text.rstrip()
-    if attr_text and _FAST_ATTRS.fullmatch(attr_text) is None:
-        return None  # not in XLA's usual form: the scanner splits it or says what is wrong
     instr = Instruction(
         name, intern(opcode), shape, [], attr_text, computation, number, root is not None, (),
         payload,
