@@ -154,6 +154,38 @@ def compare(text: str, repeat: int) -> dict:
     }  # fmt: skip
 
 
+def speed_ratio(text: str, repeat: int = 9) -> dict:
+    """Ours ÷ XLA's on one text, CPU times, best of ``repeat`` interleaved runs (what
+    ``tests/test_speed.py`` holds to ``benchmarks/baseline.json``)."""
+    keys = ("parse", "analysis", "xla_parse", "xla_cost")
+    cpu = dict.fromkeys(keys, float("inf"))
+    for _ in range(repeat):
+        for key, (_, cpu_s) in zip(keys, _ours(text) + _xla(text), strict=True):
+            cpu[key] = min(cpu[key], cpu_s)
+    ours, xla = cpu["parse"] + cpu["analysis"], cpu["xla_parse"] + cpu["xla_cost"]
+    return {"cpu_ratio": ours / xla, "ours_cpu": ours, "xla_cpu": xla}
+
+
+def write_baseline(repeat: int) -> dict:
+    """Measure the committed GPT-2 module's ratio and write ``benchmarks/baseline.json``."""
+    import gzip
+
+    import jaxlib
+
+    path = ROOT / "fixtures" / "gpt2_small" / "tpu_v5e.hlo.txt.gz"
+    measured = speed_ratio(gzip.open(path, "rt").read(), repeat)
+    baseline = {
+        "gpt2_v5e_cpu_ratio": round(measured["cpu_ratio"], 3),
+        "ours_cpu_ms": round(measured["ours_cpu"] * 1e3, 1),
+        "xla_cpu_ms": round(measured["xla_cpu"] * 1e3, 1),
+        "jaxlib": jaxlib.__version__,
+        "python": platform.python_version(),
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+    (ROOT / "benchmarks" / "baseline.json").write_text(json.dumps(baseline, indent=2) + "\n")
+    return baseline
+
+
 # -- (a) fixtures -------------------------------------------------------------------------------
 
 
@@ -559,9 +591,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tab-ops", type=int, default=20_000, help="ops of the tab's run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline", action="store_true",
+        help="only measure the GPT-2 fixture's ratio and write benchmarks/baseline.json",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child)
+        return 0
+    if args.baseline:
+        print(json.dumps(write_baseline(max(args.repeat, 9)), indent=2))
         return 0
     if args.quick:
         args.repeat, args.no_compile, args.instructions = 2, True, 20_000

@@ -71,6 +71,12 @@ def _no_vector_loop(opcode: str) -> bool:
 
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = schema.names("cost", "float")
+# Columns kept as chunks of NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
+_ARRAY_COLUMNS = {
+    **dict.fromkeys(_FLOAT_COLUMNS, np.float64),
+    **dict.fromkeys(schema.names("cost", "int"), np.int64),
+    **dict.fromkeys(schema.names("cost", "bool"), np.bool_),
+}
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
 _NO_IO = MatmulIO(0.0, 0.0, 0.0, 0)
@@ -355,8 +361,8 @@ def rows(
             _transpose_onto(columns, table)
             table = []
     _transpose_onto(columns, table)
-    for name in _FLOAT_COLUMNS:
-        columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0)
+    for name, dtype in _ARRAY_COLUMNS.items():
+        columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0, dtype)
     return columns
 
 
@@ -495,10 +501,14 @@ def _lane_reduced_elements(reduce: Instruction) -> float:
 
 def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
     for (name, column), values in zip(columns.items(), zip(*table, strict=True), strict=False):
-        if name in _FLOAT_COLUMNS:  # chunks of 8-byte values rather than float objects
-            column.append(np.array(values, dtype=np.float64))
-        else:
+        dtype = _ARRAY_COLUMNS.get(name)
+        if dtype is None:
             column.extend(values)
+            continue
+        try:  # a chunk of 8-byte values rather than number objects
+            column.append(np.array(values, dtype=dtype))
+        except OverflowError:  # an int past int64 (hostile text): kept as Python ints
+            column.append(np.array(values, dtype=object))
 
 
 class _Body:
