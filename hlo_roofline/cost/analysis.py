@@ -507,8 +507,8 @@ def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
             continue
         try:  # a chunk of 8-byte values rather than number objects
             column.append(np.array(values, dtype=dtype))
-        except OverflowError:  # an int past int64 (hostile text): kept as Python ints
-            column.append(np.array(values, dtype=object))
+        except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
+            column.append(np.array(values, dtype=object))  # number: kept as they are
 
 
 class _Body:
