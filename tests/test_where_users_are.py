@@ -261,6 +261,8 @@ def test_cli_explains_the_factory_form_for_a_step_that_needs_arguments(tmp_path)
     assert "Traceback" not in result.output
 
 
+# The warning is this test's subject: shown as a user sees it (the suite makes it an error).
+@pytest.mark.filterwarnings("default::hlo_roofline.api.UnoptimizedHloWarning")
 def test_cli_prints_warnings_as_messages(tmp_path):
     path = tmp_path / "pre.hlo.txt"
     path.write_text(jax.jit(matmul).lower(X, W).as_text(dialect="hlo"))
