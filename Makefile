@@ -1,8 +1,9 @@
 # One-command setup. `make demo` creates .venv/ (the newest JAX CI tests, on Python 3.12) with the
 # project and all extras; `make test` also creates .venv-oldest/ (the oldest supported JAX, on
 # Python 3.11), installs Debian's chromium for the browser tests of the TensorBoard tab, lints, and
-# runs the whole suite in both environments. Each environment's versions are held by a constraints
-# file in .ci/; the project itself only asks for jax >= 0.10.2.
+# runs the suite: all of it in the newest environment, the fast set (tests not marked slow: those
+# compile real programs or sweep every fixture on every chip) in the oldest. Each environment's
+# versions are held by a constraints file in .ci/; the project itself only asks for jax >= 0.10.2.
 PYENV_ROOT ?= $(HOME)/.pyenv
 # A working interpreter for each version: on PATH, else pyenv's (its shims fail for versions that
 # are not selected, so they are tried by running them).
@@ -55,7 +56,7 @@ test-newest: install browser
 
 test-oldest: install-oldest browser
 	@echo "== tests: $$($(VENV_OLDEST)/bin/python -c 'import sys, jax, jaxlib; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, jaxlib {jaxlib.__version__}")')"
-	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(VENV_OLDEST)/bin/python $(PYTEST)
+	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(VENV_OLDEST)/bin/python $(PYTEST) -m "not slow"
 
 test: lint test-newest test-oldest
 

@@ -154,6 +154,47 @@ def compare(text: str, repeat: int) -> dict:
     }  # fmt: skip
 
 
+def speed_ratio(text: str, repeat: int = 9) -> dict:
+    """Ours ÷ XLA's on one text, CPU times, best of ``repeat`` interleaved runs (what
+    ``tests/test_speed.py`` holds to ``benchmarks/baseline.json``)."""
+    keys = ("parse", "analysis", "xla_parse", "xla_cost")
+    cpu = dict.fromkeys(keys, float("inf"))
+    for _ in range(repeat):
+        for key, (_, cpu_s) in zip(keys, _ours(text) + _xla(text), strict=True):
+            cpu[key] = min(cpu[key], cpu_s)
+    ours, xla = cpu["parse"] + cpu["analysis"], cpu["xla_parse"] + cpu["xla_cost"]
+    return {"cpu_ratio": ours / xla, "ours_cpu": ours, "xla_cpu": xla}
+
+
+def write_baseline(repeat: int) -> dict:
+    """Measure the committed GPT-2 module's speed ratio and a generated 200k-instruction module's
+    peak RSS ÷ text, and write them to ``benchmarks/baseline.json``."""
+    import gzip
+
+    import jaxlib
+    from generate import generate_module
+
+    path = ROOT / "fixtures" / "gpt2_small" / "tpu_v5e.hlo.txt.gz"
+    with gzip.open(path, "rt") as f:
+        measured = speed_ratio(f.read(), repeat)
+    with tempfile.TemporaryDirectory() as tmp:
+        generated = Path(tmp) / "generated.hlo.txt"
+        generated.write_text(generate_module(200_000))
+        memory = rss_over_text(generated)
+    baseline = {
+        "gpt2_v5e_cpu_ratio": round(measured["cpu_ratio"], 3),
+        "ours_cpu_ms": round(measured["ours_cpu"] * 1e3, 1),
+        "xla_cpu_ms": round(measured["xla_cpu"] * 1e3, 1),
+        "rss_over_text_200k": round(memory["ru_over_text"], 2),
+        "rss_added_mib_200k": round(memory["ru_added"] / 2**20, 1),
+        "jaxlib": jaxlib.__version__,
+        "python": platform.python_version(),
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+    (ROOT / "benchmarks" / "baseline.json").write_text(json.dumps(baseline, indent=2) + "\n")
+    return baseline
+
+
 # -- (a) fixtures -------------------------------------------------------------------------------
 
 
@@ -295,6 +336,7 @@ def _child(path: str) -> None:
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")  # start the peak from here
     baseline, _ = _rss()
+    ru_baseline = _ru_maxrss()
     text = Path(path).read_text()
     module, report = [], []
     (parse, parse_cpu), (analysis, analysis_cpu) = _timed([
@@ -306,7 +348,30 @@ def _child(path: str) -> None:
         "parse": parse, "analysis": analysis, "cpu": parse_cpu + analysis_cpu,
         "rows": len(report[0].ops), "bytes": len(text), "instructions": instructions,
         "baseline_rss": baseline, "peak_rss": peak,
+        # the kernel's peak as getrusage reports it, and what it was after the imports (a child
+        # started through a small launcher: see rss_over_text)
+        "ru_baseline": ru_baseline, "ru_peak": _ru_maxrss(),
     }))  # fmt: skip
+
+
+def _ru_maxrss() -> int:
+    """This process' peak resident set size in bytes (``getrusage``; Linux counts KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rss_over_text(path: str | Path) -> dict:
+    """Peak RSS that parse + analysis of the HLO file at ``path`` adds in a fresh interpreter,
+    from after its imports, ÷ the size of the text (``getrusage``'s peak).
+
+    Linux hands a process its parent's peak across fork + exec: the interpreter that measures is
+    started by a small launcher, so the peak it inherits is the launcher's (a few MB), not that of
+    the caller (a test worker with JAX loaded)."""
+    launcher = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
+    command = [sys.executable, "-S", "-c", launcher, sys.executable, __file__, "--child", str(path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    added = child["ru_peak"] - child["ru_baseline"]
+    return {**child, "ru_added": added, "ru_over_text": added / child["bytes"]}
 
 
 def bench_generated(instructions: int, repeat: int) -> dict:
@@ -559,9 +624,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tab-ops", type=int, default=20_000, help="ops of the tab's run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline", action="store_true",
+        help="only measure the figures the tests hold (tests/test_speed.py, test_memory_scale.py) "
+        "and write benchmarks/baseline.json",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child)
+        return 0
+    if args.baseline:
+        print(json.dumps(write_baseline(max(args.repeat, 9)), indent=2))
         return 0
     if args.quick:
         args.repeat, args.no_compile, args.instructions = 2, True, 20_000

@@ -20,7 +20,10 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_LARGE_BUILD = 100_000  # objects made while paused: below this, the collector's pass is cheap
+# Objects made while paused past which they are handed over: a module of 18k instructions makes
+# ~70k, and letting the collector find them re-enabled cost a full pass over the process' heap
+# (jax and pandas loaded: ~30 ms, a tenth of that module's analysis).
+_LARGE_BUILD = 10_000
 _MIN_OBJECTS = 1_000_000  # handed over before a full collection, however small the heap
 _handed_over = 0  # objects moved to the oldest generation since the last full collection here
 _survivors = 0  # objects tracked after that collection

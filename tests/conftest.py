@@ -13,6 +13,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
+# The suite makes UnoptimizedHloWarning an error (pyproject.toml): the project's own warning that a
+# module looks like XLA's input is for users. A test module of hand-written HLO (no fusions, not
+# scheduled) says so with ``pytestmark = HAND_WRITTEN_HLO``.
+HAND_WRITTEN_HLO = pytest.mark.filterwarnings("ignore::hlo_roofline.api.UnoptimizedHloWarning")
+# Compiles real programs, or sweeps every fixture on every chip: run once, in the newest
+# environment (``make test-oldest`` deselects these).
+SLOW = pytest.mark.slow
+
 
 def fixture_files() -> list[Path]:
     """Every committed XLA oracle file (``fixtures/<program>/<target>.xla.json``)."""

@@ -13,7 +13,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, SLOW
 
 from hlo_roofline import Report, analyze_hlo
 from hlo_roofline.hlo import attrs
@@ -174,6 +174,7 @@ def assert_separates_projections(report: Report, key_of, c) -> None:
     assert lumped >= 0.99 * sum(want.values())  # the layer's one line carries all of them
 
 
+@SLOW
 def test_layer_caller_separates_the_projections_of_a_flax_linen_model():
     from framework_models import linen_lm
     from framework_models.nnx_lm import Config
@@ -193,6 +194,7 @@ def test_layer_caller_separates_the_projections_of_a_flax_linen_model():
     assert_separates_projections(report, lines.__getitem__, c)
 
 
+@SLOW
 def test_layer_caller_of_an_nnx_model_is_its_marked_line():
     from framework_models import nnx_lm
 
@@ -305,6 +307,7 @@ def installed_maxtext(tmp_path, monkeypatch):
     attrs._library_dirs.cache_clear()
 
 
+@SLOW
 def test_an_installed_package_named_as_the_users_is_attributed_and_its_layers_separate(
     installed_maxtext, tmp_path, monkeypatch
 ):

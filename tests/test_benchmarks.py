@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, SLOW
+
+pytestmark = SLOW  # compiles the GPT step and times the benchmark scripts
 
 
 def test_benchmark_prints_its_figures_against_their_targets(tmp_path):

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
+from conftest import HAND_WRITTEN_HLO
 from test_diff import report, step_hlo
 
 import hlo_roofline as hr
@@ -27,6 +28,8 @@ from hlo_roofline.check import (
 )
 from hlo_roofline.diff import NotClassifiedError
 from hlo_roofline.testing import assert_roofline
+
+pytestmark = HAND_WRITTEN_HLO  # hand-written modules: not scheduled, no fusions
 
 # -- rules -----------------------------------------------------------------------------------------
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import HAND_WRITTEN_HLO
 
 import hlo_roofline as hr
 from hlo_roofline import chips
 from hlo_roofline.cli.render import diff_text
 from hlo_roofline.diff import NotClassifiedError, compare, shape_key
+
+pytestmark = HAND_WRITTEN_HLO  # hand-written modules: not scheduled, no fusions
 
 
 def step_hlo(

@@ -15,9 +15,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+# A page whose examples import JAX compiles real programs (minutes on a cold cache): slow.
+_COMPILES = re.compile(r"^(?:>>>|\.\.\.) .*\bimport jax\b|^>>> .*\banalyze\(", re.MULTILINE)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def _page(page: Path):
+    marks = [pytest.mark.slow] if _COMPILES.search(page.read_text()) else []
+    return pytest.param(page, marks=marks, id=page.relative_to(ROOT).as_posix())
+
+
+@pytest.mark.parametrize("page", [_page(p) for p in PAGES])
 def test_doctests(page: Path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # examples that write files write them here
     result = doctest.testfile(

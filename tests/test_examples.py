@@ -1,5 +1,7 @@
 """Every example workload analyzes, compile-only, on every target it lists, and says what it should.
 
+pytestmark = SLOW  # compiles every example for every target it lists
+
 A TPU compile of a training step takes one to three minutes on a 2-core machine, so the optimized HLO
 is cached (``hlo_roofline.cache``: keyed by the lowered program, the target and the
 compiler versions; a file lock stops two xdist workers compiling the same program). By default the

@@ -1,4 +1,6 @@
 """Real framework code: a Flax NNX decoder LM with optax.adamw, the same model in Flax Linen, and an
+
+pytestmark = SLOW  # compiles Flax, Equinox and Optax models for three targets
 Equinox MLP, each compiled for the CPU here and compile-only for TPU v5e and H100.
 
 The oracles are the models' own shapes: the step's FLOPs are the analytic count (6·N·T plus

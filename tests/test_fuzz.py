@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, HAND_WRITTEN_HLO, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +33,8 @@ from hlo_roofline.hlo import parser as hlo_parser
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import fuzz as campaign  # the semantic fuzzer: its property and mutations
 from mutate import MUTATIONS, mutate
+
+pytestmark = HAND_WRITTEN_HLO  # hand-written modules: not scheduled, no fusions
 
 EXAMPLES = int(os.environ.get("HLO_ROOFLINE_FUZZ_EXAMPLES", "120"))
 SECONDS_PER_EXAMPLE = float(os.environ.get("HLO_ROOFLINE_FUZZ_SECONDS", "20"))

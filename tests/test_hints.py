@@ -8,7 +8,7 @@ import math
 import warnings
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, SLOW
 from test_verdicts import V5E_BOOK, _s8_matmul, dot_module
 
 import hlo_roofline as hr
@@ -169,6 +169,7 @@ def assert_hints_agree(ops, where: str) -> int:
     return checked
 
 
+@SLOW
 def test_a_hint_never_contradicts_its_rows_bound():
     """Every committed fixture judged on five chips: the bound a hint names is the row's, and a
     row with a ridge M is compute-bound exactly when it has that many rows."""
@@ -199,6 +200,7 @@ def test_a_ridge_below_one_row_is_every_m_not_m_zero(n):
     assert _rows(op.ridge_m) == "any"
 
 
+@SLOW
 def test_no_fixture_hint_names_m_zero():
     """Across every committed fixture on five chips, a hint names a ridge M of at least one row."""
     named = 0

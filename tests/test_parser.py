@@ -7,11 +7,13 @@ import random
 import re
 
 import pytest
-from conftest import ROOT, fixture_files, fixture_id, load_fixture
+from conftest import HAND_WRITTEN_HLO, ROOT, fixture_files, fixture_id, load_fixture
 
 from hlo_roofline import HloParseError, analyze_hlo
 from hlo_roofline.hlo import attrs, parse, parse_shape
 from hlo_roofline.hlo import parser as hlo_parser
+
+pytestmark = HAND_WRITTEN_HLO  # hand-written modules: not scheduled, no fusions
 
 FILES = fixture_files()
 

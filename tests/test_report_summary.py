@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
+from conftest import FIXTURES, SLOW
 
 import hlo_roofline as hr
 from hlo_roofline import chips, cli
@@ -125,6 +125,7 @@ def trained():
     }
 
 
+@SLOW  # compiles a training step for v5e, twice
 def test_model_flops_mfu_against_the_bf16_peak(trained):
     report = trained[False]
     s = report.classify("v5e", model_flops=MODEL_FLOPS).summary

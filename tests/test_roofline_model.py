@@ -9,13 +9,15 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FIXTURES, load_fixture
+from conftest import FIXTURES, HAND_WRITTEN_HLO, load_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hlo_roofline import analyze_hlo
 from hlo_roofline.cost import rows, walk
 from hlo_roofline.hlo import parse
+
+pytestmark = HAND_WRITTEN_HLO  # hand-written modules: not scheduled, no fusions
 
 TARGETS = ("cpu", "h100", "tpu_v5e", "tpu_v5p")
 

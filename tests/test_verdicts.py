@@ -12,11 +12,13 @@ import jax
 import jax.numpy as jnp
 import pandas as pd
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, HAND_WRITTEN_HLO, SLOW
 
 import hlo_roofline as hr
 import hlo_roofline.targets  # hr.targets below needs the submodule imported
 from hlo_roofline import chips, verdict
+
+pytestmark = HAND_WRITTEN_HLO  # hand-written modules: not scheduled, no fusions
 
 V5E_BOOK = chips.get("v5e", profile="book")
 
@@ -228,6 +230,7 @@ def _big_matmuls(report):
     return mm[mm.flops >= 0.05 * mm.flops.max()]
 
 
+@SLOW
 def test_transformer_matmuls_compute_bound_at_large_batch_memory_bound_at_batch_1():
     big = hr.analyze(transformer_step, *transformer_inputs(batch=16), chip="v5e")
     assert big.summary["compiled_for"] == "v5e:2x2"

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
+from conftest import SLOW
 
 import hlo_roofline
 from hlo_roofline import HloParseError, analyze, analyze_hlo, api, cache, cli, wrap_step
@@ -121,6 +122,7 @@ PROCESS = textwrap.dedent(
 )
 
 
+@SLOW
 def test_parallel_processes_share_one_entry_and_a_new_process_reuses_it(tmp_path):
     env = {**os.environ, cache.CACHE_ENV: str(tmp_path)}
     script = tmp_path / "step.py"
@@ -259,6 +261,8 @@ def test_cli_explains_the_factory_form_for_a_step_that_needs_arguments(tmp_path)
     assert "Traceback" not in result.output
 
 
+# The warning is this test's subject: shown as a user sees it (the suite makes it an error).
+@pytest.mark.filterwarnings("default::hlo_roofline.api.UnoptimizedHloWarning")
 def test_cli_prints_warnings_as_messages(tmp_path):
     path = tmp_path / "pre.hlo.txt"
     path.write_text(jax.jit(matmul).lower(X, W).as_text(dialect="hlo"))
@@ -271,6 +275,7 @@ def test_cli_prints_warnings_as_messages(tmp_path):
 # -- packaging ------------------------------------------------------------------------------------
 
 
+@SLOW
 def test_the_wheel_builds_without_deprecations_and_carries_its_data(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(REPO)],

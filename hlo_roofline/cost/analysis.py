@@ -85,9 +85,16 @@ def _no_vector_loop(opcode: str, instr: Instruction | None = None) -> bool:
 
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = schema.names("cost", "float")
+# Columns kept as chunks of NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
+_ARRAY_COLUMNS = {
+    **dict.fromkeys(_FLOAT_COLUMNS, np.float64),
+    **dict.fromkeys(schema.names("cost", "int"), np.int64),
+    **dict.fromkeys(schema.names("cost", "bool"), np.bool_),
+}
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
 _NO_IO = MatmulIO(0.0, 0.0, 0.0, 0)
+_UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
 _COLLECTIVE_OR_WRAPPER = frozenset(
     {*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), "fusion", "async-start"}
@@ -258,6 +265,7 @@ def rows(
     # of 17k instructions has 750 distinct ones), so each is split once
     attributes_read: dict[str, tuple[str, str, str]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
+    estimates: dict[str, float | None] = {}  # backend_config -> XLA:TPU's estimated cycles
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
@@ -340,9 +348,11 @@ def rows(
             start = _async_start(instr)
             waits_for = start.name if start is not None else ""
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
-        cycles = (  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
-            attrs.estimated_cycles(instr) if "estimated_cycles" in backend_config else None
-        )
+        cycles = None  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
+        if "estimated_cycles" in backend_config:  # decoded once per distinct config
+            cycles = estimates.get(backend_config, _UNREAD)
+            if cycles is _UNREAD:
+                cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
         table.append((
@@ -365,8 +375,8 @@ def rows(
             _transpose_onto(columns, table)
             table = []
     _transpose_onto(columns, table)
-    for name in _FLOAT_COLUMNS:
-        columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0)
+    for name, dtype in _ARRAY_COLUMNS.items():
+        columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0, dtype)
     return columns
 
 
@@ -533,10 +543,14 @@ def _lane_reduced_elements(reduce: Instruction) -> float:
 
 def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
     for (name, column), values in zip(columns.items(), zip(*table, strict=True), strict=False):
-        if name in _FLOAT_COLUMNS:  # chunks of 8-byte values rather than float objects
-            column.append(np.array(values, dtype=np.float64))
-        else:
+        dtype = _ARRAY_COLUMNS.get(name)
+        if dtype is None:
             column.extend(values)
+            continue
+        try:  # a chunk of 8-byte values rather than number objects
+            column.append(np.array(values, dtype=dtype))
+        except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
+            column.append(np.array(values, dtype=object))  # number: kept as they are
 
 
 class _Body:

@@ -56,30 +56,42 @@ class Shape:
     layout: Layout | None = None
     tuple_shapes: tuple[Shape, ...] = ()
     dynamic: tuple[bool, ...] = ()
+    # What the cost rules ask of a shape over and over, worked out when it is made (a module
+    # makes one Shape per distinct spelling, and its instructions share them):
+    is_tuple: bool = field(init=False, compare=False, repr=False)
+    is_array: bool = field(init=False, compare=False, repr=False)
+    # element count of an array (1 for a scalar); 0 for tuples, tokens and opaques
+    elements: int = field(init=False, compare=False, repr=False)
+    # and, on first use, its text and its leaves (reports print it and walk them once a row)
+    _text: str | None = field(default=None, init=False, compare=False, repr=False)
+    _leaves: tuple[Shape, ...] | None = field(default=None, init=False, compare=False, repr=False)
 
-    @property
-    def is_tuple(self) -> bool:
-        return self.dtype == "tuple"
-
-    @property
-    def is_array(self) -> bool:
-        return self.dtype not in NON_ARRAY_TYPES and self.dtype != "tuple"
-
-    @property
-    def elements(self) -> int:
-        """Element count of an array (1 for a scalar); 0 for tuples, tokens and opaques."""
-        return math.prod(self.dims) if self.is_array else 0
+    def __post_init__(self) -> None:
+        is_tuple = self.dtype == "tuple"
+        is_array = not is_tuple and self.dtype not in NON_ARRAY_TYPES
+        object.__setattr__(self, "is_tuple", is_tuple)
+        object.__setattr__(self, "is_array", is_array)
+        object.__setattr__(self, "elements", math.prod(self.dims) if is_array else 0)
 
     def leaves(self) -> list[Shape]:
         """Array leaves in order (nested tuples flattened; tokens dropped)."""
-        if self.dtype == "tuple":
-            out: list[Shape] = []
-            for s in self.tuple_shapes:
-                out.extend(s.leaves())
-            return out
-        return [self] if self.is_array else []
+        found = self._leaves
+        if found is None:
+            if self.dtype == "tuple":
+                found = tuple(leaf for s in self.tuple_shapes for leaf in s.leaves())
+            else:
+                found = (self,) if self.is_array else ()
+            object.__setattr__(self, "_leaves", found)
+        return list(found)
 
     def __str__(self) -> str:
+        text = self._text
+        if text is None:
+            text = self._spell()
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def _spell(self) -> str:
         if self.dtype == "tuple":
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
         if not self.is_array:
@@ -132,14 +144,33 @@ def use_attribute_splitter(splitter) -> None:
     _attribute_splitter = splitter
 
 
+_SPAN_BITS = 32  # an attribute span is (start << _SPAN_BITS) | length, into the module's text
+_SPAN_MASK = (1 << _SPAN_BITS) - 1
+
+
+def attribute_span(start: int, end: int) -> int | None:
+    """``text[start:end]`` packed in one int (None if too long to pack): an instruction can keep
+    where its attribute text is instead of a copy of it."""
+    length = end - start
+    return (start << _SPAN_BITS) | length if 0 <= length < 1 << _SPAN_BITS else None
+
+
+def span_bounds(span: int) -> tuple[int, int]:
+    """(start, end) of a span made by :func:`attribute_span`."""
+    start = span >> _SPAN_BITS
+    return start, start + (span & _SPAN_MASK)
+
+
 class Instruction:
     """One HLO instruction. ``attrs`` maps attribute names to their unparsed text.
 
     A plain class with ``__slots__`` rather than a dataclass: a large module has ~100k of them, and
     a hand-written ``__init__`` without default factories builds them about twice as fast. Compared
-    by identity. The parser may hand over the attributes as their checked text (``", key=value, ..."``):
-    most instructions are never asked for them, and one string is a third of the memory of a dict
-    of strings. They are split into the dict on first use.
+    by identity. The parser may hand over the attributes as their checked text (``", key=value, ..."``),
+    or as where that text is in the module's source (:func:`attribute_span`, read through
+    ``computation.source``): most instructions are never asked for them, and an int is a fifth of
+    the memory of the string (the module keeps its text anyway). They are split into the dict on
+    first use.
     """
 
     __slots__ = (
@@ -162,7 +193,7 @@ class Instruction:
         opcode: str,
         shape: Shape,
         operands: list[Instruction],
-        attrs: dict[str, str] | str,
+        attrs: dict[str, str] | str | int,
         computation: Computation,
         line: int,
         is_root: bool = False,
@@ -183,23 +214,27 @@ class Instruction:
 
     @property
     def attrs(self) -> dict[str, str]:
-        if self._attrs.__class__ is str:
-            self._attrs = self.peek_attrs()
-        return self._attrs
+        attrs = self._attrs
+        if attrs.__class__ is not dict:
+            attrs = self._attrs = self.peek_attrs()
+        return attrs
 
     @property
     def attr_text(self) -> str | None:
         """The attributes' text as the parser kept it (None once split, or if never text): equal
         texts have equal attributes, so a reader of many instructions can split each text once."""
         attrs = self._attrs
+        if attrs.__class__ is int:
+            start, end = span_bounds(attrs)
+            return self.computation.source[start:end]
         return attrs if attrs.__class__ is str else None
 
     def peek_attrs(self) -> dict[str, str]:
         """The attributes, without keeping the split form (one read of many instructions)."""
         attrs = self._attrs
-        if attrs.__class__ is str:
-            return split_attributes(attrs)
-        return attrs
+        if attrs.__class__ is dict:
+            return attrs
+        return split_attributes(self.attr_text)
 
     def __repr__(self) -> str:
         return f"<{self.opcode} %{self.name} {self.shape}>"
@@ -214,6 +249,7 @@ class Computation:
     is_fusion: bool = False  # called by a fusion: its ops are not rows of a report
     line: int = 0
     execution_thread: str = "main"  # "sparsecore" for a TPU SparseCore offload
+    source: str = field(default="", repr=False)  # the module's text (attribute spans point in it)
     _parameters: list[Instruction] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:

@@ -36,6 +36,8 @@ from hlo_roofline.hlo.ir import (
     Module,
     Shape,
     StackFrame,
+    attribute_span,
+    span_bounds,
     tiled_elements,
     use_attribute_splitter,
 )
@@ -207,16 +209,19 @@ _FAST_OPERAND = r"(?:/\*[^*]*+\*/\s*+)?(?:(?:" + _SHAPE_TEXT + r")\s++)?%[^\s,()
 _ALL_OPERANDS_NAMED = _compile(
     r"\s*+" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+"
 )  # every operand written "%name"
+_ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
+_ATTR_VALUE = r"(?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+"
+_FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=(" + _ATTR_VALUE + ")"
 _FAST_LINE = _compile(
     r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
     r"(" + _SHAPE_TEXT + r")\s*+"  # shape
     r"([a-z][a-z0-9\-_]*+)\("  # opcode(
     r"(?:(\s*+(?:" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+)?)"  # %a, %b
     r'|([^()"]*+(?:\([^()"]*+\)[^()"]*+)*+))\)'  # or a parameter's / constant's payload
-    r"(.*)"  # the attributes
+    # the attributes, each ", key=value" as XLA prints them, checked in the same pass (a line
+    # whose attributes are not in that form is not matched: the careful path reads it)
+    r"((?:, [\w.\-]++=" + _ATTR_VALUE + r")*+)\s*+$"
 )
-_ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
-_FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=((?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+)"
 _FAST_ATTR_ITEM = _compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
 _FAST_ATTRS = _compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
 # Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).
@@ -519,7 +524,7 @@ def _fast_instruction(
 ) -> tuple[Instruction, list[str]] | None:
     """The instruction a ``_FAST_LINE`` match describes, with its operand names; None when the
     careful path must look at the line (a shape seen for the first time, an odd parameter)."""
-    root, name, shape_text, opcode, operand_text, payload, attr_text = m.groups()
+    root, name, shape_text, opcode, operand_text, payload, _ = m.groups()
     shape = _shape_cache.get(shape_text)
     if shape is None:
         return None
@@ -533,12 +538,12 @@ def _fast_instruction(
             return None
     else:
         return None  # operands printed without '%'
-    attr_text = attr_text.rstrip()
-    if attr_text and _FAST_ATTRS.fullmatch(attr_text) is None:
-        return None  # not in XLA's usual form: the scanner splits it or says what is wrong
+    start, end = m.span(7)
+    attrs = attribute_span(start, end) if computation is not None and start < end else None
+    if attrs is None:  # no attributes (one shared empty string), or a line read on its own
+        attrs = m.group(7) if start < end else ""
     instr = Instruction(
-        name, intern(opcode), shape, [], attr_text, computation, number, root is not None, (),
-        payload,
+        name, intern(opcode), shape, [], attrs, computation, number, root is not None, (), payload,
     )  # fmt: skip
     return instr, names
 
@@ -614,6 +619,8 @@ def _slow_operands_and_attrs(
 
 def _names_computations(instr: Instruction) -> bool:
     attrs = instr._attrs
+    if attrs.__class__ is int:  # a span of the module's text: searched in place
+        return _CALLED_KEY_TEXT.search(instr.computation.source, *span_bounds(attrs)) is not None
     if attrs.__class__ is str:
         return _CALLED_KEY_TEXT.search(attrs) is not None
     return not _CALLED_KEYS.isdisjoint(attrs)
@@ -818,7 +825,9 @@ def _parse_module(text: str) -> Module:
         if m is None:
             line = _Line(number, raw.rstrip())
             raise line.error("expected a computation ('%name (...) -> ... {')", 0)
-        current = Computation(m.group(2), is_entry=m.group(1) is not None, line=number)
+        current = Computation(
+            m.group(2), is_entry=m.group(1) is not None, line=number, source=text
+        )
         if current.name in computations:
             line = _Line(number, raw.rstrip())
             raise line.error(f"duplicate computation '{current.name}'", m.start(2))
