@@ -242,7 +242,7 @@ def test_constants_and_colours_come_from_the_server(page, server, logdir):
 
     fits = constants["fit_colors"]
     assert colours["hr-fit-fits"] == rgb(fits["fits"])
-    assert colours["hr-fit-does-not-fit"] == rgb(fits["does not fit"])
+    assert colours["hr-fit-does-not-fit"] == rgb(fits["does_not_fit"])
     options = page.locator("#hr-group-by option").all_text_contents()
     assert options[1:] == list(constants["groupings"].values())
     bounds = page.locator("#hr-filter-bound option").all_text_contents()

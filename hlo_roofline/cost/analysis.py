@@ -304,6 +304,7 @@ def rows(
         kind = fused = precision = ""
         dtype = described[1]
         found = geometry = io = None
+        body = None
         if code == "fusion":
             config_key = (kind_attr, backend_config)
             kind = fusion_kinds.get(config_key)
@@ -365,7 +366,7 @@ def rows(
             _group_size(found, module) if found is not None else 0, group, waits_for,
             batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
             prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3], meta[4],
-            _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused) * count
+            _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused, body) * count
             if found is None and not _no_vector_loop(code, instr) else 0.0,
             _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
             loops.get(id(instr.computation), ""),
@@ -469,7 +470,9 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
     return total
 
 
-def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place: bool) -> float:
+def _vector_elements(
+    instr: Instruction, cost: Cost, geometry, updates_in_place: bool, body: _Body | None
+) -> float:
     """Elements the op's loop passes through a vector unit: its largest array, capped by what its
     rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
     operands stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a
@@ -502,7 +505,7 @@ def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place:
         operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
     if geometry is not None:
         result_words = max((words(leaf) for leaf in results), default=0.0)
-        return float(max(result_words, fused_operand_words(instr)))
+        return float(max(result_words, body.prologue_words if body is not None else 0.0))
     if instr.opcode == "sort" or (
         instr.opcode == "custom-call" and not _no_vector_loop("custom-call", instr)
     ):
@@ -510,7 +513,7 @@ def _vector_elements(instr: Instruction, cost: Cost, geometry, updates_in_place:
     leaves = [*results, *operands]
     if not leaves:
         return 0.0
-    sliced = sliced_reads(instr) if instr.opcode == "fusion" and not aliases else {}
+    sliced = body.sliced if body is not None and not aliases else {}
     if sliced:  # an operand read only through slices passes only its largest slice
         unsliced = [
             leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
@@ -556,7 +559,10 @@ def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
 class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
-    __slots__ = ("collective", "fused_ops", "geometry", "io", "matmul_dtype", "matmul_precision")
+    __slots__ = (
+        "collective", "fused_ops", "geometry", "io", "matmul_dtype", "matmul_precision",
+        "prologue_words", "sliced",
+    )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
         counts: dict[str, int] = {}
@@ -583,6 +589,9 @@ class _Body:
         self.collective = None if continued else collective
         self.geometry = walks.geometry(fusion) if has_geometry else None
         self.io = walks.io(fusion) if self.geometry else None
+        # the body's vector work, walked once however many fusions call it
+        self.prologue_words = fused_operand_words(fusion) if self.geometry else 0.0
+        self.sliced = {} if self.geometry else sliced_reads(fusion)
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
         )
