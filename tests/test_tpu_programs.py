@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import warnings
 from functools import cache
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pandas as pd
 import pytest
 from tpu_oracle import band_shares, priced_ops
 
-from hlo_roofline import analyze_hlo, memory
+from hlo_roofline import memory
 from hlo_roofline.hlo.parser import parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_programs"
@@ -110,14 +109,10 @@ def test_flops_agree_with_the_compilers_cost_analysis(chip):
     count is meaningful: no loop (XLA counts a loop's body once) and matmuls ≥ 90% of the FLOPs
     (XLA's counts for sort, top-k and elementwise ops are conventions, not work)."""
     checked = 0
-    for program in fixtures(chip):
-        text = hlo_text(program, chip)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ops = analyze_hlo(text).ops
+    for program, ops in chip_ops(chip).groupby("program"):
         flops = ops["flops"].sum()
         matmul = ops.loc[ops["mm_k"] > 0, "flops"].sum()
-        if (ops["opcode"] == "while").any() or matmul < 0.9 * flops:
+        if (ops["loop"] != "").any() or matmul < 0.9 * flops:
             continue
         xla = MANIFEST[program]["chips"][chip]["cost_analysis"]["flops"]
         checked += 1
@@ -127,9 +122,9 @@ def test_flops_agree_with_the_compilers_cost_analysis(chip):
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_hbm_need_agrees_with_memory_analysis(chip):
-    """From the text alone: the arguments and outputs are the compiler's
-    (memory_analysis, within tile padding), and the need the text gives is a lower bound of the
-    compiler's need (its temporaries unknown to the text)."""
+    """From the text alone: the arguments and outputs are memory_analysis()'s, short of it only
+    by tile padding (≤ 2% or 4 MiB: vectors and narrow minor dims padded to (8, 128) tiles), and
+    the need the text gives is a lower bound of the compiler's (temporaries unknown to the text)."""
     for program in fixtures(chip):
         text_memory = memory.from_module(parse(hlo_text(program, chip)))
         compiler = MANIFEST[program]["chips"][chip]["memory_analysis"]
@@ -138,6 +133,6 @@ def test_hbm_need_agrees_with_memory_analysis(chip):
                              ("outputs_bytes", "output_size_in_bytes")):  # fmt: skip
             text_bytes, compiler_bytes = text_memory[ours], compiler[theirs]
             padding = compiler_bytes - text_bytes  # TPU tiles pad small minor dims
-            assert 0 <= padding <= max(0.01 * compiler_bytes, 2**20), (program, chip, ours,
+            assert 0 <= padding <= max(0.02 * compiler_bytes, 2**22), (program, chip, ours,
                                                                        text_bytes, compiler_bytes)  # fmt: skip
         assert text_memory["need_bytes"] <= need, (program, chip, text_memory["need_bytes"], need)
