@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import warnings
 from functools import cache
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pandas as pd
 import pytest
 from tpu_oracle import band_shares, priced_ops
 
-from hlo_roofline import analyze_hlo, memory
+from hlo_roofline import memory
 from hlo_roofline.hlo.parser import parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_programs"
@@ -29,11 +28,15 @@ PROGRAMS = sorted(name for name in MANIFEST if not name.startswith("_"))
 CHIPS = ("v5e", "v5p", "v6e", "7x")
 STEP_BAND = (0.8, 1.25)  # a whole step's Σ roofline ÷ Σ XLA counted as agreeing
 
-# Floors a little below what the model reaches today (docs/validation.md); raise them as it improves.
-IN_BAND_FLOOR = {"v5e": 0.0, "v5p": 0.0, "v6e": 0.0, "7x": 0.0}
-ABOVE_CEILING = {"v5e": 1.0, "v5p": 1.0, "v6e": 1.0, "7x": 1.0}
-STEPS_IN_BAND_FLOOR = {"v5e": 0, "v5p": 0, "v6e": 0, "7x": 0}  # programs whose step is in band
-STEP_CEILING = {"v5e": 100.0, "v5p": 100.0, "v6e": 100.0, "7x": 100.0}  # worst program's ratio
+# Floors a little below what the model reaches today (docs/validation.md, "Realistic programs");
+# the coordinator raises them as the model improves. Shares of XLA's time:
+IN_BAND_FLOOR = {"v5e": 0.74, "v5p": 0.70, "v6e": 0.62, "7x": 0.65}
+ABOVE_CEILING = {"v5e": 0.035, "v5p": 0.01, "v6e": 0.04, "7x": 0.05}
+# Programs whose whole step is within 0.8–1.25× of XLA's, and the worst program's ratio (sampling:
+# its gathers and SparseCore offloads are charged over their whole source).
+STEPS_IN_BAND_FLOOR = {"v5e": 4, "v5p": 2, "v6e": 3, "7x": 3}
+STEP_CEILING = {"v5e": 10.6, "v5p": 4.0, "v6e": 6.2, "7x": 4.3}
+ALL_CHIPS_FLOOR = 15  # programs compiled for every chip
 
 
 def hlo_text(program: str, chip: str) -> str:
@@ -41,7 +44,8 @@ def hlo_text(program: str, chip: str) -> str:
 
 
 def fixtures(chip: str) -> list[str]:
-    return [p for p in PROGRAMS if (FIXTURES / f"{p}.{chip}.hlo.txt.gz").exists()]
+    """The programs compiled for ``chip`` (the manifest's record)."""
+    return [p for p in PROGRAMS if chip in MANIFEST[p]["chips"]]
 
 
 @cache
@@ -72,12 +76,15 @@ def table(chip: str) -> str:
     return "\n".join(lines)
 
 
-def test_every_program_is_committed_for_every_chip():
-    assert len(PROGRAMS) >= 10
+def test_the_programs_and_the_compilers_numbers_are_committed():
+    """Each chip a program's manifest names has its HLO and the compiler's numbers; most programs
+    are compiled for all four chips (the manifest says which are not yet)."""
+    everywhere = [p for p in PROGRAMS if set(MANIFEST[p]["chips"]) == set(CHIPS)]
+    assert len(PROGRAMS) >= 12 and len(everywhere) >= ALL_CHIPS_FLOOR, everywhere
     for program in PROGRAMS:
-        assert set(MANIFEST[program]["chips"]) == set(CHIPS), program
-        for chip in CHIPS:
+        for chip, entry in MANIFEST[program]["chips"].items():
             assert (FIXTURES / f"{program}.{chip}.hlo.txt.gz").exists(), (program, chip)
+            assert entry["cost_analysis"]["flops"] > 0 and entry["memory_analysis"], (program, chip)
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -99,43 +106,36 @@ def test_whole_steps_against_xla(chip):
     assert max(steps.values()) <= STEP_CEILING[chip], table(chip)
 
 
-def _while_free(text: str) -> bool:
-    return not any(i.opcode == "while" for i in parse(text).entry.instructions)
-
-
 @pytest.mark.parametrize("chip", CHIPS)
 def test_flops_agree_with_the_compilers_cost_analysis(chip):
-    """The tool's FLOPs for the whole program equal cost_analysis()'s where XLA counts every
-    executed op (no loop: XLA counts a loop's body once); within 2% (XLA counts a few
-    elementwise ops differently)."""
+    """The tool's FLOPs for the whole program equal cost_analysis()'s within 1%, where XLA's
+    count is meaningful: no loop (XLA counts a loop's body once) and matmuls ≥ 90% of the FLOPs
+    (XLA's counts for sort, top-k and elementwise ops are conventions, not work)."""
     checked = 0
-    for program in fixtures(chip):
-        text = hlo_text(program, chip)
-        if not _while_free(text):
+    for program, ops in chip_ops(chip).groupby("program"):
+        flops = ops["flops"].sum()
+        matmul = ops.loc[ops["mm_k"] > 0, "flops"].sum()
+        if (ops["loop"] != "").any() or matmul < 0.9 * flops:
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            flops = analyze_hlo(text).ops["flops"].sum()
         xla = MANIFEST[program]["chips"][chip]["cost_analysis"]["flops"]
         checked += 1
-        assert math.isclose(flops, xla, rel_tol=0.02), (program, chip, flops, xla, flops / xla)
-    assert checked >= 8
+        assert math.isclose(flops, xla, rel_tol=0.01), (program, chip, flops, xla, flops / xla)
+    assert checked >= 5, checked
 
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_hbm_need_agrees_with_memory_analysis(chip):
-    """From the text alone: the arguments and outputs are the compiler's
-    (memory_analysis, within tile padding), and the need the text gives is a lower bound of the
-    compiler's need (its temporaries unknown to the text)."""
+    """From the text alone: the arguments and outputs are memory_analysis()'s, short of it only
+    by tile padding (≤ 2% or 4 MiB: vectors and narrow minor dims padded to (8, 128) tiles), and
+    the need the text gives is a lower bound of the compiler's (temporaries unknown to the text)."""
     for program in fixtures(chip):
         text_memory = memory.from_module(parse(hlo_text(program, chip)))
         compiler = MANIFEST[program]["chips"][chip]["memory_analysis"]
         need = memory.from_stats(compiler, [], 0)["need_bytes"]
-        where = (program, chip, text_memory["arguments_bytes"], compiler["argument_size_in_bytes"])
-        assert math.isclose(
-            text_memory["arguments_bytes"], compiler["argument_size_in_bytes"], rel_tol=0.05
-        ), where
-        assert math.isclose(
-            text_memory["outputs_bytes"], compiler["output_size_in_bytes"], rel_tol=0.05
-        ), (program, chip, text_memory["outputs_bytes"], compiler["output_size_in_bytes"])
-        assert text_memory["need_bytes"] <= need * 1.0001, (program, chip)
+        for ours, theirs in (("arguments_bytes", "argument_size_in_bytes"),
+                             ("outputs_bytes", "output_size_in_bytes")):  # fmt: skip
+            text_bytes, compiler_bytes = text_memory[ours], compiler[theirs]
+            padding = compiler_bytes - text_bytes  # TPU tiles pad small minor dims
+            assert 0 <= padding <= max(0.02 * compiler_bytes, 2**22), (program, chip, ours,
+                                                                       text_bytes, compiler_bytes)  # fmt: skip
+        assert text_memory["need_bytes"] <= need, (program, chip, text_memory["need_bytes"], need)
