@@ -1,8 +1,8 @@
 """Walk a module and price every executed op: one row per non-container instruction.
 
-Containers (while, call, and under the roofline model conditional) are opened and their bodies
-walked with an execution count; everything else, fusions included, is one row whose cost comes from
-the rule registered for its opcode.
+Containers (while, call, and conditional where the model's ``open_conditionals`` hook says so) are
+opened and their bodies walked with an execution count; everything else, fusions included, is one
+row whose cost comes from the rule registered for its opcode.
 """
 
 from __future__ import annotations
@@ -187,8 +187,8 @@ class _Walk:
         called from several places is opened once and priced as one row at the others, so that
         the rows stay as many as the text's instructions (not one per path through the calls)."""
         ctx = self.ctx
-        if instr.opcode == "conditional" and not ctx.roofline:
-            return False  # XLA's model prices a conditional as one row (its branches' maximum)
+        if instr.opcode == "conditional" and not ctx.cost_model.open_conditionals:
+            return False  # priced as one row by its rule (XLA's: its branches' maximum)
         if any(id(comp) in self.opened for comp in instr.called):
             return False
         self.opened.update(id(comp) for comp in instr.called)
@@ -206,7 +206,7 @@ class _Walk:
             if instr.opcode == "call":
                 self.visit(callee(instr, ctx, "to_apply"), count, note, short, depth + 1)
                 return True
-            if instr.opcode == "conditional" and ctx.roofline:
+            if instr.opcode == "conditional":
                 taken = heaviest_branch(instr, ctx)
                 for i, comp in enumerate(branches(instr, ctx)):
                     branch_note = (
