@@ -191,6 +191,9 @@ class CostModel:
     on changes. Per-opcode differences are not here: they are override rules (:func:`rule`)."""
 
     name: str
+    # A TPU array with a tiled layout is sized as stored, its minor dimensions rounded up to the
+    # first tile (as libtpu's cost analysis does); plain XLA's shape size ignores tiles.
+    pad_to_tiles: bool = False
     # An op no rule knows is charged its default bytes (operands + result), flagged unknown;
     # XLA charges it nothing.
     unruled_op_bytes: bool = False
@@ -218,6 +221,7 @@ MODELS: dict[str, CostModel] = {
     "xla": CostModel("xla"),
     "roofline": CostModel(
         "roofline",
+        pad_to_tiles=True,
         unruled_op_bytes=True,
         loop_trip_counts=True,
         open_conditionals=True,
@@ -234,6 +238,7 @@ class Override(NamedTuple):
     kind: str  # "rule" or "hook"
     name: str  # the opcode, or the hook's field name
     summary: str  # the override rule's docstring's first sentence, or the hook's comment
+    rule: Rule | None = None  # the override rule (None for a hook)
 
 
 def rules_of(model: str) -> dict[str, Rule]:
@@ -247,7 +252,7 @@ def overrides(model: str = "roofline") -> list[Override]:
     import inspect
 
     found = [
-        Override("rule", opcode, _first_sentence(inspect.getdoc(fn) or ""))
+        Override("rule", opcode, _first_sentence(inspect.getdoc(fn) or ""), fn)
         for opcode, fn in sorted(OVERRIDES.get(model, {}).items())
     ]
     base, spec = MODELS[BASE_MODEL], MODELS[model]
@@ -258,6 +263,21 @@ def overrides(model: str = "roofline") -> list[Override]:
         if name != "name" and getattr(spec, name) != getattr(base, name)
     ]
     return found
+
+
+def overrides_markdown(model: str = "roofline") -> str:
+    """:func:`overrides` as docs/cost-model.md lists them: a table, opcodes sharing a rule on one
+    row (``tests/test_xla_parity.py`` holds the page to this)."""
+    lines = ["| override | kind | what the model does instead of XLA |", "|---|---|---|"]
+    grouped: dict[object, list[Override]] = {}
+    for item in overrides(model):
+        grouped.setdefault(item.rule if item.kind == "rule" else item.name, []).append(item)
+    for items in grouped.values():
+        first = items[0]
+        names = ", ".join(f"`{i.name}`" for i in items)
+        where = "opcode" if first.kind == "rule" else "hook"
+        lines.append(f"| {names} | {where} | {first.summary.replace('|', '/')} |")
+    return "\n".join(lines)
 
 
 def _first_sentence(text: str) -> str:

@@ -62,7 +62,7 @@ def all_reduce(instr: Instruction, ctx: CostContext) -> Cost:
 @rule("all-reduce", "all-reduce-start", model="roofline")
 def all_reduce_ring(instr: Instruction, ctx: CostContext) -> Cost:
     """(N−1)/N additions per element and a ring's bytes on the wire: twice (N−1)/N of the input,
-    once inside an XLA:TPU all-reduce-scatter fusion (:func:`scatters`)."""
+    once inside an XLA:TPU all-reduce-scatter fusion (``scatters``)."""
     elements = sum(leaf.elements for leaf in instr.shape.leaves())
     read = ctx.operand_bytes(instr)
     written = ctx.output_bytes(instr.shape)
