@@ -16,7 +16,9 @@ import numpy as np
 from hlo_roofline import schema
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import (
+    BOOKKEEPING,
     COST_MODELS,
+    RULE_ERRORS,
     Cost,
     CostContext,
     array_bytes,
@@ -37,50 +39,22 @@ from hlo_roofline.cost.control_flow import (
     loop_multipliers,
     loop_paths,
 )
-from hlo_roofline.cost.inplace import in_place, sliced_reads
+from hlo_roofline.cost.inplace import sliced_reads
 from hlo_roofline.cost.linalg import (
     MatmulIO,
-    comparison_passes,
     fused_operand_words,
     matmul_geometry,
     matmul_io,
-    words,
 )
+from hlo_roofline.cost.tpu_units import lane_reduced_elements, no_vector_loop, vector_elements
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Metadata, Module, Shape
+from hlo_roofline.hlo.ir import Computation, Instruction, Metadata, Module, Shape
 
-# Ops that only name, view or order values: never "unpriced", left out of coverage.
-BOOKKEEPING = frozenset(
-    {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
-     "add-dependency", "domain"}
-)  # fmt: skip
+_RULE_ERRORS = RULE_ERRORS
 ROW_COLUMNS = schema.COST_COLUMNS  # each row is built as one tuple in this order
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
-_RULE_ERRORS = (
-    ValueError, IndexError, KeyError, ArithmeticError, AttributeError, TypeError,
-)  # fmt: skip
 _MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
-# Ops whose data moves by DMA or that only hand control on: no loop of theirs runs on a vector unit.
-_NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
-    "copy-start", "copy-done", "custom-call", "send", "recv", "send-done", "recv-done", "infeed",
-    "outfeed", "async-start", "async-update", "async-done", "opt-barrier", "partition-id",
-    "replica-id",
-}  # fmt: skip
-_ASYNC_HALVES = ("-start", "-update", "-done")
-_IN_PLACE_OPS = frozenset({"dynamic-update-slice", "scatter", "fusion"})
-# Library selections that run on the TensorCore's vector unit: priced by their comparison passes.
-_SELECTIONS = frozenset(custom_call.SELECTION_TARGETS) - {"GatherScatterIndicesBitpacked"}
-
-
-def _no_vector_loop(opcode: str, instr: Instruction | None = None) -> bool:
-    """No loop of this op's runs on the TensorCore's vector unit: bookkeeping, DMA, control, or
-    an async half (``custom-call-start`` of a SparseCore offload, ``call-done``, ...), whose work
-    is its called program's, priced where that runs. A library selection (``TopK``) is a custom
-    call that does run there."""
-    if opcode == "custom-call" and instr is not None:
-        return custom_call.target(instr) not in _SELECTIONS
-    return opcode in _NO_VECTOR_LOOP or opcode.endswith(_ASYNC_HALVES)
 
 
 _ROWS_PER_CHUNK = 4096
@@ -223,21 +197,6 @@ class _Walk:
         return False
 
 
-def dtype_of(instr: Instruction) -> str:
-    """The dtype an op computes in: a dot's or convolution's input type, else its result type."""
-    target = instr
-    if instr.opcode == "fusion" and instr.called:
-        target = _first_matmul(instr.called[0]) or instr
-    if target.opcode in _MATMULS and target.operands:
-        return target.operands[0].shape.dtype
-    leaves = instr.shape.leaves()
-    return leaves[0].dtype if leaves else instr.shape.dtype
-
-
-def _first_matmul(comp: Computation) -> Instruction | None:
-    return next((i for i in comp.instructions if i.opcode in _MATMULS), None)
-
-
 def rows(
     module: Module,
     ops: list[PricedOp],
@@ -366,9 +325,12 @@ def rows(
             _group_size(found, module) if found is not None else 0, group, waits_for,
             batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
             prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3], meta[4],
-            _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused, body) * count
-            if found is None and not _no_vector_loop(code, instr) else 0.0,
-            _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
+            vector_elements(
+                instr, cost, geometry, "dynamic-update-slice" in fused,
+                body.prologue_words if body is not None else 0.0,
+                body.sliced if body is not None else None,
+            ) * count if found is None and not no_vector_loop(code, instr) else 0.0,
+            lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
             loops.get(id(instr.computation), ""),
             cost.mxu_flops * count,
         ))  # fmt: skip
@@ -468,80 +430,6 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
             )
         total += size
     return total
-
-
-def _vector_elements(
-    instr: Instruction, cost: Cost, geometry, updates_in_place: bool, body: _Body | None
-) -> float:
-    """Elements the op's loop passes through a vector unit: its largest array, capped by what its
-    rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
-    operands stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a
-    word), or the operands a fused prologue computes (:func:`linalg.fused_operand_words`),
-    whichever is more (the kernel pipelines the two streams, so each alone is a lower bound). A
-    buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
-    fused or not) does not pass: only the update and the indices do; an operand a fusion reads
-    only through slices passes only its largest slice (:func:`inplace.sliced_reads`). A sort or
-    top-k passes its keys once per comparison pass (:func:`linalg.comparison_passes`). An op on
-    scalars alone (loop counters, cache positions) runs on the scalar unit: none (XLA:TPU
-    estimates none of them either)."""
-    results = instr.shape.leaves()
-    operands = [leaf for op in instr.operands for leaf in op.shape.leaves()]
-    if all(leaf.elements <= 1 for leaf in results) and all(leaf.elements <= 1 for leaf in operands):
-        return 0.0  # scalars only (a loop counter, an index): the scalar unit's, not a vector loop
-    aliases = in_place(instr) if instr.opcode in _IN_PLACE_OPS else {}
-    if aliases:
-        buffers = {alias.operand for alias in aliases.values()}
-        results = [leaf for i, leaf in enumerate(results) if i not in aliases]
-        results += [u for alias in aliases.values() for u in alias.updates if u.is_array]
-        operands = [
-            leaf for i, op in enumerate(instr.operands) if i not in buffers
-            for leaf in op.shape.leaves()
-        ]  # fmt: skip
-    elif updates_in_place or instr.opcode == "dynamic-update-slice":
-        buffers = {(leaf.dtype, leaf.dims) for leaf in results} & {
-            (leaf.dtype, leaf.dims) for leaf in operands
-        }
-        results = [leaf for leaf in results if (leaf.dtype, leaf.dims) not in buffers]
-        operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
-    if geometry is not None:
-        result_words = max((words(leaf) for leaf in results), default=0.0)
-        return float(max(result_words, body.prologue_words if body is not None else 0.0))
-    if instr.opcode == "sort" or (
-        instr.opcode == "custom-call" and not _no_vector_loop("custom-call", instr)
-    ):
-        return float(instr.operands[0].shape.elements * comparison_passes(instr))
-    leaves = [*results, *operands]
-    if not leaves:
-        return 0.0
-    sliced = body.sliced if body is not None and not aliases else {}
-    if sliced:  # an operand read only through slices passes only its largest slice
-        unsliced = [
-            leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
-            for leaf in op.shape.leaves()
-        ]  # fmt: skip
-        return float(max([*(leaf.elements for leaf in results), *unsliced, *sliced.values()]))
-    largest = max(leaf.elements for leaf in leaves)
-    smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
-    written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
-    read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
-    return float(min(largest, max(read, max((leaf.elements for leaf in results), default=0))))
-
-
-def _lane_reduced_elements(reduce: Instruction) -> float:
-    """Elements a standalone reduce folds across the lanes: its operand's when the reduced
-    dimensions include the operand's minor-most one (the 128 lanes of a TPU vector register)."""
-    if not reduce.operands or not reduce.operands[0].shape.is_array:
-        return 0.0
-    operand = reduce.operands[0].shape
-    if not operand.dims:
-        return 0.0
-    layout = operand.layout
-    minor = layout.minor_to_major[0] if layout and layout.minor_to_major else len(operand.dims) - 1
-    try:
-        reduced = attrs.ints(reduce, "dimensions")
-    except _RULE_ERRORS:
-        return 0.0
-    return float(operand.elements) if minor in reduced else 0.0
 
 
 def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:

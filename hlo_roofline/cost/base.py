@@ -24,6 +24,16 @@ from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape, tiled_e
 
 COST_MODELS = ("roofline", "xla")
 BASE_MODEL = "xla"  # XLA's HloCostAnalysis: the rules every other model starts from
+# Ops that only name, view or order values: never "unpriced", left out of coverage.
+BOOKKEEPING = frozenset(
+    {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
+     "add-dependency", "domain"}
+)  # fmt: skip
+# What a rule (or a count beside it) raises on text whose attributes do not fit its shapes: the op
+# becomes a flagged unknown row, never a crash.
+RULE_ERRORS = (
+    ValueError, IndexError, KeyError, ArithmeticError, AttributeError, TypeError,
+)  # fmt: skip
 
 
 class Cost(NamedTuple):
