@@ -51,7 +51,7 @@ from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction, Metadata, Module, Shape
 
 _RULE_ERRORS = RULE_ERRORS
-ROW_COLUMNS = schema.COST_COLUMNS  # each row is built as one tuple in this order
+ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
@@ -209,11 +209,14 @@ def rows(
     ``layer_caller`` even where installed (see :func:`attrs.is_library`).
 
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
-    of those is decoded once (the dicts below) rather than once per row. Each row is built as one
-    tuple in ``ROW_COLUMNS`` order; every few thousand rows, the tuples are transposed onto the
-    columns (cheaper than 22 appends a row, and the tuples never all exist at once).
+    of those is decoded once (the dicts below) rather than once per row. Each row's value of a
+    column is appended by the column's schema name (``put["flops"](...)``), never by its place in
+    the schema; every few thousand rows the numeric columns move into NumPy chunks (8 bytes a
+    number rather than a Python float), so they never all exist as objects at once.
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
+    put = {name: column.append for name, column in columns.items()}  # a builder per column
+    chunks: dict[str, list[np.ndarray]] = {name: [] for name in _ARRAY_COLUMNS}
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
     # metadata text -> (op_name, source, user_source, call_stack, layer_caller)
     metadata: dict[str, tuple[str, str, str, str, str]] = {}
@@ -235,7 +238,7 @@ def rows(
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
     prefetches = _prefetch_consumers(module) if vmem_layouts else {}
     loops = loop_paths(module)  # id(computation) -> the while loops it runs in
-    table: list[tuple] = []
+    in_chunk = 0
     for instr, count, cost in ops:
         code = instr.opcode
         text = instr.attr_text
@@ -315,31 +318,61 @@ def rows(
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
-        table.append((
-            instr.name, code, instr.computation.name, float(count), cost.flops * count,
-            cost.transcendentals * count, cost.bytes_accessed * count, cost.comm_bytes * count,
-            vmem * count, cost.unknown, cost.lower_bound, kind, dtype, precision, described[0],
-            meta[0], meta[1],
-            meta[2], "; ".join(cost.notes) if cost.notes else "", fused,
-            collective,
-            _group_size(found, module) if found is not None else 0, group, waits_for,
-            batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
-            prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3], meta[4],
+        put["name"](instr.name)
+        put["opcode"](code)
+        put["computation"](instr.computation.name)
+        put["count"](float(count))
+        put["flops"](cost.flops * count)
+        put["transcendentals"](cost.transcendentals * count)
+        put["bytes_accessed"](cost.bytes_accessed * count)
+        put["comm_bytes"](cost.comm_bytes * count)
+        put["vmem_bytes"](vmem * count)
+        put["unknown"](cost.unknown)
+        put["lower_bound"](cost.lower_bound)
+        put["fusion_kind"](kind)
+        put["dtype"](dtype)
+        put["precision"](precision)
+        put["shape"](described[0])
+        put["op_name"](meta[0])
+        put["source"](meta[1])
+        put["user_source"](meta[2])
+        put["call_stack"](meta[3])
+        put["layer_caller"](meta[4])
+        put["note"]("; ".join(cost.notes) if cost.notes else "")
+        put["fused_ops"](fused)
+        put["collective"](collective)
+        put["group_size"](_group_size(found, module) if found is not None else 0)
+        put["replica_group"](group)
+        put["waits_for"](waits_for)
+        put["mm_batch"](batch)
+        put["mm_m"](m)
+        put["mm_n"](n)
+        put["mm_k"](k)
+        put["mm_lhs_bytes"](io.lhs_bytes)
+        put["mm_rhs_bytes"](io.rhs_bytes)
+        put["mm_out_bytes"](io.out_bytes)
+        put["mm_split_k"](io.split_k)
+        put["xla_cycles"](cycles * count if cycles is not None else math.nan)
+        put["prefetch_for"](prefetches.get(id(instr), "") if code == "copy-start" else "")
+        put["vector_elements"](
             vector_elements(
                 instr, cost, geometry, "dynamic-update-slice" in fused,
                 body.prologue_words if body is not None else 0.0,
                 body.sliced if body is not None else None,
-            ) * count if found is None and not no_vector_loop(code, instr) else 0.0,
-            lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
-            loops.get(id(instr.computation), ""),
-            cost.mxu_flops * count,
-        ))  # fmt: skip
-        if len(table) == _ROWS_PER_CHUNK:
-            _transpose_onto(columns, table)
-            table = []
-    _transpose_onto(columns, table)
+            ) * count if found is None and not no_vector_loop(code, instr) else 0.0
+        )  # fmt: skip
+        put["lane_reduced_elements"](
+            lane_reduced_elements(instr) * count if code == "reduce" else 0.0
+        )
+        put["loop"](loops.get(id(instr.computation), ""))
+        put["kernel_mxu_flops"](cost.mxu_flops * count)
+        in_chunk += 1
+        if in_chunk == _ROWS_PER_CHUNK:
+            _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
+            in_chunk = 0
+    _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
     for name, dtype in _ARRAY_COLUMNS.items():
-        columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0, dtype)
+        columns[name] = np.concatenate(chunks[name]) if chunks[name] else np.zeros(0, dtype)
     return columns
 
 
@@ -432,16 +465,26 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
     return total
 
 
-def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
-    for (name, column), values in zip(columns.items(), zip(*table, strict=True), strict=False):
-        dtype = _ARRAY_COLUMNS.get(name)
-        if dtype is None:
-            column.extend(values)
-            continue
+def _into_chunks(
+    columns: dict[str, list], chunks: dict[str, list[np.ndarray]], rows: int, total: int
+) -> None:
+    """Move the numeric columns' ``rows`` values into one NumPy chunk each (emptying their lists,
+    whose ``append`` the row builders keep); every column must have been given every row
+    (``total`` so far)."""
+    short = [
+        name
+        for name, values in columns.items()
+        if len(values) != (rows if name in chunks else total)
+    ]
+    if short:
+        raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
+    for name, dtype in _ARRAY_COLUMNS.items():
+        values = columns[name]
         try:  # a chunk of 8-byte values rather than number objects
-            column.append(np.array(values, dtype=dtype))
+            chunks[name].append(np.array(values, dtype=dtype))
         except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
-            column.append(np.array(values, dtype=object))  # number: kept as they are
+            chunks[name].append(np.array(values, dtype=object))  # number: kept as they are
+        values.clear()
 
 
 class _Body:
