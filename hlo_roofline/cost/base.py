@@ -302,7 +302,11 @@ def _hook_comments() -> dict[str, str]:
 
     comments: dict[str, str] = {}
     pending: list[str] = []
-    for line in inspect.getsource(CostModel).splitlines():
+    try:
+        source = inspect.getsource(CostModel)
+    except OSError:  # installed without its sources: the hooks are listed, unexplained
+        return comments
+    for line in source.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
             pending.append(stripped.lstrip("# "))
