@@ -87,8 +87,7 @@ def analyze_hlo(
         )
     _warn_if_unoptimized(module)
     with gc_paused():
-        # The roofline model sizes TPU arrays as stored: padded to their layout's tiles.
-        pad = cost_model == "roofline"
+        pad = cost.MODELS[cost_model].pad_to_tiles  # TPU arrays sized as stored (roofline)
         ops = cost.walk(module, cost_model, pad_to_tiles=pad)
         summary = {**cost.summarize(ops, cost_model), "memory": memory.from_module(module)}
         columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages)

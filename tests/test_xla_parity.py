@@ -6,12 +6,24 @@ instruction costed standalone by XLA); nothing here is computed by the code unde
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from conftest import fixture_files, fixture_id, load_fixture
+from conftest import ROOT, fixture_files, fixture_id, load_fixture
 
 from hlo_roofline import analyze_hlo
 from hlo_roofline.cost import CostContext
-from hlo_roofline.cost.base import rule_for
+from hlo_roofline.cost.base import (
+    BASE_MODEL,
+    OVERRIDES,
+    RULES,
+    Cost,
+    CostModel,
+    overrides,
+    overrides_markdown,
+    rule,
+    rule_for,
+)
 from hlo_roofline.hlo import parse
 
 FILES = fixture_files()
@@ -108,3 +120,54 @@ def test_every_fixture_opcode_has_a_rule():
         text, _ = load_fixture(path)
         opcodes |= {i.opcode for i in parse(text).instructions()}
     assert {op for op in opcodes if rule_for(op) is None} == set()
+
+
+# The parity above runs the base model alone: the roofline model is XLA's with declared overrides.
+
+
+def test_the_xla_model_is_the_base_alone():
+    """The model the parity tests run uses every base rule and no override, all hooks off."""
+    module = parse("HloModule m\n\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n")
+    ctx = CostContext(module, "xla")
+    assert ctx.rules == RULES and all(ctx.rules[op] is fn for op, fn in RULES.items())
+    assert ctx.cost_model == CostModel(BASE_MODEL) and overrides(BASE_MODEL) == []
+
+
+def test_every_override_replaces_a_base_rule():
+    roofline = CostContext(parse("HloModule m\n\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n"))
+    assert OVERRIDES["roofline"], "the roofline model overrides nothing"
+    for opcode, fn in OVERRIDES["roofline"].items():
+        assert opcode in RULES and RULES[opcode] is not fn, opcode
+        assert roofline.rules[opcode] is fn
+    with pytest.raises(ValueError, match="no base rule"):
+        rule("no-such-op", model="roofline")(lambda instr, ctx: Cost())
+
+
+def test_every_hook_says_what_it_changes():
+    hooks = [o for o in overrides("roofline") if o.kind == "hook"]
+    fields = set(CostModel.__dataclass_fields__) - {"name"}
+    assert {o.name for o in hooks} <= fields and hooks
+    assert all(len(o.summary) > 40 for o in overrides("roofline")), overrides("roofline")
+
+
+def test_no_rule_asks_which_model_it_runs_under():
+    """Model differences are overrides or hooks, never a rule testing the model's name."""
+    asks = re.compile(r"\.roofline\b|\bmodel\s*[!=]=|cost_model\s*[!=]=")
+    found = [
+        f"{path.name}:{n}: {line.strip()}"
+        for path in sorted((ROOT / "hlo_roofline" / "cost").glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if asks.search(line) and path.name != "base.py"
+    ]
+    assert not found, found
+
+
+def test_the_docs_list_the_overrides():
+    page = (ROOT / "docs" / "cost-model.md").read_text()
+    table = page.split("<!-- overrides: generated -->\n")[1].split("\n<!-- /overrides -->")[0]
+    assert table == overrides_markdown(), (
+        "docs/cost-model.md's overrides table is stale: regenerate it with "
+        "hlo_roofline.cost.base.overrides_markdown()"
+    )
+    for o in overrides("roofline"):
+        assert f"`{o.name}`" in table

@@ -1,4 +1,6 @@
-"""Cost rules, one module per opcode family, registered by opcode in ``base.RULES``."""
+"""Cost rules, one module per opcode family: XLA's (the base model) registered by opcode in
+``base.RULES``, the roofline model's overrides of them in ``base.OVERRIDES``; :func:`overrides`
+lists where the roofline model differs from XLA."""
 
 from hlo_roofline.cost import (  # noqa: F401  (importing registers the rules)
     collectives,
@@ -11,14 +13,31 @@ from hlo_roofline.cost import (  # noqa: F401  (importing registers the rules)
     reductions,
 )
 from hlo_roofline.cost.analysis import PricedOp, price, rows, summarize, walk
-from hlo_roofline.cost.base import COST_MODELS, RULES, Cost, CostContext
+from hlo_roofline.cost.base import (
+    BASE_MODEL,
+    COST_MODELS,
+    MODELS,
+    OVERRIDES,
+    RULES,
+    Cost,
+    CostContext,
+    CostModel,
+    Override,
+    overrides,
+)
 
 __all__ = [
+    "BASE_MODEL",
     "COST_MODELS",
+    "MODELS",
+    "OVERRIDES",
     "RULES",
     "Cost",
     "CostContext",
+    "CostModel",
+    "Override",
     "PricedOp",
+    "overrides",
     "price",
     "rows",
     "summarize",

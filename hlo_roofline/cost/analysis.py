@@ -1,8 +1,8 @@
 """Walk a module and price every executed op: one row per non-container instruction.
 
-Containers (while, call, and under the roofline model conditional) are opened and their bodies
-walked with an execution count; everything else, fusions included, is one row whose cost comes from
-the rule registered for its opcode.
+Containers (while, call, and conditional where the model's ``open_conditionals`` hook says so) are
+opened and their bodies walked with an execution count; everything else, fusions included, is one
+row whose cost comes from the rule registered for its opcode.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import numpy as np
 from hlo_roofline import schema
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import (
+    BOOKKEEPING,
     COST_MODELS,
+    RULE_ERRORS,
     Cost,
     CostContext,
     array_bytes,
@@ -37,50 +39,22 @@ from hlo_roofline.cost.control_flow import (
     loop_multipliers,
     loop_paths,
 )
-from hlo_roofline.cost.inplace import in_place, sliced_reads
+from hlo_roofline.cost.inplace import sliced_reads
 from hlo_roofline.cost.linalg import (
     MatmulIO,
-    comparison_passes,
     fused_operand_words,
     matmul_geometry,
     matmul_io,
-    words,
 )
+from hlo_roofline.cost.tpu_units import lane_reduced_elements, no_vector_loop, vector_elements
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Metadata, Module, Shape
+from hlo_roofline.hlo.ir import Computation, Instruction, Metadata, Module, Shape
 
-# Ops that only name, view or order values: never "unpriced", left out of coverage.
-BOOKKEEPING = frozenset(
-    {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
-     "add-dependency", "domain"}
-)  # fmt: skip
-ROW_COLUMNS = schema.COST_COLUMNS  # each row is built as one tuple in this order
+_RULE_ERRORS = RULE_ERRORS
+ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
-_RULE_ERRORS = (
-    ValueError, IndexError, KeyError, ArithmeticError, AttributeError, TypeError,
-)  # fmt: skip
 _MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
-# Ops whose data moves by DMA or that only hand control on: no loop of theirs runs on a vector unit.
-_NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
-    "copy-start", "copy-done", "custom-call", "send", "recv", "send-done", "recv-done", "infeed",
-    "outfeed", "async-start", "async-update", "async-done", "opt-barrier", "partition-id",
-    "replica-id",
-}  # fmt: skip
-_ASYNC_HALVES = ("-start", "-update", "-done")
-_IN_PLACE_OPS = frozenset({"dynamic-update-slice", "scatter", "fusion"})
-# Library selections that run on the TensorCore's vector unit: priced by their comparison passes.
-_SELECTIONS = frozenset(custom_call.SELECTION_TARGETS) - {"GatherScatterIndicesBitpacked"}
-
-
-def _no_vector_loop(opcode: str, instr: Instruction | None = None) -> bool:
-    """No loop of this op's runs on the TensorCore's vector unit: bookkeeping, DMA, control, or
-    an async half (``custom-call-start`` of a SparseCore offload, ``call-done``, ...), whose work
-    is its called program's, priced where that runs. A library selection (``TopK``) is a custom
-    call that does run there."""
-    if opcode == "custom-call" and instr is not None:
-        return custom_call.target(instr) not in _SELECTIONS
-    return opcode in _NO_VECTOR_LOOP or opcode.endswith(_ASYNC_HALVES)
 
 
 _ROWS_PER_CHUNK = 4096
@@ -187,8 +161,8 @@ class _Walk:
         called from several places is opened once and priced as one row at the others, so that
         the rows stay as many as the text's instructions (not one per path through the calls)."""
         ctx = self.ctx
-        if instr.opcode == "conditional" and not ctx.roofline:
-            return False  # XLA's model prices a conditional as one row (its branches' maximum)
+        if instr.opcode == "conditional" and not ctx.cost_model.open_conditionals:
+            return False  # priced as one row by its rule (XLA's: its branches' maximum)
         if any(id(comp) in self.opened for comp in instr.called):
             return False
         self.opened.update(id(comp) for comp in instr.called)
@@ -206,7 +180,7 @@ class _Walk:
             if instr.opcode == "call":
                 self.visit(callee(instr, ctx, "to_apply"), count, note, short, depth + 1)
                 return True
-            if instr.opcode == "conditional" and ctx.roofline:
+            if instr.opcode == "conditional":
                 taken = heaviest_branch(instr, ctx)
                 for i, comp in enumerate(branches(instr, ctx)):
                     branch_note = (
@@ -223,21 +197,6 @@ class _Walk:
         return False
 
 
-def dtype_of(instr: Instruction) -> str:
-    """The dtype an op computes in: a dot's or convolution's input type, else its result type."""
-    target = instr
-    if instr.opcode == "fusion" and instr.called:
-        target = _first_matmul(instr.called[0]) or instr
-    if target.opcode in _MATMULS and target.operands:
-        return target.operands[0].shape.dtype
-    leaves = instr.shape.leaves()
-    return leaves[0].dtype if leaves else instr.shape.dtype
-
-
-def _first_matmul(comp: Computation) -> Instruction | None:
-    return next((i for i in comp.instructions if i.opcode in _MATMULS), None)
-
-
 def rows(
     module: Module,
     ops: list[PricedOp],
@@ -250,11 +209,14 @@ def rows(
     ``layer_caller`` even where installed (see :func:`attrs.is_library`).
 
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
-    of those is decoded once (the dicts below) rather than once per row. Each row is built as one
-    tuple in ``ROW_COLUMNS`` order; every few thousand rows, the tuples are transposed onto the
-    columns (cheaper than 22 appends a row, and the tuples never all exist at once).
+    of those is decoded once (the dicts below) rather than once per row. Each row's value of a
+    column is appended by the column's schema name (``put["flops"](...)``), never by its place in
+    the schema; every few thousand rows the numeric columns move into NumPy chunks (8 bytes a
+    number rather than a Python float), so they never all exist as objects at once.
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
+    put = {name: column.append for name, column in columns.items()}  # a builder per column
+    chunks: dict[str, list[np.ndarray]] = {name: [] for name in _ARRAY_COLUMNS}
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
     # metadata text -> (op_name, source, user_source, call_stack, layer_caller)
     metadata: dict[str, tuple[str, str, str, str, str]] = {}
@@ -276,7 +238,7 @@ def rows(
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
     prefetches = _prefetch_consumers(module) if vmem_layouts else {}
     loops = loop_paths(module)  # id(computation) -> the while loops it runs in
-    table: list[tuple] = []
+    in_chunk = 0
     for instr, count, cost in ops:
         code = instr.opcode
         text = instr.attr_text
@@ -356,28 +318,61 @@ def rows(
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
-        table.append((
-            instr.name, code, instr.computation.name, float(count), cost.flops * count,
-            cost.transcendentals * count, cost.bytes_accessed * count, cost.comm_bytes * count,
-            vmem * count, cost.unknown, cost.lower_bound, kind, dtype, precision, described[0],
-            meta[0], meta[1],
-            meta[2], "; ".join(cost.notes) if cost.notes else "", fused,
-            collective,
-            _group_size(found, module) if found is not None else 0, group, waits_for,
-            batch, m, n, k, *io, cycles * count if cycles is not None else math.nan,
-            prefetches.get(id(instr), "") if code == "copy-start" else "", meta[3], meta[4],
-            _vector_elements(instr, cost, geometry, "dynamic-update-slice" in fused, body) * count
-            if found is None and not _no_vector_loop(code, instr) else 0.0,
-            _lane_reduced_elements(instr) * count if code == "reduce" else 0.0,
-            loops.get(id(instr.computation), ""),
-            cost.mxu_flops * count,
-        ))  # fmt: skip
-        if len(table) == _ROWS_PER_CHUNK:
-            _transpose_onto(columns, table)
-            table = []
-    _transpose_onto(columns, table)
+        put["name"](instr.name)
+        put["opcode"](code)
+        put["computation"](instr.computation.name)
+        put["count"](float(count))
+        put["flops"](cost.flops * count)
+        put["transcendentals"](cost.transcendentals * count)
+        put["bytes_accessed"](cost.bytes_accessed * count)
+        put["comm_bytes"](cost.comm_bytes * count)
+        put["vmem_bytes"](vmem * count)
+        put["unknown"](cost.unknown)
+        put["lower_bound"](cost.lower_bound)
+        put["fusion_kind"](kind)
+        put["dtype"](dtype)
+        put["precision"](precision)
+        put["shape"](described[0])
+        put["op_name"](meta[0])
+        put["source"](meta[1])
+        put["user_source"](meta[2])
+        put["call_stack"](meta[3])
+        put["layer_caller"](meta[4])
+        put["note"]("; ".join(cost.notes) if cost.notes else "")
+        put["fused_ops"](fused)
+        put["collective"](collective)
+        put["group_size"](_group_size(found, module) if found is not None else 0)
+        put["replica_group"](group)
+        put["waits_for"](waits_for)
+        put["mm_batch"](batch)
+        put["mm_m"](m)
+        put["mm_n"](n)
+        put["mm_k"](k)
+        put["mm_lhs_bytes"](io.lhs_bytes)
+        put["mm_rhs_bytes"](io.rhs_bytes)
+        put["mm_out_bytes"](io.out_bytes)
+        put["mm_split_k"](io.split_k)
+        put["xla_cycles"](cycles * count if cycles is not None else math.nan)
+        put["prefetch_for"](prefetches.get(id(instr), "") if code == "copy-start" else "")
+        put["vector_elements"](
+            vector_elements(
+                instr, cost, geometry, "dynamic-update-slice" in fused,
+                body.prologue_words if body is not None else 0.0,
+                body.sliced if body is not None else None,
+            ) * count if found is None and not no_vector_loop(code, instr) else 0.0
+        )  # fmt: skip
+        put["lane_reduced_elements"](
+            lane_reduced_elements(instr) * count if code == "reduce" else 0.0
+        )
+        put["loop"](loops.get(id(instr.computation), ""))
+        put["kernel_mxu_flops"](cost.mxu_flops * count)
+        in_chunk += 1
+        if in_chunk == _ROWS_PER_CHUNK:
+            _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
+            in_chunk = 0
+    _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
     for name, dtype in _ARRAY_COLUMNS.items():
-        columns[name] = np.concatenate(columns[name]) if columns[name] else np.zeros(0, dtype)
+        columns[name] = np.concatenate(chunks[name]) if chunks[name] else np.zeros(0, dtype)
     return columns
 
 
@@ -470,90 +465,26 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
     return total
 
 
-def _vector_elements(
-    instr: Instruction, cost: Cost, geometry, updates_in_place: bool, body: _Body | None
-) -> float:
-    """Elements the op's loop passes through a vector unit: its largest array, capped by what its
-    rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
-    operands stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a
-    word), or the operands a fused prologue computes (:func:`linalg.fused_operand_words`),
-    whichever is more (the kernel pipelines the two streams, so each alone is a lower bound). A
-    buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
-    fused or not) does not pass: only the update and the indices do; an operand a fusion reads
-    only through slices passes only its largest slice (:func:`inplace.sliced_reads`). A sort or
-    top-k passes its keys once per comparison pass (:func:`linalg.comparison_passes`). An op on
-    scalars alone (loop counters, cache positions) runs on the scalar unit: none (XLA:TPU
-    estimates none of them either)."""
-    results = instr.shape.leaves()
-    operands = [leaf for op in instr.operands for leaf in op.shape.leaves()]
-    if all(leaf.elements <= 1 for leaf in results) and all(leaf.elements <= 1 for leaf in operands):
-        return 0.0  # scalars only (a loop counter, an index): the scalar unit's, not a vector loop
-    aliases = in_place(instr) if instr.opcode in _IN_PLACE_OPS else {}
-    if aliases:
-        buffers = {alias.operand for alias in aliases.values()}
-        results = [leaf for i, leaf in enumerate(results) if i not in aliases]
-        results += [u for alias in aliases.values() for u in alias.updates if u.is_array]
-        operands = [
-            leaf for i, op in enumerate(instr.operands) if i not in buffers
-            for leaf in op.shape.leaves()
-        ]  # fmt: skip
-    elif updates_in_place or instr.opcode == "dynamic-update-slice":
-        buffers = {(leaf.dtype, leaf.dims) for leaf in results} & {
-            (leaf.dtype, leaf.dims) for leaf in operands
-        }
-        results = [leaf for leaf in results if (leaf.dtype, leaf.dims) not in buffers]
-        operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
-    if geometry is not None:
-        result_words = max((words(leaf) for leaf in results), default=0.0)
-        return float(max(result_words, body.prologue_words if body is not None else 0.0))
-    if instr.opcode == "sort" or (
-        instr.opcode == "custom-call" and not _no_vector_loop("custom-call", instr)
-    ):
-        return float(instr.operands[0].shape.elements * comparison_passes(instr))
-    leaves = [*results, *operands]
-    if not leaves:
-        return 0.0
-    sliced = body.sliced if body is not None and not aliases else {}
-    if sliced:  # an operand read only through slices passes only its largest slice
-        unsliced = [
-            leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
-            for leaf in op.shape.leaves()
-        ]  # fmt: skip
-        return float(max([*(leaf.elements for leaf in results), *unsliced, *sliced.values()]))
-    largest = max(leaf.elements for leaf in leaves)
-    smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
-    written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
-    read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
-    return float(min(largest, max(read, max((leaf.elements for leaf in results), default=0))))
-
-
-def _lane_reduced_elements(reduce: Instruction) -> float:
-    """Elements a standalone reduce folds across the lanes: its operand's when the reduced
-    dimensions include the operand's minor-most one (the 128 lanes of a TPU vector register)."""
-    if not reduce.operands or not reduce.operands[0].shape.is_array:
-        return 0.0
-    operand = reduce.operands[0].shape
-    if not operand.dims:
-        return 0.0
-    layout = operand.layout
-    minor = layout.minor_to_major[0] if layout and layout.minor_to_major else len(operand.dims) - 1
-    try:
-        reduced = attrs.ints(reduce, "dimensions")
-    except _RULE_ERRORS:
-        return 0.0
-    return float(operand.elements) if minor in reduced else 0.0
-
-
-def _transpose_onto(columns: dict[str, list], table: list[tuple]) -> None:
-    for (name, column), values in zip(columns.items(), zip(*table, strict=True), strict=False):
-        dtype = _ARRAY_COLUMNS.get(name)
-        if dtype is None:
-            column.extend(values)
-            continue
+def _into_chunks(
+    columns: dict[str, list], chunks: dict[str, list[np.ndarray]], rows: int, total: int
+) -> None:
+    """Move the numeric columns' ``rows`` values into one NumPy chunk each (emptying their lists,
+    whose ``append`` the row builders keep); every column must have been given every row
+    (``total`` so far)."""
+    short = [
+        name
+        for name, values in columns.items()
+        if len(values) != (rows if name in chunks else total)
+    ]
+    if short:
+        raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
+    for name, dtype in _ARRAY_COLUMNS.items():
+        values = columns[name]
         try:  # a chunk of 8-byte values rather than number objects
-            column.append(np.array(values, dtype=dtype))
+            chunks[name].append(np.array(values, dtype=dtype))
         except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
-            column.append(np.array(values, dtype=object))  # number: kept as they are
+            chunks[name].append(np.array(values, dtype=object))  # number: kept as they are
+        values.clear()
 
 
 class _Body:

@@ -1,6 +1,12 @@
 """The cost of an op, the rule registry, and the context rules read shapes and callees through.
 
 A rule is a function ``(instr, ctx) -> Cost`` registered for one or more opcodes with :func:`rule`.
+The base model is XLA's ``HloCostAnalysis`` (``cost_model="xla"``); another model declares where it
+differs, as XLA's ``GpuHloCostAnalysis`` overrides ``HloCostAnalysis`` by subclass: per opcode with
+``@rule(opcode, model="roofline")``, and where the difference is not one opcode's (how the walk opens
+a conditional, how a fusion reads its parameters) by a named hook of its :class:`CostModel`.
+:func:`overrides` lists both: "where we differ from XLA".
+
 Rules never walk the module themselves: nested computations are priced through
 ``ctx.computation(comp)``, and shape sizes through ``ctx.size`` / ``ctx.output_bytes`` so both cost
 models share one place that decides how many bytes a shape occupies.
@@ -17,6 +23,17 @@ from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape, tiled_elements
 
 COST_MODELS = ("roofline", "xla")
+BASE_MODEL = "xla"  # XLA's HloCostAnalysis: the rules every other model starts from
+# Ops that only name, view or order values: never "unpriced", left out of coverage.
+BOOKKEEPING = frozenset(
+    {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
+     "add-dependency", "domain"}
+)  # fmt: skip
+# What a rule (or a count beside it) raises on text whose attributes do not fit its shapes: the op
+# becomes a flagged unknown row, never a crash.
+RULE_ERRORS = (
+    ValueError, IndexError, KeyError, ArithmeticError, AttributeError, TypeError,
+)  # fmt: skip
 
 
 class Cost(NamedTuple):
@@ -143,28 +160,162 @@ def _merge_notes(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
 
 
 Rule = Callable[[Instruction, "CostContext"], Cost]
-RULES: dict[str, Rule] = {}
+RULES: dict[str, Rule] = {}  # the base model's rules, by opcode
+OVERRIDES: dict[str, dict[str, Rule]] = {m: {} for m in COST_MODELS if m != BASE_MODEL}
 
 
-def rule(*opcodes: str) -> Callable[[Rule], Rule]:
-    """Register a cost rule for the given opcodes."""
+def rule(*opcodes: str, model: str = BASE_MODEL) -> Callable[[Rule], Rule]:
+    """Register a cost rule for the given opcodes: XLA's (the base), or ``model``'s override of
+    XLA's rule (which must already be registered: an override replaces, it never adds)."""
+    if model != BASE_MODEL and model not in OVERRIDES:
+        raise ValueError(f"no cost model '{model}' (one of {COST_MODELS})")
+    table = RULES if model == BASE_MODEL else OVERRIDES[model]
 
     def register(fn: Rule) -> Rule:
         for opcode in opcodes:
-            if opcode in RULES:
-                raise ValueError(f"two cost rules for '{opcode}'")
-            RULES[opcode] = fn
+            if opcode in table:
+                raise ValueError(f"two cost rules for '{opcode}' (model {model})")
+            if table is not RULES and opcode not in RULES:
+                raise ValueError(f"model {model} overrides '{opcode}', which has no base rule")
+            table[opcode] = fn
         return fn
 
     return register
 
 
-def rule_for(opcode: str) -> Rule | None:
-    """The rule registered for an opcode; async wrappers ("<op>-start", "-update", "-done") share one."""
-    fn = RULES.get(opcode)
+def rule_for(opcode: str, rules: dict[str, Rule] | None = None) -> Rule | None:
+    """The rule registered for an opcode in ``rules`` (the base's by default); async wrappers
+    ("<op>-start", "-update", "-done") share one."""
+    rules = RULES if rules is None else rules
+    fn = rules.get(opcode)
     if fn is None and "-" in opcode:
-        fn = RULES.get("*-" + opcode.rsplit("-", 1)[1])
+        fn = rules.get("*-" + opcode.rsplit("-", 1)[1])
     return fn
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A cost model: its name and its hooks, the differences from XLA that are no one opcode's.
+
+    Every hook is off in the base model (XLA's behaviour); a field's comment says what turning it
+    on changes. Per-opcode differences are not here: they are override rules (:func:`rule`)."""
+
+    name: str
+    # A TPU array with a tiled layout is sized as stored, its minor dimensions rounded up to the
+    # first tile (as libtpu's cost analysis does); plain XLA's shape size ignores tiles.
+    pad_to_tiles: bool = False
+    # An op no rule knows is charged its default bytes (operands + result), flagged unknown;
+    # XLA charges it nothing.
+    unruled_op_bytes: bool = False
+    # A while loop's body runs its trip count (XLA's known_trip_count, else inferred from the
+    # counter; unknown: once, flagged lower bound) and its condition one more; XLA counts each once.
+    loop_trip_counts: bool = False
+    # The walk opens a conditional: its branches' ops are rows, the heaviest counted, the others
+    # listed with count 0; XLA prices a conditional as one row, its branches' maximum.
+    open_conditionals: bool = False
+    # A fusion result (or tuple element) updated in place (inplace.in_place: a
+    # dynamic-update-slice or scatter of a parameter, through bitcasts and nested fusions) writes
+    # only its updates, and a parameter a scatter combines into is read only where it combines;
+    # XLA sees only a dynamic-update-slice root.
+    fusion_in_place: bool = False
+    # A fusion parameter is read at most once (min(XLA's bytes, its size)), however many
+    # broadcast or reshape users XLA charges a re-read for.
+    fusion_parameter_read_once: bool = False
+    # A fusion parameter read through a view (bitcast, reshape, ...) that is not the root is read as
+    # the view is, and one passed to a nested fusion is followed into it (scaled by the share of the
+    # nested result its users slice); XLA stops at the view and looks at the nested fusion's users.
+    fusion_follow_reads: bool = False
+
+
+MODELS: dict[str, CostModel] = {
+    "xla": CostModel("xla"),
+    "roofline": CostModel(
+        "roofline",
+        pad_to_tiles=True,
+        unruled_op_bytes=True,
+        loop_trip_counts=True,
+        open_conditionals=True,
+        fusion_in_place=True,
+        fusion_parameter_read_once=True,
+        fusion_follow_reads=True,
+    ),
+}
+
+
+class Override(NamedTuple):
+    """One place where a model differs from XLA: an opcode's rule, or a hook of the model."""
+
+    kind: str  # "rule" or "hook"
+    name: str  # the opcode, or the hook's field name
+    summary: str  # the override rule's docstring's first sentence, or the hook's comment
+    rule: Rule | None = None  # the override rule (None for a hook)
+
+
+def rules_of(model: str) -> dict[str, Rule]:
+    """``model``'s rule table: the base's, with its overrides in place."""
+    return {**RULES, **OVERRIDES.get(model, {})}
+
+
+def overrides(model: str = "roofline") -> list[Override]:
+    """Where ``model`` differs from XLA's HloCostAnalysis (the base model): its override rules,
+    by opcode, then the hooks it turns on. Empty for the base itself."""
+    import inspect
+
+    found = [
+        Override("rule", opcode, _first_sentence(inspect.getdoc(fn) or ""), fn)
+        for opcode, fn in sorted(OVERRIDES.get(model, {}).items())
+    ]
+    base, spec = MODELS[BASE_MODEL], MODELS[model]
+    comments = _hook_comments()
+    found += [
+        Override("hook", name, comments.get(name, ""))
+        for name in CostModel.__dataclass_fields__
+        if name != "name" and getattr(spec, name) != getattr(base, name)
+    ]
+    return found
+
+
+def overrides_markdown(model: str = "roofline") -> str:
+    """:func:`overrides` as docs/cost-model.md lists them: a table, opcodes sharing a rule on one
+    row (``tests/test_xla_parity.py`` holds the page to this)."""
+    lines = ["| override | kind | what the model does instead of XLA |", "|---|---|---|"]
+    grouped: dict[object, list[Override]] = {}
+    for item in overrides(model):
+        grouped.setdefault(item.rule if item.kind == "rule" else item.name, []).append(item)
+    for items in grouped.values():
+        first = items[0]
+        names = ", ".join(f"`{i.name}`" for i in items)
+        where = "opcode" if first.kind == "rule" else "hook"
+        lines.append(f"| {names} | {where} | {first.summary.replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[: end + 1]
+
+
+def _hook_comments() -> dict[str, str]:
+    """Each hook's comment, as written above its field in :class:`CostModel`."""
+    import inspect
+
+    comments: dict[str, str] = {}
+    pending: list[str] = []
+    try:
+        source = inspect.getsource(CostModel)
+    except OSError:  # installed without its sources: the hooks are listed, unexplained
+        return comments
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            pending.append(stripped.lstrip("# "))
+        elif ":" in stripped and pending:
+            comments[stripped.split(":")[0]] = " ".join(pending)
+            pending = []
+        else:
+            pending = []
+    return comments
 
 
 # Bytes per element as XLA's shape-size function sees them (sub-byte types occupy a byte unless the
@@ -222,9 +373,10 @@ class CostContext:
     # that a body called from many places (or nested fusions sharing bodies) is walked once.
     memo: dict[tuple, object] = field(default_factory=dict)
 
-    @property
-    def roofline(self) -> bool:
-        return self.model == "roofline"
+    def __post_init__(self) -> None:
+        # The model's hooks and rule table, looked up once (a rule reads them per op).
+        self.cost_model: CostModel = MODELS[self.model]
+        self.rules: dict[str, Rule] = rules_of(self.model)
 
     def size(self, shape: Shape) -> int:
         """XLA's GetShapeSize: a tuple is its pointer table, a token 0, an opaque 8."""
@@ -263,10 +415,12 @@ class CostContext:
 
     def cost(self, instr: Instruction) -> Cost:
         """The cost of one execution of ``instr`` (callees included)."""
-        fn = rule_for(instr.opcode)
+        fn = rule_for(instr.opcode, self.rules)
         if fn is None:
             return Cost(
-                bytes_accessed=self.default_bytes(instr) if self.roofline else 0.0,
+                bytes_accessed=self.default_bytes(instr)
+                if self.cost_model.unruled_op_bytes
+                else 0.0,
                 unknown=True,
                 notes=(f"no cost rule for opcode '{instr.opcode}'",),
             )

@@ -32,10 +32,18 @@ def _result(instr: Instruction) -> Shape:
 
 
 def _bytes(instr: Instruction, ctx: CostContext) -> float:
-    """XLA's default bytes; the roofline model does not re-count a start's copy of its operands."""
-    if ctx.roofline:
-        return ctx.read_and_written(instr, _result(instr))
-    return ctx.default_bytes(instr)
+    """Operands read and the result written once: not XLA's default, which re-counts a start's
+    copy of its operands."""
+    return ctx.read_and_written(instr, _result(instr))
+
+
+@rule(
+    "all-gather", "all-gather-start", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+    "collective-permute", "collective-permute-start", "collective-broadcast", "send", "recv",
+)  # fmt: skip
+def xla_default(instr: Instruction, ctx: CostContext) -> Cost:
+    """XLA's default: no FLOPs, no communication term, every operand and the result once."""
+    return Cost(bytes_accessed=ctx.default_bytes(instr))
 
 
 def _ring(n: int) -> float:
@@ -44,11 +52,20 @@ def _ring(n: int) -> float:
 
 @rule("all-reduce", "all-reduce-start")
 def all_reduce(instr: Instruction, ctx: CostContext) -> Cost:
+    """XLA: "assume 2 replicas", one addition per output element; no communication term."""
+    elements = sum(leaf.elements for leaf in instr.shape.leaves())
+    return Cost(
+        flops=elements, bytes_accessed=ctx.operand_bytes(instr) + ctx.output_bytes(instr.shape)
+    )
+
+
+@rule("all-reduce", "all-reduce-start", model="roofline")
+def all_reduce_ring(instr: Instruction, ctx: CostContext) -> Cost:
+    """(N−1)/N additions per element and a ring's bytes on the wire: twice (N−1)/N of the input,
+    once inside an XLA:TPU all-reduce-scatter fusion (``scatters``)."""
     elements = sum(leaf.elements for leaf in instr.shape.leaves())
     read = ctx.operand_bytes(instr)
     written = ctx.output_bytes(instr.shape)
-    if not ctx.roofline:  # XLA: "assume 2 replicas", one addition per output element
-        return Cost(flops=elements, bytes_accessed=read + written)
     n = group_size(instr, ctx)
     share = _ring(n)
     # (N−1)/N additions per element either way: a reduce-scatter's (N−1)·(elements/N)
@@ -104,20 +121,18 @@ def kind(collective: Instruction, module: Module) -> str:
     return name
 
 
-@rule("all-gather", "all-gather-start")
+@rule("all-gather", "all-gather-start", model="roofline")
 def all_gather(instr: Instruction, ctx: CostContext) -> Cost:
-    if not ctx.roofline:
-        return Cost(bytes_accessed=ctx.default_bytes(instr))
+    """Operands and the gathered result once; (N−1)/N of the result on the wire."""
     gathered = ctx.output_bytes(_result(instr))
     return Cost(
         bytes_accessed=_bytes(instr, ctx), comm_bytes=gathered * _ring(group_size(instr, ctx))
     )
 
 
-@rule("reduce-scatter")
+@rule("reduce-scatter", model="roofline")
 def reduce_scatter(instr: Instruction, ctx: CostContext) -> Cost:
-    if not ctx.roofline:
-        return Cost(bytes_accessed=ctx.default_bytes(instr))
+    """(N−1) additions per result element (XLA: none); (N−1)/N of the input on the wire."""
     n = group_size(instr, ctx)
     out_elements = sum(leaf.elements for leaf in instr.shape.leaves())
     return Cost(
@@ -127,10 +142,9 @@ def reduce_scatter(instr: Instruction, ctx: CostContext) -> Cost:
     )
 
 
-@rule("all-to-all", "ragged-all-to-all")
+@rule("all-to-all", "ragged-all-to-all", model="roofline")
 def all_to_all(instr: Instruction, ctx: CostContext) -> Cost:
-    if not ctx.roofline:
-        return Cost(bytes_accessed=ctx.default_bytes(instr))
+    """(N−1)/N of the input on the wire (a ragged one: its whole buffer, flagged)."""
     sent = ctx.size(instr.operands[0].shape) if instr.opcode == "ragged-all-to-all" else None
     if sent is None:
         sent = ctx.operand_bytes(instr)
@@ -140,10 +154,15 @@ def all_to_all(instr: Instruction, ctx: CostContext) -> Cost:
     return cost
 
 
-@rule("collective-permute", "collective-permute-start", "collective-broadcast", "send")
+@rule(
+    "collective-permute",
+    "collective-permute-start",
+    "collective-broadcast",
+    "send",
+    model="roofline",
+)
 def point_to_point(instr: Instruction, ctx: CostContext) -> Cost:
-    if not ctx.roofline:
-        return Cost(bytes_accessed=ctx.default_bytes(instr))
+    """The buffer sent on the wire: every operand of a combined permute, the input otherwise."""
     data = instr.operands[0].shape if instr.operands else instr.shape
     sends = instr.opcode != "collective-permute" or attrs.ints(instr, "source_target_pairs")
     if instr.opcode == "send":
@@ -155,10 +174,9 @@ def point_to_point(instr: Instruction, ctx: CostContext) -> Cost:
     return Cost(bytes_accessed=_bytes(instr, ctx), comm_bytes=sent if sends else 0.0)
 
 
-@rule("recv")
+@rule("recv", model="roofline")
 def recv(instr: Instruction, ctx: CostContext) -> Cost:
-    if not ctx.roofline:
-        return Cost(bytes_accessed=ctx.default_bytes(instr))
+    """The received buffer written once (its bytes on the wire are the sender's)."""
     data = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
     return Cost(bytes_accessed=ctx.output_bytes(data))
 

@@ -129,8 +129,9 @@ class LoopCount(NamedTuple):
 
 
 def loop_multipliers(instr: Instruction, ctx: CostContext) -> LoopCount:
-    """The executions of a while loop's body and condition under the context's model."""
-    if not ctx.roofline:
+    """The executions of a while loop's body and condition under the context's model (its
+    ``loop_trip_counts`` hook; XLA counts each once)."""
+    if not ctx.cost_model.loop_trip_counts:
         return LoopCount(1, 1, None, False)
     n, inferred = trip_count(instr, ctx)
     if n is None:
@@ -163,13 +164,19 @@ def heaviest_branch(instr: Instruction, ctx: CostContext) -> int:
 
 @rule("conditional")
 def conditional(instr: Instruction, ctx: CostContext) -> Cost:
+    """XLA: the per-quantity maximum over the branches."""
     comps = branches(instr, ctx)
-    if ctx.roofline:
-        return ctx.computation(comps[heaviest_branch(instr, ctx)])
     cost = ctx.computation(comps[0])
     for comp in comps[1:]:
         cost = cost.maximum(ctx.computation(comp))
     return cost
+
+
+@rule("conditional", model="roofline")
+def heaviest_conditional(instr: Instruction, ctx: CostContext) -> Cost:
+    """The branch with the most work (FLOPs + transcendentals + bytes), not a per-quantity maximum
+    that may mix branches (the walk opens a conditional instead: hook ``open_conditionals``)."""
+    return ctx.computation(branches(instr, ctx)[heaviest_branch(instr, ctx)])
 
 
 @rule("call")
@@ -203,19 +210,29 @@ def async_start(instr: Instruction, ctx: CostContext) -> Cost:
 
 
 def async_done(instr: Instruction, ctx: CostContext) -> Cost:
-    """XLA charges an async done (or update) its operand table and result again; the roofline
-    model counts the pair once, at the start."""
-    return ZERO if ctx.roofline else Cost(bytes_accessed=ctx.default_bytes(instr))
+    """XLA charges an async done (or update) its operand table and result again."""
+    return Cost(bytes_accessed=ctx.default_bytes(instr))
+
+
+def async_done_free(instr: Instruction, ctx: CostContext) -> Cost:
+    """Nothing: an async pair is counted once, at its start."""
+    return ZERO
 
 
 rule("async-start", "*-start")(async_start)
 rule("async-update", "async-done", "*-update", "*-done")(async_done)
+rule("async-update", "async-done", "*-update", "*-done", model="roofline")(async_done_free)
 
 
 @rule("copy-start")
 def copy_start(instr: Instruction, ctx: CostContext) -> Cost:
-    """A prefetch: XLA's default counts the (dst, src, context) result; roofline reads and writes once."""
-    if not ctx.roofline:
-        return Cost(bytes_accessed=ctx.default_bytes(instr))
+    """A prefetch: XLA's default counts the (dst, src, context) result, the buffer twice."""
+    return Cost(bytes_accessed=ctx.default_bytes(instr))
+
+
+@rule("copy-start", model="roofline")
+def copy_start_once(instr: Instruction, ctx: CostContext) -> Cost:
+    """A prefetch reads its operand and writes its destination once (not XLA's whole
+    (dst, src, context) result)."""
     destination = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
     return Cost(bytes_accessed=ctx.read_and_written(instr, destination))

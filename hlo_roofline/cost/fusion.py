@@ -14,17 +14,42 @@ IMMEDIATE_CONSTANT_MAX_ELEMENTS = 1  # larger constants inside a fusion are read
 
 @rule("fusion")
 def fusion(instr: Instruction, ctx: CostContext) -> Cost:
+    """The inner ops' FLOPs; the bytes crossing the boundary (a custom gather/scatter fusion: that op)."""
     body = instr.called[0]
-    if instr.attrs.get("kind") == "kCustom":  # XLA prices a custom gather/scatter fusion as that op
+    custom = _custom_gather_or_scatter(instr, body, ctx)
+    if custom is not None:
+        return custom
+    return _fused(instr, body, ctx.computation(body), ctx)
+
+
+@rule("fusion", model="roofline")
+def fusion_async_once(instr: Instruction, ctx: CostContext) -> Cost:
+    """A TPU async collective split into ``AsyncCollectiveStart``/``Done`` fusions is counted once,
+    at the start, and a fusion that continues a started collective is priced without it."""
+    body = instr.called[0]
+    custom = _custom_gather_or_scatter(instr, body, ctx)
+    if custom is not None:
+        return custom
+    inner = ctx.computation(body)
+    marker = attrs.async_marker(instr)
+    if marker in ASYNC_MARKERS:  # a TPU async collective split into start/done fusions
+        return _async_collective_half(instr, inner, marker, ctx)
+    return _fused(instr, body, _without_continued(body, inner, ctx), ctx)
+
+
+def _custom_gather_or_scatter(
+    instr: Instruction, body: Computation, ctx: CostContext
+) -> Cost | None:
+    """XLA prices a kCustom fusion holding a gather or scatter as that op alone."""
+    if instr.attrs.get("kind") == "kCustom":
         inner = _gather_or_scatter(body, ctx)
         if inner is not None:
             return gather(inner, ctx) if inner.opcode == "gather" else scatter(inner, ctx)
-    inner = ctx.computation(body)
-    if ctx.roofline:
-        marker = attrs.async_marker(instr)
-        if marker in ASYNC_MARKERS:  # a TPU async collective split into start/done fusions
-            return _async_collective_half(instr, inner, marker, ctx)
-        inner = _without_continued(body, inner, ctx)
+    return None
+
+
+def _fused(instr: Instruction, body: Computation, inner: Cost, ctx: CostContext) -> Cost:
+    """The inner ops' FLOPs (``inner``), the bytes the fusion writes and reads."""
     written = _output_bytes(instr, body, ctx)
     return Cost(
         flops=inner.flops,
@@ -67,7 +92,7 @@ def _body_read_bytes(body: Computation, ctx: CostContext) -> float:
             read += sum(leaf_reads)
         else:
             param_bytes = _parameter_read_bytes(param, ctx)
-            if ctx.roofline:  # a parameter is read at most once, however many users re-read it
+            if ctx.cost_model.fusion_parameter_read_once:
                 param_bytes = min(param_bytes, ctx.size(param.shape))
             read += param_bytes
     ctx.memo[key] = read
@@ -108,7 +133,7 @@ def _output_bytes(instr: Instruction, body: Computation, ctx: CostContext) -> fl
 
     The roofline model finds every result updated in place (:func:`inplace.in_place`: also a
     scatter's, through bitcasts and nested fusions, in a tuple root): each writes its updates."""
-    if ctx.roofline:
+    if ctx.cost_model.fusion_in_place:
         aliases = in_place(instr)
         if aliases:
             return sum(
@@ -144,6 +169,8 @@ def _parameter_read_bytes_uncached(param: Instruction, ctx: CostContext) -> floa
     size = 0.0
     seen_plain_user = False
     own_size = ctx.size(param.shape)
+    in_place_reads = ctx.cost_model.fusion_in_place
+    follow = ctx.cost_model.fusion_follow_reads
     for user in ctx.users(param.computation).get(id(param), ()):
         opcode = user.opcode
         if opcode == "fusion":
@@ -152,10 +179,10 @@ def _parameter_read_bytes_uncached(param: Instruction, ctx: CostContext) -> floa
             size += ctx.size(user.shape)
         elif opcode == "dynamic-update-slice" and user.operands[0] is param:
             pass  # aliased with the output
-        elif ctx.roofline and opcode == "scatter" and _scattered_into(param, user):
+        elif in_place_reads and opcode == "scatter" and _scattered_into(param, user):
             # in place: only the rows the updates combine into are read
             size += sum(ctx.size(u.shape) for u in user.operands[len(user.operands) // 2 + 1 :])
-        elif ctx.roofline and opcode in VIEWS and not user.is_root:
+        elif follow and opcode in VIEWS and not user.is_root:
             size += _parameter_read_bytes(user, ctx)  # read as its view is
         elif opcode in ("broadcast", "reshape"):
             size += own_size
@@ -182,7 +209,7 @@ def _nested_fusion_read_bytes(param: Instruction, nested: Instruction, ctx: Cost
     """
     params = nested.called[0].parameters
     slots = [i for i, op in enumerate(nested.operands) if op is param]
-    if ctx.roofline:
+    if ctx.cost_model.fusion_follow_reads:
         inner = sum(_parameter_read_bytes(params[i], ctx) for i in slots)
         return inner * _sliced_fraction(nested, ctx)
     root = nested.called[0].root

@@ -33,6 +33,18 @@ def reduce_window(instr: Instruction, ctx: CostContext) -> Cost:
     A window that spans a whole padded dimension (a reduce followed by a broadcast, as XLA emits for
     cumulative sums) is counted as that reduce instead.
     """
+    return _reduce_window(instr, ctx, scans=False)
+
+
+@rule("reduce-window", model="roofline")
+def reduce_window_scan(instr: Instruction, ctx: CostContext) -> Cost:
+    """A cumulative window (``jnp.cumsum`` on TPU) is a scan: ceil(log2 n) combines per element (a
+    parallel prefix), not the n − 1 of a window of n."""
+    return _reduce_window(instr, ctx, scans=True)
+
+
+def _reduce_window(instr: Instruction, ctx: CostContext, scans: bool) -> Cost:
+    """XLA's count; with ``scans`` a cumulative window counted as a parallel prefix."""
     window = attrs.window(instr)
     out = _first_array(instr)
     window_elements = math.prod(w.size for w in window)
@@ -50,7 +62,7 @@ def reduce_window(instr: Instruction, ctx: CostContext) -> Cost:
             ):
                 span = out.dims[i]
                 times = out.elements // span + span - 1
-    span = _prefix_span(window, instr.operands[0].shape, out) if ctx.roofline else 0
+    span = _prefix_span(window, instr.operands[0].shape, out) if scans else 0
     if span > 1:
         # A cumulative sum: a scan takes ceil(log2 n) shifted combines per element (Hillis and
         # Steele's parallel prefix, the form a vector unit runs), not the n − 1 of a window of n.

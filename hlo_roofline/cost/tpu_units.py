@@ -1,0 +1,118 @@
+"""The TPU compute model's counts: the elements an op's loop passes through a TensorCore's vector
+unit, and those a reduce folds across its lanes.
+
+These are not XLA's and not a cost: the report's ``vector_elements`` and ``lane_reduced_elements``
+columns, which the TPU time model (:mod:`hlo_roofline.verdict`) runs at the chip's loop rate. They
+are counted here, beside the rules, because they read what the rules read (in-place updates, sliced
+reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
+"""
+
+from __future__ import annotations
+
+from hlo_roofline.cost import custom_call
+from hlo_roofline.cost.base import BOOKKEEPING, RULE_ERRORS, Cost
+from hlo_roofline.cost.control_flow import CONTAINERS
+from hlo_roofline.cost.inplace import in_place
+from hlo_roofline.cost.linalg import comparison_passes, words
+from hlo_roofline.hlo import attrs
+from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction
+
+# Ops whose data moves by DMA or that only hand control on: no loop of theirs runs on a vector unit.
+_NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
+    "copy-start", "copy-done", "custom-call", "send", "recv", "send-done", "recv-done", "infeed",
+    "outfeed", "async-start", "async-update", "async-done", "opt-barrier", "partition-id",
+    "replica-id",
+}  # fmt: skip
+_ASYNC_HALVES = ("-start", "-update", "-done")
+_IN_PLACE_OPS = frozenset({"dynamic-update-slice", "scatter", "fusion"})
+# Library selections that run on the TensorCore's vector unit: priced by their comparison passes.
+_SELECTIONS = frozenset(custom_call.SELECTION_TARGETS) - {"GatherScatterIndicesBitpacked"}
+
+
+def no_vector_loop(opcode: str, instr: Instruction | None = None) -> bool:
+    """No loop of this op's runs on the TensorCore's vector unit: bookkeeping, DMA, control, or
+    an async half (``custom-call-start`` of a SparseCore offload, ``call-done``, ...), whose work
+    is its called program's, priced where that runs. A library selection (``TopK``) is a custom
+    call that does run there."""
+    if opcode == "custom-call" and instr is not None:
+        return custom_call.target(instr) not in _SELECTIONS
+    return opcode in _NO_VECTOR_LOOP or opcode.endswith(_ASYNC_HALVES)
+
+
+def vector_elements(
+    instr: Instruction,
+    cost: Cost,
+    geometry: tuple[int, int, int, int] | None,
+    updates_in_place: bool,
+    prologue_words: float = 0.0,
+    sliced: dict[int, int] | None = None,
+) -> float:
+    """Elements the op's loop passes through a vector unit: its largest array, capped by what its
+    rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
+    operands stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a
+    word), or the operands a fused prologue computes (``prologue_words``: :func:`linalg.fused_operand_words`),
+    whichever is more (the kernel pipelines the two streams, so each alone is a lower bound). A
+    buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
+    fused or not) does not pass: only the update and the indices do; an operand a fusion reads
+    only through slices passes only its largest slice (``sliced``: :func:`inplace.sliced_reads`). A sort or
+    top-k passes its keys once per comparison pass (:func:`linalg.comparison_passes`). An op on
+    scalars alone (loop counters, cache positions) runs on the scalar unit: none (XLA:TPU
+    estimates none of them either)."""
+    results = instr.shape.leaves()
+    operands = [leaf for op in instr.operands for leaf in op.shape.leaves()]
+    if all(leaf.elements <= 1 for leaf in results) and all(leaf.elements <= 1 for leaf in operands):
+        return 0.0  # scalars only (a loop counter, an index): the scalar unit's, not a vector loop
+    aliases = in_place(instr) if instr.opcode in _IN_PLACE_OPS else {}
+    if aliases:
+        buffers = {alias.operand for alias in aliases.values()}
+        results = [leaf for i, leaf in enumerate(results) if i not in aliases]
+        results += [u for alias in aliases.values() for u in alias.updates if u.is_array]
+        operands = [
+            leaf for i, op in enumerate(instr.operands) if i not in buffers
+            for leaf in op.shape.leaves()
+        ]  # fmt: skip
+    elif updates_in_place or instr.opcode == "dynamic-update-slice":
+        buffers = {(leaf.dtype, leaf.dims) for leaf in results} & {
+            (leaf.dtype, leaf.dims) for leaf in operands
+        }
+        results = [leaf for leaf in results if (leaf.dtype, leaf.dims) not in buffers]
+        operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
+    if geometry is not None:
+        result_words = max((words(leaf) for leaf in results), default=0.0)
+        return float(max(result_words, prologue_words))
+    if instr.opcode == "sort" or (
+        instr.opcode == "custom-call" and not no_vector_loop("custom-call", instr)
+    ):
+        return float(instr.operands[0].shape.elements * comparison_passes(instr))
+    leaves = [*results, *operands]
+    if not leaves:
+        return 0.0
+    sliced = sliced if sliced and not aliases else {}
+    if sliced:  # an operand read only through slices passes only its largest slice
+        unsliced = [
+            leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
+            for leaf in op.shape.leaves()
+        ]  # fmt: skip
+        return float(max([*(leaf.elements for leaf in results), *unsliced, *sliced.values()]))
+    largest = max(leaf.elements for leaf in leaves)
+    smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
+    written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
+    read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
+    return float(min(largest, max(read, max((leaf.elements for leaf in results), default=0))))
+
+
+def lane_reduced_elements(reduce: Instruction) -> float:
+    """Elements a standalone reduce folds across the lanes: its operand's when the reduced
+    dimensions include the operand's minor-most one (the 128 lanes of a TPU vector register)."""
+    if not reduce.operands or not reduce.operands[0].shape.is_array:
+        return 0.0
+    operand = reduce.operands[0].shape
+    if not operand.dims:
+        return 0.0
+    layout = operand.layout
+    minor = layout.minor_to_major[0] if layout and layout.minor_to_major else len(operand.dims) - 1
+    try:
+        reduced = attrs.ints(reduce, "dimensions")
+    except RULE_ERRORS:
+        return 0.0
+    return float(operand.elements) if minor in reduced else 0.0
