@@ -37,6 +37,7 @@ __all__ = [
     "chip_list",
     "compare",
     "constants",
+    "exploration",
     "load",
     "report_csv",
     "report_json",
@@ -416,3 +417,75 @@ def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
 def _report(report_dir: str, chip: str | None) -> Report:
     """A run's report as the routes serve it (cached; re-judged for ``chip`` when given)."""
     return load(report_dir, chip)[2]
+
+
+# What the exploration view takes from each row of an exploration (``Exploration.document``):
+# where the candidate lies (step, HBM per device), how it is judged, and how to say which it is.
+_EXPLORE_ROW_KEYS = (
+    "candidate", "status", "error", "step_s", "lower_s", "upper_s", "hbm_per_device", "fit",
+    "bound", "why", "rank", "gap_to_best", "exposed_comm_share", "mfu_upper_bound",
+    "tokens_per_s_per_chip",
+)  # fmt: skip
+
+
+def exploration(path: str, runs: set[str], prefix: str = "") -> dict:
+    """An exploration written by ``Exploration.write_tensorboard`` (``<dir>/EXPLORE_JSON``) as the
+    tab's exploration view draws it: the document's own numbers, each row's ``run`` the tab's run
+    name (``prefix`` + the document's) where that run is in the logdir, else null. A file that is
+    not an exploration of the version this reads is a ReportError saying so."""
+    import json
+    import math
+
+    from hlo_roofline import explorer
+
+    try:
+        if _remote(path):
+            with _gfile().GFile(path, "r") as f:
+                text = f.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        doc = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ReportError(f"cannot read the exploration: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != explorer.FORMAT:
+        raise ReportError(f'not an exploration (no "format": "{explorer.FORMAT}")')
+    if doc.get("version") != explorer.VERSION or not isinstance(doc.get("rows"), list):
+        raise ReportError(f"exploration version {doc.get('version')!r}; this reads {explorer.VERSION}")
+
+    def number(value):
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return value if ok else None
+
+    def text(value):
+        return value if isinstance(value, str) else ""
+
+    axes = [a for a in doc.get("axes") or [] if isinstance(a, str)]
+    knobs = [k for k in doc.get("knobs") or [] if isinstance(k, str)]
+    rows = []
+    for raw in doc["rows"]:
+        if not isinstance(raw, dict):
+            raise ReportError("an exploration row is not an object")
+        row = {k: raw.get(k) for k in _EXPLORE_ROW_KEYS}
+        for k in ("candidate", "status", "error", "fit", "bound", "why"):
+            row[k] = text(row[k])
+        for k in ("step_s", "lower_s", "upper_s", "hbm_per_device", "rank", "gap_to_best",
+                  "exposed_comm_share", "mfu_upper_bound", "tokens_per_s_per_chip"):  # fmt: skip
+            row[k] = number(row[k])
+        run = raw.get("run")
+        named = f"{prefix}{run}" if isinstance(run, str) and run else None
+        row["run"] = named if named in runs else None
+        row["sizes"] = {a: number(raw.get(a)) for a in axes}
+        row["knobs"] = {k: raw.get(k) if isinstance(raw.get(k), str | int | float) else None
+                        for k in knobs}  # fmt: skip
+        rows.append(row)
+    return {
+        "target": text(doc.get("target")),
+        "chip": text(doc.get("chip")),
+        "axes": axes,
+        "knobs": knobs,
+        "rank_by": text(doc.get("rank_by")),
+        "hbm_capacity": number(doc.get("hbm_capacity")),
+        "rows": rows,
+        "pruned": len(doc.get("pruned") or []),
+    }

@@ -13,6 +13,7 @@
 
 import { pill, shortLine } from "./cells.js";
 import { RooflineChart } from "./chart.js";
+import { ExploreView } from "./explore.js";
 import { loadCompare } from "./compare.js";
 import { renderDetails } from "./details.js";
 import { parseGroup, setGroupBy, showGroupFilter, UNATTRIBUTED } from "./groups.js";
@@ -148,6 +149,9 @@ export function buildLayout() {
   );
   ui.root = el("div", { className: "hr-app" }, toolbar, ui.runErrors, ui.error, ui.content);
   document.body.append(ui.root);
+  // Layout explorations in the logdir: above the run's own view, opened on demand.
+  ui.explore = new ExploreView(ui.root, { onOpen: (run) => openRun(run) });
+  ui.runErrors.after(ui.explore.box);
 
   ui.chart = new RooflineChart(ui.chartBox, { onSelect: (row) => selectOp(row) });
   ui.timelineBox = el("section", { className: "hr-timeline-box", attrs: { "aria-label": "Timeline" } });
@@ -323,6 +327,14 @@ export async function init() {
   }
   await show(wanted);
   checkRuns();
+  ui.explore.load();
+}
+
+/** Open a run from elsewhere in the tab (the exploration view), as choosing it in the menu. */
+async function openRun(run) {
+  state.autoRun = false;
+  await selectRun(run);
+  ui.content.scrollIntoView({ block: "start" });
 }
 
 /** Show what a URL asks for: run, chip, compared run, filters, grouping, selected op. */
@@ -395,6 +407,7 @@ export async function refresh() {
   try {
     const all = await listRuns();
     checkRuns();
+    ui.explore.load();
     if (!all.length) {
       state.run = null;
       showEmpty();
