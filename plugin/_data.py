@@ -18,10 +18,13 @@ from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.logdir import REPORT_JSON
+from hlo_roofline.report import FORMAT as REPORT_FORMAT
+from hlo_roofline.report import VERSION as REPORT_VERSION
 from hlo_roofline.report import (
     Report,
     ReportError,
     ReportMissingError,
+    _json_column,
     function_of,
     lane_title,
     scope_of,
@@ -43,6 +46,7 @@ __all__ = [
     "report_json",
     "rollup",
     "timeline",
+    "warm",
 ]
 
 # (report file, chip) entries, kept while their JSON text totals at most _CACHE_CHARS: a logdir of
@@ -210,14 +214,89 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     # written out again (a second or more for a 20k-op report).
     extra = dumps({k: v.tolist() for k, v in derived.items()})
     words = dumps(_memory_words(report.summary))
+    payload = {"summary": report.summary, "module": report.module}
     if as_written is not None:
         body = as_written[0].rstrip()
         text = f'{body[:-1]},"derived":{extra},"memory_words":{words}}}'
-        payload = {"summary": report.summary, "module": report.module}
     else:
-        payload = report.to_dict()
-        text = f'{dumps(payload)[:-1]},"derived":{extra},"memory_words":{words}}}'
+        base = _base_columns(report_dir, path) if key_chip is not None else None
+        text = f'{_columns_text(report, base)[:-1]},"derived":{extra},"memory_words":{words}}}'
     return payload, text, report, derived
+
+
+def warm(report_dir: str) -> None:
+    """Read a run's report into the cache, then make its columns' JSON texts, so that neither
+    the first paint nor the first chip switch waits for them."""
+    load(report_dir)
+    _base_columns(report_dir, _join(report_dir, REPORT_JSON))
+
+
+# A run's report as written, with each column's JSON text (see _columns_text), for the runs
+# re-judged last: a chip's payload reuses the text of every column the chip leaves alone.
+_BASE_KEEP = 4
+_base: OrderedDict[tuple, tuple[Report, dict[str, str], list[str]]] = OrderedDict()
+
+
+def _base_columns(report_dir: str, path: str) -> tuple[Report, dict[str, str], list[str]] | None:
+    """The run's own report and its columns' JSON texts (made once per file version)."""
+    try:
+        report = load(report_dir)[2]
+    except ReportError:
+        return None
+    key = (path, _stamp(path))
+    with _lock:
+        if key in _base:
+            _base.move_to_end(key)
+            return _base[key]
+    texts, stacks = _column_texts(report)
+    entry = (report, texts, stacks)
+    with _lock:
+        _base[key] = entry
+        while len(_base) > _BASE_KEEP:
+            _base.popitem(last=False)
+    return entry
+
+
+def _column_texts(report: Report, base=None) -> tuple[dict[str, str], list[str]]:
+    """Each column of ``report`` as JSON text (``call_stack`` as indexes into the distinct
+    stacks, as ``Report.to_dict`` writes it) and those stacks. A column equal to ``base``'s
+    (the run as written) is its text, not written again: re-judging a report on another chip
+    changes a quarter of its columns, and writing 800k cells took most of a chip switch."""
+    ops = report.ops
+    texts = {}
+    stacks: list[str] = []
+    for name in ops.columns:
+        column = ops[name]
+        known = base is not None and name in base[1] and name in base[0].ops
+        if known and base[0].ops[name].equals(column):
+            texts[name] = base[1][name]
+            if name == "call_stack":
+                stacks = base[2]
+            continue
+        if name == "call_stack":
+            codes, uniques = pd.factorize(column.fillna(""), sort=False)
+            stacks = [str(text) for text in uniques]
+            texts[name] = dumps(codes.tolist())
+            continue
+        texts[name] = dumps(_json_column(column))
+    return texts, stacks
+
+
+def _columns_text(report: Report, base=None) -> str:
+    """The report as the tab's JSON, column by column: ``cols`` (one array per column, in
+    ``columns``' order) in place of ``Report.to_dict``'s rows; the browser makes the rows."""
+    texts, stacks = _column_texts(report, base)
+    head = {
+        "format": REPORT_FORMAT,
+        "version": REPORT_VERSION,
+        "module": report.module,
+        "summary": report.summary,
+        "columns": list(report.ops.columns),
+    }
+    if "call_stack" in report.ops:
+        head["call_stacks"] = stacks
+    cols = ",".join(texts[name] for name in report.ops.columns)
+    return f'{dumps(head)[:-1]},"cols":[{cols}]}}'
 
 
 def _memory_words(summary: dict) -> dict | None:

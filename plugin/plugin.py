@@ -431,13 +431,14 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
 
 def _warm(index: RunIndex) -> None:
     """Import the report reader and read the first run's report (the one the tab opens on) into
-    its cache. Best effort: any failure is the first request's to report."""
+    its cache, and its columns' texts (what a chip switch reuses). Best effort: any failure is
+    the first request's to report."""
     try:
         from hlo_roofline_tensorboard import _data
 
         first = next(iter(index.runs()), None)
         if first is not None:
-            _data.load(index.report_dir(first))
+            _data.warm(index.report_dir(first))
     except Exception:
         logger.debug("hlo_roofline: warming the report reader failed", exc_info=True)
 

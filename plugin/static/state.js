@@ -9,7 +9,8 @@ export class Model {
     this.payload = payload;
     this.columns = payload.columns || [];
     this.index = Object.fromEntries(this.columns.map((c, i) => [c, i]));
-    this.rows = payload.data || [];
+    // Rows as written ("data"), or a re-judged report's columns ("cols"), turned into rows here.
+    this.rows = payload.data || (payload.cols ? rowsOf(payload.cols) : []);
     this.summary = payload.summary || {};
     this.module = payload.module || "";
     this.memoryWords = payload.memory_words || null; // the memory fit in the server's words
@@ -49,6 +50,18 @@ export class Model {
     const i = this.index[column];
     return i === undefined ? [] : [...new Set(this.rows.map((r) => String(r[i] ?? "")))];
   }
+}
+
+/** Rows from one array per column. */
+function rowsOf(cols) {
+  const n = cols.length ? cols[0].length : 0;
+  const rows = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const row = new Array(cols.length);
+    for (let j = 0; j < cols.length; j++) row[j] = cols[j][i];
+    rows[i] = row;
+  }
+  return rows;
 }
 
 export const state = {
