@@ -268,7 +268,7 @@ def _column_texts(report: Report, base=None) -> tuple[dict[str, str], list[str]]
     for name in ops.columns:
         column = ops[name]
         known = base is not None and name in base[1] and name in base[0].ops
-        if known and base[0].ops[name].equals(column):
+        if known and _equal(base[0].ops[name], column):
             texts[name] = base[1][name]
             if name == "call_stack":
                 stacks = base[2]
@@ -280,6 +280,22 @@ def _column_texts(report: Report, base=None) -> tuple[dict[str, str], list[str]]
             continue
         texts[name] = dumps(_json_column(column))
     return texts, stacks
+
+
+def _buffer(column: pd.Series) -> np.ndarray | None:
+    """The array holding a column's values, where it is one (no copy)."""
+    if isinstance(column.dtype, np.dtype):
+        return column.to_numpy()
+    return getattr(column.array, "_ndarray", None)
+
+
+def _equal(a: pd.Series, b: pd.Series) -> bool:
+    """Whether two columns hold the same values; at once where both are views of one array (a
+    column ``classify`` did not touch), else compared."""
+    x, y = _buffer(a), _buffer(b)
+    if x is None or y is None or (x.dtype, x.shape, x.strides) != (y.dtype, y.shape, y.strides):
+        return a.equals(b)
+    return x.__array_interface__["data"] == y.__array_interface__["data"] or a.equals(b)
 
 
 def _columns_text(report: Report, base=None) -> str:

@@ -128,14 +128,15 @@ export class RooflineChart {
   }
 
   /** Show a report (a Model from index.js); an unclassified report draws no points. */
-  setModel(model) {
+  /** Show a report; with `draw: false` the caller's setShown (which follows) draws it once. */
+  setModel(model, { draw = true } = {}) {
     this.model = model;
     this.selected = -1;
     this.hover = null;
     this.shown = null;
     this.tooltip.hidden = true;
     this._buildPoints();
-    this.draw();
+    if (draw) this.draw();
   }
 
   /** Rows that pass the table's filters (a Uint8Array over rows); the others are drawn faint. */

@@ -23,17 +23,26 @@ export class Model {
       this.columns.push(column);
       for (let i = 0; i < this.rows.length; i++) this.rows[i].push(values[i]);
     }
-    const fields = ["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]
-      .map((c) => this.index[c])
-      .filter((i) => i !== undefined);
-    this.search = this.rows.map((r) =>
-      fields
-        .map((i) => r[i] ?? "")
-        .join("\n")
-        .toLowerCase(),
-    );
+    this._search = null; // made on first use (see search), not before the first paint
     const name = this.index.name;
     this.byName = new Map(this.rows.map((r, i) => [r[name], i]));
+  }
+
+  /** Each row's searchable text, lower case: made once, when first searched or when the page
+   * is idle after drawing (see loadReport), never in the way of the first paint. */
+  get search() {
+    if (this._search === null) {
+      const fields = ["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]
+        .map((c) => this.index[c])
+        .filter((i) => i !== undefined);
+      this._search = this.rows.map((r) =>
+        fields
+          .map((i) => r[i] ?? "")
+          .join("\n")
+          .toLowerCase(),
+      );
+    }
+    return this._search;
   }
 
   has(column) {
