@@ -301,14 +301,18 @@ export async function init() {
   let all;
   try {
     const rest = Promise.all([getJSON(route("chips")).catch(() => []), loadConstants()]);
-    all = await listRuns();
-    // The run the tab will most likely show: ask for its report now, beside the constants.
-    const likely = all.includes(wanted.run) ? wanted.run : all[0];
-    if (likely !== undefined) {
-      const url = route("report", { run: likely, chip: wanted.chip || "" });
+    // The run the tab will most likely show: ask for its report now, beside the constants (a
+    // run the URL names at once, beside the run list; else the first run listed).
+    const prefetch = (run) => {
+      const url = route("report", { run, chip: wanted.chip || "" });
+      if (state.prefetch && state.prefetch.url === url) return;
       state.prefetch = { url, promise: getJSONText(url) };
       state.prefetch.promise.catch(() => {});
-    }
+    };
+    if (wanted.run) prefetch(wanted.run);
+    all = await listRuns();
+    const likely = all.includes(wanted.run) ? wanted.run : all[0];
+    if (likely !== undefined) prefetch(likely);
     [state.chips] = await rest;
   } catch (err) {
     showError(`cannot list runs: ${err.message}`);
