@@ -87,6 +87,7 @@ export class RooflineChart {
     this.onSelect = onSelect;
     this.model = null;
     this.points = []; // predicted points, big first (drawn first)
+    this._orders = {}; // keyboard orders (see _order)
     this.measured = []; // attained points of a measured run
     this.byRow = new Map(); // row -> {predicted, measured}
     this.shown = null; // Uint8Array over rows: 1 = passes the table's filters (null = all)
@@ -203,13 +204,7 @@ export class RooflineChart {
     this.measured = measured;
     this.canvas.dataset.points = String(points.length);
     this.canvas.dataset.measured = String(measured.length);
-    // Keyboard order: along x (intensity; strip ops first, by time), and along y.
-    const along = (key) =>
-      points
-        .slice()
-        .sort((a, b) => (a.strip !== b.strip ? (a.strip ? -1 : 1) : a.strip ? a.t - b.t : a[key] - b[key] || a.row - b.row));
-    this.orderX = along("x");
-    this.orderY = along("y");
+    this._orders = {}; // keyboard orders, made on the first key (two sorts of every point)
   }
 
   _roofs() {
@@ -782,8 +777,17 @@ export class RooflineChart {
     this.tooltip.style.top = `${Math.max(0, y - 10)}px`;
   }
 
+  /** Keyboard order along x (intensity; strip ops first, by time) or y. */
+  _order(key) {
+    this._orders[key] ??= this.points
+      .slice()
+      .sort((a, b) => (a.strip !== b.strip ? (a.strip ? -1 : 1) : a.strip ? a.t - b.t : a[key] - b[key] || a.row - b.row));
+    return this._orders[key];
+  }
+
   _onKey(event) {
-    const order = { ArrowRight: [this.orderX, 1], ArrowLeft: [this.orderX, -1], ArrowUp: [this.orderY, 1], ArrowDown: [this.orderY, -1] }[event.key];
+    const keys = { ArrowRight: ["x", 1], ArrowLeft: ["x", -1], ArrowUp: ["y", 1], ArrowDown: ["y", -1] };
+    const order = keys[event.key] && [this._order(keys[event.key][0]), keys[event.key][1]];
     if (event.key === "Escape") {
       this._setHover(null);
       return;
