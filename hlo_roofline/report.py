@@ -283,7 +283,7 @@ class Report:
             stacks = data["call_stacks"]
             if not isinstance(stacks, list) or not all(isinstance(t, str) for t in stacks):
                 raise ReportError("its 'call_stacks' is not a list of strings")
-            ops["call_stack"] = [_stack_text(stacks, i) for i in ops["call_stack"]]
+            ops["call_stack"] = _stack_texts(stacks, ops["call_stack"])
         return validate(cls(_restore_types(ops), _summary(data), data.get("module", "")))
 
     @classmethod
@@ -536,7 +536,10 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     for column in ops.columns:
         values = ops[column]
         if column in _TEXT_COLUMNS:
-            ops[column] = values.astype(object).fillna("").astype(str)
+            if isinstance(values.dtype, pd.StringDtype):  # already text (or missing): no copy
+                ops[column] = values.fillna("") if values.hasnans else values
+            else:
+                ops[column] = values.astype(object).fillna("").astype(str)
         elif column in schema.BOOL_COLUMNS:
             bad = ~values.isin([*_TRUE, *_FALSE])
             _refuse_cells(ops, bad, column, "is not true or false")
@@ -610,6 +613,15 @@ def _validate_summary(summary: dict) -> None:
     for key in ("unknown_ops", "notes"):
         if key in summary and not isinstance(summary[key], list):
             raise ReportError(f"summary {key} = {summary[key]!r} is not a list")
+
+
+def _stack_texts(stacks: list[str], indexes: pd.Series) -> list[str] | np.ndarray:
+    """Each op's call stack from its index into ``stacks``: at once where the column is all
+    integers in range, else one by one (saying which cell is not an index)."""
+    codes = indexes.to_numpy()
+    if codes.dtype.kind in "iu" and (not len(codes) or (codes.min() >= 0 and codes.max() < len(stacks))):
+        return np.array(stacks, dtype=object)[codes] if stacks else np.array([], dtype=object)
+    return [_stack_text(stacks, i) for i in indexes]
 
 
 def _stack_text(stacks: list[str], index) -> str:

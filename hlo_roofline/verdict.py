@@ -423,15 +423,21 @@ def _row_tiles(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     if "shape" not in ops:
         return tiles
     m = _column(ops, "mm_m", rows, 0.0)
-    for i, text in enumerate(ops["shape"].to_numpy()[rows]):
-        with contextlib.suppress(HloParseError, ValueError, IndexError):
+    # Each distinct (shape, M) once: a big program repeats a few hundred of them.
+    pairs = pd.DataFrame({"shape": ops["shape"].to_numpy()[rows], "m": m})
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(pairs), sort=False)
+    found = np.zeros(len(uniques), dtype=int)
+    for k, (text, rows_m) in enumerate(uniques):
+        with contextlib.suppress(HloParseError, ValueError, IndexError, TypeError):
             leaf = parse_shape(text).leaves()[0]
             layout = leaf.layout
             if layout is None or not layout.tiles or len(layout.tiles[0]) < 2:
                 continue
             order = layout.minor_to_major or tuple(range(len(leaf.dims) - 1, -1, -1))
-            if len(order) >= 2 and leaf.dims[order[1]] == m[i]:
-                tiles[i] = layout.tiles[0][-2]
+            if len(order) >= 2 and leaf.dims[order[1]] == rows_m:
+                found[k] = layout.tiles[0][-2]
+    known = codes >= 0  # a missing shape: untiled
+    tiles[known] = found[codes[known]]
     return tiles
 
 

@@ -18,10 +18,13 @@ from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.logdir import REPORT_JSON
+from hlo_roofline.report import FORMAT as REPORT_FORMAT
+from hlo_roofline.report import VERSION as REPORT_VERSION
 from hlo_roofline.report import (
     Report,
     ReportError,
     ReportMissingError,
+    _json_column,
     function_of,
     lane_title,
     scope_of,
@@ -37,11 +40,13 @@ __all__ = [
     "chip_list",
     "compare",
     "constants",
+    "exploration",
     "load",
     "report_csv",
     "report_json",
     "rollup",
     "timeline",
+    "warm",
 ]
 
 # (report file, chip) entries, kept while their JSON text totals at most _CACHE_CHARS: a logdir of
@@ -209,14 +214,105 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     # written out again (a second or more for a 20k-op report).
     extra = dumps({k: v.tolist() for k, v in derived.items()})
     words = dumps(_memory_words(report.summary))
+    payload = {"summary": report.summary, "module": report.module}
     if as_written is not None:
         body = as_written[0].rstrip()
         text = f'{body[:-1]},"derived":{extra},"memory_words":{words}}}'
-        payload = {"summary": report.summary, "module": report.module}
     else:
-        payload = report.to_dict()
-        text = f'{dumps(payload)[:-1]},"derived":{extra},"memory_words":{words}}}'
+        base = _base_columns(report_dir, path) if key_chip is not None else None
+        text = f'{_columns_text(report, base)[:-1]},"derived":{extra},"memory_words":{words}}}'
     return payload, text, report, derived
+
+
+def warm(report_dir: str) -> None:
+    """Read a run's report into the cache, then make its columns' JSON texts, so that neither
+    the first paint nor the first chip switch waits for them."""
+    load(report_dir)
+    _base_columns(report_dir, _join(report_dir, REPORT_JSON))
+
+
+# A run's report as written, with each column's JSON text (see _columns_text), for the runs
+# re-judged last: a chip's payload reuses the text of every column the chip leaves alone.
+_BASE_KEEP = 4
+_base: OrderedDict[tuple, tuple[Report, dict[str, str], list[str]]] = OrderedDict()
+
+
+def _base_columns(report_dir: str, path: str) -> tuple[Report, dict[str, str], list[str]] | None:
+    """The run's own report and its columns' JSON texts (made once per file version)."""
+    try:
+        report = load(report_dir)[2]
+    except ReportError:
+        return None
+    key = (path, _stamp(path))
+    with _lock:
+        if key in _base:
+            _base.move_to_end(key)
+            return _base[key]
+    texts, stacks = _column_texts(report)
+    entry = (report, texts, stacks)
+    with _lock:
+        _base[key] = entry
+        while len(_base) > _BASE_KEEP:
+            _base.popitem(last=False)
+    return entry
+
+
+def _column_texts(report: Report, base=None) -> tuple[dict[str, str], list[str]]:
+    """Each column of ``report`` as JSON text (``call_stack`` as indexes into the distinct
+    stacks, as ``Report.to_dict`` writes it) and those stacks. A column equal to ``base``'s
+    (the run as written) is its text, not written again: re-judging a report on another chip
+    changes a quarter of its columns, and writing 800k cells took most of a chip switch."""
+    ops = report.ops
+    texts = {}
+    stacks: list[str] = []
+    for name in ops.columns:
+        column = ops[name]
+        known = base is not None and name in base[1] and name in base[0].ops
+        if known and _equal(base[0].ops[name], column):
+            texts[name] = base[1][name]
+            if name == "call_stack":
+                stacks = base[2]
+            continue
+        if name == "call_stack":
+            codes, uniques = pd.factorize(column.fillna(""), sort=False)
+            stacks = [str(text) for text in uniques]
+            texts[name] = dumps(codes.tolist())
+            continue
+        texts[name] = dumps(_json_column(column))
+    return texts, stacks
+
+
+def _buffer(column: pd.Series) -> np.ndarray | None:
+    """The array holding a column's values, where it is one (no copy)."""
+    if isinstance(column.dtype, np.dtype):
+        return column.to_numpy()
+    return getattr(column.array, "_ndarray", None)
+
+
+def _equal(a: pd.Series, b: pd.Series) -> bool:
+    """Whether two columns hold the same values; at once where both are views of one array (a
+    column ``classify`` did not touch), else compared."""
+    x, y = _buffer(a), _buffer(b)
+    if x is None or y is None or (x.dtype, x.shape, x.strides) != (y.dtype, y.shape, y.strides):
+        return a.equals(b)
+    return x.__array_interface__["data"] == y.__array_interface__["data"] or a.equals(b)
+
+
+def _columns_text(report: Report, base=None) -> str:
+    """The report as the tab's JSON, column by column: ``cols`` (one array per column, in
+    ``columns``' order) in place of ``Report.to_dict``'s rows; the browser makes the rows."""
+    texts, stacks = _column_texts(report, base)
+    head = {
+        "format": REPORT_FORMAT,
+        "version": REPORT_VERSION,
+        "module": report.module,
+        "summary": report.summary,
+        "columns": list(report.ops.columns),
+    }
+    if "call_stack" in report.ops:
+        head["call_stacks"] = stacks
+    cols = ",".join(texts[name] for name in report.ops.columns)
+    return f'{dumps(head)[:-1]},"cols":[{cols}]}}'
 
 
 def _memory_words(summary: dict) -> dict | None:
@@ -416,3 +512,75 @@ def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
 def _report(report_dir: str, chip: str | None) -> Report:
     """A run's report as the routes serve it (cached; re-judged for ``chip`` when given)."""
     return load(report_dir, chip)[2]
+
+
+# What the exploration view takes from each row of an exploration (``Exploration.document``):
+# where the candidate lies (step, HBM per device), how it is judged, and how to say which it is.
+_EXPLORE_ROW_KEYS = (
+    "candidate", "status", "error", "step_s", "lower_s", "upper_s", "hbm_per_device", "fit",
+    "bound", "why", "rank", "gap_to_best", "exposed_comm_share", "mfu_upper_bound",
+    "tokens_per_s_per_chip",
+)  # fmt: skip
+
+
+def exploration(path: str, runs: set[str], prefix: str = "") -> dict:
+    """An exploration written by ``Exploration.write_tensorboard`` (``<dir>/EXPLORE_JSON``) as the
+    tab's exploration view draws it: the document's own numbers, each row's ``run`` the tab's run
+    name (``prefix`` + the document's) where that run is in the logdir, else null. A file that is
+    not an exploration of the version this reads is a ReportError saying so."""
+    import json
+    import math
+
+    from hlo_roofline import explorer
+
+    try:
+        if _remote(path):
+            with _gfile().GFile(path, "r") as f:
+                text = f.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        doc = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ReportError(f"cannot read the exploration: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != explorer.FORMAT:
+        raise ReportError(f'not an exploration (no "format": "{explorer.FORMAT}")')
+    if doc.get("version") != explorer.VERSION or not isinstance(doc.get("rows"), list):
+        raise ReportError(f"exploration version {doc.get('version')!r}; this reads {explorer.VERSION}")
+
+    def number(value):
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return value if ok else None
+
+    def text(value):
+        return value if isinstance(value, str) else ""
+
+    axes = [a for a in doc.get("axes") or [] if isinstance(a, str)]
+    knobs = [k for k in doc.get("knobs") or [] if isinstance(k, str)]
+    rows = []
+    for raw in doc["rows"]:
+        if not isinstance(raw, dict):
+            raise ReportError("an exploration row is not an object")
+        row = {k: raw.get(k) for k in _EXPLORE_ROW_KEYS}
+        for k in ("candidate", "status", "error", "fit", "bound", "why"):
+            row[k] = text(row[k])
+        for k in ("step_s", "lower_s", "upper_s", "hbm_per_device", "rank", "gap_to_best",
+                  "exposed_comm_share", "mfu_upper_bound", "tokens_per_s_per_chip"):  # fmt: skip
+            row[k] = number(row[k])
+        run = raw.get("run")
+        named = f"{prefix}{run}" if isinstance(run, str) and run else None
+        row["run"] = named if named in runs else None
+        row["sizes"] = {a: number(raw.get(a)) for a in axes}
+        row["knobs"] = {k: raw.get(k) if isinstance(raw.get(k), str | int | float) else None
+                        for k in knobs}  # fmt: skip
+        rows.append(row)
+    return {
+        "target": text(doc.get("target")),
+        "chip": text(doc.get("chip")),
+        "axes": axes,
+        "knobs": knobs,
+        "rank_by": text(doc.get("rank_by")),
+        "hbm_capacity": number(doc.get("hbm_capacity")),
+        "rows": rows,
+        "pruned": len(doc.get("pruned") or []),
+    }

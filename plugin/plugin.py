@@ -24,7 +24,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
+from hlo_roofline.logdir import EXPLORE_JSON, PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline_tensorboard._json import dumps
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ TOP_RUN = "."
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 # Every file the frontend may load, served at ``/<name>``; nothing else under static/ is reachable.
 _MODULES = ("index", "state", "url", "summary", "chart", "table", "cells", "groups", "details",
-            "compare", "timeline", "util")  # fmt: skip
+            "compare", "timeline", "explore", "util")  # fmt: skip
 STATIC_FILES = {**{f"{name}.js": "text/javascript" for name in _MODULES}, "style.css": "text/css"}
 
 _MAX_RUN_CHARS = 1024
@@ -117,6 +117,26 @@ class RunIndex:
 
     def runs(self) -> list[str]:
         return sorted(self.iter_runs())
+
+    def explorations(self) -> list[tuple[str, str]]:
+        """``(directory relative to the logdir, "." at the top; its exploration file)`` for every
+        ``EXPLORE_JSON`` the explorer wrote beside its runs, top first. Nothing under a run's
+        ``plugins`` folder is looked at, and no link leads outside the logdir."""
+        found = []
+        for dirpath, dirnames, filenames in self._walk():
+            dirpath = dirpath.rstrip("/") if self.remote else dirpath
+            dirnames[:] = sorted(d.rstrip("/") for d in dirnames if d.rstrip("/") != "plugins")
+            if EXPLORE_JSON not in filenames:
+                continue
+            path = f"{dirpath}/{EXPLORE_JSON}" if self.remote else os.path.join(dirpath, EXPLORE_JSON)
+            if self.remote:
+                where = dirpath[len(self.root) :].strip("/") or TOP_RUN
+            elif self._inside(path):
+                where = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            else:
+                continue
+            found.append((where, path))
+        return sorted(found, key=lambda f: (f[0] != TOP_RUN, f[0]))
 
     def _inside(self, path: str) -> bool:
         """True if ``path``, all links resolved, lies under the logdir."""
@@ -236,6 +256,7 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
                 "/rollup": self._serve_rollup,
                 "/timeline": self._serve_timeline,
                 "/constants": self._serve_constants,
+                "/explorations": self._serve_explorations,
             }
         )
         return apps
@@ -360,6 +381,25 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         """Bounds, colours, groupings and unit meanings: the server's, never repeated in JS."""
         return self._guarded(request, lambda _data: _json_response(request, _data.constants()))
 
+    @wrappers.Request.application
+    def _serve_explorations(self, request):
+        """Every layout exploration in the logdir (``explore`` writes one beside its runs), as
+        the exploration view draws it: ``[{"dir", ...}]``, a file that cannot be read as
+        ``{"dir", "error"}``; its rows' ``run`` names the candidate's run where it is here."""
+
+        def answer(_data):
+            runs = set(self._index.runs())
+            out = []
+            for where, path in self._index.explorations():
+                prefix = "" if where == TOP_RUN else f"{where}/"
+                try:
+                    out.append({"dir": where, **_data.exploration(path, runs, prefix)})
+                except _data.ReportError as exc:
+                    out.append({"dir": where, "error": self._redact(exc)})
+            return _json_response(request, out)
+
+        return self._guarded(request, answer)
+
     def _guarded(self, request, answer):
         """Run ``answer(_data)``; turn every failure into a JSON error for this request only."""
         from hlo_roofline_tensorboard import _data
@@ -391,13 +431,14 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
 
 def _warm(index: RunIndex) -> None:
     """Import the report reader and read the first run's report (the one the tab opens on) into
-    its cache. Best effort: any failure is the first request's to report."""
+    its cache, and its columns' texts (what a chip switch reuses). Best effort: any failure is
+    the first request's to report."""
     try:
         from hlo_roofline_tensorboard import _data
 
         first = next(iter(index.runs()), None)
         if first is not None:
-            _data.load(index.report_dir(first))
+            _data.warm(index.report_dir(first))
     except Exception:
         logger.debug("hlo_roofline: warming the report reader failed", exc_info=True)
 

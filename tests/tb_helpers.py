@@ -284,3 +284,11 @@ def screenshot_docs(out_dir: Path = ROOT / "docs" / "img") -> list[Path]:
 if __name__ == "__main__":
     for path in screenshot_docs():
         print(path)
+
+
+def rows_of(body: dict) -> list[list]:
+    """A served report's rows: as written (``data``), or made from a re-judged one's columns
+    (``cols``), as the tab's Model makes them."""
+    if "data" in body:
+        return body["data"]
+    return [list(row) for row in zip(*body["cols"], strict=True)] if body["cols"] else []

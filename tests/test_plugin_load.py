@@ -30,6 +30,7 @@ from tb_helpers import (
     big_report,
     fixture_report,
     hostile_report,
+    rows_of,
     tensorboard,
     write_corrupt,
 )
@@ -210,10 +211,11 @@ def report_problem(r: Response, modules: dict[str, int], chip: str | None = None
     n = modules.get(body.get("module"))
     if n is None:
         return f"module {body.get('module')!r} is not one of {sorted(modules)}"
-    if len(body["data"]) != n or any(len(row) != len(body["columns"]) for row in body["data"]):
-        return f"{len(body['data'])} rows, expected {n} of {len(body['columns'])} columns"
+    rows = rows_of(body)
+    if len(rows) != n or any(len(row) != len(body["columns"]) for row in rows):
+        return f"{len(rows)} rows, expected {n} of {len(body['columns'])} columns"
     op_name = body["columns"].index("op_name")
-    if any(not row[op_name].startswith(body["module"] + "/") for row in body["data"]):
+    if any(not row[op_name].startswith(body["module"] + "/") for row in rows):
         return "rows of another report mixed in"
     if body["summary"].get("chip") != (chip or "v5e"):
         return f"judged on {body['summary'].get('chip')}, asked for {chip}"
@@ -537,8 +539,8 @@ def test_hostile_op_names_come_back_as_json_data(server):
     assert json.dumps(HOSTILE)[1:-1] in r.text
     body = r.json()
     columns = body["columns"]
-    op_names = [row[columns.index("op_name")] for row in body["data"]]
-    sources = [row[columns.index("source")] for row in body["data"]]
+    op_names = [row[columns.index("op_name")] for row in rows_of(body)]
+    sources = [row[columns.index("source")] for row in rows_of(body)]
     assert f"jit(step)/{HOSTILE}" in op_names and f"{HOSTILE}.py:1" in sources
 
 

@@ -59,3 +59,25 @@ def test_a_remote_logdir_is_listed_and_served(remote_logdir):
     assert len(timeline["data"]) == int((report.ops["t_roofline_s"] > 0).sum())
     csv = c.get(f"{PREFIX}/csv?run=b&chip=v5p")
     assert csv.status_code == 200 and "b.v5p.hlo_roofline.csv" in csv.headers["Content-Disposition"]
+
+
+def test_a_remote_exploration_is_found_and_its_runs_named(remote_logdir):
+    """An exploration beside runs under ``a/`` (as ``Exploration.write_tensorboard`` lays it
+    out): found through gfile, its row's run named as the tab names it."""
+    import json
+    from pathlib import Path
+
+    from hlo_roofline.logdir import EXPLORE_JSON
+
+    logdir, _ = remote_logdir
+    sweep = Path(__file__).resolve().parent.parent / "fixtures" / "explore" / "h100_gate"
+    doc = json.loads((sweep / EXPLORE_JSON).read_text())
+    doc["rows"][0]["run"] = "one"  # the run a/one stands in for the first candidate's
+    fs = fsspec.filesystem("memory")
+    with fs.open(f"{logdir.removeprefix('memory://')}/a/{EXPLORE_JSON}", "w") as f:
+        f.write(json.dumps(doc))
+    found = client(logdir).get(f"{PREFIX}/explorations").get_json()
+    assert [d["dir"] for d in found] == ["a"]
+    runs = [r["run"] for r in found[0]["rows"]]
+    assert runs[0] == "a/one" and set(runs[1:]) == {None}
+    assert found[0]["hbm_capacity"] == doc["hbm_capacity"]

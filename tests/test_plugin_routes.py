@@ -16,6 +16,7 @@ from tb_helpers import (
     HOSTILE,
     fixture_report,
     hostile_report,
+    rows_of,
     without_column,
     write_corrupt,
     write_flipping_pair,
@@ -240,7 +241,12 @@ def test_chip_param_reclassifies_through_report_classify(client, logdir):
         expected = written.classify(chip)
         assert body["summary"]["chip"] == chip
         bound = body["columns"].index("bound")
-        assert [row[bound] for row in body["data"]] == list(expected.ops["bound"])
+        assert [row[bound] for row in rows_of(body)] == list(expected.ops["bound"])
+        # every column, the ones re-used from the run as written too, is the re-judged report's
+        whole = expected.to_dict()
+        assert body["columns"] == whole["columns"]
+        assert rows_of(body) == _strict_json(json.dumps(whole["data"]))
+        assert body["call_stacks"] == whole["call_stacks"]
         assert body["summary"]["step_time_lower_s"] == pytest.approx(
             expected.summary["step_time_lower_s"]
         )

@@ -87,6 +87,7 @@ export class RooflineChart {
     this.onSelect = onSelect;
     this.model = null;
     this.points = []; // predicted points, big first (drawn first)
+    this._orders = {}; // keyboard orders (see _order)
     this.measured = []; // attained points of a measured run
     this.byRow = new Map(); // row -> {predicted, measured}
     this.shown = null; // Uint8Array over rows: 1 = passes the table's filters (null = all)
@@ -128,14 +129,15 @@ export class RooflineChart {
   }
 
   /** Show a report (a Model from index.js); an unclassified report draws no points. */
-  setModel(model) {
+  /** Show a report; with `draw: false` the caller's setShown (which follows) draws it once. */
+  setModel(model, { draw = true } = {}) {
     this.model = model;
     this.selected = -1;
     this.hover = null;
     this.shown = null;
     this.tooltip.hidden = true;
     this._buildPoints();
-    this.draw();
+    if (draw) this.draw();
   }
 
   /** Rows that pass the table's filters (a Uint8Array over rows); the others are drawn faint. */
@@ -202,13 +204,7 @@ export class RooflineChart {
     this.measured = measured;
     this.canvas.dataset.points = String(points.length);
     this.canvas.dataset.measured = String(measured.length);
-    // Keyboard order: along x (intensity; strip ops first, by time), and along y.
-    const along = (key) =>
-      points
-        .slice()
-        .sort((a, b) => (a.strip !== b.strip ? (a.strip ? -1 : 1) : a.strip ? a.t - b.t : a[key] - b[key] || a.row - b.row));
-    this.orderX = along("x");
-    this.orderY = along("y");
+    this._orders = {}; // keyboard orders, made on the first key (two sorts of every point)
   }
 
   _roofs() {
@@ -781,8 +777,17 @@ export class RooflineChart {
     this.tooltip.style.top = `${Math.max(0, y - 10)}px`;
   }
 
+  /** Keyboard order along x (intensity; strip ops first, by time) or y. */
+  _order(key) {
+    this._orders[key] ??= this.points
+      .slice()
+      .sort((a, b) => (a.strip !== b.strip ? (a.strip ? -1 : 1) : a.strip ? a.t - b.t : a[key] - b[key] || a.row - b.row));
+    return this._orders[key];
+  }
+
   _onKey(event) {
-    const order = { ArrowRight: [this.orderX, 1], ArrowLeft: [this.orderX, -1], ArrowUp: [this.orderY, 1], ArrowDown: [this.orderY, -1] }[event.key];
+    const keys = { ArrowRight: ["x", 1], ArrowLeft: ["x", -1], ArrowUp: ["y", 1], ArrowDown: ["y", -1] };
+    const order = keys[event.key] && [this._order(keys[event.key][0]), keys[event.key][1]];
     if (event.key === "Escape") {
       this._setHover(null);
       return;

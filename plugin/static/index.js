@@ -13,6 +13,7 @@
 
 import { pill, shortLine } from "./cells.js";
 import { RooflineChart } from "./chart.js";
+import { ExploreView } from "./explore.js";
 import { loadCompare } from "./compare.js";
 import { renderDetails } from "./details.js";
 import { parseGroup, setGroupBy, showGroupFilter, UNATTRIBUTED } from "./groups.js";
@@ -24,6 +25,7 @@ import { connectHost, hostWindow, readURL, watchHost, writeURL } from "./url.js"
 import { BOUNDS, el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, getJSONText, GROUPINGS, loadConstants, longest, option, ROOF_UNITS, route, setChildren } from "./util.js";
 
 const POLL_MS = 30_000; // runs re-listed this often when no TensorBoard host tells us to reload
+const SEARCH_WAIT_MS = 25; // typing pauses this long before the table is filtered (a 20k-op filter takes ~15 ms)
 
 // -- layout -------------------------------------------------------------------------------------
 
@@ -110,7 +112,7 @@ export function buildLayout() {
   let timer = 0;
   ui.search.addEventListener("input", () => {
     clearTimeout(timer);
-    timer = setTimeout(() => setFilter({ text: ui.search.value }), 120);
+    timer = setTimeout(() => setFilter({ text: ui.search.value }), SEARCH_WAIT_MS);
   });
   ui.timedOnly.addEventListener("change", () => setFilter({ timedOnly: ui.timedOnly.checked }));
   ui.groupBy = el("select", { attrs: { id: "hr-group-by", "aria-label": "Group ops by" } });
@@ -148,6 +150,9 @@ export function buildLayout() {
   );
   ui.root = el("div", { className: "hr-app" }, toolbar, ui.runErrors, ui.error, ui.content);
   document.body.append(ui.root);
+  // Layout explorations in the logdir: above the run's own view, opened on demand.
+  ui.explore = new ExploreView(ui.root, { onOpen: (run) => openRun(run) });
+  ui.runErrors.after(ui.explore.box);
 
   ui.chart = new RooflineChart(ui.chartBox, { onSelect: (row) => selectOp(row) });
   ui.timelineBox = el("section", { className: "hr-timeline-box", attrs: { "aria-label": "Timeline" } });
@@ -241,6 +246,7 @@ export async function checkRuns() {
     return;
   }
   state.errors = errors || {};
+  ui.root.dataset.runsChecked = "1"; // for tests and the benchmark: every run's report was read
   fillRuns();
   // the run shown by default failed: show the first that loads (a run the URL named stays)
   if (state.run in state.errors && state.autoRun && state.runs.length) await selectRun(state.runs[0]);
@@ -295,14 +301,18 @@ export async function init() {
   let all;
   try {
     const rest = Promise.all([getJSON(route("chips")).catch(() => []), loadConstants()]);
-    all = await listRuns();
-    // The run the tab will most likely show: ask for its report now, beside the constants.
-    const likely = all.includes(wanted.run) ? wanted.run : all[0];
-    if (likely !== undefined) {
-      const url = route("report", { run: likely, chip: wanted.chip || "" });
+    // The run the tab will most likely show: ask for its report now, beside the constants (a
+    // run the URL names at once, beside the run list; else the first run listed).
+    const prefetch = (run) => {
+      const url = route("report", { run, chip: wanted.chip || "" });
+      if (state.prefetch && state.prefetch.url === url) return;
       state.prefetch = { url, promise: getJSONText(url) };
       state.prefetch.promise.catch(() => {});
-    }
+    };
+    if (wanted.run) prefetch(wanted.run);
+    all = await listRuns();
+    const likely = all.includes(wanted.run) ? wanted.run : all[0];
+    if (likely !== undefined) prefetch(likely);
     [state.chips] = await rest;
   } catch (err) {
     showError(`cannot list runs: ${err.message}`);
@@ -323,6 +333,14 @@ export async function init() {
   }
   await show(wanted);
   checkRuns();
+  ui.explore.load();
+}
+
+/** Open a run from elsewhere in the tab (the exploration view), as choosing it in the menu. */
+async function openRun(run) {
+  state.autoRun = false;
+  await selectRun(run);
+  ui.content.scrollIntoView({ block: "start" });
 }
 
 /** Show what a URL asks for: run, chip, compared run, filters, grouping, selected op. */
@@ -395,6 +413,7 @@ export async function refresh() {
   try {
     const all = await listRuns();
     checkRuns();
+    ui.explore.load();
     if (!all.length) {
       state.run = null;
       showEmpty();
@@ -444,6 +463,7 @@ export async function loadReport({ quiet = false } = {}) {
     ui.root.dataset.state = "loading";
   }
   ui.csv.href = route("csv", { run: state.run, chip: state.chip });
+  performance.mark("hr-report-asked");
   let payload;
   let text;
   try {
@@ -476,12 +496,14 @@ export async function loadReport({ quiet = false } = {}) {
   showError("");
   setStatus("");
   if (quiet && text === state.reportText) return; // a reload that changed nothing
+  performance.mark("hr-report-parsed");
   const previous =
     state.pendingOp ??
     (state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : null);
   state.pendingOp = null;
   state.model = new Model(payload);
   state.reportText = text;
+  performance.mark("hr-model");
   ui.table.setColumns(opColumns());
   fillChips();
   state.selected = previous === null ? -1 : (state.model.byName.get(previous) ?? -1);
@@ -489,7 +511,8 @@ export async function loadReport({ quiet = false } = {}) {
   fillFilters();
   ui.measuredToggle.hidden = !state.model.has("measured_s");
   ui.chart.showMeasured = ui.showMeasured.checked;
-  ui.chart.setModel(state.model);
+  ui.chart.setModel(state.model, { draw: false }); // drawn once, by applyFilter's setShown
+  performance.mark("hr-chart");
   ui.timeline.setRun(state.run, state.chip, state.model.summary.chip ? state.model : null);
   applyFilter();
   setGroupBy(state.groupBy);
@@ -499,6 +522,14 @@ export async function loadReport({ quiet = false } = {}) {
   ui.root.dataset.run = state.run;
   ui.root.dataset.chip = state.model.summary.chip || "";
   ui.root.dataset.state = "ready";
+  performance.mark("hr-ready");
+  const model = state.model;
+  setTimeout(() => model.search, 0); // the search index, once the page is drawn
+  // For the benchmark and anyone profiling: where the report's time went in this page.
+  measure("hr-fetch", "hr-report-asked", "hr-report-parsed");
+  measure("hr-model", "hr-report-parsed", "hr-model");
+  measure("hr-chart", "hr-model", "hr-chart");
+  measure("hr-rest", "hr-chart", "hr-ready");
   writeURL();
   if (state.other) await loadCompare();
   if (state.model.summary.measured_trace) linkTrace(id);
@@ -547,13 +578,23 @@ export function clearFilters() {
   writeURL();
 }
 
+function measure(name, start, end) {
+  try {
+    performance.measure(name, start, end);
+  } catch {
+    // a mark of an earlier load was cleared or never made: nothing to say
+  }
+}
+
 export function applyFilter() {
   const m = state.model;
   if (!m) return;
+  const started = performance.now();
   const { bound, opcode, text, timedOnly } = state.filter;
   const group = state.filter.group && m.has(state.filter.group.key) ? state.filter.group : null;
   const needle = text.trim().toLowerCase();
   const hasTime = m.has("t_roofline_s");
+  const search = needle ? m.search : null;
   const ids = [];
   const shown = new Uint8Array(m.rows.length);
   let inGroup = 0; // the group's ops, whatever the other filters (the count its row showed)
@@ -563,7 +604,7 @@ export function applyFilter() {
     if (bound && m.get(i, "bound") !== bound) continue;
     if (opcode && m.get(i, "opcode") !== opcode) continue;
     if (timedOnly && hasTime && !(m.get(i, "t_roofline_s") > 0)) continue;
-    if (needle && !m.search[i].includes(needle)) continue;
+    if (needle && !search[i].includes(needle)) continue;
     ids.push(i);
     shown[i] = 1;
   }
@@ -579,6 +620,7 @@ export function applyFilter() {
   if (state.selected >= 0) ui.table.select(state.selected, true);
   showHiddenNote();
   showGroupFilter();
+  performance.measure("hr-filter", { start: started });
 }
 
 /** Say so when the selected op is one the filters hide; offer to show it (never done silently). */

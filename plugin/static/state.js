@@ -9,7 +9,8 @@ export class Model {
     this.payload = payload;
     this.columns = payload.columns || [];
     this.index = Object.fromEntries(this.columns.map((c, i) => [c, i]));
-    this.rows = payload.data || [];
+    // Rows as written ("data"), or a re-judged report's columns ("cols"), turned into rows here.
+    this.rows = payload.data || (payload.cols ? rowsOf(payload.cols) : []);
     this.summary = payload.summary || {};
     this.module = payload.module || "";
     this.memoryWords = payload.memory_words || null; // the memory fit in the server's words
@@ -22,17 +23,26 @@ export class Model {
       this.columns.push(column);
       for (let i = 0; i < this.rows.length; i++) this.rows[i].push(values[i]);
     }
-    const fields = ["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]
-      .map((c) => this.index[c])
-      .filter((i) => i !== undefined);
-    this.search = this.rows.map((r) =>
-      fields
-        .map((i) => r[i] ?? "")
-        .join("\n")
-        .toLowerCase(),
-    );
+    this._search = null; // made on first use (see search), not before the first paint
     const name = this.index.name;
     this.byName = new Map(this.rows.map((r, i) => [r[name], i]));
+  }
+
+  /** Each row's searchable text, lower case: made once, when first searched or when the page
+   * is idle after drawing (see loadReport), never in the way of the first paint. */
+  get search() {
+    if (this._search === null) {
+      const fields = ["name", "op_name", "source", "user_source", "opcode", "hint", "fused_ops", "bound"]
+        .map((c) => this.index[c])
+        .filter((i) => i !== undefined);
+      this._search = this.rows.map((r) =>
+        fields
+          .map((i) => r[i] ?? "")
+          .join("\n")
+          .toLowerCase(),
+      );
+    }
+    return this._search;
   }
 
   has(column) {
@@ -49,6 +59,18 @@ export class Model {
     const i = this.index[column];
     return i === undefined ? [] : [...new Set(this.rows.map((r) => String(r[i] ?? "")))];
   }
+}
+
+/** Rows from one array per column. */
+function rowsOf(cols) {
+  const n = cols.length ? cols[0].length : 0;
+  const rows = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const row = new Array(cols.length);
+    for (let j = 0; j < cols.length; j++) row[j] = cols[j][i];
+    rows[i] = row;
+  }
+  return rows;
 }
 
 export const state = {
