@@ -502,8 +502,9 @@ def test_the_plugin_reads_reports_and_never_parses_or_analyzes_hlo(tmp_path, mon
 def test_a_report_of_a_hostile_module_is_served_like_any_other(tmp_path):
     """Analysis happens before serving: the report of 2^40 paths through shared bodies has as
     many rows as the text has instructions, and the tab re-judges it on another chip at once."""
-    from hlo_roofline_tensorboard import _data
     from tb_helpers import rows_of
+
+    from hlo_roofline_tensorboard import _data
 
     report = analyze_hlo(shared_bodies(40, "call"), chip="v5e")
     directory = report.write_tensorboard(tmp_path, "hostile")
