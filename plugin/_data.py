@@ -87,6 +87,15 @@ def _stamp(path: str) -> tuple:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+def _text(path: str) -> str:
+    """A file's text: local, or remote through TensorBoard's gfile."""
+    if _remote(path):
+        with _gfile().GFile(path, "r") as f:
+            return f.read()
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def _read(path: str) -> Report:
     """``Report.read`` of a local file; a remote one's text through TensorBoard's gfile, read the
     same way (its errors are ReportErrors)."""
@@ -95,8 +104,7 @@ def _read(path: str) -> Report:
     import json
 
     try:
-        with _gfile().GFile(path, "r") as f:
-            text = f.read()
+        text = _text(path)
     except Exception as exc:
         raise ReportError(f"cannot read report {path}: {exc}") from None
     try:
@@ -334,12 +342,7 @@ def _strict_text(path: str) -> tuple[str, tuple] | None:
     have them; where either word appears at all, the report is written out again instead)."""
     try:
         stamp = _stamp(path)
-        if _remote(path):
-            with _gfile().GFile(path, "r") as f:
-                text = f.read()
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+        text = _text(path)
     except Exception:
         return None  # Report.read says what is wrong
     if not text.lstrip().startswith("{") or not text.rstrip().endswith("}"):
@@ -534,13 +537,7 @@ def exploration(path: str, runs: set[str], prefix: str = "") -> dict:
     from hlo_roofline import explorer
 
     try:
-        if _remote(path):
-            with _gfile().GFile(path, "r") as f:
-                text = f.read()
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        doc = json.loads(text)
+        doc = json.loads(_text(path))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ReportError(f"cannot read the exploration: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != explorer.FORMAT:
