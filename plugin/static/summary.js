@@ -137,7 +137,8 @@ export function renderSummary() {
   );
 }
 
-/** The third roofline: the step's HBM need per device as a bar against one device's HBM. */
+/** The third roofline: the step's HBM need per device as a bar against one device's HBM.
+ * ``words``: the server's wording of the fit (the payload's memory_words, sent with every fit). */
 export function memoryCard(s, words) {
   const mem = s.memory;
   if (!mem) return null;
@@ -158,7 +159,7 @@ export function memoryCard(s, words) {
     return box;
   }
   const used = fit.used_fraction;
-  const code = words ? words.code : fit.verdict;
+  const code = words.code;
   const bar = el("div", {
     className: "hr-sharebar hr-membar",
     attrs: { role: "meter", "aria-label": "HBM used", "aria-valuenow": String(used) },
@@ -176,7 +177,7 @@ export function memoryCard(s, words) {
   box.append(
     el("div", {
       className: "hr-card-value",
-      text: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)} (${fmtPct(used)}): ${words ? words.verdict : fit.verdict}`,
+      text: `${fmtBytes(fit.need_bytes)} of ${fmtBytes(fit.capacity_bytes)} (${fmtPct(used)}): ${words.verdict}`,
     }),
     bar,
     el("div", { className: "hr-card-sub", text: `per device${source}` }),
@@ -187,7 +188,7 @@ export function memoryCard(s, words) {
       .map((b) => `${b.name} ${fmtBytes(b.bytes)}`)
       .join(", ");
     if (largest) box.append(el("div", { className: "hr-card-sub", text: `largest: ${largest}` }));
-    for (const advice of words ? words.advice : []) {
+    for (const advice of words.advice) {
       box.append(el("div", { className: "hr-card-sub", text: `try: ${advice}` }));
     }
   }
