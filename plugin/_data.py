@@ -129,7 +129,10 @@ GROUPING_LABELS = {"user_source": "user line", "user_function": "function", "sco
 GROUPINGS = tuple(GROUPING_LABELS)
 NONE_COLOR = "#a8a8a8"  # ops with no time: grey, beside the plot's palette
 # The memory-fit verdicts' colours: green fits, amber tight, red does not fit.
-FIT_COLORS = {"fits": "#2e9d57", "tight": "#e0a21e", "unknown": "#8c7a6b", "does_not_fit": "#d6453d"}
+FIT_COLORS = {
+    memory.FITS: "#2e9d57", memory.TIGHT_FIT: "#e0a21e", memory.UNKNOWN: "#8c7a6b",
+    memory.DOES_NOT_FIT: "#d6453d",
+}  # fmt: skip
 # What each roof_unit means, for the tab's legend and details (compute units: verdict's own).
 ROOF_UNITS = {
     "floor": "the chip's per-op floor (a fixed overhead per op on the core)",
