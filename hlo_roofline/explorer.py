@@ -37,6 +37,7 @@ import pandas as pd
 
 from hlo_roofline import memory
 from hlo_roofline._atomic import write_atomic
+from hlo_roofline.text import one_line
 
 __all__ = [
     "BookConstants",
@@ -190,7 +191,7 @@ def candidates(
             try:
                 mesh = targets.make_mesh(target, shape, tuple(axes))
             except Exception as exc:  # the topology cannot hold this mesh
-                first = _one_line(exc).split(". ")[0]  # libtpu's message goes on with advice
+                first = one_line(exc).split(". ")[0]  # libtpu's message goes on with advice
                 reason = f"does not map onto {target}: {first}"
         if reason is not None:
             pruned.append((sizes, reason))
@@ -338,7 +339,7 @@ def _evaluate(job: dict) -> dict:
     except Exception as exc:
         return {
             "status": STATUS_ERROR,
-            "error": f"{type(exc).__name__}: {_one_line(exc)}",
+            "error": f"{type(exc).__name__}: {one_line(exc)}",
             "compile_s": time.perf_counter() - start,
             "report": None,
         }
@@ -348,11 +349,6 @@ def _evaluate(job: dict) -> dict:
         "compile_s": time.perf_counter() - start,
         "report": report.to_dict(),
     }
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # -- the result ----------------------------------------------------------------------------------
@@ -489,7 +485,7 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
         try:
             table = pd.read_csv(io.StringIO(text))
         except (ValueError, pd.errors.ParserError) as exc:
-            raise ExplorationError(f"{path} is not a CSV table: {_one_line(exc)}") from None
+            raise ExplorationError(f"{path} is not a CSV table: {one_line(exc)}") from None
     else:
         try:
             doc = json.loads(text)
@@ -815,7 +811,7 @@ def explore(
                 except Exception as exc:  # the worker itself died
                     results[i] = {
                         "status": STATUS_ERROR,
-                        "error": f"worker failed: {type(exc).__name__}: {_one_line(exc)}",
+                        "error": f"worker failed: {type(exc).__name__}: {one_line(exc)}",
                         "compile_s": math.nan,
                         "report": None,
                     }

@@ -43,6 +43,7 @@ from jax.experimental import topologies
 
 import hlo_roofline._jax_env  # noqa: F401  (before jax: sets the environment it reads)
 from hlo_roofline import chips
+from hlo_roofline.text import one_line
 
 __all__ = [
     "TargetError",
@@ -424,7 +425,7 @@ def _topology(target: TargetSpec) -> topologies.TopologyDescription:
         with _captured_stderr():
             return topologies.get_topology_desc(target.topology_name, "tpu")
     except Exception as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = one_line(e)
         raise TargetError(
             f"libtpu {_installed('libtpu')} rejected target {target.spec!r}: {reason}. "
             f"Valid {target.chip} shapes: {_CHIPS[target.chip].examples} (jax "

@@ -1,9 +1,17 @@
-"""Numbers and tables as text, for every face that prints (the CLI, check's violation table)."""
+"""Numbers, tables and errors as text, for every face that prints (the CLI, check's violation
+table, the explorer's rows)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line: its message's first line (libtpu's go on with advice and traces), or
+    its type's name when it has no message."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def format_seconds(seconds: float) -> str:

@@ -26,6 +26,7 @@ from hlo_roofline.cli.render import modules_table, report_text, step_time
 from hlo_roofline.diff import NotClassifiedError
 from hlo_roofline.hlo import HloParseError
 from hlo_roofline.report import Report, ReportError
+from hlo_roofline.text import one_line
 
 PROGRESS_MIN_FILES = 4
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -41,11 +42,6 @@ class InputError(click.ClickException):
 
 class EntryError(ValueError):
     """A ``file.py:NAME`` entry point that cannot be loaded or does not follow the convention."""
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @contextlib.contextmanager
