@@ -228,6 +228,8 @@ class Chip:
     flops: Mapping[str, float]
     hbm_bandwidth: float
     hbm_capacity: float | None = None
+    # B/s at which XLA:TPU's cost model streams a matmul's HBM operands, whole chip (calibrated)
+    matmul_stream_bandwidth: float | None = None
     vendor: str = ""
     profile: str = "vendor"
     status: str = ""  # "V" vendor primary, "V*" vendor figure via a secondary source
@@ -330,6 +332,7 @@ class Chip:
             name=f"{self.name} (1 of {n} devices per chip)",
             flops=_frozen({c: v / n for c, v in self.flops.items()}),
             hbm_bandwidth=self.hbm_bandwidth / n,
+            matmul_stream_bandwidth=share(self.matmul_stream_bandwidth),
             hbm_capacity=share(self.hbm_capacity),
             vpu_flops=share(self.vpu_flops),
             eup_rate=share(self.eup_rate),
@@ -386,7 +389,7 @@ class Chip:
 # -- building a Chip from the data file --------------------------------------------------------
 
 _SECTIONS = {
-    "hbm": {"capacity", "bandwidth"},
+    "hbm": {"capacity", "bandwidth", "matmul_stream"},
     "vpu": {"per", "flops", "elements", "fill"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
@@ -505,6 +508,7 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
         flops=_frozen(flops),
         hbm_bandwidth=hbm.get("bandwidth", 0.0),
         hbm_capacity=hbm.get("capacity"),
+        matmul_stream_bandwidth=hbm.get("matmul_stream"),
         vendor=t.get("vendor", ""),
         profile=profile,
         status=t.get("status", ""),

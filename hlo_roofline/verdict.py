@@ -195,8 +195,9 @@ def _compute_times(
     peaks: np.ndarray,
     padding: np.ndarray,
     kernel_mxu: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each op's time on the units that run it, and the unit that sets it (the slowest).
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Each op's time on the units that run it, the unit that sets it (the slowest), and each
+    unit's time (by :data:`COMPUTE_UNITS` key).
 
     A matmul: its FLOPs on the MXU with ``padding`` (:func:`mxu_padding`), and the elements of its
     result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
@@ -247,7 +248,7 @@ def _compute_times(
     unit = np.array(list(candidates), dtype=object)[times.argmax(axis=0)]
     t_compute = times.max(axis=0)
     unit[t_compute == 0] = ""
-    return t_compute, unit
+    return t_compute, unit, candidates
 
 
 _FILL_READS = 1 / 64  # what a fill may read per byte it writes (a row broadcast down the rows)
@@ -286,6 +287,32 @@ def _op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
         return np.zeros(len(ops))
     runs_on_core = (ops["vector_elements"].to_numpy(dtype=float) > 0) | matmul
     return np.where(runs_on_core, chip.op_floor_s * ops["count"].to_numpy(dtype=float), 0.0)
+
+
+def _matmul_pipeline(
+    chip: Chip,
+    matmul: np.ndarray,
+    unit_times: dict[str, np.ndarray],
+    hbm_bytes: np.ndarray,
+    t_vmem: np.ndarray,
+) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
+    without its rates): the MXU's time and the vector unit's pass over the result or the fused
+    prologue (:func:`hlo_roofline.cost.tpu_units.vector_elements`) one after the other where the
+    MXU is the slower (where the loop is, XLA's estimate is below the loop's time), and its
+    HBM bytes at the rate XLA:TPU streams a matmul's operands (``hbm.matmul_stream``, calibrated
+    against its ``estimated_cycles``). Neither is the book's roof: the row's bound, intensity and
+    ridge stay on the published peak and bandwidth; this only holds its time up where XLA's model
+    of the kernel is slower than either roof (docs/validation.md, "Realistic programs")."""
+    pipelined = np.zeros(len(matmul))
+    if not matmul.any() or not chip.vector_elements_rate:
+        return pipelined
+    mxu, loop = unit_times["mxu"], unit_times["loop"]
+    pipelined = np.where(matmul & (mxu >= loop), mxu + loop, 0.0)
+    if chip.matmul_stream_bandwidth:
+        stream = hbm_bytes / chip.matmul_stream_bandwidth + t_vmem
+        pipelined = np.maximum(pipelined, np.where(matmul, stream, 0.0))
+    return pipelined
 
 
 # Why XLA:TPU's estimate sits outside the roofline's reach (``xla_gap``): owned by the schema.
@@ -611,13 +638,14 @@ def classify(
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = np.where(data > 0, flops / data, np.nan)
     padding = mxu_padding(ops, chip)  # the MXU work each matmul does per FLOP it asks for
-    t_compute, compute_unit = _compute_times(
+    t_compute, compute_unit, unit_times = _compute_times(
         ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding, kernel_mxu
     )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm
     own_memory = t_memory  # at the op's own placement, no prefetch charged (XLA's view)
     t_vmem = np.zeros(len(ops))  # the part of t_memory spent on VMEM bytes
+    hbm_bytes = data
     vmem_bandwidth = _vmem_bandwidth(chip)
     if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
         vmem = ops["vmem_bytes"].to_numpy(dtype=float)
@@ -635,7 +663,8 @@ def classify(
     times = np.stack([t_compute, t_memory, t_comm])
     # an op takes at least the chip's per-op floor; its bound is the unit that would set it above
     floors = _op_floors(ops, chip, matmul)
-    t_roofline = np.maximum(times.max(axis=0), floors)
+    pipelined = _matmul_pipeline(chip, matmul & ~no_rate, unit_times, hbm_bytes, t_vmem)
+    t_roofline = np.maximum.reduce([times.max(axis=0), floors, pipelined])
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
     bound[t_roofline == 0] = "none"
     bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
@@ -669,7 +698,8 @@ def classify(
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
     summary.update(
-        floor_share=float((t_roofline - times.max(axis=0)).sum()) / step if step else 0.0,
+        floor_share=float((np.maximum(times.max(axis=0), floors) - times.max(axis=0)).sum())
+        / step if step else 0.0,
         step_time_min_s=scheduled.least_s,
         step_time_scheduled_s=scheduled.step_s,
         comm_time_s=comm,
