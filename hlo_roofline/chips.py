@@ -508,7 +508,8 @@ def _build(key: str, raw: Mapping, profile: str, default_source: str | None) -> 
         flops=_frozen(flops),
         hbm_bandwidth=hbm.get("bandwidth", 0.0),
         hbm_capacity=hbm.get("capacity"),
-        matmul_stream_bandwidth=hbm.get("matmul_stream"),
+        # XLA:TPU's calibrated stream is no part of the book's roofline
+        matmul_stream_bandwidth=hbm.get("matmul_stream") if profile != "book" else None,
         vendor=t.get("vendor", ""),
         profile=profile,
         status=t.get("status", ""),
