@@ -313,7 +313,7 @@ def _matmul_pipeline(
     if not matmul.any() or not chip.vector_elements_rate:
         return pipelined
     mxu, loop = unit_times["mxu"], unit_times["loop"]
-    chain = np.array([fused_arithmetic(f) for f in fused_ops], dtype=bool)
+    chain = np.array([isinstance(f, str) and fused_arithmetic(f) for f in fused_ops], dtype=bool)
     pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
     if chip.matmul_stream_bandwidth:
         stream = hbm_bytes / chip.matmul_stream_bandwidth + t_vmem
@@ -670,8 +670,9 @@ def classify(
     # an op takes at least the chip's per-op floor; its bound is the unit that would set it above
     floors = _op_floors(ops, chip, matmul)
     pipelined = _matmul_pipeline(
-        chip, matmul & ~no_rate, ops["fused_ops"].to_numpy(), unit_times, hbm_bytes, t_vmem
-    )
+        chip, matmul & ~no_rate, ops.get("fused_ops", pd.Series("", index=ops.index)).to_numpy(),
+        unit_times, hbm_bytes, t_vmem,
+    )  # fmt: skip
     t_roofline = np.maximum.reduce([times.max(axis=0), floors, pipelined])
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
     bound[t_roofline == 0] = "none"

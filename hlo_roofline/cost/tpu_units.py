@@ -50,8 +50,9 @@ def vector_elements(
     """Elements the op's loop passes through a vector unit: its largest array, capped by what its
     rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
     operands stream into the MXU: only its result passes, two elements to a 32-bit word whatever
-    its width (:func:`result_pass`), or the operands a fused prologue computes (``prologue_words``: :func:`linalg.fused_operand_words`),
-    whichever is more (the kernel pipelines the two streams, so each alone is a lower bound). A
+    its width (:func:`result_pass`), or the operands a fused prologue computes
+    (``prologue_words``: :func:`linalg.fused_operand_words`), whichever is more (the kernel
+    pipelines the two streams, so each alone is a lower bound). A
     buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
     fused or not) does not pass: only the update and the indices do; an operand a fusion reads
     only through slices passes only its largest slice (``sliced``: :func:`inplace.sliced_reads`). A sort or
