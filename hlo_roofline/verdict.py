@@ -702,7 +702,7 @@ def classify(
     ops = ops.assign(**_hint_columns(ops, matmul, no_rate, rates, chip, padding))
     ops = ops.assign(**_roof_columns(ops, t_compute, t_memory, t_vmem, floors, flops, data))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
-    upper = float(np.maximum(times.sum(axis=0), floors).sum())
+    upper = float(np.maximum.reduce([times.sum(axis=0), floors, pipelined]).sum())
     summary = _summary(ops, chip, step, upper, scheduled.least_s)
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
