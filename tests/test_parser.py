@@ -61,7 +61,7 @@ def test_fast_and_careful_paths_agree_on_every_fixture_line():
             head = hlo_parser._INSTRUCTION_HEAD.match(raw)
             if head is None or " = " not in raw:
                 continue
-            line = hlo_parser._Line(number, raw)
+            line = hlo_parser.SourceLine(number, raw)
             _, pos = hlo_parser._parse_shape(line, head.end())
             m = hlo_parser._OPCODE.match(raw, pos)
             if m is None or m.group(1) in ("parameter", "constant"):

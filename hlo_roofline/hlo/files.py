@@ -1,0 +1,40 @@
+"""HLO from a file, and the one place a string may be taken for a path (``parse``): the parser
+itself reads text only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hlo_roofline.hlo.errors import HloParseError
+from hlo_roofline.hlo.ir import Module
+from hlo_roofline.hlo.parser import parse_module
+
+
+def parse_file(path: str | Path) -> Module:
+    """Parse an HLO text file; a parse error names the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        shown = (
+            str(path)
+            if len(str(path)) <= 200
+            else f"{str(path)[:200]}… ({len(str(path))} characters)"
+        )
+        raise HloParseError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    try:
+        return parse_module(text)
+    except HloParseError as exc:
+        exc.message = f"{path}: {exc.message}"
+        raise exc from None
+
+
+def parse(path_or_text: str | Path) -> Module:
+    """Parse HLO given either as text or as the path of a text file (one line without an
+    ``HloModule`` header is taken for a path)."""
+    if isinstance(path_or_text, Path):
+        return parse_file(path_or_text)
+    text = path_or_text
+    if isinstance(text, str) and text.strip() and "\n" not in text and "HloModule" not in text:
+        return parse_file(text)
+    return parse_module(path_or_text)
