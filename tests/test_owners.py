@@ -1,0 +1,55 @@
+"""Facts with one owner, and the twins that stay held to it.
+
+Each test here names the owner of a fact the code reads in several places, and checks a twin that
+cannot simply import it (a derived size, a face's palette) against it on real input.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import FIXTURES
+
+from hlo_roofline.hlo import attrs, parse
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-broadcast")
+
+
+def _fixture_collectives():
+    for path in sorted(FIXTURES.glob("*/*.hlo.txt")):
+        text = path.read_text()
+        if "replica_groups=" not in text:
+            continue
+        module = parse(text)
+        for comp in module.computations.values():
+            for instr in comp.instructions:
+                if instr.opcode.removesuffix("-start") in COLLECTIVES:
+                    yield path, module, instr
+
+
+def test_a_group_size_is_the_size_of_the_groups_it_lists():
+    """One reader of ``replica_groups`` (``attrs._group_form``) feeds both the groups and the
+    size; on every collective of the committed compiled programs they agree, and the groups cut
+    the program's devices into equal, disjoint parts."""
+    forms = set()
+    for path, module, instr in _fixture_collectives():
+        groups = attrs.replica_groups(instr, module)
+        size = attrs.replica_group_size(instr, module)
+        where = f"{path.parent.name}/{path.name}: {instr.name}"
+        assert {len(g) for g in groups} == {size}, where
+        ids = [i for g in groups for i in g]
+        assert len(ids) == len(set(ids)), where
+        forms.add(instr.attrs["replica_groups"][:1])
+    assert forms == {"[", "m", "{"}  # iota, mesh and listed: every form XLA prints
+
+
+def test_a_group_too_large_to_list_still_has_a_size():
+    module = parse(
+        "HloModule m, num_partitions=2097152\n\nadd {\n  a = f32[] parameter(0)\n"
+        "  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY e {\n"
+        "  p = f32[8] parameter(0)\n  ROOT r = f32[8] all-reduce(p), channel_id=1, "
+        "replica_groups=[2,1048576]<=[2097152], use_global_device_ids=true, to_apply=add\n}\n"
+    )
+    instr = module.entry.root
+    assert attrs.replica_group_size(instr, module) == 1 << 20
+    with pytest.raises(ValueError, match="devices"):
+        attrs.replica_groups(instr, module)
