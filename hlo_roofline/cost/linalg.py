@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from hlo_roofline.cost.base import Cost, CostContext, element_bytes, rule
+from hlo_roofline.cost.inplace import VIEWS
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
 
@@ -302,7 +303,9 @@ _READS_THROUGH = frozenset(
     {"convert", "bitcast", "copy", "reshape", "transpose", "broadcast", "slice", "dynamic-slice"}
 )
 _WRITES_THROUGH = frozenset({"convert", "bitcast", "copy", "reshape", "transpose"})
-_VIEWS = frozenset({"bitcast", "reshape"})
+# An array as it was before its dims were regrouped: through views and reshapes (which keep the
+# elements in order), not the buffer it shares (``inplace.VIEWS``).
+_REGROUPS = VIEWS | {"reshape"}
 
 
 def matmul_io(instr: Instruction, memo: dict | None = None) -> MatmulIO | None:
@@ -378,7 +381,7 @@ def _split_k(dot: Instruction, lhs: Instruction, rhs: Instruction, fusion) -> in
 def _unviewed(value: Instruction, fusion) -> Instruction:
     """``value`` before bitcasts and reshapes, followed out of a fusion's parameter."""
     while True:
-        while value.opcode in _VIEWS and value.operands:
+        while value.opcode in _REGROUPS and value.operands:
             value = value.operands[0]
         if value.opcode != "parameter" or fusion is None or not value.payload.isdigit():
             return value
