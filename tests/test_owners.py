@@ -53,3 +53,16 @@ def test_a_group_too_large_to_list_still_has_a_size():
     assert attrs.replica_group_size(instr, module) == 1 << 20
     with pytest.raises(ValueError, match="devices"):
         attrs.replica_groups(instr, module)
+
+
+def test_the_palette_colours_every_bound_the_schema_owns():
+    """``schema.BOUNDS`` owns the codes; the charts' palette (``plot.COLORS``, sent to the tab with
+    the plugin's ``none``) has a colour for each, and for no other."""
+    from hlo_roofline import schema
+    from hlo_roofline.plot import COLORS
+    from hlo_roofline_tensorboard import _data
+
+    assert set(COLORS) == set(schema.BOUNDS) - {"none"}
+    constants = _data.constants()
+    assert constants["bounds"] == list(schema.BOUNDS)
+    assert set(constants["bound_colors"]) == set(schema.BOUNDS)
