@@ -66,3 +66,46 @@ def test_the_palette_colours_every_bound_the_schema_owns():
     constants = _data.constants()
     assert constants["bounds"] == list(schema.BOUNDS)
     assert set(constants["bound_colors"]) == set(schema.BOUNDS)
+
+
+ADD_ONE = """HloModule m
+
+ENTRY e {
+  p = f32[256] parameter(0)
+  one = f32[] constant(1)
+  ones = f32[256] broadcast(one), dimensions={}
+  ROOT s = f32[256] add(p, ones)
+}
+"""
+NOTHING = """HloModule m
+
+ENTRY e {
+  ROOT p = f32[256] parameter(0)
+}
+"""
+
+
+def test_the_cli_writes_json_every_parser_reads(tmp_path):
+    """``_json`` owns how a face writes JSON: a diff from a step of no time is an infinite change,
+    written as null, not as the ``Infinity`` token that ``JSON.parse`` and strict readers reject."""
+    import json
+    import warnings
+
+    from click.testing import CliRunner
+
+    import hlo_roofline as hr
+    from hlo_roofline import cli
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # hand-written HLO: the unoptimized-HLO warning
+        for name, text in (("none", NOTHING), ("add", ADD_ONE)):
+            hr.analyze_hlo(text, chip="v5e").to_json(tmp_path / f"{name}.json")
+    args = ["diff", str(tmp_path / "none.json"), str(tmp_path / "add.json"), "--format", "json"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+
+    def refuse(token: str):
+        raise AssertionError(f"{token} in the JSON")
+
+    data = json.loads(result.stdout, parse_constant=refuse)
+    assert data["step_a_s"] == 0 and data["step_b_s"] > 0 and data["step_change"] is None
