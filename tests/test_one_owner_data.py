@@ -1,7 +1,5 @@
-"""Facts with one owner, and the twins that stay held to it.
-
-Each test here names the owner of a fact the code reads in several places, and checks a twin that
-cannot simply import it (a derived size, a face's palette) against it on real input.
+"""Facts with one owner, and the twins that stay held to it, on real input (tests/test_one_owner.py
+reads the source for the schemes): replica groups, the bounds' palette, the JSON the CLI writes.
 """
 
 from __future__ import annotations
