@@ -169,7 +169,8 @@ def all_to_all(instr: Instruction, ctx: CostContext) -> Cost:
     model="roofline",
 )
 def point_to_point(instr: Instruction, ctx: CostContext) -> Cost:
-    """The buffer sent on the wire: every operand of a combined permute, the input otherwise."""
+    """The buffer sent on the wire: every operand of a combined permute, the input otherwise; a
+    multi-slice all-reduce's send, 2·(n−1)/n of it over n slices (on DCN)."""
     data = instr.operands[0].shape if instr.operands else instr.shape
     sends = instr.opcode != "collective-permute" or attrs.ints(instr, "source_target_pairs")
     if instr.opcode == "send":
@@ -179,7 +180,8 @@ def point_to_point(instr: Instruction, ctx: CostContext) -> Cost:
             "frontend_attributes", ""
         ):  # a ring all-reduce over the slices: each chip sends its buffer 2·(n−1)/n times
             sent *= 2 * (slices - 1) / slices
-        return Cost(bytes_accessed=ctx.size(data), comm_bytes=sent)
+        cost = Cost(bytes_accessed=ctx.size(data), comm_bytes=sent)
+        return cost.with_note(f"across {slices} slices over DCN") if slices else cost
     # A combined permute (XLA:GPU's windowed einsum) sends every operand; the in-place form
     # (input, output buffer, start indices; it has slice_sizes) sends its input.
     combined = instr.operands and "slice_sizes" not in instr.attrs
