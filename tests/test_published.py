@@ -26,14 +26,11 @@ _spec = importlib.util.spec_from_file_location("published_predict", HERE / "pred
 predict_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(predict_module)
 
-# Configs left out of the published ≤ predicted check, each with why (docs/validation.md,
-# "Predicted against MaxText's published throughput", has the evidence; fixtures/published/gaps.py
-# the counterfactuals). test_known_gaps_are_still_there fails once a gap is gone: then move the
-# config back. None today: every TPU config was here while splash's FLOPs were priced at the vector
-# unit's peak (v5p 32B also while the schedule ran every collective on one interconnect queue), the
-# GPU configs while they ran attention=dot_product (S x S scores through HBM) in place of the
-# published run's cuDNN flash attention.
-KNOWN_GAPS: dict[str, str] = {}
+# Every config meets its published figure. None did while splash's FLOPs were priced at the
+# vector unit's peak (v5p 32B also while the schedule ran every collective on one interconnect
+# queue), nor the GPU configs while they ran attention=dot_product (S x S scores through HBM) in
+# place of the published run's cuDNN flash attention (fixtures/published/gaps.py has those
+# counterfactuals).
 # Pairs whose predicted loss from one slice to two exceeds the published loss.
 TREND_GAPS: dict[str, str] = {
     # libtpu 0.0.52 compiles the two-slice step with synchronous all-reduces of 3.2e11 B per step
@@ -64,7 +61,6 @@ def _predicted(name: str) -> dict:
 
 
 NAMES = predict_module.names()
-CHECKED = [n for n in NAMES if n not in KNOWN_GAPS]
 PAIRS = [(n, n.replace("_x2", "").replace("_2vm", "_1vm")) for n in NAMES
          if n.endswith(("_x2", "_2vm"))]  # fmt: skip
 
@@ -78,7 +74,7 @@ def test_fixtures_are_there():
     assert any(r["num_slices"] == 2 and r["chip"] == "h100" for r in records.values())
 
 
-@pytest.mark.parametrize("name", CHECKED)
+@pytest.mark.parametrize("name", NAMES)
 def test_published_at_most_predicted(name):
     """The roofline is optimistic: no published measurement beats it."""
     p = _predicted(name)
@@ -90,7 +86,7 @@ def test_published_at_most_predicted(name):
     )
 
 
-@pytest.mark.parametrize("name", CHECKED)
+@pytest.mark.parametrize("name", NAMES)
 def test_measured_over_predicted_in_band(name):
     ratio, (low, high) = _predicted(name)["measured_over_predicted"], band(name)
     assert low <= ratio <= high, f"{name}: measured ÷ predicted {ratio:.2f} outside {low}-{high}"
@@ -106,15 +102,6 @@ def test_without_attention_at_most_measured(name):
         f"{name}: without attention {p['predicted_step_without_attention_s']:.3f} s predicted, "
         f"{p['measured_step_s']:.3f} s measured (ratio {ratio:.2f}, band {low}-{high})"
     )
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN_GAPS))
-def test_known_gaps_are_still_there(name):
-    """A config left out is still below its published figure (no known cause is left: a new entry
-    adds the check of its reason here)."""
-    p = _predicted(name)
-    assert p["predicted_tflops"] < p["published_tflops"], f"{name}: gap closed, check it again"
-    raise AssertionError(f"{name}: a known gap without its check ({KNOWN_GAPS[name]})")
 
 
 GPU = [n for n in NAMES if predict_module.record(n)["chip"] == "h100"]
