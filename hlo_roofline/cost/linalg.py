@@ -412,7 +412,7 @@ def fused_arithmetic(fused_ops: str) -> bool:
     only views, converts, relayouts, slices and the nested fusions that feed the matmul."""
     names = (part.strip().split(" ×")[0] for part in fused_ops.split(","))
     return any(
-        name and name not in _NO_LOOP and name not in _MATMUL_OPCODES and name != "fusion"
+        name and name not in _NO_LOOP and name not in MATMUL_OPCODES and name != "fusion"
         for name in names
     )
 
