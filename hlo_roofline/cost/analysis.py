@@ -521,7 +521,7 @@ class _Body:
         self.geometry = walks.geometry(fusion) if has_geometry else None
         self.io = walks.io(fusion) if self.geometry else None
         # the body's vector work, walked once however many fusions call it
-        self.prologue_words = fused_operand_words(fusion) if self.geometry else 0.0
+        self.prologue_words = fused_operand_words(fusion, walks.geometries) if self.geometry else 0.0
         self.sliced = {} if self.geometry else sliced_reads(fusion)
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
@@ -550,6 +550,7 @@ class _Walks:
 
     def __init__(self) -> None:
         self.collectives: dict[int, Instruction | None] = {}
+        # id(fused computation or convolution) -> its geometry (linalg.matmul_geometry's memo)
         self.geometries: dict[int, tuple[int, int, int, int] | None] = {}
 
     def io(self, instr: Instruction) -> MatmulIO | None:

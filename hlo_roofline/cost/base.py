@@ -377,6 +377,8 @@ class CostContext:
         # The model's hooks and rule table, looked up once (a rule reads them per op).
         self.cost_model: CostModel = MODELS[self.model]
         self.rules: dict[str, Rule] = rules_of(self.model)
+        # opcode -> its rule (or None), as rule_for finds it: looked up once per opcode, not per op
+        self._dispatch: dict[str, Rule | None] = {}
 
     def size(self, shape: Shape) -> int:
         """XLA's GetShapeSize: a tuple is its pointer table, a token 0, an opaque 8."""
@@ -397,12 +399,17 @@ class CostContext:
     def output_bytes(self, shape: Shape) -> int:
         """Bytes written for a result: the sum of its array leaves."""
         if shape.dtype != "tuple":
-            return self.size(shape)
+            size = self._sizes.get(id(shape))
+            return self.size(shape) if size is None else size
         return sum(self.size(leaf) for leaf in shape.leaves())
 
     def operand_bytes(self, instr: Instruction) -> int:
-        size = self.size
-        return sum([size(op.shape) for op in instr.operands])
+        sizes = self._sizes  # the memo read inline: this runs for nearly every op priced
+        total = 0
+        for op in instr.operands:
+            size = sizes.get(id(op.shape))
+            total += self.size(op.shape) if size is None else size
+        return total
 
     def read_and_written(self, instr: Instruction, result: Shape) -> int:
         """Every operand read once and ``result`` written: for ops whose result shape also holds
@@ -415,7 +422,10 @@ class CostContext:
 
     def cost(self, instr: Instruction) -> Cost:
         """The cost of one execution of ``instr`` (callees included)."""
-        fn = rule_for(instr.opcode, self.rules)
+        try:
+            fn = self._dispatch[instr.opcode]
+        except KeyError:
+            fn = self._dispatch[instr.opcode] = rule_for(instr.opcode, self.rules)
         if fn is None:
             return Cost(
                 bytes_accessed=self.default_bytes(instr)
@@ -436,11 +446,7 @@ class CostContext:
         """``id(instruction) -> its distinct users`` within one computation (memoized)."""
         users = self._users.get(comp.name)
         if users is None:
-            users = {}
-            for instr in comp.instructions:
-                for op in dict.fromkeys(instr.operands):
-                    users.setdefault(id(op), []).append(instr)
-            self._users[comp.name] = users
+            users = self._users[comp.name] = users_of(comp)
         return users
 
     def computation(self, comp: Computation) -> Cost:
@@ -450,6 +456,22 @@ class CostContext:
             cached = total([self.cost(instr) for instr in comp.instructions])
             self._computation_costs[comp.name] = cached
         return cached
+
+
+def users_of(comp: Computation) -> dict[int, list[Instruction]]:
+    """``id(instruction) -> its distinct users`` within ``comp``, in order (an op reading a value
+    twice is one user of it). A user's reads of one value are consecutive, so the last user listed
+    is the only one to compare with (cheaper than de-duplicating each op's operands)."""
+    users: dict[int, list[Instruction]] = {}
+    get = users.get
+    for instr in comp.instructions:
+        for op in instr.operands:
+            found = get(id(op))
+            if found is None:
+                users[id(op)] = [instr]
+            elif found[-1] is not instr:
+                found.append(instr)
+    return users
 
 
 def callee(instr: Instruction, ctx: CostContext, key: str):
