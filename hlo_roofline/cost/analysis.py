@@ -66,8 +66,19 @@ _ARRAY_COLUMNS = {
     **dict.fromkeys(schema.names("cost", "bool"), np.bool_),
 }
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
-_NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
-_NO_IO = MatmulIO(0.0, 0.0, 0.0, 0)
+_GEOMETRY_COLUMNS = (
+    "mm_batch", "mm_m", "mm_n", "mm_k", "mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "mm_split_k",
+)  # a matmul's (batch, M, N, K) and its MatmulIO, in their order  # fmt: skip
+# Columns most rows leave at these values (an op that is no matmul, collective, fusion, ...): a row
+# gives one only where it has its own, and each chunk starts from these.
+_RARE_DEFAULTS = {
+    **dict.fromkeys(("fusion_kind", "precision", "note", "fused_ops", "collective"), ""),
+    **dict.fromkeys(("replica_group", "waits_for", "prefetch_for"), ""),
+    **dict.fromkeys(("group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "mm_split_k"), 0),
+    **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
+    **dict.fromkeys(("vector_elements", "lane_reduced_elements", "kernel_mxu_flops"), 0.0),
+    "xla_cycles": math.nan,
+}
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
 _COLLECTIVE_OR_WRAPPER = frozenset(
@@ -216,6 +227,9 @@ def rows(
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
     put = {name: column.append for name, column in columns.items()}  # a builder per column
+    # the columns most rows leave at their default: row (in its chunk) -> value, where not
+    rare: dict[str, dict[int, object]] = {name: {} for name in _RARE_DEFAULTS}
+    no_loop: dict[str, bool] = {}  # opcode -> a vector loop of its runs (tpu_units.no_vector_loop)
     chunks: dict[str, list[np.ndarray]] = {name: [] for name in _ARRAY_COLUMNS}
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
     # metadata text -> (op_name, source, user_source, call_stack, layer_caller)
@@ -263,23 +277,26 @@ def rows(
             meta = metadata[meta_text] = _attribution(
                 attrs.parse_metadata(meta_text), module, stacks, callers, user_packages
             )
-        kind = fused = precision = ""
         dtype = described[1]
         found = geometry = io = None
         body = None
+        at = in_chunk  # the row's place in its chunk: where a rare column's value goes
         if code == "fusion":
             config_key = (kind_attr, backend_config)
             kind = fusion_kinds.get(config_key)
             if kind is None:
                 kind = fusion_kinds[config_key] = attrs.fusion_kind(instr)
+            rare["fusion_kind"][at] = kind
             if instr.called:
                 body = bodies.get(id(instr.called[0]))
                 if body is None:
                     if in_flight is None:
                         in_flight = attrs.in_flight_channels(module)
                     body = bodies[id(instr.called[0])] = _Body(instr, walks, in_flight)
-                fused, found, geometry, io = body.fused_ops, body.collective, body.geometry, body.io
-                dtype, precision = body.matmul_dtype or dtype, body.matmul_precision
+                found, geometry, io = body.collective, body.geometry, body.io
+                rare["fused_ops"][at] = body.fused_ops
+                dtype = body.matmul_dtype or dtype
+                rare["precision"][at] = body.matmul_precision
         else:
             if code in _MATMULS and instr.operands:
                 dtype = instr.operands[0].shape.dtype
@@ -294,28 +311,32 @@ def rows(
                 found = walks.collective(instr)
             if code in _WITH_GEOMETRY:
                 geometry = walks.geometry(instr)
-                precision = _precision(instr) if geometry else ""
-                io = walks.io(instr) if geometry else None
-        batch, m, n, k = geometry or _NO_GEOMETRY
-        if geometry and io is None:  # a matmul whose arrays cannot be traced: its own types
-            io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)
-        io = io or _NO_IO
-        collective = group = ""
+                if geometry:
+                    rare["precision"][at] = _precision(instr)
+                    io = walks.io(instr)
+        if geometry is not None:
+            if io is None:  # a matmul whose arrays cannot be traced: its own types
+                io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)
+            for name, value in zip(_GEOMETRY_COLUMNS, (*geometry, *io), strict=True):
+                rare[name][at] = value
         if found is not None:
             known = groups.get(id(found))
             if known is None:
                 known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
-            collective, group = known
-        waits_for = ""
-        if code.endswith("-done") or code == "fusion":
+            rare["collective"][at], rare["replica_group"][at] = known
+            rare["group_size"][at] = _group_size(found, module)
+        if code == "fusion" or code.endswith("-done"):
             start = _async_start(instr)
-            waits_for = start.name if start is not None else ""
+            if start is not None:
+                rare["waits_for"][at] = start.name
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
-        cycles = None  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
         if "estimated_cycles" in backend_config:  # decoded once per distinct config
+            # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
             cycles = estimates.get(backend_config, _UNREAD)
             if cycles is _UNREAD:
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
+            if cycles is not None:
+                rare["xla_cycles"][at] = cycles * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = min(vmem, cost.bytes_accessed)
         put["name"](instr.name)
@@ -329,48 +350,42 @@ def rows(
         put["vmem_bytes"](vmem * count)
         put["unknown"](cost.unknown)
         put["lower_bound"](cost.lower_bound)
-        put["fusion_kind"](kind)
         put["dtype"](dtype)
-        put["precision"](precision)
         put["shape"](described[0])
         put["op_name"](meta[0])
         put["source"](meta[1])
         put["user_source"](meta[2])
         put["call_stack"](meta[3])
         put["layer_caller"](meta[4])
-        put["note"]("; ".join(cost.notes) if cost.notes else "")
-        put["fused_ops"](fused)
-        put["collective"](collective)
-        put["group_size"](_group_size(found, module) if found is not None else 0)
-        put["replica_group"](group)
-        put["waits_for"](waits_for)
-        put["mm_batch"](batch)
-        put["mm_m"](m)
-        put["mm_n"](n)
-        put["mm_k"](k)
-        put["mm_lhs_bytes"](io.lhs_bytes)
-        put["mm_rhs_bytes"](io.rhs_bytes)
-        put["mm_out_bytes"](io.out_bytes)
-        put["mm_split_k"](io.split_k)
-        put["xla_cycles"](cycles * count if cycles is not None else math.nan)
-        put["prefetch_for"](prefetches.get(id(instr), "") if code == "copy-start" else "")
-        put["vector_elements"](
-            vector_elements(
-                instr, cost, geometry, "dynamic-update-slice" in fused,
-                body.prologue_words if body is not None else 0.0,
-                body.sliced if body is not None else None,
-            ) * count if found is None and not no_vector_loop(code, instr) else 0.0
-        )  # fmt: skip
-        put["lane_reduced_elements"](
-            lane_reduced_elements(instr) * count if code == "reduce" else 0.0
-        )
+        if cost.notes:
+            rare["note"][at] = "; ".join(cost.notes)
+        if code == "copy-start" and id(instr) in prefetches:
+            rare["prefetch_for"][at] = prefetches[id(instr)]
+        if found is None:
+            vector_loop = no_loop.get(code)
+            if vector_loop is None:  # per opcode, except a custom call's (by its target)
+                vector_loop = not no_vector_loop(code, instr)
+                if code != "custom-call":
+                    no_loop[code] = vector_loop
+            if vector_loop and body is None:
+                elements = vector_elements(instr, cost, geometry, False)
+                rare["vector_elements"][at] = elements * count
+            elif vector_loop:
+                elements = vector_elements(
+                    instr, cost, geometry, "dynamic-update-slice" in body.fused_ops,
+                    body.prologue_words, body.sliced,
+                )  # fmt: skip
+                rare["vector_elements"][at] = elements * count
+        if code == "reduce":
+            rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
         put["loop"](loops.get(id(instr.computation), ""))
-        put["kernel_mxu_flops"](cost.mxu_flops * count)
+        if cost.mxu_flops:
+            rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
         in_chunk += 1
         if in_chunk == _ROWS_PER_CHUNK:
-            _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
+            _into_chunks(columns, chunks, rare, in_chunk, len(columns["name"]))
             in_chunk = 0
-    _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
+    _into_chunks(columns, chunks, rare, in_chunk, len(columns["name"]))
     for name, dtype in _ARRAY_COLUMNS.items():
         columns[name] = np.concatenate(chunks[name]) if chunks[name] else np.zeros(0, dtype)
     return columns
@@ -466,11 +481,22 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
 
 
 def _into_chunks(
-    columns: dict[str, list], chunks: dict[str, list[np.ndarray]], rows: int, total: int
+    columns: dict[str, list],
+    chunks: dict[str, list[np.ndarray]],
+    rare: dict[str, dict[int, object]],
+    rows: int,
+    total: int,
 ) -> None:
-    """Move the numeric columns' ``rows`` values into one NumPy chunk each (emptying their lists,
+    """Give the rare columns the chunk's ``rows`` values (their defaults where a row gave none),
+    then move the numeric columns' values into one NumPy chunk each (emptying their lists,
     whose ``append`` the row builders keep); every column must have been given every row
     (``total`` so far)."""
+    for name, default in _RARE_DEFAULTS.items():
+        values = [default] * rows
+        for row, value in rare[name].items():
+            values[row] = value
+        columns[name].extend(values)
+        rare[name].clear()
     short = [
         name
         for name, values in columns.items()
@@ -521,7 +547,9 @@ class _Body:
         self.geometry = walks.geometry(fusion) if has_geometry else None
         self.io = walks.io(fusion) if self.geometry else None
         # the body's vector work, walked once however many fusions call it
-        self.prologue_words = fused_operand_words(fusion, walks.geometries) if self.geometry else 0.0
+        self.prologue_words = (
+            fused_operand_words(fusion, walks.geometries) if self.geometry else 0.0
+        )
         self.sliced = {} if self.geometry else sliced_reads(fusion)
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
