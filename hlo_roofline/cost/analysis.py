@@ -453,9 +453,10 @@ def _prefetch_consumers(module: Module) -> dict[int, str]:
         readers: dict[int, list[str]] = {}
         aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
         for instr in comp.instructions:
-            for op in dict.fromkeys(instr.operands):
+            operands = instr.operands
+            for i, op in enumerate(operands):
                 start = aliases.get(id(op))
-                if start is None:
+                if start is None or op in operands[:i]:  # each operand once
                     continue
                 if instr.opcode == "bitcast":
                     aliases[id(instr)] = start
@@ -466,18 +467,24 @@ def _prefetch_consumers(module: Module) -> dict[int, str]:
 
 
 def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -> int:
-    """Bytes of the op's operands and results that live in VMEM (memory space ``S(1)``)."""
-    total = 0
-    for shape in (instr.shape, *(op.shape for op in instr.operands)):
-        size = cache.get(id(shape))
-        if size is None:
-            size = cache[id(shape)] = sum(
-                array_bytes(leaf, pad_to_tiles)
-                for leaf in shape.leaves()
-                if leaf.layout is not None and leaf.layout.memory_space == VMEM
-            )
-        total += size
+    """Bytes of the op's operands and results that live in VMEM (memory space ``S(1)``); ``cache``
+    keeps each shape's (one row's shapes are mostly others' too)."""
+    total = cache.get(id(instr.shape))
+    if total is None:
+        total = _shape_vmem_bytes(instr.shape, cache, pad_to_tiles)
+    for op in instr.operands:
+        size = cache.get(id(op.shape))
+        total += _shape_vmem_bytes(op.shape, cache, pad_to_tiles) if size is None else size
     return total
+
+
+def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -> int:
+    size = cache[id(shape)] = sum(
+        array_bytes(leaf, pad_to_tiles)
+        for leaf in shape.leaves()
+        if leaf.layout is not None and leaf.layout.memory_space == VMEM
+    )
+    return size
 
 
 def _into_chunks(

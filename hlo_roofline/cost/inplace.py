@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from hlo_roofline.cost.base import users_of
 from hlo_roofline.hlo.ir import Instruction, Shape
 
 # Ops that only view a buffer: an in-place update seen through them is still in place (in an
@@ -117,10 +118,7 @@ def sliced_reads(fusion: Instruction) -> dict[int, int]:
     if fusion.opcode != "fusion" or not fusion.called:
         return {}
     body = fusion.called[0]
-    users: dict[int, list[Instruction]] = {}
-    for inner in body.instructions:
-        for op in dict.fromkeys(inner.operands):
-            users.setdefault(id(op), []).append(inner)
+    users = users_of(body)
     found = {}
     for param in body.parameters:
         if not param.payload.strip().isdigit() or param.is_root:

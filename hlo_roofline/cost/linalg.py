@@ -367,13 +367,10 @@ def _read_from(value: Instruction) -> Instruction:
 def _written_as(value: Instruction, body) -> Instruction:
     """What a fused matmul's result is written as: down its one-user chain of converts and
     relayouts to the fusion's root (or the matmul itself where the chain goes elsewhere)."""
-    users: dict[int, list[Instruction]] = {}
-    for inner in body.instructions:
-        for op in inner.operands:
-            users.setdefault(id(op), []).append(inner)
     start = value
     while not value.is_root:
-        after = users.get(id(value), [])
+        # its users, one entry per read (the chain is short: found by a look at each op's reads)
+        after = [inner for inner in body.instructions for op in inner.operands if op is value]
         if len(after) == 1 and after[0].opcode == "tuple" and after[0].is_root:
             return value
         if len(after) != 1 or after[0].opcode not in _WRITES_THROUGH:
