@@ -494,30 +494,52 @@ def _into_chunks(
     rows: int,
     total: int,
 ) -> None:
-    """Give the rare columns the chunk's ``rows`` values (their defaults where a row gave none),
-    then move the numeric columns' values into one NumPy chunk each (emptying their lists,
-    whose ``append`` the row builders keep); every column must have been given every row
-    (``total`` so far)."""
-    for name, default in _RARE_DEFAULTS.items():
-        values = [default] * rows
-        for row, value in rare[name].items():
-            values[row] = value
-        columns[name].extend(values)
-        rare[name].clear()
+    """Close a chunk of ``rows`` rows: a numeric column's values become one NumPy chunk (a rare
+    column's made from its defaults and the values rows gave), emptying the lists whose
+    ``append`` the row builders keep; a rare text column gets its values. Every column must have
+    been given every row (``total`` so far)."""
     short = [
         name
         for name, values in columns.items()
-        if len(values) != (rows if name in chunks else total)
+        if name not in rare and len(values) != (rows if name in chunks else total)
     ]
     if short:
         raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
+    for name, given in rare.items():
+        if name in chunks:
+            chunks[name].append(
+                _rare_chunk(given, _RARE_DEFAULTS[name], rows, _ARRAY_COLUMNS[name])
+            )
+        else:
+            values = [_RARE_DEFAULTS[name]] * rows
+            for row, value in given.items():
+                values[row] = value
+            columns[name].extend(values)
+        given.clear()
     for name, dtype in _ARRAY_COLUMNS.items():
+        if name in rare:
+            continue
         values = columns[name]
         try:  # a chunk of 8-byte values rather than number objects
             chunks[name].append(np.array(values, dtype=dtype))
         except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
             chunks[name].append(np.array(values, dtype=object))  # number: kept as they are
         values.clear()
+
+
+def _rare_chunk(given: dict[int, object], default: object, rows: int, dtype) -> np.ndarray:
+    """A numeric rare column's chunk: ``default`` but where rows gave a value, converted as
+    ``np.array`` of the whole column would convert it (or kept as objects where it cannot be)."""
+    chunk = np.full(rows, default, dtype=dtype)
+    if given:
+        try:
+            chunk[list(given)] = np.array(list(given.values()), dtype=dtype)
+        except (OverflowError, ValueError, TypeError):  # as the dense columns: kept as they are
+            values = [default] * rows
+            for row, value in given.items():
+                values[row] = value
+            return np.array(values, dtype=object)
+    return chunk
 
 
 class _Body:

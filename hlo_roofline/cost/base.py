@@ -417,8 +417,20 @@ class CostContext:
         return self.operand_bytes(instr) + self.output_bytes(result)
 
     def default_bytes(self, instr: Instruction) -> int:
-        """XLA's default: every operand read once (a tuple operand is its pointer table) + outputs."""
-        return self.output_bytes(instr.shape) + self.operand_bytes(instr)
+        """XLA's default: every operand read once (a tuple operand is its pointer table) + outputs.
+        (``output_bytes`` + ``operand_bytes``, written out: most rules of most ops run this.)"""
+        sizes = self._sizes
+        shape = instr.shape
+        if shape.dtype == "tuple":
+            total = self.output_bytes(shape)
+        else:
+            total = sizes.get(id(shape))
+            if total is None:
+                total = self.size(shape)
+        for op in instr.operands:
+            size = sizes.get(id(op.shape))
+            total += self.size(op.shape) if size is None else size
+        return total
 
     def cost(self, instr: Instruction) -> Cost:
         """The cost of one execution of ``instr`` (callees included)."""
