@@ -54,6 +54,7 @@ _RULE_ERRORS = RULE_ERRORS
 ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
+_MATMULS_SET = frozenset(_MATMULS)
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 
 
@@ -338,7 +339,7 @@ def rows(
             if cycles is not None:
                 rare["xla_cycles"][at] = cycles * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
-            vmem = min(vmem, cost.bytes_accessed)
+            vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put["name"](instr.name)
         put["opcode"](code)
         put["computation"](instr.computation.name)
@@ -441,8 +442,8 @@ def _prefetch_consumers(module: Module) -> dict[int, str]:
     found: dict[int, str] = {}
     for comp in module.computations.values():
         dones = {}
-        for instr in comp.instructions:
-            if instr.opcode != "copy-done" or not instr.operands:
+        for instr in [i for i in comp.instructions if i.opcode == "copy-done"]:
+            if not instr.operands:
                 continue
             start = instr.operands[0]
             leaves = start.shape.leaves() if start.opcode == "copy-start" else []
@@ -551,18 +552,22 @@ class _Body:
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
-        counts: dict[str, int] = {}
+        instructions = fusion.called[0].instructions
+        counts: dict[str, int] = {}  # the listed opcodes, in order of first use
+        for inner in instructions:
+            counts[inner.opcode] = counts.get(inner.opcode, 0) + 1
+        for code in _NOT_LISTED.intersection(counts):
+            del counts[code]
         matmul = collective = None
-        has_geometry = False
-        for inner in fusion.called[0].instructions:
-            code = inner.opcode
-            if code not in _NOT_LISTED:
-                counts[code] = counts.get(code, 0) + 1
-            if matmul is None and code in _MATMULS:
-                matmul = inner
-            if collective is None and code in _COLLECTIVE_OR_WRAPPER:
-                collective = walks.collective(inner)
-            has_geometry = has_geometry or code in _MATMULS or code == "fusion"
+        has_geometry = "fusion" in counts or not _MATMULS_SET.isdisjoint(counts)
+        if not _MATMULS_SET.isdisjoint(counts):
+            matmul = next(inner for inner in instructions if inner.opcode in _MATMULS_SET)
+        if not _COLLECTIVE_OR_WRAPPER.isdisjoint(counts):  # the first op that holds one
+            for inner in instructions:
+                if inner.opcode in _COLLECTIVE_OR_WRAPPER:
+                    collective = walks.collective(inner)
+                    if collective is not None:
+                        break
         self.matmul_dtype = (
             matmul.operands[0].shape.dtype if matmul is not None and matmul.operands else None
         )

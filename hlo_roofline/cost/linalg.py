@@ -306,10 +306,17 @@ def matmul_geometry(
         memo = {} if memo is None else memo
         body = instr.called[0]
         if id(body) not in memo:
-            found = [g for i in body.instructions if (g := matmul_geometry(i, memo)) is not None]
+            found = [
+                g for i in body.instructions
+                if i.opcode in _WITH_GEOMETRY and (g := matmul_geometry(i, memo)) is not None
+            ]  # fmt: skip
             memo[id(body)] = max(found, key=math.prod, default=None)
         return memo[id(body)]
     return None
+
+
+# The opcodes matmul_geometry finds a geometry for (of every other op: None).
+_WITH_GEOMETRY = frozenset({"dot", "scaled-dot", "ragged-dot", "convolution", "fusion"})
 
 
 class MatmulIO(NamedTuple):
