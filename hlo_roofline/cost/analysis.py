@@ -99,6 +99,9 @@ class PricedOp(NamedTuple):
     cost: Cost
 
 
+_priced_op = tuple.__new__  # PricedOp(...) without its keyword-handling constructor (one per row)
+
+
 def price(instr: Instruction, ctx: CostContext) -> Cost:
     """The rule's cost, or a flagged unknown cost if the rule cannot make sense of the op."""
     try:
@@ -162,7 +165,7 @@ class _Walk:
                 cost = cost.with_note(note)
             if short:
                 cost = cost.replace(lower_bound=True)
-            ops.append(PricedOp(instr, count, cost))
+            ops.append(_priced_op(PricedOp, (instr, count, cost)))
 
     def open(
         self, instr: Instruction, count: float, note: str | None, short: bool, depth: int

@@ -465,8 +465,12 @@ class CostContext:
         """Sum of the costs of every instruction of a computation (memoized)."""
         cached = self._computation_costs.get(comp.name)
         if cached is None:
-            cached = total([self.cost(instr) for instr in comp.instructions])
-            self._computation_costs[comp.name] = cached
+            rule_of = self._dispatch.get  # cost() written out for the rules already looked up
+            costs = []
+            for instr in comp.instructions:
+                fn = rule_of(instr.opcode)
+                costs.append(self.cost(instr) if fn is None else fn(instr, self))
+            cached = self._computation_costs[comp.name] = total(costs)
         return cached
 
 
@@ -477,7 +481,15 @@ def users_of(comp: Computation) -> dict[int, list[Instruction]]:
     users: dict[int, list[Instruction]] = {}
     get = users.get
     for instr in comp.instructions:
-        for op in instr.operands:
+        operands = instr.operands
+        if len(operands) == 1:  # most ops: no repeat to look for
+            found = get(id(operands[0]))
+            if found is None:
+                users[id(operands[0])] = [instr]
+            else:
+                found.append(instr)
+            continue
+        for op in operands:
             found = get(id(op))
             if found is None:
                 users[id(op)] = [instr]
