@@ -678,8 +678,7 @@ def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
     notes: dict[str, None] = {}
     unknown_ops: list[str] = []
     lower_bound = False
-    for op in ops:
-        cost, count = op.cost, op.count
+    for instr, count, cost in ops:
         lower_bound = lower_bound or cost.lower_bound
         flops += cost.flops * count
         transcendentals += cost.transcendentals * count
@@ -687,11 +686,11 @@ def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
         comm_bytes += cost.comm_bytes * count
         for n in cost.notes:
             notes[n] = None
-        if count == 0 or op.instr.opcode in BOOKKEEPING:
+        if count == 0 or instr.opcode in BOOKKEEPING:
             continue
         counted += count
         if cost.unknown:
-            unknown_ops.append(op.instr.name)
+            unknown_ops.append(instr.name)
         else:
             priced += count
     return {
