@@ -225,8 +225,10 @@ def rows(
 
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
     of those is decoded once (the dicts below) rather than once per row. Each row's value of a
-    column is appended by the column's schema name (``put["flops"](...)``), never by its place in
-    the schema; every few thousand rows the numeric columns move into NumPy chunks (8 bytes a
+    column is appended by the column's schema name (``put["dtype"](...)``), never by its place in
+    the schema; the columns a row's priced op, shape and attribution alone give are made by name
+    for a chunk of rows at once (:func:`_op_columns`), and a rare column's value given only where
+    a row has one. Every few thousand rows the numeric columns move into NumPy chunks (8 bytes a
     number rather than a Python float), so they never all exist as objects at once.
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
@@ -256,7 +258,10 @@ def rows(
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
     prefetches = _prefetch_consumers(module) if vmem_layouts else {}
     loops = loop_paths(module)  # id(computation) -> the while loops it runs in
-    in_chunk = 0
+    in_chunk = done = 0  # rows in this chunk, rows in the chunks closed
+    # each row's (shape text, dtype) and attribution, for the columns made of them per chunk
+    shapes_in_chunk: list[tuple[str, str]] = []
+    metas_in_chunk: list[tuple[str, str, str, str, str]] = []
     for instr, count, cost in ops:
         code = instr.opcode
         text = instr.attr_text
@@ -343,24 +348,10 @@ def rows(
                 rare["xla_cycles"][at] = cycles * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
-        put["name"](instr.name)
-        put["opcode"](code)
-        put["computation"](instr.computation.name)
-        put["count"](float(count))
-        put["flops"](cost.flops * count)
-        put["transcendentals"](cost.transcendentals * count)
-        put["bytes_accessed"](cost.bytes_accessed * count)
-        put["comm_bytes"](cost.comm_bytes * count)
         put["vmem_bytes"](vmem * count)
-        put["unknown"](cost.unknown)
-        put["lower_bound"](cost.lower_bound)
         put["dtype"](dtype)
-        put["shape"](described[0])
-        put["op_name"](meta[0])
-        put["source"](meta[1])
-        put["user_source"](meta[2])
-        put["call_stack"](meta[3])
-        put["layer_caller"](meta[4])
+        shapes_in_chunk.append(described)
+        metas_in_chunk.append(meta)
         if cost.notes:
             rare["note"][at] = "; ".join(cost.notes)
         if code == "copy-start" and id(instr) in prefetches:
@@ -382,14 +373,15 @@ def rows(
                 rare["vector_elements"][at] = elements * count
         if code == "reduce":
             rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
-        put["loop"](loops.get(id(instr.computation), ""))
         if cost.mxu_flops:
             rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
         in_chunk += 1
         if in_chunk == _ROWS_PER_CHUNK:
-            _into_chunks(columns, chunks, rare, in_chunk, len(columns["name"]))
+            done = _close_chunk(
+                columns, chunks, rare, ops, done, shapes_in_chunk, metas_in_chunk, loops
+            )
             in_chunk = 0
-    _into_chunks(columns, chunks, rare, in_chunk, len(columns["name"]))
+    _close_chunk(columns, chunks, rare, ops, done, shapes_in_chunk, metas_in_chunk, loops)
     for name, dtype in _ARRAY_COLUMNS.items():
         columns[name] = np.concatenate(chunks[name]) if chunks[name] else np.zeros(0, dtype)
     return columns
@@ -489,6 +481,59 @@ def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -
         if leaf.layout is not None and leaf.layout.memory_space == VMEM
     )
     return size
+
+
+def _close_chunk(
+    columns: dict[str, list],
+    chunks: dict[str, list[np.ndarray]],
+    rare: dict[str, dict[int, object]],
+    ops: list[PricedOp],
+    done: int,
+    shapes: list[tuple[str, str]],
+    metas: list[tuple[str, str, str, str, str]],
+    loops: dict[int, str],
+) -> int:
+    """Give the chunk's rows (``ops[done:]``, up to a chunk of them) the columns that are their
+    priced op's, shape's and attribution's own (made here, a column at a time, rather than a
+    value at a time in the rows' loop), then close the chunk (:func:`_into_chunks`). The rows
+    done after it."""
+    rows = len(shapes)
+    chunk = ops[done : done + rows]
+    for name, values in _op_columns(chunk, shapes, metas, loops).items():
+        columns[name].extend(values)
+    shapes.clear()
+    metas.clear()
+    _into_chunks(columns, chunks, rare, rows, len(columns["name"]))
+    return done + rows
+
+
+def _op_columns(
+    ops: list[PricedOp],
+    shapes: list[tuple[str, str]],
+    metas: list[tuple[str, str, str, str, str]],
+    loops: dict[int, str],
+) -> dict[str, list]:
+    """The columns, by name, of rows that are what their priced ops, their shapes (text, dtype)
+    and their attributions (:func:`_attribution`) say, per step (cost × count)."""
+    return {
+        "name": [instr.name for instr, _, _ in ops],
+        "opcode": [instr.opcode for instr, _, _ in ops],
+        "computation": [instr.computation.name for instr, _, _ in ops],
+        "count": [float(count) for _, count, _ in ops],
+        "flops": [cost.flops * count for _, count, cost in ops],
+        "transcendentals": [cost.transcendentals * count for _, count, cost in ops],
+        "bytes_accessed": [cost.bytes_accessed * count for _, count, cost in ops],
+        "comm_bytes": [cost.comm_bytes * count for _, count, cost in ops],
+        "unknown": [cost.unknown for _, _, cost in ops],
+        "lower_bound": [cost.lower_bound for _, _, cost in ops],
+        "loop": [loops.get(id(instr.computation), "") for instr, _, _ in ops],
+        "shape": [described[0] for described in shapes],
+        "op_name": [meta[0] for meta in metas],
+        "source": [meta[1] for meta in metas],
+        "user_source": [meta[2] for meta in metas],
+        "call_stack": [meta[3] for meta in metas],
+        "layer_caller": [meta[4] for meta in metas],
+    }
 
 
 def _into_chunks(
