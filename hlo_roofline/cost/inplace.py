@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hlo_roofline.cost.base import users_of
 from hlo_roofline.hlo.ir import Instruction, Shape
 
 # Ops that only view a buffer: an in-place update seen through them is still in place (in an
@@ -118,7 +117,15 @@ def sliced_reads(fusion: Instruction) -> dict[int, int]:
     if fusion.opcode != "fusion" or not fusion.called:
         return {}
     body = fusion.called[0]
-    users = users_of(body)
+    users: dict[int, list[Instruction]] = {}  # of the parameters and views, the only ones asked
+    for inner in body.instructions:
+        for op in inner.operands:
+            if op.opcode == "parameter" or op.opcode in VIEWS:
+                listed = users.get(id(op))
+                if listed is None:
+                    users[id(op)] = [inner]
+                elif listed[-1] is not inner:  # an op reading one value twice: one user
+                    listed.append(inner)
     found = {}
     for param in body.parameters:
         if not param.payload.strip().isdigit() or param.is_root:
