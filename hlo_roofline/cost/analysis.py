@@ -450,8 +450,11 @@ def _prefetch_consumers(module: Module) -> dict[int, str]:
             continue
         readers: dict[int, list[str]] = {}
         aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
+        read = aliases.keys()
         for instr in comp.instructions:
             operands = instr.operands
+            if read.isdisjoint(map(id, operands)):  # most ops: one look, in C
+                continue
             for i, op in enumerate(operands):
                 start = aliases.get(id(op))
                 if start is None or op in operands[:i]:  # each operand once
