@@ -7,6 +7,7 @@ row whose cost comes from the rule registered for its opcode.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import operator
@@ -620,9 +621,8 @@ class _Body:
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
         instructions = fusion.called[0].instructions
-        counts: dict[str, int] = {}  # the listed opcodes, in order of first use
-        for inner in instructions:
-            counts[inner.opcode] = counts.get(inner.opcode, 0) + 1
+        # the listed opcodes, in order of first use (counted in C)
+        counts = collections.Counter(map(_opcode, instructions))
         for code in _NOT_LISTED.intersection(counts):
             del counts[code]
         matmul = collective = None
