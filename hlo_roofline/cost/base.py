@@ -465,10 +465,10 @@ class CostContext:
         cached = self._computation_costs.get(comp.name)
         if cached is None:
             rule_of = self._dispatch.get  # cost() written out for the rules already looked up
-            costs = []
-            for instr in comp.instructions:
-                fn = rule_of(instr.opcode)
-                costs.append(self.cost(instr) if fn is None else fn(instr, self))
+            costs = [
+                self.cost(instr) if (fn := rule_of(instr.opcode)) is None else fn(instr, self)
+                for instr in comp.instructions
+            ]
             cached = self._computation_costs[comp.name] = total(costs)
         return cached
 
