@@ -228,7 +228,7 @@ def from_module(module: Module) -> dict:
         weights.append(size)
     results = [
         Buffer(i.name, "output" if i.name in returned else "temporary", weights[k], str(i.shape))
-        for k in sorted(range(len(candidates)), key=lambda k: -weights[k])[:LARGEST]
+        for k in sorted(range(len(candidates)), key=weights.__getitem__, reverse=True)[:LARGEST]
         for i in (candidates[k],)
     ]
     outputs = entry.root.shape.leaves() if entry.root is not None else []
