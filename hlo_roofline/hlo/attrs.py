@@ -6,6 +6,7 @@ result on the instruction, so a 100k-instruction module pays only for what its c
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
