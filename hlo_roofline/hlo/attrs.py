@@ -6,6 +6,7 @@ result on the instruction, so a 100k-instruction module pays only for what its c
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -83,6 +84,7 @@ def window(instr: Instruction) -> tuple[WindowDim, ...]:
     return _cached(instr, "window", lambda: _parse_window(instr.attrs.get("window", "")))
 
 
+@functools.lru_cache(maxsize=1024)  # a model repeats a few windows over many ops
 def _parse_window(text: str) -> tuple[WindowDim, ...]:
     fields: dict[str, list[str]] = {}
     for item in text.strip("{} ").split():
@@ -126,6 +128,7 @@ def _spatial(labels: str) -> tuple[int, ...]:
     return tuple(i for _, i in digits)
 
 
+@functools.lru_cache(maxsize=1024)  # and a few dimension labels
 def _parse_dim_labels(text: str) -> ConvDims:
     lhs, _, rest = text.partition("_")
     rhs, _, out = rest.partition("->")
