@@ -291,4 +291,17 @@ def rows_of(body: dict) -> list[list]:
     (``cols``), as the tab's Model makes them."""
     if "data" in body:
         return body["data"]
-    return [list(row) for row in zip(*body["cols"], strict=True)] if body["cols"] else []
+    cols = [decoded(c) for c in body["cols"]]
+    return [list(row) for row in zip(*cols, strict=True)] if cols else []
+
+
+def decoded(column) -> list:
+    """A column as the tab reads it: a float column sent as base64 doubles (``{"f64": ...}``)
+    back to numbers, NaN and ±inf as None."""
+    if not isinstance(column, dict):
+        return column
+    import base64
+    import math
+
+    values = memoryview(base64.b64decode(column["f64"])).cast("d").tolist()
+    return [v if math.isfinite(v) else None for v in values]

@@ -240,6 +240,30 @@ def test_chip_switch_changes_verdicts(page, server, logdir):
     assert report.classify(chip).summary["chip_name"] in frame.locator(".hr-summary").text_content()
 
 
+def test_a_chip_switch_shows_what_opening_the_chip_shows(page, server, logdir):
+    """A switch from the run as written is sent only what the chip changed (``since``); the tab
+    adds the rest from the report it holds, and draws and lists what it draws for the page
+    opened on that chip at once (sent whole)."""
+    run, chip = "fsdp/h100", "v5p"
+    asked = []
+    page.on("response", lambda r: "/report?" in r.url and asked.append((r.url, r.json())))
+    frame = open_plugin(page, server, run)
+    frame.locator("#hr-chip").select_option(chip)
+    frame.locator(f'.hr-app[data-state=ready][data-chip="{chip}"]').wait_for()
+    switched = [body for url, body in asked if f"chip={chip}" in url]
+    assert len(switched) == 1 and "since=" in asked[-1][0] and switched[0]["same"]
+    expected = read(logdir, run).classify(chip)
+    shown = (chart(frame).evaluate("c => c.hloPoints()"), frame.locator(".hr-summary").text_content(),
+             body_rows(frame).all_text_contents())  # fmt: skip
+    assert len(shown[0]) == timed_rows(expected)
+    page.goto(f"{server}/data/plugin_entry.html?name=hlo_roofline&run={quote(run)}&chip={chip}")
+    page.locator(f'.hr-app[data-state=ready][data-chip="{chip}"]').wait_for()
+    assert "same" not in asked[-1][1]
+    assert shown == (chart(page).evaluate("c => c.hloPoints()"),
+                     page.locator(".hr-summary").text_content(),
+                     body_rows(page).all_text_contents())  # fmt: skip
+
+
 def test_compare_lists_a_flipped_op(page, server, logdir):
     """The same program compiled for two targets; the second re-judged on the first's chip, as
     every comparison (``diff.compare``) does."""

@@ -347,7 +347,9 @@ def test_big_report_served_whole_to_concurrent_readers(server, logdir):
             body = gzip.decompress(r.body) if zipped else r.body
             if zipped and (r.headers.get("content-encoding") != "gzip" or len(r.body) > size / 3):
                 return "not gzipped"
-            if not size / 2 < len(body) < size * 1.1:
+            # whole: about the file's size (a re-judged one sends its floats as base64 doubles,
+            # 10.7 characters each where the file may write "0.0")
+            if not size / 2 < len(body) < size * (1.1 if chip is None else 1.5):
                 return f"{len(body)} bytes for a {size}-byte report"
             problem = report_problem(Response(r.status, r.headers, body), {"big": BIG_OPS}, chip)
             if problem is None and chip is None:

@@ -464,10 +464,14 @@ export async function loadReport({ quiet = false } = {}) {
   }
   ui.csv.href = route("csv", { run: state.run, chip: state.chip });
   performance.mark("hr-report-asked");
+  let base = null;
   let payload;
   let text;
   try {
-    const url = route("report", { run: state.run, chip: state.chip });
+    // A chip's answer is only what the chip changes, when the run as written is here to add it to
+    const held = state.written && state.written.run === state.run ? state.written.model : null;
+    base = state.chip && held && held.stamp ? held : null;
+    const url = route("report", { run: state.run, chip: state.chip, since: base ? base.stamp : "" });
     const early = state.prefetch && state.prefetch.url === url ? state.prefetch.promise : null;
     state.prefetch = null;
     ({ body: payload, text } = await (early || getJSONText(url)));
@@ -501,8 +505,10 @@ export async function loadReport({ quiet = false } = {}) {
     state.pendingOp ??
     (state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : null);
   state.pendingOp = null;
-  state.model = new Model(payload);
+  state.model = new Model(payload, base);
   state.reportText = text;
+  if (!state.chip) state.written = { run: state.run, model: state.model };
+  else if (state.written && state.written.run !== state.run) state.written = null;
   performance.mark("hr-model");
   ui.table.setColumns(opColumns());
   fillChips();
