@@ -636,6 +636,8 @@ def exploration(path: str, runs: set[str], prefix: str = "") -> dict:
         row = {k: raw.get(k) for k in _EXPLORE_ROW_KEYS}
         for k in ("candidate", "status", "error", "fit", "bound", "why"):
             row[k] = text(row[k])
+        row["status"] = explorer.status_of(row["status"])  # a document written before the codes
+        row["status_text"] = explorer.status_text(row["status"])
         for k in ("step_s", "lower_s", "upper_s", "hbm_per_device", "rank", "gap_to_best",
                   "exposed_comm_share", "mfu_upper_bound", "tokens_per_s_per_chip"):  # fmt: skip
             row[k] = number(row[k])

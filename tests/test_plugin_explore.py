@@ -63,6 +63,25 @@ def test_route_serves_the_documents_numbers_and_run_names(logdir):
     assert runs[MISSING:] == [f"sweep/{r['run']}" for r in written["rows"][MISSING:]]
 
 
+def test_statuses_are_codes_worded_beside_them(tmp_path):
+    """A row's status is a code (no spaces: a script compares it), its words beside it for the
+    view; a document written before the codes (statuses in words) reads as the same codes."""
+    from hlo_roofline import explorer
+
+    doc = document()
+    rows = doc["rows"][:3]
+    rows[1] = {**rows[1], "status": explorer.STATUS_NO_FIT}
+    rows[2] = {**rows[2], "status": "compile error", "error": "IndivisibleError: 16 by 32"}
+    (tmp_path / "now").mkdir()
+    (tmp_path / "now" / EXPLORE_JSON).write_text(json.dumps({**doc, "rows": rows}))
+    plugin = tb_plugin.HloRooflinePlugin(base_plugin.TBContext(logdir=str(tmp_path)), warm=False)
+    response = Client(application.TensorBoardWSGI([plugin])).get(PREFIX + "/explorations")
+    served = json.loads(response.get_data(as_text=True))[0]["rows"]
+    assert [r["status"] for r in served] == ["ok", "does_not_fit", "compile_error"]
+    assert [r["status_text"] for r in served] == ["ok", "does not fit", "compile error"]
+    assert all(" " not in code for code in explorer.STATUS_TEXT)
+
+
 def test_no_exploration_is_an_empty_list(tmp_path):
     plugin = tb_plugin.HloRooflinePlugin(base_plugin.TBContext(logdir=str(tmp_path)), warm=False)
     response = Client(application.TensorBoardWSGI([plugin])).get(PREFIX + "/explorations")
