@@ -1,15 +1,15 @@
 """The "HLO Roofline" tab end to end: a real `tensorboard --logdir` driven by headless Chromium.
 
 Skipped only when /usr/bin/chromium is missing and HLO_ROOFLINE_REQUIRE_BROWSER is unset (CI sets
-it, so there a missing browser or playwright is a failure). One TensorBoard and one browser serve
-the whole module; each test gets a fresh browser context.
+it, so there a missing browser or playwright is a failure). One TensorBoard serves the module's
+logdir and one browser the session (conftest's ``server`` and ``browser``); each test gets a
+fresh browser context (``page``).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -18,16 +18,14 @@ from urllib.parse import quote
 import pytest
 from tb_helpers import (
     ARTIFACTS,
-    CHROMIUM,
     HOSTILE,
+    NEEDS_BROWSER,
     big_report,
-    chromium,
     first_chip_flip,
     fixture_report,
     hostile_report,
     measured_report,
     starved_report,
-    tensorboard,
     timed_rows,
     without_column,
     write_corrupt,
@@ -37,15 +35,11 @@ from tb_helpers import (
 from hlo_roofline import Report, analyze
 
 pytestmark = [
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM) and not os.environ.get("HLO_ROOFLINE_REQUIRE_BROWSER"),
-        reason=f"{CHROMIUM} not installed (set HLO_ROOFLINE_REQUIRE_BROWSER=1 to fail instead)",
-    ),
+    NEEDS_BROWSER,
     pytest.mark.xdist_group("tensorboard_browser"),
 ]
 
 IFRAME = 'iframe[src*="plugin_entry.html?name=hlo_roofline"]'
-TIMEOUT_MS = 60_000  # a bound for a loaded 2-core machine, not a speed check
 # Chips tried, in order, for a verdict flip on attention/h100 (judged on H100 SXM when written).
 FLIP_CHIPS = ["v5e", "v5p", "a100-80gb", "b200", "mi300x"]
 
@@ -87,33 +81,6 @@ def too_big_for_v5e():
 
 def read(logdir: Path, run: str) -> Report:
     return Report.read(logdir / run / "plugins" / "hlo_roofline" / "report.json")
-
-
-@pytest.fixture(scope="module")
-def server(logdir):
-    with tensorboard(logdir) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1500, "height": 1200})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    errors: list[str] = []
-    dialogs: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    yield page
-    context.close()
-    assert not errors, f"JavaScript errors: {errors}"
-    assert not dialogs, f"a dialog opened (script injection?): {dialogs}"
 
 
 def open_tab(page, server: str, run: str | None = None):

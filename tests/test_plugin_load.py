@@ -31,7 +31,6 @@ from tb_helpers import (
     fixture_report,
     hostile_report,
     rows_of,
-    tensorboard,
     write_corrupt,
 )
 
@@ -125,12 +124,6 @@ def base_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def logdir(base_dir) -> Path:
     return base_dir / "logdir"
-
-
-@pytest.fixture(scope="module")
-def server(logdir):
-    with tensorboard(logdir) as url:
-        yield url
 
 
 def all_runs() -> list[str]:
