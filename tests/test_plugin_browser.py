@@ -8,7 +8,6 @@ fresh browser context (``page``).
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import time
@@ -24,6 +23,7 @@ from tb_helpers import (
     first_chip_flip,
     fixture_report,
     hostile_report,
+    layout_problems,
     measured_report,
     starved_report,
     timed_rows,
@@ -410,32 +410,6 @@ def test_reload_button_shows_new_and_rewritten_runs(page, server, logdir):
     fixture_report("reductions", "tpu_v5e", "v5p").write_tensorboard(logdir, "late/run")
     page.locator("button.reload-button").click()
     frame.locator('.hr-app[data-state=ready][data-run="late/run"][data-chip="v5p"]').wait_for()
-
-
-def layout_problems(canvas) -> list[str]:
-    """Where the chart draws outside its canvas, a point outside its axes, or labels collide."""
-    layout = canvas.evaluate("c => c.hloLayout()")
-    width, height, plot, strip = (layout[k] for k in ("width", "height", "plot", "strip"))
-    problems = []
-    boxes = layout["labels"]
-    for b in boxes:
-        if b["x"] < 0 or b["y"] < 0 or b["x"] + b["w"] > width or b["y"] + b["h"] > height:
-            problems.append(f"label {b['text']!r} leaves the canvas: {b}")
-        if abs(b["y"] + b["h"] / 2 - b["line"]) > 3 * b["h"]:
-            problems.append(f"label {b['text']!r} is far from its roof: {b}")
-    for a, b in itertools.pairwise(boxes):
-        if a["y"] + a["h"] > b["y"] + 0.5:
-            problems.append(f"labels {a['text']!r} and {b['text']!r} overlap")
-    for p in canvas.evaluate("c => [...c.hloPoints(), ...c.hloMeasured()]"):
-        area = strip if p["strip"] else plot
-        if not (
-            area["left"] <= p["x"] <= area["right"] and area["top"] <= p["y"] <= area["bottom"]
-        ):
-            problems.append(f"point of row {p['row']} outside its axes: {p}")
-    for label in layout["tickLabels"]["x"] + layout["tickLabels"]["y"]:
-        if len(label) > 5:
-            problems.append(f"tick label {label!r}")
-    return problems
 
 
 @pytest.mark.parametrize("run", [run for run, _, _ in DEMO_RUNS] + ["measured", "starved"])

@@ -177,7 +177,7 @@ export function opColumns() {
   };
   const m = state.model;
   return [
-    { key: "name", label: "name", width: "minmax(140px, 1.4fr)", text: text("name"), middle: true },
+    { key: "name", label: "name", width: "minmax(100px, 1.4fr)", text: text("name"), middle: true },
     { key: "opcode", label: "opcode", text: text("opcode"), fit: m ? longest(m.distinct("opcode")) : [] },
     {
       key: "bound",
@@ -204,14 +204,14 @@ export function opColumns() {
           {
             key: "user_source",
             label: "user line",
-            width: "minmax(160px, 1.5fr)",
+            width: "minmax(110px, 1.5fr)",
             text: (row) => shortLine(state.model.get(row, "user_source")),
             tip: text("user_source"),
           },
         ]
       : []),
-    { key: "op_name", label: "op_name", width: "minmax(160px, 2fr)", text: text("op_name"), middle: true },
-    { key: "hint", label: "hint", width: "minmax(120px, 1.2fr)", text: text("hint") },
+    { key: "op_name", label: "op_name", width: "minmax(110px, 2fr)", text: text("op_name"), middle: true },
+    { key: "hint", label: "hint", width: "minmax(80px, 1.2fr)", text: text("hint") },
   ];
 }
 
