@@ -173,7 +173,7 @@ export function opColumns() {
   const text = (c) => (row) => String(state.model.get(row, c) ?? "");
   const numeric = (key, label, format) => {
     const show = (r) => format(g(key)(r));
-    return { key, label, num: true, value: g(key), text: show, fit: fitOf(show) };
+    return { key, label, num: true, value: g(key), text: show, fit: fitOf(key, show) };
   };
   const m = state.model;
   return [

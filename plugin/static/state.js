@@ -16,8 +16,10 @@ export class Model {
     this.stacks = payload.call_stacks || []; // the call_stack column indexes this list
     this.derived = []; // the columns the server derived for the tab (added at the rows' end)
     let rows = null;
+    this.fits = new Map(); // column -> the longest texts it shows (see fitOf)
     if (payload.same && base) {
       const same = new Set(payload.same);
+      for (const [key, fit] of base.fits) if (same.has(key)) this.fits.set(key, fit);
       if (same.has("call_stack")) this.stacks = base.stacks;
       const sent = cols;
       let k = 0;
@@ -150,9 +152,11 @@ export const state = {
 
 export const ui = {};
 
-/** The longest texts a column shows over the report's rows (its width is measured from them). */
-export function fitOf(format) {
+/** The longest texts column `key` shows over the report's rows (its width is measured from
+ * them): made once per report, and a chip's report takes the run's for the columns it left. */
+export function fitOf(key, format) {
   const m = state.model;
   if (!m) return [];
-  return longest(m.rows.map((_, i) => format(i)));
+  if (!m.fits.has(key)) m.fits.set(key, longest(m.rows.map((_, i) => format(i))));
+  return m.fits.get(key);
 }
