@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, memory
+from hlo_roofline._gc import gc_paused
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
@@ -438,7 +439,8 @@ def load(report_dir: str, chip: str | None = None) -> tuple:
             with _lock:
                 if key in _cache:  # built by the request we waited for
                     return _cache[key]
-            entry = _build(report_dir, path, key_chip)
+            with gc_paused():  # a build makes ~10^5 objects: no collector pass in its way
+                entry = _build(report_dir, path, key_chip)
             if _stamp(path) == key[1]:  # not rewritten while we read it
                 with _lock:
                     _cache[key] = entry
