@@ -241,7 +241,7 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple:
         text = f'{head[:-1]},"derived":{extra},"memory_words":{words}}}'
         if base is not None:
             same = [n for n in report.ops.columns if texts[n] is base[1].get(n)]
-            changed = {n: t for n, t in texts.items() if n not in set(same)}
+            changed = {n: t for n, t in texts.items() if t is not base[1].get(n)}
             head = _columns_text(report, changed, stacks, same=same)
             delta = (base[3], f'{head[:-1]},"memory_words":{words},"since":{dumps(base[3])}}}')
     return payload, text, report, derived, delta

@@ -352,5 +352,7 @@ def decoded(column) -> list:
     import base64
     import math
 
-    values = memoryview(base64.b64decode(column["f64"])).cast("d").tolist()
+    import numpy as np
+
+    values = np.frombuffer(base64.b64decode(column["f64"]), dtype="<f8").tolist()
     return [v if math.isfinite(v) else None for v in values]
