@@ -456,7 +456,7 @@ def test_whole_line_fast_path_agrees_with_careful_path_on_every_fixture_line():
             head = hlo_parser._INSTRUCTION_HEAD.match(raw)
             if m is None or head is None:
                 continue
-            line = hlo_parser._Line(number, raw.rstrip())
+            line = hlo_parser.SourceLine(number, raw.rstrip())
             try:
                 careful, operands = hlo_parser._parse_instruction(line, head, None)
             except hlo_parser._Unclosed:  # a value printed over several lines: not the fast path's

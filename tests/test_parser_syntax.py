@@ -17,6 +17,7 @@ from conftest import FIXTURES
 
 from hlo_roofline import HloParseError, analyze_dump, analyze_hlo
 from hlo_roofline.hlo import Module, attrs, parse, parse_shape
+from hlo_roofline.hlo import lexer as hlo_lexer
 from hlo_roofline.hlo import parser as hlo_parser
 
 SYNTAX = FIXTURES / "parser_syntax"
@@ -55,7 +56,7 @@ def _xla_shape(instr) -> tuple:
     """An XLA instruction's shape (older jaxlibs have no ``.shape``: read it from its text)."""
     if hasattr(instr, "shape"):
         return _shape(str(instr.shape))
-    line = hlo_parser._Line(1, instr.to_string())
+    line = hlo_parser.SourceLine(1, instr.to_string())
     return _shape(
         str(hlo_parser._parse_shape(line, hlo_parser._INSTRUCTION_HEAD.match(line.text).end())[0])
     )
@@ -485,24 +486,24 @@ def test_the_fast_paths_atomic_form_reads_every_line_as_the_possessive_one():
     both forms must read every line of real modules alike (and the atomic one refuses an
     unbalanced value, which 3.11.2's possessive one took)."""
     names = ("_FAST_LINE", "_FAST_ATTRS", "_FAST_OPERANDS", "_FAST_ATTR", "_ALL_OPERANDS_NAMED")
-    atomic = {n: re.compile(hlo_parser._atomic(getattr(hlo_parser, n).pattern)) for n in names}
+    atomic = {n: re.compile(hlo_lexer._atomic(getattr(hlo_lexer, n).pattern)) for n in names}
     group_possessive = re.compile(r"(?<!\\)\)(?:[*+?]|\{\d*,?\d*\})\+")
     assert not any(group_possessive.search(p.pattern) for p in atomic.values())
     assert atomic["_FAST_ATTRS"].fullmatch(", f={k={") is None
-    assert re.match(hlo_parser._atomic(r"(?:ab*+c)*+"), "ab").end() == 0
-    if hlo_parser._compile is not re.compile:
+    assert re.match(hlo_lexer._atomic(r"(?:ab*+c)*+"), "ab").end() == 0
+    if hlo_lexer._compile is not re.compile:
         return  # this Python's possessive form is the wrong one: nothing to compare with
-    assert all(group_possessive.search(getattr(hlo_parser, n).pattern) for n in names)
+    assert all(group_possessive.search(getattr(hlo_lexer, n).pattern) for n in names)
     texts = [SPLASH, *DUMPED, FIXTURES / "gpt_tiny" / "tpu_v5e.hlo.txt"]
     checked = 0
     for path in texts:
         for raw in path.read_text().split("\n"):
-            m, a = hlo_parser._FAST_LINE.match(raw), atomic["_FAST_LINE"].match(raw)
+            m, a = hlo_lexer._FAST_LINE.match(raw), atomic["_FAST_LINE"].match(raw)
             assert (m and m.groups()) == (a and a.groups()), raw[:200]
             if m is None:
                 continue
             attr_text = m.group(7).rstrip()
-            expected = hlo_parser._FAST_ATTRS.fullmatch(attr_text) is not None
+            expected = hlo_lexer._FAST_ATTRS.fullmatch(attr_text) is not None
             assert (atomic["_FAST_ATTRS"].fullmatch(attr_text) is not None) == expected
             checked += 1
     assert checked > 2000

@@ -21,7 +21,7 @@ from tpu_oracle import priced_ops
 from tpu_oracle import shares as _shares
 
 from hlo_roofline import analyze_hlo, chips, verdict
-from hlo_roofline.hlo.parser import parse
+from hlo_roofline.hlo import parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_estimates"
 CHIPS = ("v5e", "v5p", "v6e", "7x")

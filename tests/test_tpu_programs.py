@@ -20,7 +20,7 @@ import pytest
 from tpu_oracle import band_shares, priced_ops
 
 from hlo_roofline import memory
-from hlo_roofline.hlo.parser import parse
+from hlo_roofline.hlo import parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_programs"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())

@@ -41,6 +41,7 @@ from hlo_roofline.cost.control_flow import (
 )
 from hlo_roofline.cost.inplace import sliced_reads
 from hlo_roofline.cost.linalg import (
+    MATMUL_OPCODES,
     MatmulIO,
     fused_operand_words,
     matmul_geometry,
@@ -53,7 +54,7 @@ from hlo_roofline.hlo.ir import Computation, Instruction, Metadata, Module, Shap
 _RULE_ERRORS = RULE_ERRORS
 ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
-_MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
+_MATMULS = MATMUL_OPCODES
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 
 

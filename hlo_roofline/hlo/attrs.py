@@ -492,31 +492,46 @@ def participants(instr: Instruction, module: Module) -> int:
     return module.num_partitions if "channel_id" in instr.attrs else module.replica_count
 
 
-def _groups(instr: Instruction, module: Module) -> list[list[int]]:
-    text = instr.attrs.get("replica_groups", "").strip()
-    if text.startswith("["):
+def _group_form(text: str) -> tuple:
+    """The one reader of a ``replica_groups`` text, for both the groups and their size:
+    ``("iota", shape, dims, perm)``, ``("mesh", sizes, picked)`` (the axes' sizes, the indices of
+    the named ones) or ``("list", groups)`` (each explicit group's ids as text, empty ones left
+    out: none at all means every participant in one group)."""
+    if text.startswith("["):  # iota form [groups,size]<=[devices]T(perm)
         shape_text, _, devices = text.partition("<=")
-        shape = [int(d) for d in _INT.findall(shape_text)]
         dims_text, _, perm_text = devices.partition("T")
-        ids = np.arange(_listable(math.prod(int(d) for d in _INT.findall(dims_text))))
-        ids = ids.reshape([int(d) for d in _INT.findall(dims_text)])
-        if perm_text:
-            ids = ids.transpose([int(d) for d in _INT.findall(perm_text)])
-        return ids.reshape(shape[0], -1).tolist() if shape else [ids.ravel().tolist()]
-    if text.startswith("mesh"):
+        shape, dims, perm = ([int(d) for d in _INT.findall(s)]
+                             for s in (shape_text, dims_text, perm_text))  # fmt: skip
+        return "iota", shape, dims, perm
+    if text.startswith("mesh"):  # mesh['a'=8,'b'=2] {'a'}
         axes, _, chosen = text.partition("]")
         named = re.findall(r"'([^']+)'=(\d+)", axes)
-        sizes = [int(size) for _, size in named]
         picked = [i for i, (name, _) in enumerate(named) if f"'{name}'" in chosen]
+        return "mesh", [int(size) for _, size in named], picked
+    groups = (_INT.findall(g) for g in re.findall(r"\{([^{}]*)\}", text))
+    return "list", [g for g in groups if g]
+
+
+def _groups(instr: Instruction, module: Module) -> list[list[int]]:
+    form = _group_form(instr.attrs.get("replica_groups", "").strip())
+    if form[0] == "iota":
+        _, shape, dims, perm = form
+        ids = np.arange(_listable(math.prod(dims))).reshape(dims)
+        if perm:
+            ids = ids.transpose(perm)
+        return ids.reshape(shape[0], -1).tolist() if shape else [ids.ravel().tolist()]
+    if form[0] == "mesh":
+        _, sizes, picked = form
         ids = np.arange(_listable(math.prod(sizes))).reshape(sizes)
         kept = [i for i in range(len(sizes)) if i not in picked]
         size = math.prod(sizes[i] for i in picked)
         return ids.transpose(kept + picked).reshape(-1, size).tolist()
-    groups = [[int(v) for v in _INT.findall(g)] for g in re.findall(r"\{([^{}]*)\}", text)]
-    groups = [g for g in groups if g]
+    groups = form[1]
     if sum(map(len, groups)) > MAX_DEVICES:
         raise ValueError(f"groups listing more than {MAX_DEVICES} devices")
-    return groups or [list(range(_listable(participants(instr, module))))]
+    return [[int(v) for v in g] for g in groups] or [
+        list(range(_listable(participants(instr, module))))
+    ]
 
 
 def replica_group_size(instr: Instruction, module: Module) -> int:
@@ -525,19 +540,18 @@ def replica_group_size(instr: Instruction, module: Module) -> int:
 
 
 def _group_size(instr: Instruction, module: Module) -> int:
-    text = instr.attrs.get("replica_groups", "").strip()
-    if text.startswith("["):  # iota form [groups,size]<=[devices]
-        dims = [int(d) for d in _INT.findall(text.partition("<=")[0])]
-        return dims[-1] if dims else 1
-    if text.startswith("mesh"):  # mesh['a'=8,'b'=2] {'a'}
-        axes, _, chosen = text.partition("]")
-        sizes = dict(re.findall(r"'([^']+)'=(\d+)", axes))
-        picked = re.findall(r"'([^']+)'", chosen)
-        return math.prod(int(sizes[a]) for a in picked if a in sizes) or 1
-    groups = re.findall(r"\{([^{}]*)\}", text)
-    first = next((g for g in groups if g.strip()), None)
-    if first is not None:
-        return len(_INT.findall(first))
+    """``len(replica_groups(...)[0])`` from the sizes alone (a program too large to list its
+    devices still has a group size)."""
+    form = _group_form(instr.attrs.get("replica_groups", "").strip())
+    if form[0] == "iota":
+        _, shape, dims, _ = form
+        return math.prod(dims) // shape[0] if shape and shape[0] else math.prod(dims)
+    if form[0] == "mesh":
+        _, sizes, picked = form
+        return math.prod(sizes[i] for i in picked)
+    groups = form[1]
+    if groups:
+        return len(groups[0])
     return participants(instr, module)  # empty groups: every participant of the collective's mode
 
 

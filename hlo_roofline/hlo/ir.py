@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from hlo_roofline.hlo.lexer import split_attributes
+
 # Bytes per element of every element type of XLA's PrimitiveType (xla_data.proto), and the 6-bit
 # floats PJRT names; sub-byte types are given as fractions.
 DTYPE_BYTES: dict[str, float] = {
@@ -121,27 +123,6 @@ class StackFrame:
     function: str
     line: int
     parent: int  # frame id of the caller, 0 for none
-
-
-def split_attributes(text: str) -> dict[str, str]:
-    """Split ``", key=value, ..."`` attribute text into a dict: the parser's own splitter.
-
-    Only the parser hands an instruction its attributes as text, and it installs its splitter here
-    when it loads (:func:`use_attribute_splitter`), so the IR needs no import of the parser."""
-    return _attribute_splitter(text)
-
-
-def _no_splitter(text: str) -> dict[str, str]:
-    raise RuntimeError("attribute text without the HLO parser loaded")
-
-
-_attribute_splitter = _no_splitter
-
-
-def use_attribute_splitter(splitter) -> None:
-    """Install the function that splits attribute text (called once by the parser)."""
-    global _attribute_splitter
-    _attribute_splitter = splitter
 
 
 _SPAN_BITS = 32  # an attribute span is (start << _SPAN_BITS) | length, into the module's text

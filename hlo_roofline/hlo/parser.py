@@ -1,13 +1,16 @@
 """HLO text → :class:`~hlo_roofline.hlo.ir.Module`.
 
 The printer XLA uses (``compiled.as_text()``, ``--xla_dump_to`` files) writes one instruction per line,
-so the parser works line by line. Almost every line is read by two regular expressions: one for
-the name, shape, opcode and operands (``_FAST_LINE``), one that splits the attributes
-(``_FAST_ATTR_ITEM``). A line they do not read exactly goes to the careful path, where a small
-scanner that understands quotes, comments and nested brackets splits operands and attributes and
+so the parser works line by line. Almost every line is read by two regular expressions of the
+lexer (:mod:`hlo_roofline.hlo.lexer`): one for the name, shape, opcode and operands
+(``_FAST_LINE``), one that splits the attributes (``_FAST_ATTR_ITEM``). A line they do not read
+exactly goes to the careful path, where the lexer's scanner splits operands and attributes and
 reports the column of whatever is wrong. Shapes are parsed once per distinct spelling (they repeat
-a lot). Operands must be defined above their users, as XLA requires. Anything the parser does not
-understand raises :class:`HloParseError` with the line, the column and the offending text.
+a lot). Operands must be defined above their users, as XLA requires, and each opcode gets the
+number of operands XLA's parser requires. Anything the parser does not understand raises
+:class:`HloParseError` with the line, the column and the offending text. What is not syntax (call
+signatures, parameter numbers, cycles) is checked by :mod:`hlo_roofline.hlo.verifier` as the
+parser goes; reading files is :mod:`hlo_roofline.hlo.files`.
 
 Beyond one instruction a line, XLA's printers write: attribute values with line breaks in them
 (frontend attributes and pretty JSON backend configs are printed verbatim; a Pallas kernel's
@@ -23,10 +26,10 @@ import itertools
 import math
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from sys import intern
 
 from hlo_roofline._gc import gc_paused
+from hlo_roofline.hlo.errors import HloParseError, SourceLine, line_text
 from hlo_roofline.hlo.ir import (
     DTYPE_BYTES,
     NON_ARRAY_TYPES,
@@ -39,122 +42,37 @@ from hlo_roofline.hlo.ir import (
     attribute_span,
     span_bounds,
     tiled_elements,
-    use_attribute_splitter,
+)
+from hlo_roofline.hlo.lexer import (
+    _ALL_OPERANDS_NAMED,
+    _ARRAY,
+    _CALLED_ATTRS,
+    _CALLED_KEY_TEXT,
+    _COMMENT,
+    _COMPUTATION_CLOSE,
+    _COMPUTATION_HEAD,
+    _FAST_ATTR,
+    _FAST_ATTR_ITEM,
+    _FAST_LINE,
+    _FAST_OPERANDS,
+    _INSTRUCTION_HEAD,
+    _OPCODE,
+    _OPERAND_NAME,
+    _TILE,
+    _TILES,
+    _called_names,
+    _logical_end,
+    _scan,
+    _split_top_level,
+    _Unclosed,
+)
+from hlo_roofline.hlo.verifier import (
+    CALLER_OPCODES,
+    check_acyclic,
+    check_caller,
+    check_parameter_numbers,
 )
 
-
-class HloParseError(ValueError):
-    """Malformed HLO text; ``line`` and ``column`` are 1-based, ``text`` is the offending line."""
-
-    def __init__(self, message: str, line: int = 0, column: int = 0, text: str = "") -> None:
-        self.message, self.line, self.column, self.text = message, line, column, text
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        where = f"line {self.line}:{self.column}: " if self.line else ""
-        if not self.text:
-            return where + self.message
-        snippet = self.text if len(self.text) <= 200 else self.text[: max(self.column, 1) + 80]
-        return f"{where}{self.message}\n  {snippet}\n  {' ' * max(self.column - 1, 0)}^"
-
-
-def _atomic(pattern: str) -> str:
-    """``pattern`` with each possessive repeat of a group, ``(...)*+``, written as the atomic group
-    ``(?>(...)*)``: the same language. Python 3.11.0 to 3.11.2 match a possessive repeat of a
-    group wrongly (``(?:ab*+c)*+`` matches "a" of "ab"), so there the fast paths use these."""
-    out: list[str] = []
-    opened: list[int] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if c == "[":  # a class: up to its unescaped "]" (a "]" first in it is literal)
-            j = i + 1 + (pattern.startswith("^", i + 1))
-            j += pattern.startswith("]", j)
-            while pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            out.append(pattern[i : j + 1])
-            i = j + 1
-            continue
-        out.append(c)
-        i += 1
-        if c == "(":
-            opened.append(len(out) - 1)
-        elif c == ")":
-            start = opened.pop()
-            m = _POSSESSIVE.match(pattern, i)
-            if m is not None:
-                group = "".join(out[start:])
-                del out[start:]
-                out.append(f"(?>{group}{m.group(1)})")
-                i = m.end()
-    return "".join(out)
-
-
-_POSSESSIVE = re.compile(r"([*+?]|\{\d*,?\d*\})\+")
-# Whether this Python matches possessive repeats of groups right (3.11.3 and later do).
-_compile = (
-    re.compile if re.match(r"(?:ab*+c)*+", "ab").end() == 0 else lambda p: re.compile(_atomic(p))
-)
-
-# One regex pass splits a line into the tokens that matter for structure. Strings, comments,
-# bracket groups with no nested brackets (dims "[8,128]", layouts "{1,0}", metadata "{op_name=...}")
-# come out as single tokens; every other token is one character that opens, closes or separates.
-_TOKEN = re.compile(
-    r'"(?:[^"\\]|\\.)*"'
-    r"|/\*.*?\*/"
-    r"|\[[^\[\]\"{}()]*\]"
-    r'|\{(?:[^{}"\[\]()]|"(?:[^"\\]|\\.)*")*\}'
-    r'|[(){}\[\],"]'
-)
-_CLOSER = {"(": ")", "{": "}", "[": "]"}
-
-# The fast paths use regular expressions whose quantifiers are all possessive, so they never
-# backtrack: a line they do not match fails in linear time and goes to the careful path. Strings and
-# brace groups are written "unrolled" (runs of plain characters between the special ones), which
-# the regex engine walks several times faster than an alternation tried at every character.
-_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
-
-
-def _nested_braces(depth: int) -> str:
-    """A ``{...}`` group holding strings and up to ``depth`` levels of nested groups."""
-    group = r'\{[^{}"]*+(?:' + _STRING + r'[^{}"]*+)*+\}'
-    for _ in range(depth):
-        group = r'\{[^{}"]*+(?:(?:' + _STRING + "|" + group + r')[^{}"]*+)*+\}'
-    return group
-
-
-_BRACES = _nested_braces(6)
-_FAST_OPERANDS = _compile(r'\(((?:[^()"]++|\((?:[^()"]++|\([^()"]*+\))*+\))*+)\)')
-_FAST_ATTR = _compile(
-    r",\s*([\w.\-]+)=((?:[^,{}()\[\]\"]++|"
-    + _STRING
-    + "|"
-    + _BRACES
-    + r"|\[[^\[\]]*+\]|\([^()]*+\))++)\s*"
-)
-_OPERAND_NAME = re.compile(r"%([^\s,()%]+)")
-_INSTRUCTION_HEAD = re.compile(r"\s*(ROOT\s+)?%?([^\s=%]+)\s*=\s*")
-_OPCODE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
-_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}]*)\})?")
-_COMPUTATION_HEAD = re.compile(r"\s*(ENTRY\s+)?%?([^\s(){}=%]+)\s*(.*)\{\s*$")
-_TILE = re.compile(r"\(([\d,]*)\)")
-_TILES = re.compile(r"T((?:\([\d,]*\))+)")
-_COMMENT = re.compile(r"/\*.*?\*/")
-_CALLED_ATTRS = (
-    "calls", "to_apply", "body", "condition", "select", "scatter",
-    "true_computation", "false_computation", "branch_computations", "called_computations",
-)  # fmt: skip
-# Attributes an opcode cannot do without: XLA's parser rejects the op when they are missing.
-_REQUIRED_CALLEES = {
-    "fusion": ("calls",), "while": ("body", "condition"), "call": ("to_apply",),
-    "reduce": ("to_apply",), "reduce-window": ("to_apply",), "map": ("to_apply",),
-    "scatter": ("to_apply",), "select-and-scatter": ("select", "scatter"),
-    "all-reduce": ("to_apply",), "reduce-scatter": ("to_apply",), "async-start": ("calls",),
-}  # fmt: skip
 # How many operands an opcode takes, where XLA fixes it: (fewest, most, the count & 1 that is wrong:
 # 1 where the count must be even, 0 where odd, -1 for either).
 # Opcodes not listed (fusion, call, custom-call, tuple, async wrappers, ops a future XLA adds) take
@@ -198,157 +116,18 @@ _ARITY: dict[str, tuple[int, int, int]] = {
 }
 _FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _KV = re.compile(r"(\w+)=(-?\d+)")
-
-# The whole-line fast path: name, shape, opcode and operands by one expression (shapes nest at most
-# three parentheses deep here), then the attributes, as XLA prints them: ", key=value" each.
-_ARRAY_TEXT = r"[a-z][a-z0-9]*+\[[^\]]*+\](?:\{[^}]*+\})?+"
-_SHAPE_TEXT = (
-    _ARRAY_TEXT + r"|\((?:[^()]++|\((?:[^()]++|\([^()]*+\))*+\))*+\)"
-)  # an array, or a tuple (checked by the careful shape parser the first time it is seen)
-_FAST_OPERAND = r"(?:/\*[^*]*+\*/\s*+)?(?:(?:" + _SHAPE_TEXT + r")\s++)?%[^\s,()%]++"
-_ALL_OPERANDS_NAMED = _compile(
-    r"\s*+" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+"
-)  # every operand written "%name"
-_ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
-_ATTR_VALUE = r"(?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+"
-_FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=(" + _ATTR_VALUE + ")"
-_FAST_LINE = _compile(
-    r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
-    r"(" + _SHAPE_TEXT + r")\s*+"  # shape
-    r"([a-z][a-z0-9\-_]*+)\("  # opcode(
-    r"(?:(\s*+(?:" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+)?)"  # %a, %b
-    r'|([^()"]*+(?:\([^()"]*+\)[^()"]*+)*+))\)'  # or a parameter's / constant's payload
-    # the attributes, each ", key=value" as XLA prints them, checked in the same pass (a line
-    # whose attributes are not in that form is not matched: the careful path reads it)
-    r"((?:, [\w.\-]++=" + _ATTR_VALUE + r")*+)\s*+$"
-)
-_FAST_ATTR_ITEM = _compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
-_FAST_ATTRS = _compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
-# Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).
-_CALLED_KEY_TEXT = re.compile(", (?:" + "|".join(_CALLED_ATTRS) + ")=")
-# A computation ends with "}", or with '}, execution_thread="sparsecore"' when it runs on another
-# thread of the chip (TPU SparseCore offload); the profiler's printer adds "// name" after it.
-_COMPUTATION_CLOSE = re.compile(r'\}(?:\s*,\s*execution_thread="([^"]*)")?\s*(?://.*)?$')
 _LEAF_OPCODES = frozenset({"parameter", "constant"})
 _CALLED_KEYS = frozenset(_CALLED_ATTRS)
-_CALLER_OPCODES = frozenset({*_REQUIRED_CALLEES, "conditional"})  # checked even without callees
 _MAX_ELEMENTS = 2**63 - 1
 _MAX_TUPLE_DEPTH = 64  # XLA nests a few levels; what walks shapes recursively must not overflow
 _SHAPE_CACHE_LIMIT = 100_000  # distinct spellings kept across parses (fuzzed input makes many)
-
-
-class _Line:
-    """One source line and its number, for errors that point at the right column. An instruction
-    whose attribute value XLA printed with line breaks in it is one ``_Line`` of several lines:
-    an error names the line and column its position falls on."""
-
-    __slots__ = ("number", "text")
-
-    def __init__(self, number: int, text: str) -> None:
-        self.number, self.text = number, text
-
-    def error(
-        self, message: str, pos: int, cls: type[HloParseError] = HloParseError
-    ) -> HloParseError:
-        text = self.text
-        if "\n" not in text:
-            return cls(message, self.number, pos + 1, text)
-        begin = text.rfind("\n", 0, pos) + 1
-        end = text.find("\n", begin)
-        physical = text[begin : end if end >= 0 else len(text)]
-        return cls(message, self.number + text.count("\n", 0, begin), pos - begin + 1, physical)
-
-
-class _Unclosed(HloParseError):
-    """A line that ends inside a bracket or a string. Inside a ``{...}`` value the text may go on
-    on the next line (``in_braces``): XLA prints some values verbatim, line breaks and all."""
-
-    in_braces = False
-
-
-def _scan(line: _Line, start: int, grouped: bool = True) -> tuple[int, list[int], list[int]]:
-    """Scan ``line.text`` from ``start`` to its end, checking that brackets balance.
-
-    With ``grouped``, ``start`` is an opening bracket: returns the index of the bracket that closes
-    it and the commas directly inside it. Always returns the commas outside every bracket after
-    that (the separators of an attribute list).
-    """
-    text = line.text
-    stack: list[str] = []
-    close = -1
-    inner: list[int] = []
-    outer: list[int] = []
-    for m in _TOKEN.finditer(text, start):
-        tok = m.group()
-        if len(tok) != 1:
-            continue  # a string, comment or flat bracket group
-        if tok == ",":
-            depth = len(stack)
-            if depth == 0:
-                outer.append(m.start())
-            elif depth == 1 and close < 0 and grouped:
-                inner.append(m.start())
-        elif tok in _CLOSER:
-            stack.append(_CLOSER[tok])
-        elif tok == '"':
-            error = line.error("unterminated string", m.start(), _Unclosed)
-            error.in_braces = stack[:1] == ["}"]
-            raise error
-        else:
-            if not stack or stack.pop() != tok:
-                raise line.error(f"unbalanced '{tok}'", m.start())
-            if not stack and close < 0 and grouped:
-                close = m.start()
-    if stack:
-        error = line.error(f"missing '{stack[-1]}'", len(text), _Unclosed)
-        error.in_braces = stack[0] == "}"
-        raise error
-    return close, inner, outer
-
-
-def _logical_end(text: str, start: int) -> int | None:
-    """Where the instruction (or header) that starts at ``start`` ends: the first line break
-    outside every bracket and string, which may be several lines down when an attribute's value
-    holds line breaks (XLA prints frontend attributes and some backend configs verbatim). None
-    when the text ends first (the caller reports the line that opened what is not closed). A
-    closer that does not match ends it at the end of its line, for the caller to report there."""
-    stack: list[str] = []
-    find = text.find
-    previous = start
-    for m in _TOKEN.finditer(text, start):
-        if not stack:
-            newline = find("\n", previous, m.start())
-            if newline >= 0:
-                return newline
-        tok = m.group()
-        previous = m.end()
-        if len(tok) != 1 or tok == ",":
-            continue
-        if tok in _CLOSER:
-            stack.append(_CLOSER[tok])
-        elif tok == '"':
-            return None
-        elif not stack or stack.pop() != tok:
-            newline = find("\n", previous)
-            return len(text) if newline < 0 else newline
-    if stack:
-        return None
-    newline = find("\n", previous)
-    return len(text) if newline < 0 else newline
-
-
-def _split_top_level(line: _Line, start: int) -> list[tuple[int, int]]:
-    """Split ``line.text[start:]`` on commas outside brackets and quotes; return (begin, end) spans."""
-    _, _, commas = _scan(line, start, grouped=False)
-    bounds = [start - 1, *commas, len(line.text)]
-    return [(a + 1, b) for a, b in itertools.pairwise(bounds)]
 
 
 _shape_cache: dict[str, Shape] = {}
 _layout_cache: dict[str, Layout] = {}
 
 
-def _parse_layout(text: str, line: _Line, pos: int) -> Layout:
+def _parse_layout(text: str, line: SourceLine, pos: int) -> Layout:
     """A layout, checked on its own: minor_to_major a permutation of 0..n-1, tiles positive.
     (That n is the shape's rank is checked by the caller: the layout is cached by its text.)"""
     layout = _layout_cache.get(text)
@@ -381,7 +160,7 @@ def _parse_layout(text: str, line: _Line, pos: int) -> Layout:
     return layout
 
 
-def _parse_array(line: _Line, pos: int) -> tuple[Shape, int]:
+def _parse_array(line: SourceLine, pos: int) -> tuple[Shape, int]:
     m = _ARRAY.match(line.text, pos)
     if m is None:
         raise line.error("expected a shape", pos)
@@ -422,7 +201,7 @@ def _parse_array(line: _Line, pos: int) -> tuple[Shape, int]:
     return shape, m.end()
 
 
-def _parse_shape(line: _Line, pos: int, depth: int = 0) -> tuple[Shape, int]:
+def _parse_shape(line: SourceLine, pos: int, depth: int = 0) -> tuple[Shape, int]:
     """Parse the shape starting at ``pos``; return it and the index just after it."""
     text = line.text
     if pos < len(text) and text[pos] == "(":
@@ -454,14 +233,14 @@ def _parse_shape(line: _Line, pos: int, depth: int = 0) -> tuple[Shape, int]:
 
 def parse_shape(text: str) -> Shape:
     """Parse a standalone shape such as ``f32[8,128]{1,0}`` or ``(s32[], bf16[4])``."""
-    line = _Line(1, text.strip())
+    line = SourceLine(1, text.strip())
     shape, end = _parse_shape(line, 0)
     if end != len(line.text):
         raise line.error("unexpected text after shape", end)
     return shape
 
 
-def _parse_attrs(line: _Line, start: int) -> dict[str, str]:
+def _parse_attrs(line: SourceLine, start: int) -> dict[str, str]:
     attrs: dict[str, str] = {}
     text = line.text
     for begin, end in _split_top_level(line, start):
@@ -475,7 +254,7 @@ def _parse_attrs(line: _Line, start: int) -> dict[str, str]:
     return attrs
 
 
-def _parse_header(header: _Line) -> tuple[str, dict[str, str]]:
+def _parse_header(header: SourceLine) -> tuple[str, dict[str, str]]:
     """The module's name and attributes from ``HloModule name, key=value, ...``."""
     name, comma, attr_text = header.text[len("HloModule ") :].partition(",")
     name, attr_text = name.strip(), comma + attr_text
@@ -488,12 +267,8 @@ def _parse_header(header: _Line) -> tuple[str, dict[str, str]]:
     return name, _parse_attrs(header, parts[0][1] + 1) if len(parts) > 1 else {}
 
 
-def _called_names(value: str) -> list[str]:
-    return [v.strip().lstrip("%") for v in value.strip("{} ").split(",") if v.strip()]
-
-
 def _parse_instruction(
-    line: _Line, head: re.Match, computation: Computation
+    line: SourceLine, head: re.Match, computation: Computation
 ) -> tuple[Instruction, list[tuple[str, int]]]:
     """The careful path for one instruction line: every error points at its column."""
     text = line.text
@@ -548,14 +323,6 @@ def _fast_instruction(
     return instr, names
 
 
-def split_attributes(text: str) -> dict[str, str]:
-    """``", key=value, ..."`` (already checked by ``_FAST_ATTRS``) as a dict."""
-    return {intern(key): value for key, value in _FAST_ATTR_ITEM.findall(text)}
-
-
-use_attribute_splitter(split_attributes)  # instructions split their attribute text on first use
-
-
 def _fast_operands_and_attrs(
     text: str, open_pos: int
 ) -> tuple[list[tuple[str, int]], dict[str, str], str] | None:
@@ -580,7 +347,7 @@ def _fast_operands_and_attrs(
 
 
 def _slow_operands_and_attrs(
-    line: _Line, opcode: str, open_pos: int
+    line: SourceLine, opcode: str, open_pos: int
 ) -> tuple[list[tuple[str, int]], dict[str, str], str]:
     """The scanner's path: handles every form and reports the column of what is wrong."""
     text = line.text
@@ -641,12 +408,6 @@ def _is_code(line: str) -> bool:
     """Not blank and not a ``//`` comment."""
     stripped = line.strip()
     return bool(stripped) and not stripped.startswith("//")
-
-
-def _line_text(text: str, number: int) -> str:
-    """Line ``number`` (1-based) of ``text``, for an error message."""
-    lines = text.split("\n")
-    return lines[number - 1].rstrip() if 0 < number <= len(lines) else ""
 
 
 def _parse_frame_tables(
@@ -714,7 +475,7 @@ def _parse_module(text: str) -> Module:
     if first is None:
         raise HloParseError("empty input: no 'HloModule' header")
     number, start, end = first
-    header = _Line(number, text[start:end].rstrip())
+    header = SourceLine(number, text[start:end].rstrip())
     if not header.text.startswith("HloModule "):
         raise header.error("expected 'HloModule <name>'", 0)
     try:
@@ -723,7 +484,7 @@ def _parse_module(text: str) -> Module:
         end = _header_end(text, start) if unclosed.in_braces else None
         if end is None:
             raise
-        header = _Line(number, text[start:end].rstrip())
+        header = SourceLine(number, text[start:end].rstrip())
         _skip_to(spans, end)
         name, module_attrs = _parse_header(header)
     frames, following = _parse_frame_tables(text, spans)
@@ -750,7 +511,7 @@ def _parse_module(text: str) -> Module:
                 if not stripped or stripped.startswith("//") or closing is not None:
                     pass
                 else:
-                    line = _Line(number, raw.rstrip())
+                    line = SourceLine(number, raw.rstrip())
                     head = _INSTRUCTION_HEAD.match(raw)
                     if head is None:
                         raise line.error("expected an instruction ('%name = shape opcode(...)')", 0)
@@ -761,7 +522,7 @@ def _parse_module(text: str) -> Module:
                         if end is None:
                             raise
                         _skip_to(spans, end)
-                        line = _Line(number, text[start:end].rstrip())
+                        line = SourceLine(number, text[start:end].rstrip())
                         instr, operands = _parse_instruction(line, head, current)
                     parsed = instr, [operand for operand, _ in operands]
             if parsed is not None:
@@ -796,7 +557,7 @@ def _parse_module(text: str) -> Module:
                 current.instructions.append(instr)
                 if instr.is_root:
                     current.root = instr
-                if instr.opcode in _CALLER_OPCODES or _names_computations(instr):
+                if instr.opcode in CALLER_OPCODES or _names_computations(instr):
                     callers.append((instr, number))
                 continue
             if closing is None:
@@ -806,14 +567,14 @@ def _parse_module(text: str) -> Module:
             if current.root is None and current.instructions:
                 current.root = current.instructions[-1]
             if current.root is None:
-                line = _Line(number, stripped)
+                line = SourceLine(number, stripped)
                 raise line.error(f"computation '{current.name}' has no instructions", 0)
             if parameters:
-                _check_parameter_numbers(parameters, text)
+                check_parameter_numbers(parameters, text)
             computations[current.name] = current
             if current.is_entry:
                 if entry is not None:
-                    raise _Line(number, stripped).error("more than one ENTRY computation", 0)
+                    raise SourceLine(number, stripped).error("more than one ENTRY computation", 0)
                 entry = current
             current = None
             continue
@@ -823,13 +584,11 @@ def _parse_module(text: str) -> Module:
             continue
         m = _COMPUTATION_HEAD.match(raw)
         if m is None:
-            line = _Line(number, raw.rstrip())
+            line = SourceLine(number, raw.rstrip())
             raise line.error("expected a computation ('%name (...) -> ... {')", 0)
-        current = Computation(
-            m.group(2), is_entry=m.group(1) is not None, line=number, source=text
-        )
+        current = Computation(m.group(2), is_entry=m.group(1) is not None, line=number, source=text)
         if current.name in computations:
-            line = _Line(number, raw.rstrip())
+            line = SourceLine(number, raw.rstrip())
             raise line.error(f"duplicate computation '{current.name}'", m.start(2))
         by_name = {}
         parameters = []
@@ -848,7 +607,7 @@ def _parse_module(text: str) -> Module:
     if entry is None:
         entry = _implicit_entry(computations, callers, module_attrs, text)
     _resolve_callees(callers, computations, text)
-    _check_acyclic(callers, text)
+    check_acyclic(callers, text)
     return Module(name, computations, entry, module_attrs, frames, text)
 
 
@@ -892,11 +651,11 @@ def _tuple_element(
     base, _, rest = name.partition("#")
     operand = by_name.get(base)
     if operand is None or not rest:
-        raise _unknown_operand(name, user.line, _line_text(text, user.line))
+        raise _unknown_operand(name, user.line, line_text(text, user.line))
     spelled = base
     for index_text in rest.split("#"):
         if _COMPACT_INDEX.fullmatch(index_text) is None:
-            line = _Line(user.line, _line_text(text, user.line))
+            line = SourceLine(user.line, line_text(text, user.line))
             message = f"bad tuple index '#{index_text}' in operand '%{name}'"
             raise line.error(message, _operand_column(line.text, name))
         index = int(index_text)
@@ -905,7 +664,7 @@ def _tuple_element(
         if made is None:
             shape = operand.shape
             if not shape.is_tuple or index >= len(shape.tuple_shapes):
-                line = _Line(user.line, _line_text(text, user.line))
+                line = SourceLine(user.line, line_text(text, user.line))
                 what = f"a tuple of {len(shape.tuple_shapes)}" if shape.is_tuple else str(shape)
                 message = f"operand '%{name}': %{operand.name} is {what}, it has no element {index}"
                 raise line.error(message, _operand_column(line.text, name))
@@ -987,28 +746,15 @@ def _wrong_arity(
         wanted = f"an {parity} number of operands (at least {fewest})"
     else:
         wanted = f"at least {fewest} operand{'' if fewest == 1 else 's'}"
-    line = _Line(instr.line, raw.rstrip())
+    line = SourceLine(instr.line, raw.rstrip())
     col = line.text.find(instr.opcode + "(", line.text.find("="))
     return line.error(
         f"{instr.opcode} takes {wanted}, not {count}", max(col, 0) + len(instr.opcode)
     )
 
 
-def _check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
-    """A computation's parameters are numbered 0..n-1, each once (callers pass them by number)."""
-    seen: dict[int, Instruction] = {}
-    for param in parameters:
-        number = int(param.payload) if len(param.payload) < 19 else len(parameters)
-        if number in seen or number >= len(parameters):
-            line = _Line(param.line, _line_text(text, param.line))
-            problem = "used twice" if number in seen else f"of {len(parameters)} parameters"
-            col = line.text.find("parameter(")
-            raise line.error(f"parameter number {number} {problem}", max(col + 10, 0))
-        seen[number] = param
-
-
 def _unknown_operand(name: str, number: int, raw: str) -> HloParseError:
-    line = _Line(number, raw.rstrip())
+    line = SourceLine(number, raw.rstrip())
     message = f"unknown operand '%{name}' (not defined above)"
     return line.error(message, _operand_column(line.text, name))
 
@@ -1025,6 +771,8 @@ def _operand_column(line: str, name: str) -> int:
 def _resolve_callees(
     callers: list[tuple[Instruction, int]], computations: dict[str, Computation], text: str
 ) -> None:
+    """Link each caller to the computations its attributes name (and mark fusion bodies); the
+    verifier checks each call as it is linked."""
     agree: dict[tuple[int, int], bool] = {}  # shape pairs already compared
     for instr, number in callers:
         attrs = instr.attrs
@@ -1036,161 +784,11 @@ def _resolve_callees(
             for name in _called_names(value):
                 callee = computations.get(name)
                 if callee is None:
-                    line = _Line(number, _line_text(text, number))
+                    line = SourceLine(number, line_text(text, number))
                     col = line.text.find(key + "=")
                     raise line.error(f"unknown computation '%{name}' in {key}=", max(col, 0))
                 instr.called.append(callee)
-        for key in _REQUIRED_CALLEES.get(instr.opcode, ()):
-            if key not in attrs:
-                raise _Line(number, _line_text(text, number)).error(
-                    f"{instr.opcode} needs {key}=", 0
-                )
-        if instr.opcode == "conditional" and not instr.called:
-            line = _Line(number, _line_text(text, number))
-            raise line.error("conditional needs branch_computations=", 0)
+        check_caller(instr, number, text, agree)
         if instr.opcode == "fusion":
             for callee in instr.called:
                 callee.is_fusion = True
-        if instr.opcode in _PASSES_OPERANDS and instr.called:
-            _check_call(instr, number, text, agree)
-
-
-# Ops whose callee receives their operands as its parameters and whose result is the callee's
-# result: XLA requires the shapes to agree, and the cost rules follow values across the boundary
-# by parameter number. (Not async starts: a TPU SparseCore offload's ``call-start()`` passes its
-# computation's parameters another way.)
-_PASSES_OPERANDS = frozenset({"fusion", "call", "while", "conditional"})
-
-
-def _compatible(a: Shape, b: Shape) -> bool:
-    """Same element type, dimensions and tuple structure; layouts may differ (XLA's Compatible)."""
-    if a is b:
-        return True
-    if a.dtype != b.dtype or a.dims != b.dims or len(a.tuple_shapes) != len(b.tuple_shapes):
-        return False
-    return all(_compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes, strict=True))
-
-
-def _check_call(
-    instr: Instruction, number: int, text: str, agree: dict[tuple[int, int], bool]
-) -> None:
-    """The callee's parameters take the caller's operands; its root gives the caller's result.
-    ``agree`` remembers pairs of shapes compared (parsed shapes are shared objects)."""
-
-    def compatible(a: Shape, b: Shape) -> bool:
-        key = (id(a), id(b))
-        found = agree.get(key)
-        if found is None:
-            found = agree[key] = _compatible(a, b)
-        return found
-
-    opcode = instr.opcode
-    if opcode == "while":
-        if len(instr.called) != 2:
-            return  # body= and condition= naming one computation: nothing else to compare
-        body, condition = instr.called
-        plan = [(body, instr.operands, instr.shape), (condition, instr.operands, None)]
-        if not compatible(instr.shape, instr.operands[0].shape):
-            _call_error(instr, number, text, "a while loop's result must have its operand's shape")
-    elif opcode == "conditional":
-        branches = instr.called
-        if len(instr.operands) != len(branches) + 1:
-            message = (
-                f"conditional with {len(branches)} branches takes {len(branches) + 1} operands"
-            )
-            _call_error(instr, number, text, f"{message}, not {len(instr.operands)}")
-        plan = [(b, instr.operands[k + 1 : k + 2], instr.shape) for k, b in enumerate(branches)]
-    else:
-        plan = [(instr.called[0], instr.operands, instr.shape)]
-    for callee, operands, result in plan:
-        params = callee.parameters
-        if len(params) != len(operands):
-            message = f"%{callee.name} takes {len(params)} parameters, given {len(operands)}"
-            _call_error(instr, number, text, message)
-        for param, operand in zip(params, operands, strict=True):
-            if not compatible(param.shape, operand.shape):
-                message = (
-                    f"parameter {param.payload} of %{callee.name} is {param.shape}, "
-                    f"but %{operand.name} passed to it is {operand.shape}"
-                )
-                _call_error(instr, number, text, message, operand.name)
-        if (
-            result is not None
-            and callee.root is not None
-            and not compatible(callee.root.shape, result)
-        ):
-            message = f"%{callee.name} returns {callee.root.shape}, not the {opcode}'s {result}"
-            _call_error(instr, number, text, message)
-
-
-def _call_error(
-    instr: Instruction, number: int, text: str, message: str, operand: str | None = None
-) -> None:
-    line = _Line(number, _line_text(text, number))
-    col = line.text.find("%" + operand, line.text.find("(")) if operand else -1
-    if col < 0:
-        col = line.text.find(instr.opcode + "(", line.text.find("="))
-    raise line.error(message, max(col, 0))
-
-
-def _check_acyclic(callers: list[tuple[Instruction, int]], text: str) -> None:
-    """Reject a computation that calls itself, directly or not (XLA's call graph is acyclic, and
-    everything that walks it relies on that)."""
-    calls: dict[int, list[tuple[Computation, Instruction, int]]] = {}
-    for instr, number in callers:
-        for callee in instr.called:
-            calls.setdefault(id(instr.computation), []).append((callee, instr, number))
-    done: set[int] = set()
-    for instr, _ in callers:
-        root = instr.computation
-        if id(root) in done:
-            continue
-        # Depth-first, without recursion: a path of (computation, its calls not yet followed).
-        path = [(root, iter(calls.get(id(root), ())))]
-        on_path = {id(root)}
-        while path:
-            comp, pending = path[-1]
-            step = next(pending, None)
-            if step is None:
-                path.pop()
-                on_path.discard(id(comp))
-                done.add(id(comp))
-                continue
-            callee, caller, number = step
-            if id(callee) in on_path:
-                line = _Line(number, _line_text(text, number))
-                message = f"computation '%{callee.name}' calls itself (through %{caller.name})"
-                raise line.error(message, max(line.text.find("%" + callee.name), 0))
-            if id(callee) not in done:
-                path.append((callee, iter(calls.get(id(callee), ()))))
-                on_path.add(id(callee))
-
-
-def parse_file(path: str | Path) -> Module:
-    """Parse an HLO text file; a parse error names the file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        shown = (
-            str(path)
-            if len(str(path)) <= 200
-            else f"{str(path)[:200]}… ({len(str(path))} characters)"
-        )
-        raise HloParseError(f"cannot read {shown}: {exc.strerror or exc}") from None
-    try:
-        return parse_module(text)
-    except HloParseError as exc:
-        exc.message = f"{path}: {exc.message}"
-        raise exc from None
-
-
-def parse(path_or_text: str | Path) -> Module:
-    """Parse HLO given either as text or as the path of a text file (one line without an
-    ``HloModule`` header is taken for a path)."""
-    if isinstance(path_or_text, Path):
-        return parse_file(path_or_text)
-    text = path_or_text
-    if isinstance(text, str) and text.strip() and "\n" not in text and "HloModule" not in text:
-        return parse_file(text)
-    return parse_module(path_or_text)
