@@ -55,11 +55,40 @@ __all__ = [
 # a 20k-op report (~20 MB of JSON) is parsed once, not once per request.
 _CACHE_SIZE = 256
 _CACHE_CHARS = 400_000_000
-# An entry: (payload, its JSON text, the report, derived columns, (base token, text of what a chip
-# changed) or None); see load.
-_cache: OrderedDict[tuple, tuple] = OrderedDict()
+_cache: OrderedDict[tuple, Entry] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
+
+
+class Entry:
+    """One cached report as the routes serve it, indexable as ``(payload, its JSON text, the
+    report, derived columns, (base token, JSON text of what a chip changed) or None)``. A chip's
+    whole text is made when first asked for: a switch from the report the tab holds is answered
+    with the changes alone, and writing the whole (some 10 MB for a 20k-op report) took a tenth
+    of it."""
+
+    __slots__ = ("_make", "_text", "delta", "derived", "payload", "report")
+
+    def __init__(self, payload: dict, text, report: Report, derived: dict, delta=None) -> None:
+        self.payload, self.report, self.derived, self.delta = payload, report, derived, delta
+        self._text, self._make = (None, text) if callable(text) else (text, None)
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._make()  # two threads may both make it: the same text either way
+        return self._text
+
+    def chars(self) -> int:
+        """The characters held (what the cache's bound counts)."""
+        return len(self._text or "") + (len(self.delta[1]) if self.delta is not None else 0)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(5)[index])
+        index = range(5)[index]
+        fields = (self.payload, None, self.report, self.derived, self.delta)
+        return self.text if index == 1 else fields[index]
 
 
 def _remote(path: str) -> bool:
@@ -192,7 +221,7 @@ def _derived(report: Report) -> dict[str, pd.Series]:
     return derived
 
 
-def _build(report_dir: str, path: str, key_chip: str | None) -> tuple:
+def _build(report_dir: str, path: str, key_chip: str | None) -> Entry:
     """One cache entry: the report, re-classified for ``key_chip`` if given, as a payload (with
     each op's scope and user function), its JSON text, the report itself, and those two columns.
 
@@ -205,7 +234,8 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple:
     as_written = None  # the file's own text, when the browser can take it as it is
     if key_chip is not None:
         try:
-            report, derived = load(report_dir)[2:4]
+            own = load(report_dir)
+            report, derived = own.report, own.derived
         except ReportError:  # not showable as written (no verdict columns), maybe once judged
             report = _read(path)
         try:
@@ -237,14 +267,18 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple:
     else:
         base = _base_columns(report_dir, path) if key_chip is not None else None
         texts, stacks = _column_texts(report, base)
-        head = _columns_text(report, texts, stacks)
-        text = f'{head[:-1]},"derived":{extra},"memory_words":{words}}}'
+
+        def whole() -> str:
+            head = _columns_text(report, texts, stacks)
+            return f'{head[:-1]},"derived":{extra},"memory_words":{words}}}'
+
+        text = whole() if base is None else whole  # with base, made when first asked for
         if base is not None:
             same = [n for n in report.ops.columns if texts[n] is base[1].get(n)]
             changed = {n: t for n, t in texts.items() if t is not base[1].get(n)}
             head = _columns_text(report, changed, stacks, same=same)
             delta = (base[3], f'{head[:-1]},"memory_words":{words},"since":{dumps(base[3])}}}')
-    return payload, text, report, derived, delta
+    return Entry(payload, text, report, derived, delta)
 
 
 # The derived columns' JSON text, by the columns' dict: every chip's entry of a run shares the
@@ -416,7 +450,7 @@ def _strict_text(path: str) -> tuple[str, tuple] | None:
     return text, stamp
 
 
-def load(report_dir: str, chip: str | None = None) -> tuple:
+def load(report_dir: str, chip: str | None = None) -> Entry:
     """The report of one run as ``(payload, its JSON text, the report, columns derived for the
     tab, a chip's changes or None)`` (see :func:`report_json`), re-classified for ``chip``.
 
@@ -446,7 +480,7 @@ def load(report_dir: str, chip: str | None = None) -> tuple:
                     _cache[key] = entry
                     while len(_cache) > 1 and (
                         len(_cache) > _CACHE_SIZE
-                        or sum(_chars(e) for e in _cache.values()) > _CACHE_CHARS
+                        or sum(e.chars() for e in _cache.values()) > _CACHE_CHARS
                     ):
                         _cache.popitem(last=False)
             return entry
@@ -454,10 +488,6 @@ def load(report_dir: str, chip: str | None = None) -> tuple:
             with _lock:
                 if _loading.get(key) is gate:
                     del _loading[key]
-
-
-def _chars(entry: tuple) -> int:
-    return len(entry[1]) + (len(entry[4][1]) if entry[4] is not None else 0)
 
 
 _checked: dict[str, tuple[tuple, str | None]] = {}  # report file -> (stamp, error or None)
@@ -492,10 +522,9 @@ def report_json(report_dir: str, chip: str | None = None, since: str | None = No
     answer holds only the columns the chip changed (``same`` names the others): a switch then
     sends and parses a quarter of the report."""
     entry = load(report_dir, chip)
-    delta = entry[4]
-    if chip and since and delta is not None and delta[0] == since:
-        return delta[1]
-    return entry[1]
+    if chip and since and entry.delta is not None and entry.delta[0] == since:
+        return entry.delta[1]
+    return entry.text
 
 
 def rollup(report_dir: str, by: str, chip: str | None = None) -> dict:

@@ -297,6 +297,22 @@ def test_a_rewritten_report_is_answered_whole_to_the_old_stamp(client, tmp_path)
     assert new != old and "same" in json.loads(_data.report_json(str(run_dir), "v5p", new))
 
 
+def test_a_chip_answered_by_its_changes_writes_the_whole_only_when_asked(tmp_path):
+    """The whole re-judged report (what a page opened on the chip asks for) is written when first
+    asked for, not for every switch; then it is the report ``classify`` makes."""
+    from hlo_roofline_tensorboard import _data
+
+    run_dir = str(fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "r"))
+    stamp = json.loads(_data.report_json(run_dir))["stamp"]
+    assert "same" in json.loads(_data.report_json(run_dir, "v6e", stamp))
+    entry = _data.load(run_dir, "v6e")
+    assert entry.chars() < len(_data.report_json(run_dir)) / 2  # the changes alone so far
+    whole = json.loads(_data.report_json(run_dir, "v6e"))
+    expected = Report.read(tmp_path / "r/plugins/hlo_roofline/report.json").classify("v6e")
+    assert rows_of(whole) == _strict_json(json.dumps(expected.to_dict()["data"]))
+    assert entry.chars() > len(_data.report_json(run_dir)) / 2
+
+
 def test_unknown_chip_is_400_with_close_matches(client):
     body = get_json(client, "/report?run=mlp/v5e&chip=v5ee", code=400)
     assert "v5e" in body["error"]
