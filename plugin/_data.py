@@ -6,6 +6,7 @@ TensorBoard startup. Every verdict comes from ``Report.classify``; nothing here 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -473,7 +474,9 @@ def load(report_dir: str, chip: str | None = None) -> Entry:
             with _lock:
                 if key in _cache:  # built by the request we waited for
                     return _cache[key]
-            with gc_paused():  # a build makes ~10^5 objects: no collector pass in its way
+            # a chip's build makes ~10^5 objects: no collector pass in the switch's way (the
+            # file's read is left to the collector: it may free what a report read before held)
+            with gc_paused() if key_chip is not None else contextlib.nullcontext():
                 entry = _build(report_dir, path, key_chip)
             if _stamp(path) == key[1]:  # not rewritten while we read it
                 with _lock:
