@@ -530,9 +530,7 @@ export async function loadReport({ quiet = false } = {}) {
   ui.root.dataset.state = "ready";
   performance.mark("hr-ready");
   const model = state.model;
-  // the search index, once the page is drawn (not in the way of its first frame)
-  if (window.requestIdleCallback) requestIdleCallback(() => model.search, { timeout: 500 });
-  else setTimeout(() => model.search, 0);
+  setTimeout(() => model.search, 0); // the search index, once the page is drawn
   // For the benchmark and anyone profiling: where the report's time went in this page.
   measure("hr-fetch", "hr-report-asked", "hr-report-parsed");
   measure("hr-model", "hr-report-parsed", "hr-model");
