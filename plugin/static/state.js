@@ -107,17 +107,28 @@ export class Model {
  * ({f64}), read back as numbers with NaN and ±inf as null (as JSON has them). */
 function decode(values) {
   if (Array.isArray(values) || !values || typeof values.f64 !== "string") return values;
-  const text = atob(values.f64);
-  const bytes = new Uint8Array(text.length);
-  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-  const doubles = new DataView(bytes.buffer);
+  let bytes;
+  if (Uint8Array.fromBase64) bytes = Uint8Array.fromBase64(values.f64);
+  else {
+    const text = atob(values.f64);
+    bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  }
   const out = new Array(bytes.length / 8);
+  if (LITTLE_ENDIAN) {
+    const doubles = new Float64Array(bytes.buffer, bytes.byteOffset, out.length);
+    for (let i = 0; i < out.length; i++) out[i] = Number.isFinite(doubles[i]) ? doubles[i] : null;
+    return out;
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset);
   for (let i = 0; i < out.length; i++) {
-    const v = doubles.getFloat64(8 * i, true);
+    const v = view.getFloat64(8 * i, true);
     out[i] = Number.isFinite(v) ? v : null;
   }
   return out;
 }
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1; // this machine's order
 
 /** Rows from one array per column. */
 function rowsOf(cols) {
