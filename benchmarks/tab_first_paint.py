@@ -46,7 +46,7 @@ def logdir() -> Path:
 
 def first_paint(browser, root: Path, pythonpath: str) -> dict[str, float]:
     os.environ["PYTHONPATH"] = pythonpath
-    with tensorboard(root) as url:
+    with tensorboard(root, cwd=root) as url:  # not this checkout's folder: PYTHONPATH decides
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(120_000)
         page.goto(f"{url}/#hlo_roofline&p.hlo_roofline.run=0_big")

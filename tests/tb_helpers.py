@@ -170,8 +170,11 @@ def write_flipping_pair(logdir: Path) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def tensorboard(logdir: Path, timeout: float = 60.0):
-    """A real ``tensorboard --logdir`` on a free loopback port; yields its base URL (no slash)."""
+def tensorboard(logdir: Path, timeout: float = 60.0, cwd: Path | None = None):
+    """A real ``tensorboard --logdir`` on a free loopback port; yields its base URL (no slash).
+
+    ``cwd``: where it runs (``python -m`` puts that folder first on its path: a checkout's
+    ``hlo_roofline`` there comes before the one PYTHONPATH names)."""
     # Not the `tensorboard` script beside sys.executable: a copied venv's script may run another
     # interpreter (its shebang), and so another checkout's plugin.
     cmd = [
@@ -192,6 +195,7 @@ def tensorboard(logdir: Path, timeout: float = 60.0):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        cwd=cwd,
     )
     lines: list[str] = []
     found = threading.Event()
