@@ -214,12 +214,22 @@ def from_module(module: Module) -> dict:
         Buffer(p.name, "parameter", _bytes(p.shape), str(p.shape)) for p in entry.parameters
     ]
     returned = _returned(entry.root)
+    # Only the LARGEST largest results are listed: each result's bytes (once per shape: results
+    # share them), and Buffers made of those alone, in the order sorting them all would give.
+    sizes: dict[int, int] = {}
+    candidates = [
+        i for i in entry.instructions if i.opcode not in _NOT_BUFFERS and i is not entry.root
+    ]
+    weights = []
+    for i in candidates:
+        size = sizes.get(id(i.shape))
+        if size is None:
+            size = sizes[id(i.shape)] = _bytes(i.shape)
+        weights.append(size)
     results = [
-        Buffer(
-            i.name, "output" if i.name in returned else "temporary", _bytes(i.shape), str(i.shape)
-        )
-        for i in entry.instructions
-        if i.opcode not in _NOT_BUFFERS and i is not entry.root
+        Buffer(i.name, "output" if i.name in returned else "temporary", weights[k], str(i.shape))
+        for k in sorted(range(len(candidates)), key=weights.__getitem__, reverse=True)[:LARGEST]
+        for i in (candidates[k],)
     ]
     outputs = entry.root.shape.leaves() if entry.root is not None else []
     aliased_outputs = _aliased_output_indices(module.attrs.get("input_output_alias", ""))
@@ -238,7 +248,7 @@ def from_module(module: Module) -> dict:
         "reserved_bytes": None,
         "need_bytes": arguments + sum(output_bytes) - aliased,
         "complete": False,
-        "largest": _largest([*parameters, *sorted(results, key=lambda b: -b.bytes)[:LARGEST]]),
+        "largest": _largest([*parameters, *results]),
         "donatable_bytes": _matching_bytes(parameters, unaliased),
         "compiler_error": None,
     }

@@ -7,7 +7,10 @@ row whose cost comes from the rule registered for its opcode.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import math
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -49,12 +52,14 @@ from hlo_roofline.cost.linalg import (
 )
 from hlo_roofline.cost.tpu_units import lane_reduced_elements, no_vector_loop, vector_elements
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Computation, Instruction, Metadata, Module, Shape
+from hlo_roofline.hlo.attribution import metadata_columns as _attribution  # rows' attribution
+from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape
 
 _RULE_ERRORS = RULE_ERRORS
 ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _MATMULS = MATMUL_OPCODES
+_MATMULS_SET = frozenset(_MATMULS)
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 
 
@@ -67,8 +72,19 @@ _ARRAY_COLUMNS = {
     **dict.fromkeys(schema.names("cost", "bool"), np.bool_),
 }
 VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
-_NO_GEOMETRY = (0, 0, 0, 0)  # (batch, M, N, K) of an op that is not a matmul
-_NO_IO = MatmulIO(0.0, 0.0, 0.0, 0)
+_GEOMETRY_COLUMNS = (
+    "mm_batch", "mm_m", "mm_n", "mm_k", "mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "mm_split_k",
+)  # a matmul's (batch, M, N, K) and its MatmulIO, in their order  # fmt: skip
+# Columns most rows leave at these values (an op that is no matmul, collective, fusion, ...): a row
+# gives one only where it has its own, and each chunk starts from these.
+_RARE_DEFAULTS = {
+    **dict.fromkeys(("fusion_kind", "precision", "note", "fused_ops", "collective"), ""),
+    **dict.fromkeys(("replica_group", "waits_for", "prefetch_for"), ""),
+    **dict.fromkeys(("group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "mm_split_k"), 0),
+    **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
+    **dict.fromkeys(("vector_elements", "lane_reduced_elements", "kernel_mxu_flops"), 0.0),
+    "xla_cycles": math.nan,
+}
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
 _COLLECTIVE_OR_WRAPPER = frozenset(
@@ -86,6 +102,9 @@ class PricedOp(NamedTuple):
     instr: Instruction
     count: float
     cost: Cost
+
+
+_priced_op = tuple.__new__  # PricedOp(...) without its keyword-handling constructor (one per row)
 
 
 def price(instr: Instruction, ctx: CostContext) -> Cost:
@@ -151,7 +170,7 @@ class _Walk:
                 cost = cost.with_note(note)
             if short:
                 cost = cost.replace(lower_bound=True)
-            ops.append(PricedOp(instr, count, cost))
+            ops.append(_priced_op(PricedOp, (instr, count, cost)))
 
     def open(
         self, instr: Instruction, count: float, note: str | None, short: bool, depth: int
@@ -207,16 +226,21 @@ def rows(
     """Report columns: identity, metadata and per-step totals (cost × count).
 
     ``user_packages`` (names or directories) are the user's code in ``user_source`` and
-    ``layer_caller`` even where installed (see :func:`attrs.is_library`).
+    ``layer_caller`` even where installed (see :func:`attribution.is_library`).
 
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
     of those is decoded once (the dicts below) rather than once per row. Each row's value of a
-    column is appended by the column's schema name (``put["flops"](...)``), never by its place in
-    the schema; every few thousand rows the numeric columns move into NumPy chunks (8 bytes a
+    column is appended by the column's schema name (``put["dtype"](...)``), never by its place in
+    the schema; the columns a row's priced op, shape and attribution alone give are made by name
+    for a chunk of rows at once (:func:`_op_columns`), and a rare column's value given only where
+    a row has one. Every few thousand rows the numeric columns move into NumPy chunks (8 bytes a
     number rather than a Python float), so they never all exist as objects at once.
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
     put = {name: column.append for name, column in columns.items()}  # a builder per column
+    # the columns most rows leave at their default: row (in its chunk) -> value, where not
+    rare: dict[str, dict[int, object]] = {name: {} for name in _RARE_DEFAULTS}
+    no_loop: dict[str, bool] = {}  # opcode -> a vector loop of its runs (tpu_units.no_vector_loop)
     chunks: dict[str, list[np.ndarray]] = {name: [] for name in _ARRAY_COLUMNS}
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
     # metadata text -> (op_name, source, user_source, call_stack, layer_caller)
@@ -239,7 +263,10 @@ def rows(
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
     prefetches = _prefetch_consumers(module) if vmem_layouts else {}
     loops = loop_paths(module)  # id(computation) -> the while loops it runs in
-    in_chunk = 0
+    in_chunk = done = 0  # rows in this chunk, rows in the chunks closed
+    # each row's (shape text, dtype) and attribution, for the columns made of them per chunk
+    shapes_in_chunk: list[tuple[str, str]] = []
+    metas_in_chunk: list[tuple[str, str, str, str, str]] = []
     for instr, count, cost in ops:
         code = instr.opcode
         text = instr.attr_text
@@ -264,23 +291,26 @@ def rows(
             meta = metadata[meta_text] = _attribution(
                 attrs.parse_metadata(meta_text), module, stacks, callers, user_packages
             )
-        kind = fused = precision = ""
         dtype = described[1]
         found = geometry = io = None
         body = None
+        at = in_chunk  # the row's place in its chunk: where a rare column's value goes
         if code == "fusion":
             config_key = (kind_attr, backend_config)
             kind = fusion_kinds.get(config_key)
             if kind is None:
                 kind = fusion_kinds[config_key] = attrs.fusion_kind(instr)
+            rare["fusion_kind"][at] = kind
             if instr.called:
                 body = bodies.get(id(instr.called[0]))
                 if body is None:
                     if in_flight is None:
                         in_flight = attrs.in_flight_channels(module)
                     body = bodies[id(instr.called[0])] = _Body(instr, walks, in_flight)
-                fused, found, geometry, io = body.fused_ops, body.collective, body.geometry, body.io
-                dtype, precision = body.matmul_dtype or dtype, body.matmul_precision
+                found, geometry, io = body.collective, body.geometry, body.io
+                rare["fused_ops"][at] = body.fused_ops
+                dtype = body.matmul_dtype or dtype
+                rare["precision"][at] = body.matmul_precision
         else:
             if code in _MATMULS and instr.operands:
                 dtype = instr.operands[0].shape.dtype
@@ -295,126 +325,71 @@ def rows(
                 found = walks.collective(instr)
             if code in _WITH_GEOMETRY:
                 geometry = walks.geometry(instr)
-                precision = _precision(instr) if geometry else ""
-                io = walks.io(instr) if geometry else None
-        batch, m, n, k = geometry or _NO_GEOMETRY
-        if geometry and io is None:  # a matmul whose arrays cannot be traced: its own types
-            io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)
-        io = io or _NO_IO
-        collective = group = ""
+                if geometry:
+                    rare["precision"][at] = _precision(instr)
+                    io = walks.io(instr)
+        if geometry is not None:
+            if io is None:  # a matmul whose arrays cannot be traced: its own types
+                io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)
+            for name, value in zip(_GEOMETRY_COLUMNS, (*geometry, *io), strict=True):
+                rare[name][at] = value
         if found is not None:
             known = groups.get(id(found))
             if known is None:
                 known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
-            collective, group = known
-        waits_for = ""
-        if code.endswith("-done") or code == "fusion":
+            rare["collective"][at], rare["replica_group"][at] = known
+            rare["group_size"][at] = _group_size(found, module)
+        if code == "fusion" or code.endswith("-done"):
             start = _async_start(instr)
-            waits_for = start.name if start is not None else ""
+            if start is not None:
+                rare["waits_for"][at] = start.name
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
-        cycles = None  # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
         if "estimated_cycles" in backend_config:  # decoded once per distinct config
+            # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
             cycles = estimates.get(backend_config, _UNREAD)
             if cycles is _UNREAD:
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
+            if cycles is not None:
+                rare["xla_cycles"][at] = cycles * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
-            vmem = min(vmem, cost.bytes_accessed)
-        put["name"](instr.name)
-        put["opcode"](code)
-        put["computation"](instr.computation.name)
-        put["count"](float(count))
-        put["flops"](cost.flops * count)
-        put["transcendentals"](cost.transcendentals * count)
-        put["bytes_accessed"](cost.bytes_accessed * count)
-        put["comm_bytes"](cost.comm_bytes * count)
+            vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put["vmem_bytes"](vmem * count)
-        put["unknown"](cost.unknown)
-        put["lower_bound"](cost.lower_bound)
-        put["fusion_kind"](kind)
         put["dtype"](dtype)
-        put["precision"](precision)
-        put["shape"](described[0])
-        put["op_name"](meta[0])
-        put["source"](meta[1])
-        put["user_source"](meta[2])
-        put["call_stack"](meta[3])
-        put["layer_caller"](meta[4])
-        put["note"]("; ".join(cost.notes) if cost.notes else "")
-        put["fused_ops"](fused)
-        put["collective"](collective)
-        put["group_size"](_group_size(found, module) if found is not None else 0)
-        put["replica_group"](group)
-        put["waits_for"](waits_for)
-        put["mm_batch"](batch)
-        put["mm_m"](m)
-        put["mm_n"](n)
-        put["mm_k"](k)
-        put["mm_lhs_bytes"](io.lhs_bytes)
-        put["mm_rhs_bytes"](io.rhs_bytes)
-        put["mm_out_bytes"](io.out_bytes)
-        put["mm_split_k"](io.split_k)
-        put["xla_cycles"](cycles * count if cycles is not None else math.nan)
-        put["prefetch_for"](prefetches.get(id(instr), "") if code == "copy-start" else "")
-        put["vector_elements"](
-            vector_elements(
-                instr, cost, geometry, "dynamic-update-slice" in fused,
-                body.prologue_words if body is not None else 0.0,
-                body.sliced if body is not None else None,
-            ) * count if found is None and not no_vector_loop(code, instr) else 0.0
-        )  # fmt: skip
-        put["lane_reduced_elements"](
-            lane_reduced_elements(instr) * count if code == "reduce" else 0.0
-        )
-        put["loop"](loops.get(id(instr.computation), ""))
-        put["kernel_mxu_flops"](cost.mxu_flops * count)
+        shapes_in_chunk.append(described)
+        metas_in_chunk.append(meta)
+        if cost.notes:
+            rare["note"][at] = "; ".join(cost.notes)
+        if code == "copy-start" and id(instr) in prefetches:
+            rare["prefetch_for"][at] = prefetches[id(instr)]
+        if found is None:
+            vector_loop = no_loop.get(code)
+            if vector_loop is None:  # per opcode, except a custom call's (by its target)
+                vector_loop = not no_vector_loop(code, instr)
+                if code != "custom-call":
+                    no_loop[code] = vector_loop
+            if vector_loop and body is None:
+                elements = vector_elements(instr, cost, geometry, False)
+                rare["vector_elements"][at] = elements * count
+            elif vector_loop:
+                elements = vector_elements(
+                    instr, cost, geometry, "dynamic-update-slice" in body.fused_ops,
+                    body.prologue_words, body.sliced,
+                )  # fmt: skip
+                rare["vector_elements"][at] = elements * count
+        if code == "reduce":
+            rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
+        if cost.mxu_flops:
+            rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
         in_chunk += 1
         if in_chunk == _ROWS_PER_CHUNK:
-            _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
+            done = _close_chunk(
+                columns, chunks, rare, ops, done, shapes_in_chunk, metas_in_chunk, loops
+            )
             in_chunk = 0
-    _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
+    _close_chunk(columns, chunks, rare, ops, done, shapes_in_chunk, metas_in_chunk, loops)
     for name, dtype in _ARRAY_COLUMNS.items():
         columns[name] = np.concatenate(chunks[name]) if chunks[name] else np.zeros(0, dtype)
     return columns
-
-
-def _attribution(
-    meta: Metadata,
-    module: Module,
-    stacks: dict[tuple[str, int, int], tuple[str, str, str, str]],
-    callers: dict[tuple[str, int, int, str], str],
-    user_packages: tuple[str, ...] = (),
-) -> tuple[str, str, str, str, str]:
-    """(op_name, source, user_source, call_stack, layer_caller) of decoded metadata.
-
-    ``source`` is the innermost frame (often inside a framework: ``flax/nnx/nn/linear.py``);
-    ``user_source`` the innermost frame of the user's own code; ``call_stack`` every frame, innermost
-    first, one ``file:line (function)`` a line; ``layer_caller`` the line that called a generic
-    layer (:func:`attrs.layer_caller`). Most depend only on the op's source line and stack frame,
-    which many ops with different names share: ``stacks`` keeps them by those; ``callers`` keeps
-    the ``layer_caller`` of ops inside a layer by those and the op's name.
-    """
-    where = (meta.source_file, meta.source_line, meta.stack_frame_id)
-    found = stacks.get(where)
-    if found is None:
-        frames = attrs.frames_of(meta, module)
-        user = attrs.user_frame(frames, user_packages=user_packages)
-        in_layer = any(f.file and attrs.LAYER_MODULES.search(f.file) for f in frames)
-        found = stacks[where] = (
-            attrs.metadata_source(meta, module),
-            attrs.frame_text(user) if user else "",
-            "\n".join(map(attrs.frame_text, frames)),
-            "" if in_layer else attrs.frame_text(user) if user else "",
-        )
-    caller = found[3]
-    if not caller and found[1]:  # inside a layer: its caller and its scope, by op name too
-        key = (*where, meta.op_name)
-        caller = callers.get(key)
-        if caller is None:
-            frames = attrs.frames_of(meta, module)
-            caller = callers[key] = attrs.layer_caller(
-                frames, meta.op_name, user_packages=user_packages
-            )
-    return (meta.op_name, found[0], found[1], found[2], caller)
 
 
 def _in_vmem(shape) -> bool:
@@ -427,8 +402,8 @@ def _prefetch_consumers(module: Module) -> dict[int, str]:
     found: dict[int, str] = {}
     for comp in module.computations.values():
         dones = {}
-        for instr in comp.instructions:
-            if instr.opcode != "copy-done" or not instr.operands:
+        for instr in [i for i in comp.instructions if i.opcode == "copy-done"]:
+            if not instr.operands:
                 continue
             start = instr.operands[0]
             leaves = start.shape.leaves() if start.opcode == "copy-start" else []
@@ -438,10 +413,14 @@ def _prefetch_consumers(module: Module) -> dict[int, str]:
             continue
         readers: dict[int, list[str]] = {}
         aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
+        read = aliases.keys()
         for instr in comp.instructions:
-            for op in dict.fromkeys(instr.operands):
+            operands = instr.operands
+            if read.isdisjoint(map(id, operands)):  # most ops: one look, in C
+                continue
+            for i, op in enumerate(operands):
                 start = aliases.get(id(op))
-                if start is None:
+                if start is None or op in operands[:i]:  # each operand once
                     continue
                 if instr.opcode == "bitcast":
                     aliases[id(instr)] = start
@@ -452,40 +431,145 @@ def _prefetch_consumers(module: Module) -> dict[int, str]:
 
 
 def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -> int:
-    """Bytes of the op's operands and results that live in VMEM (memory space ``S(1)``)."""
-    total = 0
-    for shape in (instr.shape, *(op.shape for op in instr.operands)):
-        size = cache.get(id(shape))
-        if size is None:
-            size = cache[id(shape)] = sum(
-                array_bytes(leaf, pad_to_tiles)
-                for leaf in shape.leaves()
-                if leaf.layout is not None and leaf.layout.memory_space == VMEM
-            )
-        total += size
+    """Bytes of the op's operands and results that live in VMEM (memory space ``S(1)``); ``cache``
+    keeps each shape's (one row's shapes are mostly others' too)."""
+    total = cache.get(id(instr.shape))
+    if total is None:
+        total = _shape_vmem_bytes(instr.shape, cache, pad_to_tiles)
+    for op in instr.operands:
+        size = cache.get(id(op.shape))
+        total += _shape_vmem_bytes(op.shape, cache, pad_to_tiles) if size is None else size
     return total
 
 
+def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -> int:
+    size = cache[id(shape)] = sum(
+        array_bytes(leaf, pad_to_tiles)
+        for leaf in shape.leaves()
+        if leaf.layout is not None and leaf.layout.memory_space == VMEM
+    )
+    return size
+
+
+def _close_chunk(
+    columns: dict[str, list],
+    chunks: dict[str, list[np.ndarray]],
+    rare: dict[str, dict[int, object]],
+    ops: list[PricedOp],
+    done: int,
+    shapes: list[tuple[str, str]],
+    metas: list[tuple[str, str, str, str, str]],
+    loops: dict[int, str],
+) -> int:
+    """Give the chunk's rows (``ops[done:]``, up to a chunk of them) the columns that are their
+    priced op's, shape's and attribution's own (made here, a column at a time, rather than a
+    value at a time in the rows' loop), then close the chunk (:func:`_into_chunks`). The rows
+    done after it."""
+    rows = len(shapes)
+    chunk = ops[done : done + rows]
+    for name, values in _op_columns(chunk, shapes, metas, loops).items():
+        columns[name].extend(values)
+    shapes.clear()
+    metas.clear()
+    _into_chunks(columns, chunks, rare, rows, len(columns["name"]))
+    return done + rows
+
+
+def _op_columns(
+    ops: list[PricedOp],
+    shapes: list[tuple[str, str]],
+    metas: list[tuple[str, str, str, str, str]],
+    loops: dict[int, str],
+) -> dict[str, list]:
+    """The columns, by name, of rows that are what their priced ops, their shapes (text, dtype)
+    and their attributions (:func:`_attribution`) say, per step (cost × count). Made with ``map``
+    over C getters: no Python step per value."""
+    instrs = list(map(_first, ops))
+    counts = list(map(_second, ops))
+    costs = list(map(_third, ops))
+    computations = list(map(_computation, instrs))
+
+    def per_step(quantity: str) -> list:
+        return list(map(operator.mul, map(operator.attrgetter(quantity), costs), counts))
+
+    return {
+        "name": list(map(_name, instrs)),
+        "opcode": list(map(_opcode, instrs)),
+        "computation": list(map(_name, computations)),
+        "count": list(map(float, counts)),
+        "flops": per_step("flops"),
+        "transcendentals": per_step("transcendentals"),
+        "bytes_accessed": per_step("bytes_accessed"),
+        "comm_bytes": per_step("comm_bytes"),
+        "unknown": list(map(operator.attrgetter("unknown"), costs)),
+        "lower_bound": list(map(operator.attrgetter("lower_bound"), costs)),
+        "loop": list(map(loops.get, map(id, computations), itertools.repeat(""))),
+        "shape": list(map(_first, shapes)),
+        "op_name": list(map(_first, metas)),
+        "source": list(map(_second, metas)),
+        "user_source": list(map(_third, metas)),
+        "call_stack": list(map(operator.itemgetter(3), metas)),
+        "layer_caller": list(map(operator.itemgetter(4), metas)),
+    }
+
+
+_first, _second, _third = (operator.itemgetter(i) for i in range(3))
+_name, _opcode, _computation = map(operator.attrgetter, ("name", "opcode", "computation"))
+
+
 def _into_chunks(
-    columns: dict[str, list], chunks: dict[str, list[np.ndarray]], rows: int, total: int
+    columns: dict[str, list],
+    chunks: dict[str, list[np.ndarray]],
+    rare: dict[str, dict[int, object]],
+    rows: int,
+    total: int,
 ) -> None:
-    """Move the numeric columns' ``rows`` values into one NumPy chunk each (emptying their lists,
-    whose ``append`` the row builders keep); every column must have been given every row
-    (``total`` so far)."""
+    """Close a chunk of ``rows`` rows: a numeric column's values become one NumPy chunk (a rare
+    column's made from its defaults and the values rows gave), emptying the lists whose
+    ``append`` the row builders keep; a rare text column gets its values. Every column must have
+    been given every row (``total`` so far)."""
     short = [
         name
         for name, values in columns.items()
-        if len(values) != (rows if name in chunks else total)
+        if name not in rare and len(values) != (rows if name in chunks else total)
     ]
     if short:
         raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
+    for name, given in rare.items():
+        if name in chunks:
+            chunks[name].append(
+                _rare_chunk(given, _RARE_DEFAULTS[name], rows, _ARRAY_COLUMNS[name])
+            )
+        else:
+            values = [_RARE_DEFAULTS[name]] * rows
+            for row, value in given.items():
+                values[row] = value
+            columns[name].extend(values)
+        given.clear()
     for name, dtype in _ARRAY_COLUMNS.items():
+        if name in rare:
+            continue
         values = columns[name]
         try:  # a chunk of 8-byte values rather than number objects
             chunks[name].append(np.array(values, dtype=dtype))
         except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
             chunks[name].append(np.array(values, dtype=object))  # number: kept as they are
         values.clear()
+
+
+def _rare_chunk(given: dict[int, object], default: object, rows: int, dtype) -> np.ndarray:
+    """A numeric rare column's chunk: ``default`` but where rows gave a value, converted as
+    ``np.array`` of the whole column would convert it (or kept as objects where it cannot be)."""
+    chunk = np.full(rows, default, dtype=dtype)
+    if given:
+        try:
+            chunk[list(given)] = np.array(list(given.values()), dtype=dtype)
+        except (OverflowError, ValueError, TypeError):  # as the dense columns: kept as they are
+            values = [default] * rows
+            for row, value in given.items():
+                values[row] = value
+            return np.array(values, dtype=object)
+    return chunk
 
 
 class _Body:
@@ -497,18 +581,21 @@ class _Body:
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
-        counts: dict[str, int] = {}
+        instructions = fusion.called[0].instructions
+        # the listed opcodes, in order of first use (counted in C)
+        counts = collections.Counter(map(_opcode, instructions))
+        for code in _NOT_LISTED.intersection(counts):
+            del counts[code]
         matmul = collective = None
-        has_geometry = False
-        for inner in fusion.called[0].instructions:
-            code = inner.opcode
-            if code not in _NOT_LISTED:
-                counts[code] = counts.get(code, 0) + 1
-            if matmul is None and code in _MATMULS:
-                matmul = inner
-            if collective is None and code in _COLLECTIVE_OR_WRAPPER:
-                collective = walks.collective(inner)
-            has_geometry = has_geometry or code in _MATMULS or code == "fusion"
+        has_geometry = "fusion" in counts or not _MATMULS_SET.isdisjoint(counts)
+        if not _MATMULS_SET.isdisjoint(counts):
+            matmul = next(inner for inner in instructions if inner.opcode in _MATMULS_SET)
+        if not _COLLECTIVE_OR_WRAPPER.isdisjoint(counts):  # the first op that holds one
+            for inner in instructions:
+                if inner.opcode in _COLLECTIVE_OR_WRAPPER:
+                    collective = walks.collective(inner)
+                    if collective is not None:
+                        break
         self.matmul_dtype = (
             matmul.operands[0].shape.dtype if matmul is not None and matmul.operands else None
         )
@@ -522,7 +609,9 @@ class _Body:
         self.geometry = walks.geometry(fusion) if has_geometry else None
         self.io = walks.io(fusion) if self.geometry else None
         # the body's vector work, walked once however many fusions call it
-        self.prologue_words = fused_operand_words(fusion) if self.geometry else 0.0
+        self.prologue_words = (
+            fused_operand_words(fusion, walks.geometries) if self.geometry else 0.0
+        )
         self.sliced = {} if self.geometry else sliced_reads(fusion)
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
@@ -551,6 +640,7 @@ class _Walks:
 
     def __init__(self) -> None:
         self.collectives: dict[int, Instruction | None] = {}
+        # id(fused computation or convolution) -> its geometry (linalg.matmul_geometry's memo)
         self.geometries: dict[int, tuple[int, int, int, int] | None] = {}
 
     def io(self, instr: Instruction) -> MatmulIO | None:
@@ -613,8 +703,7 @@ def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
     notes: dict[str, None] = {}
     unknown_ops: list[str] = []
     lower_bound = False
-    for op in ops:
-        cost, count = op.cost, op.count
+    for instr, count, cost in ops:
         lower_bound = lower_bound or cost.lower_bound
         flops += cost.flops * count
         transcendentals += cost.transcendentals * count
@@ -622,11 +711,11 @@ def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
         comm_bytes += cost.comm_bytes * count
         for n in cost.notes:
             notes[n] = None
-        if count == 0 or op.instr.opcode in BOOKKEEPING:
+        if count == 0 or instr.opcode in BOOKKEEPING:
             continue
         counted += count
         if cost.unknown:
-            unknown_ops.append(op.instr.name)
+            unknown_ops.append(instr.name)
         else:
             priced += count
     return {

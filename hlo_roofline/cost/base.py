@@ -112,16 +112,21 @@ def total(costs: list[Cost]) -> Cost:
     flops = transcendentals = bytes_accessed = comm_bytes = mxu_flops = 0.0
     unknown = lower_bound = False
     notes: dict[str, None] = {}  # in order, each once (a tuple's `in` would make this quadratic)
+    # Unpacked rather than read field by field (a fused body sums one cost per op); a zero cost
+    # (a name or a view) adds nothing: every sum starts at +0.0, and x + 0.0 is x for any other x.
     for cost in costs:
-        flops += cost.flops
-        transcendentals += cost.transcendentals
-        bytes_accessed += cost.bytes_accessed
-        comm_bytes += cost.comm_bytes
-        mxu_flops += cost.mxu_flops
-        unknown = unknown or cost.unknown
-        lower_bound = lower_bound or cost.lower_bound
-        if cost.notes:
-            notes.update(dict.fromkeys(cost.notes))
+        if cost is ZERO:
+            continue
+        f, t, b, c, u, n, lb, m = cost  # Cost's eight fields, in their order
+        flops += f
+        transcendentals += t
+        bytes_accessed += b
+        comm_bytes += c
+        mxu_flops += m
+        unknown = unknown or u
+        lower_bound = lower_bound or lb
+        if n:
+            notes.update(dict.fromkeys(n))
     return Cost(
         flops,
         transcendentals,
@@ -371,6 +376,8 @@ class CostContext:
         # The model's hooks and rule table, looked up once (a rule reads them per op).
         self.cost_model: CostModel = MODELS[self.model]
         self.rules: dict[str, Rule] = rules_of(self.model)
+        # opcode -> its rule (or None), as rule_for finds it: looked up once per opcode, not per op
+        self._dispatch: dict[str, Rule | None] = {}
 
     def size(self, shape: Shape) -> int:
         """XLA's GetShapeSize: a tuple is its pointer table, a token 0, an opaque 8."""
@@ -391,12 +398,17 @@ class CostContext:
     def output_bytes(self, shape: Shape) -> int:
         """Bytes written for a result: the sum of its array leaves."""
         if shape.dtype != "tuple":
-            return self.size(shape)
+            size = self._sizes.get(id(shape))
+            return self.size(shape) if size is None else size
         return sum(self.size(leaf) for leaf in shape.leaves())
 
     def operand_bytes(self, instr: Instruction) -> int:
-        size = self.size
-        return sum([size(op.shape) for op in instr.operands])
+        sizes = self._sizes  # the memo read inline: this runs for nearly every op priced
+        total = 0
+        for op in instr.operands:
+            size = sizes.get(id(op.shape))
+            total += self.size(op.shape) if size is None else size
+        return total
 
     def read_and_written(self, instr: Instruction, result: Shape) -> int:
         """Every operand read once and ``result`` written: for ops whose result shape also holds
@@ -404,12 +416,27 @@ class CostContext:
         return self.operand_bytes(instr) + self.output_bytes(result)
 
     def default_bytes(self, instr: Instruction) -> int:
-        """XLA's default: every operand read once (a tuple operand is its pointer table) + outputs."""
-        return self.output_bytes(instr.shape) + self.operand_bytes(instr)
+        """XLA's default: every operand read once (a tuple operand is its pointer table) + outputs.
+        (``output_bytes`` + ``operand_bytes``, written out: most rules of most ops run this.)"""
+        sizes = self._sizes
+        shape = instr.shape
+        if shape.dtype == "tuple":
+            total = self.output_bytes(shape)
+        else:
+            total = sizes.get(id(shape))
+            if total is None:
+                total = self.size(shape)
+        for op in instr.operands:
+            size = sizes.get(id(op.shape))
+            total += self.size(op.shape) if size is None else size
+        return total
 
     def cost(self, instr: Instruction) -> Cost:
         """The cost of one execution of ``instr`` (callees included)."""
-        fn = rule_for(instr.opcode, self.rules)
+        try:
+            fn = self._dispatch[instr.opcode]
+        except KeyError:
+            fn = self._dispatch[instr.opcode] = rule_for(instr.opcode, self.rules)
         if fn is None:
             return Cost(
                 bytes_accessed=self.default_bytes(instr)
@@ -430,20 +457,44 @@ class CostContext:
         """``id(instruction) -> its distinct users`` within one computation (memoized)."""
         users = self._users.get(comp.name)
         if users is None:
-            users = {}
-            for instr in comp.instructions:
-                for op in dict.fromkeys(instr.operands):
-                    users.setdefault(id(op), []).append(instr)
-            self._users[comp.name] = users
+            users = self._users[comp.name] = users_of(comp)
         return users
 
     def computation(self, comp: Computation) -> Cost:
         """Sum of the costs of every instruction of a computation (memoized)."""
         cached = self._computation_costs.get(comp.name)
         if cached is None:
-            cached = total([self.cost(instr) for instr in comp.instructions])
-            self._computation_costs[comp.name] = cached
+            rule_of = self._dispatch.get  # cost() written out for the rules already looked up
+            costs = [
+                self.cost(instr) if (fn := rule_of(instr.opcode)) is None else fn(instr, self)
+                for instr in comp.instructions
+            ]
+            cached = self._computation_costs[comp.name] = total(costs)
         return cached
+
+
+def users_of(comp: Computation) -> dict[int, list[Instruction]]:
+    """``id(instruction) -> its distinct users`` within ``comp``, in order (an op reading a value
+    twice is one user of it). A user's reads of one value are consecutive, so the last user listed
+    is the only one to compare with (cheaper than de-duplicating each op's operands)."""
+    users: dict[int, list[Instruction]] = {}
+    get = users.get
+    for instr in comp.instructions:
+        operands = instr.operands
+        if len(operands) == 1:  # most ops: no repeat to look for
+            found = get(id(operands[0]))
+            if found is None:
+                users[id(operands[0])] = [instr]
+            else:
+                found.append(instr)
+            continue
+        for op in operands:
+            found = get(id(op))
+            if found is None:
+                users[id(op)] = [instr]
+            elif found[-1] is not instr:
+                found.append(instr)
+    return users
 
 
 def callee(instr: Instruction, ctx: CostContext, key: str):

@@ -215,9 +215,19 @@ def find_collective(instr: Instruction, memo: dict | None = None) -> Instruction
     body = instr.called[0]
     if id(body) not in memo:
         memo[id(body)] = next(
-            (c for i in body.instructions if (c := find_collective(i, memo)) is not None), None
-        )
+            (
+                c for i in body.instructions
+                if i.opcode in _MAY_HOLD_ONE and (c := find_collective(i, memo)) is not None
+            ),
+            None,
+        )  # fmt: skip
     return memo[id(body)]
+
+
+# The opcodes find_collective can find something in (for any other op it returns None).
+_MAY_HOLD_ONE = frozenset(
+    {*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), "fusion", "async-start"}
+)
 
 
 def group_text(instr: Instruction, module: Module) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hlo_roofline.cost.base import UNKNOWN_TRIP_COUNT, ZERO, Cost, CostContext, callee, rule
+from hlo_roofline.cost.collectives import COLLECTIVES
 from hlo_roofline.cost.inplace import VIEWS
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction, Module
@@ -191,12 +192,18 @@ def wrapped_op(instr: Instruction) -> Instruction:
     """The op a sugared ``X-start`` wraps, e.g. the reduce-scatter inside ``reduce-scatter-start``."""
     shape = instr.shape
     result = shape.tuple_shapes[1] if shape.is_tuple and len(shape.tuple_shapes) > 1 else shape
+    opcode = instr.opcode.removesuffix("-start")
+    # The start's attributes: split where they already are, or where the op is a collective (its
+    # row reads them from the start again); else as text, split only if the op's rule asks (a
+    # slice's does not), so that the rows split each distinct text once.
+    text = instr.attr_text
+    attributes = instr.attrs if text is None or opcode in COLLECTIVES else text
     return Instruction(
         name=instr.name,
-        opcode=instr.opcode.removesuffix("-start"),
+        opcode=opcode,
         shape=result,
         operands=instr.operands,
-        attrs=instr.attrs,
+        attrs=attributes,
         computation=instr.computation,
         line=instr.line,
         called=instr.called,
@@ -207,9 +214,16 @@ def async_start(instr: Instruction, ctx: CostContext) -> Cost:
     """An async wrapper costs what it wraps: a called computation, or the sugared op (a
     ``custom-call-start`` is its custom call: a SparseCore offload's is priced by the custom-call
     rule as the program its ``called_computations`` name)."""
-    if instr.opcode == "async-start" or "calls" in instr.attrs:
+    if instr.opcode == "async-start" or _calls(instr):
         return ctx.computation(instr.called[0])
     return ctx.cost(wrapped_op(instr))
+
+
+def _calls(instr: Instruction) -> bool:
+    """The start names a called computation (``calls=``): looked for in its text first, whose
+    split would otherwise be made for this alone."""
+    text = instr.attr_text
+    return "calls" in instr.attrs if text is None or "calls=" in text else False
 
 
 def async_done(instr: Instruction, ctx: CostContext) -> Cost:

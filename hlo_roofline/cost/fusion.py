@@ -78,10 +78,9 @@ def _body_read_bytes(body: Computation, ctx: CostContext) -> float:
     cached = ctx.memo.get(key)
     if cached is not None:
         return cached
+    constants = [i for i in body.instructions if i.opcode == "constant"]  # (one pass, no frames)
     read = sum(
-        ctx.size(i.shape)
-        for i in body.instructions
-        if i.opcode == "constant" and i.shape.elements > IMMEDIATE_CONSTANT_MAX_ELEMENTS
+        ctx.size(i.shape) for i in constants if i.shape.elements > IMMEDIATE_CONSTANT_MAX_ELEMENTS
     )
     for param in body.parameters:
         if param.shape.is_tuple:

@@ -117,10 +117,15 @@ def sliced_reads(fusion: Instruction) -> dict[int, int]:
     if fusion.opcode != "fusion" or not fusion.called:
         return {}
     body = fusion.called[0]
-    users: dict[int, list[Instruction]] = {}
+    users: dict[int, list[Instruction]] = {}  # of the parameters and views, the only ones asked
     for inner in body.instructions:
-        for op in dict.fromkeys(inner.operands):
-            users.setdefault(id(op), []).append(inner)
+        for op in inner.operands:
+            if op.opcode == "parameter" or op.opcode in VIEWS:
+                listed = users.get(id(op))
+                if listed is None:
+                    users[id(op)] = [inner]
+                elif listed[-1] is not inner:  # an op reading one value twice: one user
+                    listed.append(inner)
     found = {}
     for param in body.parameters:
         if not param.payload.strip().isdigit() or param.is_root:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -43,8 +44,11 @@ class Extent:
     count: int
 
 
-def _full(shape: Shape) -> tuple[Extent, ...]:
-    return tuple(Extent(0, 1, n) for n in shape.dims)
+@functools.lru_cache(maxsize=4096)
+def _whole_positions(w: attrs.WindowDim, kernel: int, outputs: int, inputs: int) -> int:
+    """:func:`_valid_positions` of whole dimensions (no padding handed in): a model's convolutions
+    repeat a few windows and sizes (every layer's), so each is counted once."""
+    return _valid_positions(w, Extent(0, 1, kernel), Extent(0, 1, outputs), Extent(0, 1, inputs))
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
@@ -163,7 +167,9 @@ def conv_flops(
     data, for a library call handed explicitly padded operands (see ``custom_call.py``)."""
     dims = attrs.conv_dims(instr)
     window = attrs.window(instr)
-    lx, rx, ox = extents or (_full(lhs), _full(rhs), _full(out))
+    if extents is None:  # whole dimensions: the counts of the sizes alone, looked up
+        return _whole_conv_flops(instr, dims, window, lhs, rhs, out)
+    lx, rx, ox = extents
     positions = 1
     for i, w in enumerate(window):
         kernel = rx[dims.kernel_spatial[i]]
@@ -175,10 +181,28 @@ def conv_flops(
     input_features = lx[dims.input_feature].count // feature_groups
     output_features = ox[dims.output_feature].count
     batch = lx[dims.input_batch].count // batch_groups
-    if extents is not None:  # a padded feature or batch is no more work than the data's
-        input_features = min(input_features, rx[dims.kernel_input_feature].count)
-        output_features = min(output_features, rx[dims.kernel_output_feature].count)
-        batch = min(batch, ox[dims.output_batch].count)
+    # a padded feature or batch is no more work than the data's
+    input_features = min(input_features, rx[dims.kernel_input_feature].count)
+    output_features = min(output_features, rx[dims.kernel_output_feature].count)
+    batch = min(batch, ox[dims.output_batch].count)
+    return FMA_FLOPS * input_features * output_features * batch * positions
+
+
+def _whole_conv_flops(
+    instr: Instruction, dims: attrs.ConvDims, window, lhs: Shape, rhs: Shape, out: Shape
+) -> int:
+    """:func:`conv_flops` over whole dimensions (every element of every dimension data)."""
+    positions = 1
+    for i, w in enumerate(window):
+        positions *= _whole_positions(
+            w, rhs.dims[dims.kernel_spatial[i]], out.dims[dims.output_spatial[i]],
+            lhs.dims[dims.input_spatial[i]],
+        )  # fmt: skip
+    feature_groups = attrs.int_attr(instr, "feature_group_count", 1)
+    batch_groups = attrs.int_attr(instr, "batch_group_count", 1)
+    input_features = lhs.dims[dims.input_feature] // feature_groups
+    output_features = out.dims[dims.output_feature]
+    batch = lhs.dims[dims.input_batch] // batch_groups
     return FMA_FLOPS * input_features * output_features * batch * positions
 
 
@@ -252,9 +276,7 @@ def conv_geometry(
         kernel = rhs.dims[dims.kernel_spatial[i]]
         outputs = out.dims[dims.output_spatial[i]]
         inputs = lhs.dims[dims.input_spatial[i]]
-        pairs = _valid_positions(
-            w, Extent(0, 1, kernel), Extent(0, 1, outputs), Extent(0, 1, inputs)
-        )
+        pairs = _whole_positions(w, kernel, outputs, inputs)
         if kernel > 1 and pairs == outputs == inputs == kernel:  # a batch dim in disguise
             batch *= outputs
         elif kernel > 1 and inputs == 1 and pairs == outputs == kernel:
@@ -273,20 +295,33 @@ def matmul_geometry(
     instr: Instruction, memo: dict | None = None
 ) -> tuple[int, int, int, int] | None:
     """(batch, M, N, K) of a dot or convolution, or of the largest one inside a fusion.
-    ``memo`` (id of a fused computation -> its geometry) shares the walk of nested bodies."""
+    ``memo`` (id of a fused computation or of a convolution -> its geometry) shares the walk of
+    nested bodies, and a convolution's count with every caller asking again."""
     if instr.opcode in DOTS:
         return dot_geometry(instr.operands[0].shape, instr.operands[1].shape, attrs.dot_dims(instr))
     if instr.opcode == "convolution":
-        lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
-        return conv_geometry(instr, lhs, rhs, instr.shape)
+        found = memo.get(id(instr)) if memo is not None else None
+        if found is None:
+            lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
+            found = conv_geometry(instr, lhs, rhs, instr.shape)
+            if memo is not None:
+                memo[id(instr)] = found
+        return found
     if instr.opcode == "fusion" and instr.called:
         memo = {} if memo is None else memo
         body = instr.called[0]
         if id(body) not in memo:
-            found = [g for i in body.instructions if (g := matmul_geometry(i, memo)) is not None]
+            found = [
+                g for i in body.instructions
+                if i.opcode in _WITH_GEOMETRY and (g := matmul_geometry(i, memo)) is not None
+            ]  # fmt: skip
             memo[id(body)] = max(found, key=math.prod, default=None)
         return memo[id(body)]
     return None
+
+
+# The opcodes matmul_geometry finds a geometry for (of every other op: None).
+_WITH_GEOMETRY = frozenset({*MATMUL_OPCODES, "fusion"})
 
 
 class MatmulIO(NamedTuple):
@@ -345,13 +380,10 @@ def _read_from(value: Instruction) -> Instruction:
 def _written_as(value: Instruction, body) -> Instruction:
     """What a fused matmul's result is written as: down its one-user chain of converts and
     relayouts to the fusion's root (or the matmul itself where the chain goes elsewhere)."""
-    users: dict[int, list[Instruction]] = {}
-    for inner in body.instructions:
-        for op in inner.operands:
-            users.setdefault(id(op), []).append(inner)
     start = value
     while not value.is_root:
-        after = users.get(id(value), [])
+        # its users, one entry per read (the chain is short: found by a look at each op's reads)
+        after = [inner for inner in body.instructions for op in inner.operands if op is value]
         if len(after) == 1 and after[0].opcode == "tuple" and after[0].is_root:
             return value
         if len(after) != 1 or after[0].opcode not in _WRITES_THROUGH:
@@ -419,7 +451,7 @@ def words(shape: Shape) -> float:
     return shape.elements * min(element_bytes(shape) or 4, 4) / 4
 
 
-def fused_operand_words(fusion: Instruction) -> float:
+def fused_operand_words(fusion: Instruction, memo: dict | None = None) -> float:
     """Words of a fused matmul's operands that a vector loop computes before they reach the matrix
     unit: an operand whose producers in the fusion do arithmetic (softmax or GELU backward's
     elementwise chain; not only a convert or a relayout, see ``_NO_LOOP``) passes through the
@@ -434,13 +466,14 @@ def fused_operand_words(fusion: Instruction) -> float:
     input and kernel window bounds and the iteration bounds), but not whether it keeps a computed
     operand tile across the output tiles that reuse it; its estimates of such fusions (softmax
     backward, GELU backward, scanned weight relayouts, compiled for v5e-7x in fixtures/inplace)
-    agree with one pass, so each element is counted once, not once per output tile."""
+    agree with one pass, so each element is counted once, not once per output tile.
+    ``memo``: :func:`matmul_geometry`'s."""
     if fusion.opcode != "fusion" or not fusion.called:
         return 0.0
     body = fusion.called[0]
     matmuls = [
         (g, i) for i in body.instructions
-        if i.opcode in MATMUL_OPCODES and (g := matmul_geometry(i)) is not None
+        if i.opcode in MATMUL_OPCODES and (g := matmul_geometry(i, memo)) is not None
     ]  # fmt: skip
     if not matmuls:
         return 0.0
