@@ -213,20 +213,23 @@ def test_a_chip_switch_shows_what_opening_the_chip_shows(page, server, logdir):
     adds the rest from the report it holds, and draws and lists what it draws for the page
     opened on that chip at once (sent whole)."""
     run, chip = "fsdp/h100", "v5p"
-    asked = []
-    page.on("response", lambda r: "/report?" in r.url and asked.append((r.url, r.json())))
+
+    def for_chip(response) -> bool:
+        return "/report?" in response.url and f"chip={chip}" in response.url
+
     frame = open_plugin(page, server, run)
-    frame.locator("#hr-chip").select_option(chip)
+    with page.expect_response(for_chip) as switch:  # waited for: a listener's list may lag
+        frame.locator("#hr-chip").select_option(chip)
     frame.locator(f'.hr-app[data-state=ready][data-chip="{chip}"]').wait_for()
-    switched = [body for url, body in asked if f"chip={chip}" in url]
-    assert len(switched) == 1 and "since=" in asked[-1][0] and switched[0]["same"]
+    assert "since=" in switch.value.url and switch.value.json()["same"]
     expected = read(logdir, run).classify(chip)
     shown = (chart(frame).evaluate("c => c.hloPoints()"), frame.locator(".hr-summary").text_content(),
              body_rows(frame).all_text_contents())  # fmt: skip
     assert len(shown[0]) == timed_rows(expected)
-    page.goto(f"{server}/data/plugin_entry.html?name=hlo_roofline&run={quote(run)}&chip={chip}")
+    with page.expect_response(for_chip) as opened:
+        page.goto(f"{server}/data/plugin_entry.html?name=hlo_roofline&run={quote(run)}&chip={chip}")
     page.locator(f'.hr-app[data-state=ready][data-chip="{chip}"]').wait_for()
-    assert "same" not in asked[-1][1]
+    assert "same" not in opened.value.json()
     assert shown == (chart(page).evaluate("c => c.hloPoints()"),
                      page.locator(".hr-summary").text_content(),
                      body_rows(page).all_text_contents())  # fmt: skip
