@@ -7,6 +7,7 @@ row whose cost comes from the rule registered for its opcode.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -59,7 +60,7 @@ _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = schema.names("cost", "float")
-# Columns kept as chunks of NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
+# Columns kept as NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
 _ARRAY_COLUMNS = {
     **dict.fromkeys(_FLOAT_COLUMNS, np.float64),
     **dict.fromkeys(schema.names("cost", "int"), np.int64),
@@ -202,8 +203,11 @@ def rows(
     ops: list[PricedOp],
     pad_to_tiles: bool = False,
     user_packages: Sequence[str] = (),
-) -> dict[str, list | np.ndarray]:
-    """Report columns: identity, metadata and per-step totals (cost × count).
+    *,
+    consume: bool = False,
+) -> dict[str, np.ndarray]:
+    """Report columns (one NumPy array each, text as objects): identity, metadata and per-step
+    totals (cost × count).
 
     ``user_packages`` (names or directories) are the user's code in ``user_source`` and
     ``layer_caller`` even where installed (see :func:`attrs.is_library`).
@@ -211,12 +215,15 @@ def rows(
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
     of those is decoded once (the dicts below) rather than once per row. Each row's value of a
     column is appended by the column's schema name (``put["flops"](...)``), never by its place in
-    the schema; every few thousand rows the numeric columns move into NumPy chunks (8 bytes a
-    number rather than a Python float), so they never all exist as objects at once.
+    the schema; every few thousand rows the values move into the columns' arrays, made at full
+    length at the start (8 bytes a number rather than a Python float, and no second copy made by
+    joining pieces), so they never all exist as objects at once. With ``consume`` the priced ops
+    are released (``ops`` holds ``None``) as their rows are made: a large module's ops need not
+    outlive their rows.
     """
     columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
     put = {name: column.append for name, column in columns.items()}  # a builder per column
-    chunks: dict[str, list[np.ndarray]] = {name: [] for name in _ARRAY_COLUMNS}
+    table = _Table(len(ops))
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
     # metadata text -> (op_name, source, user_source, call_stack, layer_caller)
     metadata: dict[str, tuple[str, str, str, str, str]] = {}
@@ -239,7 +246,7 @@ def rows(
     prefetches = _prefetch_consumers(module) if vmem_layouts else {}
     loops = loop_paths(module)  # id(computation) -> the while loops it runs in
     in_chunk = 0
-    for instr, count, cost in ops:
+    for instr, count, cost in ops:  # (consume: a chunk of rows made, its ops become None)
         code = instr.opcode
         text = instr.attr_text
         read = attributes_read.get(text) if text is not None else None
@@ -368,12 +375,10 @@ def rows(
         put["kernel_mxu_flops"](cost.mxu_flops * count)
         in_chunk += 1
         if in_chunk == _ROWS_PER_CHUNK:
-            _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
+            table.take(columns, ops if consume else None)
             in_chunk = 0
-    _into_chunks(columns, chunks, in_chunk, len(columns["name"]))
-    for name, dtype in _ARRAY_COLUMNS.items():
-        columns[name] = np.concatenate(chunks[name]) if chunks[name] else np.zeros(0, dtype)
-    return columns
+    table.take(columns, ops if consume else None)
+    return table.columns
 
 
 def _attribution(
@@ -465,26 +470,40 @@ def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -
     return total
 
 
-def _into_chunks(
-    columns: dict[str, list], chunks: dict[str, list[np.ndarray]], rows: int, total: int
-) -> None:
-    """Move the numeric columns' ``rows`` values into one NumPy chunk each (emptying their lists,
-    whose ``append`` the row builders keep); every column must have been given every row
-    (``total`` so far)."""
-    short = [
-        name
-        for name, values in columns.items()
-        if len(values) != (rows if name in chunks else total)
-    ]
-    if short:
-        raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
-    for name, dtype in _ARRAY_COLUMNS.items():
-        values = columns[name]
-        try:  # a chunk of 8-byte values rather than number objects
-            chunks[name].append(np.array(values, dtype=dtype))
-        except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
-            chunks[name].append(np.array(values, dtype=object))  # number: kept as they are
-        values.clear()
+class _Table:
+    """The report's columns at full length, filled a chunk of rows at a time."""
+
+    __slots__ = ("columns", "done")
+
+    def __init__(self, rows: int) -> None:
+        self.done = 0
+        self.columns: dict[str, np.ndarray] = {
+            name: np.zeros(rows, _ARRAY_COLUMNS[name])
+            if name in _ARRAY_COLUMNS
+            else np.empty(rows, object)
+            for name in ROW_COLUMNS
+        }
+
+    def take(self, values: dict[str, list], ops: list | None) -> None:
+        """Move the rows the builders made (``values``, one list per column, emptied: the row
+        builders keep their ``append``) into the arrays; every column must have been given every
+        row. ``ops``: the priced ops to release, one per row taken."""
+        rows = len(values["name"])
+        short = [name for name, column in values.items() if len(column) != rows]
+        if short:
+            raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
+        start, end = self.done, self.done + rows
+        for name, column in values.items():
+            array = self.columns[name]
+            try:
+                array[start:end] = column
+            except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
+                array = self.columns[name] = array.astype(object)  # number: kept as they are
+                array[start:end] = column
+            column.clear()
+        if ops is not None:
+            ops[start:end] = itertools.repeat(None, rows)
+        self.done = end
 
 
 class _Body:

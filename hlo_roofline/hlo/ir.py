@@ -173,12 +173,12 @@ class Instruction:
         name: str,
         opcode: str,
         shape: Shape,
-        operands: list[Instruction],
+        operands: tuple[Instruction, ...],
         attrs: dict[str, str] | str | int,
         computation: Computation,
         line: int,
         is_root: bool = False,
-        called: list[Computation] | tuple[()] = (),
+        called: tuple[Computation, ...] = (),
         payload: str = "",  # text inside the parentheses of constant(...) / parameter(...)
     ) -> None:
         self.name = name
