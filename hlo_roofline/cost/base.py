@@ -367,7 +367,7 @@ class CostContext:
     pad_to_tiles: bool = False
     _computation_costs: dict[str, Cost] = field(default_factory=dict)
     _sizes: dict[int, int] = field(default_factory=dict)
-    _users: dict[str, dict[int, list[Instruction]]] = field(default_factory=dict)
+    _users: dict[str, dict[int, tuple[Instruction, ...]]] = field(default_factory=dict)
     _in_flight: frozenset[str] | None = None
     # What a rule works out once per instruction or computation and reuses from every caller, so
     # that a body called from many places (or nested fusions sharing bodies) is walked once.
@@ -432,15 +432,16 @@ class CostContext:
             self._in_flight = attrs.in_flight_channels(self.module)
         return self._in_flight
 
-    def users(self, comp: Computation) -> dict[int, list[Instruction]]:
+    def users(self, comp: Computation) -> dict[int, tuple[Instruction, ...]]:
         """``id(instruction) -> its distinct users`` within one computation (memoized)."""
         users = self._users.get(comp.name)
         if users is None:
-            users = {}
+            found: dict[int, list[Instruction]] = {}
             for instr in comp.instructions:
                 for op in dict.fromkeys(instr.operands):
-                    users.setdefault(id(op), []).append(instr)
-            self._users[comp.name] = users
+                    found.setdefault(id(op), []).append(instr)
+            # kept as tuples (half a list's memory): every fused body's users live as long as the walk
+            users = self._users[comp.name] = {key: tuple(each) for key, each in found.items()}
         return users
 
     def computation(self, comp: Computation) -> Cost:

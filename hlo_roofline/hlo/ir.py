@@ -8,6 +8,8 @@ demand by the helpers in :mod:`hlo_roofline.hlo.attrs`, which keeps parsing of l
 from __future__ import annotations
 
 import math
+import weakref
+from collections import deque
 from dataclasses import dataclass, field
 
 from hlo_roofline.hlo.lexer import split_attributes
@@ -142,6 +144,23 @@ def span_bounds(span: int) -> tuple[int, int]:
     return start, start + (span & _SPAN_MASK)
 
 
+# How many instructions keep their split attributes at once: the oldest goes back to its text
+# (split again if asked again). Rules ask an op's attributes while they price it; kept for every
+# op they are a third of a large module's analysis memory.
+_KEEP_SPLIT = 4096
+_kept_splits: deque[tuple[weakref.ref, str | int]] = deque()
+
+
+def _keep_split(instr: Instruction, unsplit: str | int) -> None:
+    kept = _kept_splits
+    kept.append((weakref.ref(instr), unsplit))
+    if len(kept) > _KEEP_SPLIT:
+        ref, text = kept.popleft()
+        oldest = ref()
+        if oldest is not None:
+            oldest._attrs = text
+
+
 class Instruction:
     """One HLO instruction. ``attrs`` maps attribute names to their unparsed text.
 
@@ -151,10 +170,12 @@ class Instruction:
     or as where that text is in the module's source (:func:`attribute_span`, read through
     ``computation.source``): most instructions are never asked for them, and an int is a fifth of
     the memory of the string (the module keeps its text anyway). They are split into the dict on
-    first use.
+    first use, and go back to their text when many others have been split since (see
+    :func:`_keep_split`): a walk over a large module asks for most instructions' attributes once.
     """
 
     __slots__ = (
+        "__weakref__",  # for the instructions whose split attributes are kept (_kept_splits)
         "_attrs",
         "_cache",
         "called",
@@ -197,7 +218,9 @@ class Instruction:
     def attrs(self) -> dict[str, str]:
         attrs = self._attrs
         if attrs.__class__ is not dict:
-            attrs = self._attrs = self.peek_attrs()
+            unsplit = attrs
+            attrs = self._attrs = split_attributes(self.attr_text)
+            _keep_split(self, unsplit)
         return attrs
 
     @property
