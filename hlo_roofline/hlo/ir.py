@@ -178,10 +178,10 @@ class Instruction:
         "__weakref__",  # for the instructions whose split attributes are kept (_kept_splits)
         "_attrs",
         "_cache",
+        "_line",
         "called",
         "computation",
         "is_root",
-        "line",
         "name",
         "opcode",
         "operands",
@@ -208,11 +208,19 @@ class Instruction:
         self.operands = operands
         self._attrs = attrs
         self.computation = computation
-        self.line = line
+        # kept from its computation's first line: a small number, which Python shares (one int
+        # object per instruction otherwise)
+        self._line = line - computation.line if computation is not None else line
         self.is_root = is_root
         self.called = called  # most instructions call nothing: they share one empty tuple
         self.payload = payload
         self._cache: dict | None = None  # decoded attributes (hlo.attrs), made on first use
+
+    @property
+    def line(self) -> int:
+        """The (1-based) line of the text the instruction starts on."""
+        computation = self.computation
+        return self._line + computation.line if computation is not None else self._line
 
     @property
     def attrs(self) -> dict[str, str]:
