@@ -178,10 +178,9 @@ class Instruction:
         "__weakref__",  # for the instructions whose split attributes are kept (_kept_splits)
         "_attrs",
         "_cache",
-        "_line",
+        "_place",
         "called",
         "computation",
-        "is_root",
         "name",
         "opcode",
         "operands",
@@ -208,10 +207,10 @@ class Instruction:
         self.operands = operands
         self._attrs = attrs
         self.computation = computation
-        # kept from its computation's first line: a small number, which Python shares (one int
-        # object per instruction otherwise)
-        self._line = line - computation.line if computation is not None else line
-        self.is_root = is_root
+        # Its line from its computation's first, and whether it is the root, in one small int
+        # (Python shares those; an int a line and a flag would be two slots and an object).
+        offset = line - computation.line if computation is not None else line
+        self._place = offset << 1 | is_root
         self.called = called  # most instructions call nothing: they share one empty tuple
         self.payload = payload
         self._cache: dict | None = None  # decoded attributes (hlo.attrs), made on first use
@@ -220,7 +219,12 @@ class Instruction:
     def line(self) -> int:
         """The (1-based) line of the text the instruction starts on."""
         computation = self.computation
-        return self._line + computation.line if computation is not None else self._line
+        offset = self._place >> 1
+        return offset + computation.line if computation is not None else offset
+
+    @property
+    def is_root(self) -> bool:
+        return bool(self._place & 1)
 
     @property
     def attrs(self) -> dict[str, str]:
