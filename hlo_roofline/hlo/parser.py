@@ -534,7 +534,7 @@ def _parse_module(text: str) -> Module:
                 instr, names = parsed
                 if names:  # operands come before their users (XLA's rule): no cycles
                     try:
-                        instr.operands = tuple(map(by_name.__getitem__, names))
+                        instr.operands = tuple([by_name[name] for name in names])
                     except KeyError:
                         instr.operands = tuple([
                             by_name.get(name)
@@ -780,7 +780,7 @@ def _resolve_callees(
     verifier checks each call as it is linked."""
     agree: dict[tuple[int, int], bool] = {}  # shape pairs already compared
     for instr, number in callers:
-        attrs = instr.peek_attrs()  # not kept: the callers' attributes are most of a module's
+        attrs = instr.attrs  # kept for the rules, as long as the most recent splits are
         called = []
         for key in _CALLED_ATTRS:
             value = attrs.get(key)
