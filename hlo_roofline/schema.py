@@ -29,6 +29,10 @@ def _c(name: str, dtype: Dtype, unit: str, meaning: str, layer: Layer) -> Column
     return Column(name, dtype, unit, meaning, layer)
 
 
+# What sets an op's ``t_roofline_s`` (the ``bound`` column): the first three are the roofline's
+# times; ``unknown``: no price (or no rate), ``none``: no time at all.
+BOUNDS = ("compute", "memory", "communication", "unknown", "none")
+
 # The codes of ``xla_gap``: why XLA:TPU's estimate of an op sits outside the roofline's reach.
 BELOW_MEMORY_FLOOR = "below_memory_floor"  # the one code for an estimate under the op's bytes
 XLA_GAPS = {
@@ -235,7 +239,7 @@ HINT_FIELDS = ("hint_reason", "ridge_m", "ridge_k", "mxu_waste")
 # The roof behind each verdict (reports written before them lack them; faces show them where
 # present).
 ROOF_FIELDS = ("roof_flops_per_s", "roof_bytes_per_s", "roof_unit")
-# The codes of ``hint_reason`` (its column's meaning lists them; ``verdict.hint_text`` words
+# The codes of ``hint_reason`` (its column's meaning lists them; ``hints.hint_text`` words
 # them); a report read back holds no other (``report.validate``).
 HINT_REASONS = (
     "ridge_m", "ridge_k", "unreachable", "batched_weights", "split_k", "vector_loop", "prefetch",

@@ -95,7 +95,7 @@ def test_every_numeric_type_has_a_rate_class(hlo):
         return
     assert chips.rate_class(hlo) in chips.RATE_CLASSES
     dtype = numpy_dtype(hlo)
-    if dtype.kind in "biufc" and dtype.name in chips._DTYPE_CLASS:  # the NumPy spelling agrees
+    if dtype.kind in "biufc" and dtype.name in chips.model._DTYPE_CLASS:  # the NumPy spelling agrees
         assert chips.rate_class(dtype.name) == chips.rate_class(hlo)
 
 

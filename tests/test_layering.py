@@ -32,16 +32,21 @@ LAYERS = [
     ),
     ("text → IR", ["hlo_roofline.hlo", "hlo_roofline.hlo.*"]),
     ("prices", ["hlo_roofline.cost", "hlo_roofline.cost.*"]),
-    ("chip data", ["hlo_roofline.chips"]),
+    ("chip data", ["hlo_roofline.chips", "hlo_roofline.chips.*"]),
     (
         "judgments",
         [
+            "hlo_roofline.compute",
             "hlo_roofline.efficiency",
+            "hlo_roofline.hints",
             "hlo_roofline.host",
             "hlo_roofline.interconnect",
             "hlo_roofline.memory",
+            "hlo_roofline.ridge",
             "hlo_roofline.schedule",
+            "hlo_roofline.step",
             "hlo_roofline.verdict",
+            "hlo_roofline.xla_gap",
         ],
     ),
     ("the result", ["hlo_roofline.report", "hlo_roofline.plot"]),
@@ -163,7 +168,7 @@ def test_the_host_chip_is_known_through_the_package():
     does not import what measures the host; the package loads it with the database)."""
     code = (
         "from hlo_roofline import chips; import sys; "
-        "print(chips.resolve('v5e'), chips._providers.get('host') is not None)"
+        "print(chips.resolve('v5e'), chips.registry._providers.get('host') is not None)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["v5e", "True"]

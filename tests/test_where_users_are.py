@@ -290,6 +290,8 @@ def test_the_wheel_builds_without_deprecations_and_carries_its_data(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "hlo_roofline/data/chips.toml" in names
     assert {"hlo_roofline/data/gpu/h100-sxm.txtpb", "hlo_roofline/cache.py"} <= names
+    modules = {p.relative_to(REPO).as_posix() for p in (REPO / "hlo_roofline").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)  # every subpackage is listed in pyproject
     assert any(n.startswith("hlo_roofline_tensorboard/static/") for n in names)
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     requires = [

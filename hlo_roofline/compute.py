@@ -1,0 +1,165 @@
+"""The compute side of the time model: which unit runs an op (MXU, vector unit, EUP, a TPU's
+vector loop, fill and lane-reduce rates) and how long it takes there, MXU padding included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hlo_roofline.chips import Chip
+from hlo_roofline.hlo.ir import DTYPE_BYTES
+
+
+def column(ops: pd.DataFrame, name: str, rows: np.ndarray, default: float) -> np.ndarray:
+    if name not in ops:  # a report written before the column existed
+        return np.full(len(rows), default)
+    return ops[name].to_numpy(dtype=float)[rows]
+
+
+def padded(dims: np.ndarray, tile: int) -> np.ndarray:
+    return -(-dims // tile) * tile
+
+
+_FEW_COLUMNS = 8  # N below a vector register's sublanes: the matmul streams N, holds M
+
+
+def holds_rows(m, n):
+    """Where a matmul of M rows and N columns holds its rows in the MXU: N below 8 (NumPy arrays
+    or plain numbers)."""
+    return (n > 0) & (n < _FEW_COLUMNS) & (m > n)
+
+
+def streams_columns(ops: pd.DataFrame) -> np.ndarray:
+    """The matmuls whose N is below 8 (a decode step's scores, one query against a cache of
+    keys): the MXU holds the K×M operand and streams the N columns through it, so M, not N, is
+    padded to its width (XLA:TPU's estimates for such products are far below N padded to 128)."""
+    m, n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_m", "mm_n", "mm_k"))
+    return holds_rows(m, n) & (k > 1)
+
+
+def mxu_padding(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """How much more work each matmul does on the chip's MXUs than it asks for: the K×N weight
+    tile padded to the systolic array's width (the M rows stream through it unpadded, as the book
+    counts them), or the K×M tile where it streams its few N columns (:func:`streams_columns`);
+    1 where the chip has no MXU shape, or the op is a matrix-vector product (a depthwise
+    convolution: it runs on the vector unit)."""
+    width = chip.mxu_width
+    m, n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_m", "mm_n", "mm_k"))
+    held = np.where(streams_columns(ops), m, n)  # the operand's dim the array holds
+    factor = np.ones(len(ops))
+    on_mxu = (held > 1) & (k > 1)
+    if width and on_mxu.any():
+        asked = (held * k)[on_mxu].astype(float)
+        factor[on_mxu] = padded(held[on_mxu], width) * padded(k[on_mxu], width) / asked
+    return factor
+
+
+# The units an op's compute time can come from (the ``compute_unit`` column).
+COMPUTE_UNITS = {
+    "mxu": "matmul FLOPs (padded to the MXU's tiles on a TPU) at the matmul peak",
+    "vector": "FLOPs at the vector peak (VPU, CUDA cores)",
+    "eup": "transcendentals at the TPU EUP's rate",
+    "loop": "elements through a TPU vector loop at the rate XLA:TPU's cost model charges",
+    "fill": "elements a TPU fill (a broadcast of a scalar: zeros) writes, at its own rate",
+    "xlu": "elements a standalone TPU reduce folds across lanes (XLU)",
+}
+
+
+def compute_times(
+    ops: pd.DataFrame,
+    chip: Chip,
+    matmul: np.ndarray,
+    peaks: np.ndarray,
+    padding: np.ndarray,
+    kernel_mxu: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's time on the units that run it, and the unit that sets it (the slowest).
+
+    A matmul: its FLOPs on the MXU with ``padding`` (:func:`mxu_padding`), and the elements of its
+    result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
+    EUP's rate where the chip has one (else at the vector peak, with the FLOPs), and the elements of
+    its loop through the vector unit where the chip has that rate (TPUs), a standalone reduce's
+    elements across the lanes at the XLU's. A custom kernel with ``kernel_mxu`` FLOPs (an
+    attention kernel's, where the chip has a rate for its dtype): those at its MXU peak
+    (``peaks``), the rest of its FLOPs at the vector peak."""
+    flops = ops["flops"].to_numpy(dtype=float)
+    transcendentals = ops["transcendentals"].to_numpy(dtype=float)
+    kernel = kernel_mxu > 0
+    mxu_flops = (
+        2.0
+        * ops["count"].to_numpy(dtype=float)
+        * np.prod(
+            [ops[c].to_numpy(dtype=float) for c in ("mm_batch", "mm_m", "mm_n", "mm_k")], axis=0
+        )
+    )
+    zero = np.zeros(len(ops))
+    eup = transcendentals / chip.eup_rate if chip.eup_rate else zero
+    on_vector = np.where(kernel, flops - kernel_mxu, flops)
+    vector = (on_vector if chip.eup_rate else on_vector + transcendentals) / np.where(
+        kernel, chip.vector_peak(), peaks
+    )
+    candidates = {
+        "mxu": np.where(
+            matmul,
+            (flops + transcendentals + mxu_flops * (padding - 1)) / peaks,
+            np.where(kernel, kernel_mxu / peaks, 0.0),
+        ),
+        "vector": np.where(matmul, 0.0, vector),
+        "eup": np.where(matmul, 0.0, eup),
+        "loop": zero,
+        "fill": zero,
+        "xlu": zero,
+    }
+    if chip.vector_elements_rate and "vector_elements" in ops:
+        elements = ops["vector_elements"].to_numpy(dtype=float)
+        fill = fills(ops) if chip.fill_rate else np.zeros(len(ops), dtype=bool)
+        candidates["loop"] = np.where(fill, 0.0, elements) / chip.vector_elements_rate
+        if chip.fill_rate:
+            candidates["fill"] = np.where(fill, elements, 0.0) / chip.fill_rate
+    if chip.lane_reduce_rate and "lane_reduced_elements" in ops:
+        candidates["xlu"] = (
+            ops["lane_reduced_elements"].to_numpy(dtype=float) / chip.lane_reduce_rate
+        )
+    times = np.stack(list(candidates.values()))
+    unit = np.array(list(candidates), dtype=object)[times.argmax(axis=0)]
+    t_compute = times.max(axis=0)
+    unit[t_compute == 0] = ""
+    return t_compute, unit
+
+
+_FILL_READS = 1 / 64  # what a fill may read per byte it writes (a row broadcast down the rows)
+
+
+def fills(ops: pd.DataFrame) -> np.ndarray:
+    """The rows that fill an HBM array from (almost) nothing: a ``broadcast``, or a fusion of
+    nothing but one, whose bytes are its result's and at most 1/64 more (a scalar, a row
+    repeated down the rows: zeros, ``jnp.full``, a bias spread over a batch). XLA:TPU charges
+    those per element written at a rate of their own (the chip's ``vpu.fill``); a broadcast
+    that reads more (into sublanes, 1/8) or lands in VMEM runs as any loop."""
+    opcode, fused = ops["opcode"].to_numpy(), ops["fused_ops"].to_numpy()
+    broadcast = (opcode == "broadcast") | ((opcode == "fusion") & (fused == "broadcast"))
+    if not broadcast.any():
+        return broadcast
+    itemsize = ops["dtype"].map(DTYPE_BYTES).fillna(0).to_numpy(dtype=float)
+    written = ops["vector_elements"].to_numpy(dtype=float) * itemsize
+    data = ops["bytes_accessed"].to_numpy(dtype=float)
+    vmem = column(ops, "vmem_bytes", np.arange(len(ops)), 0.0)
+    return (
+        broadcast & (written > 0) & (data <= written * (1 + _FILL_READS)) & (vmem <= data - written)
+    )  # the array it writes is in HBM (what it reads may be in VMEM)
+
+
+def kernel_mxu_flops(ops: pd.DataFrame) -> np.ndarray:
+    """Each op's ``kernel_mxu_flops`` (0 where the report predates the column)."""
+    if "kernel_mxu_flops" not in ops:
+        return np.zeros(len(ops))
+    return ops["kernel_mxu_flops"].to_numpy(dtype=float)
+
+
+def op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
+    """The least time each op that runs on the core takes: the chip's per-op overhead (a TPU's,
+    where the database has one) once per execution; 0 for ops that only move data by DMA."""
+    if not chip.op_floor_s or "vector_elements" not in ops:
+        return np.zeros(len(ops))
+    runs_on_core = (ops["vector_elements"].to_numpy(dtype=float) > 0) | matmul
+    return np.where(runs_on_core, chip.op_floor_s * ops["count"].to_numpy(dtype=float), 0.0)

@@ -1,0 +1,183 @@
+"""The step as a whole: the summary's chip, times, MFU and roofs, the loops a step runs
+(:func:`loop_table`), what it recomputes (remat) and its MFU against the user's model FLOPs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from hlo_roofline.chips import Chip
+from hlo_roofline.schema import BOUNDS
+
+RIDGE_DTYPES = ("bf16", "fp8", "int8", "tf32", "fp32")
+
+
+def chip_summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float, least: float) -> dict:
+    time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
+    # MFU against the peak most matmul FLOPs run at (their dtype and precision; bf16 without any)
+    priced = (ops["mm_k"] > 0) & (ops["bound"] != "unknown")
+    matmul_flops = ops[priced].groupby(["dtype", "precision"])["flops"].sum()
+    mfu_dtype, mfu_precision = (
+        matmul_flops.idxmax() if len(matmul_flops) and matmul_flops.max() > 0 else ("bf16", "")
+    )
+    peak = chip.matmul_peak(str(mfu_dtype), str(mfu_precision) or "default")
+    flops = float(ops["flops"].sum())
+    roofs = {}
+    for dtype in RIDGE_DTYPES:
+        if chip.has_rate(dtype):
+            rate = chip.peak(dtype)
+            roofs[dtype] = {"peak_flops": rate, "critical_intensity": rate / chip.hbm_bandwidth}
+    roofs["vector"] = {
+        "peak_flops": chip.vector_peak(),
+        "critical_intensity": chip.vector_peak() / chip.hbm_bandwidth,
+    }
+    in_vmem = "vmem_bytes" in ops and float(ops["vmem_bytes"].sum()) > 0  # a second memory roof
+    return {
+        "chip": chip.key,
+        "chip_name": chip.name,
+        "chip_profile": chip.profile,
+        "step_time_lower_s": step,
+        "step_time_upper_s": upper,
+        "mfu_upper_bound": flops / (peak * least) if least else 0.0,
+        "mfu_dtype": (
+            f"{mfu_dtype} ({mfu_precision} precision)"
+            if mfu_dtype == "f32" and mfu_precision not in ("", "default")
+            else str(mfu_dtype)
+        ),
+        "time_share": {
+            b: float(time_by_bound.get(b, 0.0)) / step if step else 0.0 for b in BOUNDS[:4]
+        },
+        "hbm_bandwidth": chip.hbm_bandwidth,
+        "vmem_bandwidth": chip.vmem_bandwidth if in_vmem else None,
+        "roofs": roofs,
+    }
+
+
+LOOP_FIELDS = ("parent", "trip_count", "iterations", "ops", "flops", "bytes_accessed",
+               "t_roofline_s", "share", "flops_per_iteration", "bytes_per_iteration",
+               "time_per_iteration_s")  # fmt: skip
+
+
+def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
+    """Each while loop (a ``lax.scan`` over layers is one), indexed by its ``loop`` path: its
+    trip count, iterations per step, totals over everything it runs (nested loops included) and
+    those totals per iteration: one layer of a scanned stack.
+
+    From the rows alone: every op of a loop's body runs ``iterations`` times per step (its
+    ``count``; the condition's ops once more), so the least positive count among the rows
+    directly in the loop is its iterations, and over its parent's the trip count. A loop whose
+    trip count is unknown (its rows are ``lower_bound``: counted once) has none. The times are
+    there once the report is classified."""
+    columns = list(LOOP_FIELDS)
+    if "loop" not in ops or not (ops["loop"] != "").any():
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="loop"))
+    loop = ops["loop"].to_numpy()
+    count = ops["count"].to_numpy(dtype=float)
+    short = ops["lower_bound"].to_numpy(dtype=bool)
+    found = {p for p in set(loop) if p}
+    paths = sorted(
+        {"/".join(p.split("/")[: i + 1]) for p in found for i in range(p.count("/") + 1)}
+    )
+    timed = "t_roofline_s" in ops
+    step = float(ops["t_roofline_s"].sum()) if timed else 0.0
+
+    def iterations(path: str) -> float:
+        if not path:
+            return 1.0
+        direct = count[(loop == path) & (count > 0)]
+        return float(direct.min()) if len(direct) else 0.0
+
+    rows = {}
+    for path in paths:
+        parent = path.rpartition("/")[0]
+        runs, outer = iterations(path), iterations(parent)
+        inside = (loop == path) | np.char.startswith(loop.astype(str), path + "/")
+        unknown = bool(short[loop == path].any())
+        totals = {c: float(ops[c].to_numpy(dtype=float)[inside].sum())
+                  for c in ("flops", "bytes_accessed", "t_roofline_s") if c in ops}  # fmt: skip
+        time_s = totals.get("t_roofline_s", math.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows[path] = {
+                "parent": parent,
+                "trip_count": math.nan if unknown or not outer else runs / outer,
+                "iterations": runs,
+                "ops": int(inside.sum()),
+                "flops": totals["flops"],
+                "bytes_accessed": totals["bytes_accessed"],
+                "t_roofline_s": time_s,
+                "share": time_s / step if step else math.nan,
+                "flops_per_iteration": totals["flops"] / runs if runs else math.nan,
+                "bytes_per_iteration": totals["bytes_accessed"] / runs if runs else math.nan,
+                "time_per_iteration_s": time_s / runs if runs else math.nan,
+            }
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
+    table.index.name = "loop"
+    if timed:
+        table = table.sort_values("t_roofline_s", ascending=False, kind="stable")
+    return table
+
+
+def loops_summary(ops: pd.DataFrame) -> list[dict]:
+    """The summary's ``loops``: :func:`loop_table` as records, slowest first."""
+    table = loop_table(ops)
+    keep = ("trip_count", "iterations", "time_per_iteration_s", "flops_per_iteration",
+            "bytes_per_iteration", "t_roofline_s", "share")  # fmt: skip
+    return [
+        {"name": name, "parent": row["parent"],
+         **{k: None if not math.isfinite(row[k]) else float(row[k]) for k in keep}}
+        for name, row in table.iterrows()
+    ]  # fmt: skip
+
+
+REMAT = "rematted_computation"  # the name scope JAX gives what jax.checkpoint recomputes
+
+
+def remat_summary(ops: pd.DataFrame, step: float) -> dict[str, float]:
+    """What the backward pass recomputes (``jax.checkpoint``/``remat``): the FLOPs and roofline
+    time of the ops whose ``op_name`` lies inside a rematted computation, and their shares of the
+    step's FLOPs and of Σ ``t_roofline_s`` (a fusion counts wholly where its own op_name is)."""
+    if "op_name" not in ops:  # a report without names: nothing known to be recomputed
+        inside = np.zeros(len(ops), dtype=bool)
+    else:
+        inside = ops["op_name"].astype(str).str.contains(REMAT, regex=False).to_numpy()
+    flops = ops["flops"].to_numpy(dtype=float)
+    remat_flops, total = float(flops[inside].sum()), float(flops.sum())
+    remat_time = float(ops["t_roofline_s"].to_numpy(dtype=float)[inside].sum())
+    return {
+        "remat_flops": remat_flops,
+        "remat_flops_share": remat_flops / total if total else 0.0,
+        "remat_time_s": remat_time,
+        "remat_time_share": remat_time / step if step else 0.0,
+    }
+
+
+def check_model_flops(model_flops) -> float | None:
+    """A model FLOP count as a float; ValueError unless it is a positive finite number."""
+    if model_flops is None:
+        return None
+    try:
+        value = float(model_flops)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(model_flops, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"model_flops must be a positive number of FLOPs, not {model_flops!r}")
+    return value
+
+
+def model_flops_summary(
+    hlo_flops: float, model_flops: float | None, chip: Chip, step_scheduled: float
+) -> dict[str, float | None]:
+    """MFU against the user's own FLOP count: ``model_flops / (step as scheduled × bf16 peak)``
+    (MaxText's convention: its MFU is against the bf16 peak), and how many FLOPs the compiled
+    program runs per model FLOP (above 1: rematerialization, padding, the optimizer, ...)."""
+    model_flops = check_model_flops(model_flops)
+    if model_flops is None:
+        return {"model_flops": None, "mfu_model": None, "hlo_flops_per_model_flop": None}
+    peak = chip.peak("bf16")
+    return {
+        "model_flops": model_flops,
+        "mfu_model": model_flops / (step_scheduled * peak) if step_scheduled else None,
+        "hlo_flops_per_model_flop": hlo_flops / model_flops,
+    }
