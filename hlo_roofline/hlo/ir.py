@@ -144,9 +144,10 @@ def span_bounds(span: int) -> tuple[int, int]:
     return start, start + (span & _SPAN_MASK)
 
 
-# How many instructions keep their split attributes at once: the oldest goes back to its text
-# (split again if asked again). Rules ask an op's attributes while they price it; kept for every
-# op they are a third of a large module's analysis memory.
+# How many instructions of fused computations keep their split attributes at once: the oldest goes
+# back to its text (split again if asked again). The rules read a fused op's attributes once, while
+# they price its fusion; kept for every one they were a third of a large module's analysis memory.
+# An op outside fusions keeps them: it is a row of the report, whose builder reads them again.
 _KEEP_SPLIT = 4096
 _kept_splits: deque[tuple[weakref.ref, str | int]] = deque()
 
@@ -170,8 +171,8 @@ class Instruction:
     or as where that text is in the module's source (:func:`attribute_span`, read through
     ``computation.source``): most instructions are never asked for them, and an int is a fifth of
     the memory of the string (the module keeps its text anyway). They are split into the dict on
-    first use, and go back to their text when many others have been split since (see
-    :func:`_keep_split`): a walk over a large module asks for most instructions' attributes once.
+    first use; in a fused computation they go back to their text when many others have been split
+    since (see :func:`_keep_split`): a walk over a large module asks for most of those once.
     """
 
     __slots__ = (
@@ -232,7 +233,9 @@ class Instruction:
         if attrs.__class__ is not dict:
             unsplit = attrs
             attrs = self._attrs = split_attributes(self.attr_text)
-            _keep_split(self, unsplit)
+            computation = self.computation
+            if computation is None or computation.is_fusion:
+                _keep_split(self, unsplit)
         return attrs
 
     @property
