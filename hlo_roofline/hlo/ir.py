@@ -144,8 +144,8 @@ def span_bounds(span: int) -> tuple[int, int]:
     return start, start + (span & _SPAN_MASK)
 
 
-# How many instructions of fused computations keep their split attributes at once: the oldest goes
-# back to its text (split again if asked again). The rules read a fused op's attributes once, while
+# How many instructions of fused computations keep their split (and decoded) attributes at once:
+# the oldest goes back to its text (split again if asked again). The rules read a fused op's attributes once, while
 # they price its fusion; kept for every one they were a third of a large module's analysis memory.
 # An op outside fusions keeps them: it is a row of the report, whose builder reads them again.
 _KEEP_SPLIT = 4096
@@ -160,6 +160,7 @@ def _keep_split(instr: Instruction, unsplit: str | int) -> None:
         oldest = ref()
         if oldest is not None:
             oldest._attrs = text
+            oldest._cache = None  # and what was decoded from them
 
 
 class Instruction:
