@@ -39,14 +39,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from hlo_roofline import verdict
+from hlo_roofline import schema, verdict
 from hlo_roofline.cost.elementwise import ARITHMETIC, TRANSCENDENTAL
 from hlo_roofline.diff import compare, judged_alike, require_verdicts
 from hlo_roofline.diff import coverage as diff_coverage
 from hlo_roofline.report import Report
 from hlo_roofline.text import format_seconds, format_table
 
-REQUIRABLE = ("compute", "memory", "communication")
+REQUIRABLE = schema.BOUNDS[:3]  # the bounds a roofline time sets
 SEARCHED = ("name", "opcode", "op_name", "source", "user_source")
 PYPROJECT_TABLE = ("tool", "hlo-roofline", "check")
 

@@ -29,7 +29,8 @@ from hlo_roofline import Report, chips, memory, targets  # targets before jax: s
 from hlo_roofline._atomic import unwritable
 from hlo_roofline.examples import analyze_example, default_cache_dir
 from hlo_roofline.examples.gpt import CONFIG
-from hlo_roofline.report import UNATTRIBUTED, scope_of
+from hlo_roofline.hlo.attribution import pass_of, scope_of
+from hlo_roofline.report import UNATTRIBUTED
 
 EXAMPLE = "gpt"
 # (run name, target, label): the chip is the target's.
@@ -59,9 +60,9 @@ def parts_table(reports: dict[str, Report], labels: dict[str, str]) -> pd.DataFr
 
 
 def forward_matmul_ops(report: Report) -> pd.DataFrame:
-    """The forward pass's matmuls (ops with matmul geometry, not under ``transpose``), by op_name."""
+    """The forward pass's matmuls (ops with matmul geometry, not of the backward pass), by op_name."""
     ops = report.ops
-    forward = ~ops["op_name"].str.contains("transpose(", regex=False)
+    forward = ops["op_name"].map(pass_of) != "backward"
     matmuls = ops[(ops["mm_k"] > 0) & forward]
     return matmuls.drop_duplicates("op_name", keep=False).set_index("op_name")
 

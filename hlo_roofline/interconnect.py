@@ -28,6 +28,7 @@ __all__ = [
     "Span",
     "Topology",
     "collective_time",
+    "dcn_time",
     "from_devices",
     "infer",
 ]
@@ -317,6 +318,18 @@ def collective_time(
     if chip.scaleup is not None and chip.scaleup.oneway:
         return _nodes_time(chip, collective, comm_bytes, n, span)
     return math.nan
+
+
+def dcn_time(chip: Chip, collective: str, comm_bytes: float) -> float:
+    """Seconds one device spends sending ``comm_bytes`` across slices over the data-centre
+    network: at its chip's DCN egress (the book's per-chip ``W_dcn``; "DCN, data parallel as a ring
+    over slices": bytes / (M · W_dcn) for a slice of M chips, each sending its own share; a
+    per-device chip's share of it). A chip without a DCN figure prices it as point-to-point ICI."""
+    if comm_bytes <= 0:
+        return 0.0
+    if not chip.dcn_per_chip:
+        return collective_time(chip, collective, comm_bytes, 2, None)
+    return comm_bytes / chip.dcn_per_chip
 
 
 def _torus_time(chip: Chip, collective: str, comm: float, n: int, span: Span | None) -> float:

@@ -13,7 +13,6 @@ import io
 import json
 import math
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ import pandas as pd
 from hlo_roofline import chips, efficiency, memory, schedule, schema, verdict
 from hlo_roofline._atomic import write_atomic
 from hlo_roofline._json import json_safe
-from hlo_roofline.hlo import attrs
+from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
 
@@ -223,17 +222,13 @@ class Report:
         text = self.ops.at[rows[0], "call_stack"]
         return text.split("\n") if text else []
 
-    def attribute(self, libraries: Sequence[str] = attrs.LIBRARIES) -> Report:
+    def attribute(self, libraries: Sequence[str] = LIBRARIES) -> Report:
         """The same report with ``user_source`` found again, treating ``libraries`` (package
         names, or directories) as library code besides installed packages and the standard
-        library: ``report.attribute([*hlo_roofline.hlo.attrs.LIBRARIES, "my_layers"])``."""
+        library: ``report.attribute([*hlo_roofline.hlo.attribution.LIBRARIES, "my_layers"])``."""
         if "call_stack" not in self.ops:
             return self
-        users = {}
-        for text in self.ops["call_stack"].unique():
-            frames = [f for f in map(attrs.parse_frame, text.split("\n")) if f] if text else []
-            user = attrs.user_frame(frames, libraries)
-            users[text] = attrs.frame_text(user) if user else ""
+        users = {text: user_source_of(text, libraries) for text in self.ops["call_stack"].unique()}
         ops = self.ops.assign(user_source=self.ops["call_stack"].map(users))
         return Report(ops, dict(self.summary), self.module)
 
@@ -665,75 +660,3 @@ def _summary(data: dict) -> dict:
     if not isinstance(summary, dict) or not isinstance(data.get("module", ""), str):
         raise ReportError("its 'summary' is not an object or its 'module' not a string")
     return summary
-
-
-# -- attribution: model parts from op_name and the user's line ------------------------------------
-
-# Path components of an op_name that are program structure, not the model's names: control flow,
-# calls and transformations (``while/body``, ``closed_call``, ``remat``, ``cond/branch_1_fun``).
-_STRUCTURE = frozenset({
-    "while", "body", "cond", "closed_call", "core_call", "call", "remat", "checkpoint",
-    "rematted_computation", "scan", "shard_map", "xla_call", "xla_pmap", "pmap", "named_call",
-    "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "run_state", "vmap", "eval_jaxpr",
-})  # fmt: skip
-_BRANCH = re.compile(r"branch_\d+_fun")
-_WRAPPED = re.compile(r"(?P<wrapper>[\w.-]+)\((?P<inner>.*)\)$", re.DOTALL)
-_FUNCTIONS = ("jit", "pjit")  # jit(f): a function boundary (user_function says which), not a scope
-
-
-def _components(op_name: str) -> list[str]:
-    """op_name split at the slashes outside parentheses (``jvp(a/b)`` stays whole)."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(op_name):
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth = max(depth - 1, 0)
-        elif char == "/" and depth == 0:
-            parts.append(op_name[start:i])
-            start = i + 1
-    parts.append(op_name[start:])
-    return parts
-
-
-def _scope_part(part: str) -> str:
-    while (found := _WRAPPED.match(part)) is not None:
-        if found["wrapper"] in _FUNCTIONS:
-            return ""
-        part = found["inner"]
-    if "/" in part:  # a scope inside a transformation: jvp(model/block)
-        return "/".join(filter(None, map(_scope_part, _components(part))))
-    if part in _STRUCTURE or _BRANCH.fullmatch(part) or "->" in part:  # "->": an einsum's spec
-        return ""
-    return part
-
-
-def scope_of(op_name: str) -> str:
-    """The named scopes an op ran under: ``jax.named_scope`` names and Flax Linen module paths,
-    without transformations, control flow and the primitive itself.
-
-    ``jit(train_step)/transpose(jvp())/while/body/closed_call/attention/scores/exp`` →
-    ``attention/scores``; ``jit(step)/jvp(LM)/Block_0/Dense_1/dot_general`` →
-    ``LM/Block_0/Dense_1``; a parameter's op_name (``params['w']``) → ``""``.
-    """
-    parts = _components(op_name)
-    if len(parts) < 2:
-        return ""
-    return "/".join(filter(None, map(_scope_part, parts[:-1])))
-
-
-def pass_of(op_name: str) -> str:
-    """``backward`` for an op of a gradient (under ``transpose``), ``forward`` for one of the
-    differentiated function (under ``jvp``), ``""`` for the rest (the optimizer, or a step that
-    takes no gradient)."""
-    if "transpose(" in op_name:
-        return "backward"
-    return "forward" if "jvp(" in op_name else ""
-
-
-_LINE = re.compile(r":\d+(?= \(|$)")
-
-
-def function_of(user_source: str) -> str:
-    """``path (function)`` of a ``path:line (function)``: every line of one function together."""
-    return _LINE.sub("", user_source, count=1)

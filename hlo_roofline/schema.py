@@ -78,7 +78,7 @@ COLUMNS: tuple[Column, ...] = (
     _c("user_source", "text", "",
        "`path:line (function)` of the first frame of the op's stack that is the user's own code: "
        "not an installed package (site-packages, dist-packages), the standard library, or JAX, "
-       "Flax, Optax, Equinox and the like (`hlo_roofline.hlo.attrs.LIBRARIES`; see "
+       "Flax, Optax, Equinox and the like (`hlo_roofline.hlo.attribution.LIBRARIES`; see "
        "[frameworks.md](frameworks.md)). Empty for ops the compiler added (copies, async slices) "
        "and for parameters", "cost"),
     _c("note", "text", "", "why a number is what it is (a lower bound, a branch not counted, ...)",

@@ -28,7 +28,7 @@ from hlo_roofline.compute import (
     op_floors,
     streams_columns,
 )
-from hlo_roofline.cost.collectives import parse_group_text
+from hlo_roofline.cost.collectives import dcn_slices, parse_group_text
 from hlo_roofline.hints import hint_columns, hint_text
 from hlo_roofline.schema import BOUNDS
 from hlo_roofline.step import (
@@ -96,7 +96,7 @@ def _comm_times(ops: pd.DataFrame, chip: Chip, topology) -> tuple[np.ndarray, ob
     parsed = {}
     for text in dict.fromkeys(texts[rows]):
         with contextlib.suppress(ValueError):  # unreadable: that collective is priced as one ring
-            parsed[text] = parse_group_text(text) if text else None
+            parsed[text] = parse_group_text(text) if text and not dcn_slices(text) else None
     parsed = {t: p for t, p in parsed.items() if p is not None}
     topology = _topology(chip, topology, parsed.values())
     spans: dict[str, interconnect.Span | None] = {}
@@ -107,9 +107,12 @@ def _comm_times(ops: pd.DataFrame, chip: Chip, topology) -> tuple[np.ndarray, ob
         if text not in spans:
             spans[text] = _span(topology, parsed.get(text))
         per_run = comm[i] / count[i] if count[i] else comm[i]  # the link time of one execution
-        t = interconnect.collective_time(
-            chip, collective[i], per_run, int(group_size[i]), spans[text]
-        )
+        if dcn_slices(text):  # across slices: the data-centre network, not the slice's links
+            t = interconnect.dcn_time(chip, collective[i], per_run)
+        else:
+            t = interconnect.collective_time(
+                chip, collective[i], per_run, int(group_size[i]), spans[text]
+            )
         t_comm[i] = t * (count[i] or 1)
     return np.nan_to_num(t_comm), topology
 

@@ -17,6 +17,7 @@ from hlo_roofline import chips, memory
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
+from hlo_roofline.hlo.attribution import function_of, scope_of
 from hlo_roofline.logdir import REPORT_JSON
 from hlo_roofline.report import FORMAT as REPORT_FORMAT
 from hlo_roofline.report import VERSION as REPORT_VERSION
@@ -25,9 +26,7 @@ from hlo_roofline.report import (
     ReportError,
     ReportMissingError,
     _json_column,
-    function_of,
     lane_title,
-    scope_of,
 )
 from hlo_roofline.schedule import STREAM
 from hlo_roofline_tensorboard._json import dumps

@@ -16,8 +16,9 @@ import pytest
 from conftest import FIXTURES, SLOW
 
 from hlo_roofline import Report, analyze_hlo
-from hlo_roofline.hlo import attrs
-from hlo_roofline.report import UNATTRIBUTED, function_of, pass_of, scope_of
+from hlo_roofline.hlo import attribution, attrs
+from hlo_roofline.hlo.attribution import function_of, pass_of, scope_of
+from hlo_roofline.report import UNATTRIBUTED
 
 
 @pytest.fixture(scope="module")
@@ -27,23 +28,27 @@ def gpt():
 
 def test_installed_packages_the_stdlib_and_jax_are_library_code():
     stdlib = sysconfig.get_paths()["stdlib"]
-    assert attrs.is_library(f"{stdlib}/threading.py")
-    assert attrs.is_library("/opt/venv/lib/python3.12/site-packages/flax/nnx/nn/linear.py")
-    assert attrs.is_library("/usr/lib/python3/dist-packages/numpy/core/numeric.py")
-    assert attrs.is_library("<frozen runpy>")
+    assert attribution.is_library(f"{stdlib}/threading.py")
+    assert attribution.is_library("/opt/venv/lib/python3.12/site-packages/flax/nnx/nn/linear.py")
+    assert attribution.is_library("/usr/lib/python3/dist-packages/numpy/core/numeric.py")
+    assert attribution.is_library("<frozen runpy>")
     import jax
 
-    assert attrs.is_library(jax.__file__)  # wherever it is installed (a source checkout too)
-    assert not attrs.is_library("/home/me/project/model.py")
-    assert not attrs.is_library("/tmp/ipykernel_1234/3456.py")  # a notebook cell
+    assert attribution.is_library(jax.__file__)  # wherever it is installed (a source checkout too)
+    assert not attribution.is_library("/home/me/project/model.py")
+    assert not attribution.is_library("/tmp/ipykernel_1234/3456.py")  # a notebook cell
     # the tool's own code is not the user's; its examples are models like the user's
     import hlo_roofline.api
     import hlo_roofline.examples.gpt
 
-    assert attrs.is_library(hlo_roofline.api.__file__)
-    assert not attrs.is_library(hlo_roofline.examples.gpt.__file__)
+    assert attribution.is_library(hlo_roofline.api.__file__)
+    assert not attribution.is_library(hlo_roofline.examples.gpt.__file__)
     # more libraries: by package name, or by directory
-    assert attrs.is_library("/home/me/layers/attention.py", [*attrs.LIBRARIES, "/home/me/layers"])
+    extra = [*attribution.LIBRARIES, "/home/me/layers"]
+    assert attribution.is_library("/home/me/layers/attention.py", extra)
+    # the path the docs named before attribution had its own module still works
+    assert attrs.LIBRARIES is attribution.LIBRARIES
+    assert attrs.LAYER_MODULES is attribution.LAYER_MODULES
 
 
 def test_user_source_is_the_first_frame_of_the_users_code(gpt):
@@ -54,7 +59,7 @@ def test_user_source_is_the_first_frame_of_the_users_code(gpt):
     assert matmuls["user_source"].str.contains(r"/examples/gpt\.py:\d+ \(\w+\)$").all()
     for _, op in ops[ops["user_source"] != ""].iterrows():
         stack = gpt.stack(op["name"])
-        first_user = next(f for f in stack if not attrs.is_library(attrs.parse_frame(f).file))
+        first_user = next(f for f in stack if not attribution.is_library(attribution.parse_frame(f).file))
         assert op["user_source"] == first_user
         assert stack[0].startswith(op["source"] + " ") or stack[0] == op["source"]
     # layer_norm lives in examples/_common.py: its ops name that file, not the caller
@@ -65,7 +70,7 @@ def test_attribute_with_more_libraries_moves_to_the_caller(gpt):
     """Declaring _common.py a library attributes layer_norm's ops to the gpt.py line
     that calls it: the stack is kept, so the choice can be made after the compile."""
     common = next(u for u in gpt.ops["user_source"] if "_common.py" in u)
-    moved = gpt.attribute([*attrs.LIBRARIES, common.split(":")[0]])  # a file: .../_common.py
+    moved = gpt.attribute([*attribution.LIBRARIES, common.split(":")[0]])  # a file: .../_common.py
     assert not moved.ops["user_source"].str.contains("_common.py", regex=False).any()
     norm = gpt.ops["user_source"].str.contains("(layer_norm)", regex=False)
     assert moved.ops.loc[norm, "user_source"].str.contains(r"gpt\.py:\d+ ").all()
@@ -302,9 +307,9 @@ def installed_maxtext(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
     for name in [m for m in sys.modules if m == "maxtext" or m.startswith("maxtext.")]:
         monkeypatch.delitem(sys.modules, name)
-    attrs._library_dirs.cache_clear()
+    attribution._library_dirs.cache_clear()
     yield site / "maxtext"
-    attrs._library_dirs.cache_clear()
+    attribution._library_dirs.cache_clear()
 
 
 @SLOW

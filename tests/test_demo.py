@@ -17,8 +17,8 @@ import pytest
 from conftest import shared_cache_dir
 
 from hlo_roofline import Report, chips, demo
+from hlo_roofline.hlo.attribution import scope_of
 from hlo_roofline.logdir import PLUGIN_NAME
-from hlo_roofline.report import scope_of
 
 RUNS = [run for run, _, _ in demo.RUNS]
 

@@ -1,8 +1,8 @@
 """The element-type tables, held to XLA's own list and to each other.
 
 The owner is ``hlo.ir.DTYPE_BYTES`` (bytes per element of every XLA ``PrimitiveType``, sub-byte types
-as fractions). Its twins are the byte size XLA's shape-size function uses (``cost.base``: a
-sub-byte element takes a whole byte unless its layout packs it), the rate classes of the chip
+as fractions). Derived from it: the byte size XLA's shape-size function uses (``cost.base``: a
+sub-byte element takes a whole byte unless its layout packs it). Its twins: the rate classes of the chip
 database (``chips.rate_class``) and the bytes the API counts for an argument
 (``api.element_bytes``). The oracles are jaxlib's ``PrimitiveType`` enum and the bit widths NumPy
 and ml_dtypes give each type.
@@ -10,7 +10,6 @@ and ml_dtypes give each type.
 
 from __future__ import annotations
 
-import math
 import re
 
 import jax.numpy as jnp
@@ -74,7 +73,8 @@ def test_the_owners_types_are_xlas_or_ml_dtypes():
 
 @pytest.mark.parametrize("hlo", sorted(DTYPE_BYTES))
 def test_xlas_shape_size_twin_rounds_sub_byte_types_up(hlo):
-    assert base._ELEMENT_BYTES[hlo] == max(1, math.ceil(DTYPE_BYTES[hlo]))
+    """Unpacked, a sub-byte element takes a whole byte, as NumPy and ml_dtypes store it."""
+    assert base._ELEMENT_BYTES[hlo] == numpy_dtype(hlo).itemsize
     assert set(base._ELEMENT_BYTES) == set(DTYPE_BYTES)
 
 

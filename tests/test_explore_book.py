@@ -20,7 +20,8 @@ import pytest
 from conftest import FIXTURES
 
 from hlo_roofline import explorer, memory
-from hlo_roofline.report import Report, pass_of
+from hlo_roofline.hlo.attribution import pass_of
+from hlo_roofline.report import Report
 
 HERE = FIXTURES / "explore"
 K = explorer.book_constants("v5p")

@@ -26,7 +26,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
 from hlo_roofline import Report
-from hlo_roofline.report import function_of, scope_of
+from hlo_roofline.hlo.attribution import function_of, scope_of
 from hlo_roofline_tensorboard import plugin as tb_plugin
 
 PREFIX = "/data/plugin/hlo_roofline"

@@ -342,6 +342,7 @@ class Chip:
             vector_elements_rate=share(self.vector_elements_rate),
             lane_reduce_rate=share(self.lane_reduce_rate),
             fill_rate=share(self.fill_rate),
+            dcn_per_chip=share(self.dcn_per_chip),  # the chip's DCN egress, shared
             cores=_frozen(cores),
             memory=_frozen(memory),
         )

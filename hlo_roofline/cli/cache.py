@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import click
 
 from hlo_roofline import cache
+from hlo_roofline._json import dumps
 from hlo_roofline.cli._common import CONTEXT, InputError, format_option
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
@@ -75,7 +75,7 @@ def show(directory, fmt):
             "max_bytes": cache.DEFAULT_MAX_BYTES,
             "leftovers": used.leftovers,
         }
-        click.echo(json.dumps(fields))
+        click.echo(dumps(fields))
         return
     click.echo(f"directory  {used.directory}")
     click.echo(f"entries    {used.entries}")

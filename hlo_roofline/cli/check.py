@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 import jax
 
+from hlo_roofline._json import dumps
 from hlo_roofline.check import (
     GAP_RULE,
     KINDS,
@@ -174,7 +174,7 @@ def _explore_gate(report_path, entry, rules_path, flags, fmt, explore_path, layo
 def _print_gate(result: ExploreGateResult, fmt: str) -> None:
     if fmt == "json":
         click.echo(
-            json.dumps(
+            dumps(
                 {
                     "passed": result.passed,
                     "rules": result.describe(),
@@ -235,7 +235,7 @@ def _rules(rules_path: Path | None, flags: dict) -> Rules:
 def _print_result(result: CheckResult, fmt: str, passed_note: str) -> None:
     if fmt == "json":
         click.echo(
-            json.dumps(
+            dumps(
                 {
                     "passed": result.passed,
                     "rules": result.rules.describe(),

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from hlo_roofline import chips
+from hlo_roofline._json import dumps
 from hlo_roofline.cli._common import CONTEXT, format_option, one_line
 from hlo_roofline.text import format_table
 
@@ -37,7 +36,7 @@ def chips_command(name, fmt):
             for c in chips.all_chips()
         ]
         if fmt == "json":
-            click.echo(json.dumps(rows))
+            click.echo(dumps(rows))
         else:
             click.echo(format_table(rows, right=("bf16 FLOP/s", "HBM B/s", "ridge FLOP/B")))
         return
@@ -59,7 +58,7 @@ def chips_command(name, fmt):
     legend = {k: table[k] for k in cited if k in table}
     if fmt == "json":
         references = {k: {"title": s.title, "url": s.url} for k, s in legend.items()}
-        click.echo(json.dumps({"key": chip.key, "name": chip.name, "numbers": rows,
+        click.echo(dumps({"key": chip.key, "name": chip.name, "numbers": rows,
                                "sources": references}))  # fmt: skip
         return
     ridges = ", ".join(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from hlo_roofline._json import dumps
 from hlo_roofline.check import Rules, check, coverage_violations, violation_table
 from hlo_roofline.cli._common import (
     CONTEXT,
@@ -50,7 +50,7 @@ def diff_command(a, b, chip, fail_on_regression, min_coverage, fmt, top):
     with input_errors():
         diff = compare(report_a, report_b)
     if fmt == "json":
-        click.echo(json.dumps(diff.to_dict(), default=float))
+        click.echo(dumps(diff.to_dict()))
     elif fmt == "csv":
         click.echo(diff.ops.to_csv(index=False), nl=False)
     else:

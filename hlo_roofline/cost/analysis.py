@@ -42,6 +42,7 @@ from hlo_roofline.cost.control_flow import (
 )
 from hlo_roofline.cost.inplace import sliced_reads
 from hlo_roofline.cost.linalg import (
+    MATMUL_OPCODES,
     MatmulIO,
     fused_operand_words,
     matmul_geometry,
@@ -49,12 +50,13 @@ from hlo_roofline.cost.linalg import (
 )
 from hlo_roofline.cost.tpu_units import lane_reduced_elements, no_vector_loop, vector_elements
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Computation, Instruction, Metadata, Module, Shape
+from hlo_roofline.hlo.attribution import metadata_columns as _attribution  # rows' attribution
+from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape
 
 _RULE_ERRORS = RULE_ERRORS
 ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
 _NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
-_MATMULS = ("dot", "convolution", "scaled-dot", "ragged-dot")
+_MATMULS = MATMUL_OPCODES
 _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 
 
@@ -210,7 +212,7 @@ def rows(
     totals (cost × count).
 
     ``user_packages`` (names or directories) are the user's code in ``user_source`` and
-    ``layer_caller`` even where installed (see :func:`attrs.is_library`).
+    ``layer_caller`` even where installed (see :func:`attribution.is_library`).
 
     Most ops share their shape, metadata, fusion config or fused computation with others, so each
     of those is decoded once (the dicts below) rather than once per row. Each row's value of a
@@ -379,46 +381,6 @@ def rows(
             in_chunk = 0
     table.take(columns, ops if consume else None)
     return table.columns
-
-
-def _attribution(
-    meta: Metadata,
-    module: Module,
-    stacks: dict[tuple[str, int, int], tuple[str, str, str, str]],
-    callers: dict[tuple[str, int, int, str], str],
-    user_packages: tuple[str, ...] = (),
-) -> tuple[str, str, str, str, str]:
-    """(op_name, source, user_source, call_stack, layer_caller) of decoded metadata.
-
-    ``source`` is the innermost frame (often inside a framework: ``flax/nnx/nn/linear.py``);
-    ``user_source`` the innermost frame of the user's own code; ``call_stack`` every frame, innermost
-    first, one ``file:line (function)`` a line; ``layer_caller`` the line that called a generic
-    layer (:func:`attrs.layer_caller`). Most depend only on the op's source line and stack frame,
-    which many ops with different names share: ``stacks`` keeps them by those; ``callers`` keeps
-    the ``layer_caller`` of ops inside a layer by those and the op's name.
-    """
-    where = (meta.source_file, meta.source_line, meta.stack_frame_id)
-    found = stacks.get(where)
-    if found is None:
-        frames = attrs.frames_of(meta, module)
-        user = attrs.user_frame(frames, user_packages=user_packages)
-        in_layer = any(f.file and attrs.LAYER_MODULES.search(f.file) for f in frames)
-        found = stacks[where] = (
-            attrs.metadata_source(meta, module),
-            attrs.frame_text(user) if user else "",
-            "\n".join(map(attrs.frame_text, frames)),
-            "" if in_layer else attrs.frame_text(user) if user else "",
-        )
-    caller = found[3]
-    if not caller and found[1]:  # inside a layer: its caller and its scope, by op name too
-        key = (*where, meta.op_name)
-        caller = callers.get(key)
-        if caller is None:
-            frames = attrs.frames_of(meta, module)
-            caller = callers[key] = attrs.layer_caller(
-                frames, meta.op_name, user_packages=user_packages
-            )
-    return (meta.op_name, found[0], found[1], found[2], caller)
 
 
 def _in_vmem(shape) -> bool:

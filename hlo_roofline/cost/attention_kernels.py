@@ -12,14 +12,25 @@ follow a fixed order, so their work follows from the shapes:
   ``dv = pᵀ·do`` and ``dk = dsᵀ·q``: 4 matmuls, 8·D. Split into the two kernels (as JAX's TPU flash
   and splash attention and its Triton ``mha_backward`` are) the backward pass is 14·D = 3.5× the
   forward; a fused kernel (splash ``use_fused_bwd_kernel``) does 5 matmuls, 10·D = 2.5×;
-- a decode (paged) kernel: one query a sequence, 4·D a (query head, cached position) pair.
+- a decode (paged) kernel: one query a sequence, 4·D a (query head, cached position) pair;
+- cuDNN's fused flash attention (``__cudnn$fmha*``, what ``jax.nn.dot_product_attention``'s cuDNN
+  implementation and Transformer Engine emit): its forward is the two products above; its backward
+  is handed q, k, v, the forward's softmax statistics (``f32[B, N, Sq]``, not the scores), dO and O,
+  so it recomputes ``q·kᵀ`` and forms the four gradient products its backend_config names
+  (``bmm1_grad_gemm1/2``, ``bmm2_grad_gemm1/2``: ``dv = pᵀ·do``, ``dp = do·vᵀ``, ``dq = ds·k``,
+  ``dk = dsᵀ·q``): 5 matmuls, 10·D a pair, 2.5× the forward (FlashAttention-2's backward, Dao
+  2023, Algorithm 2; flash-attention's ``benchmarks/benchmark_flash_attention.py`` counts it so).
 
-What the text does not say is assumed, and said in the row's note: the mask (a causal kernel skips
-about half of the pairs, a splash kernel the blocks its block mask marks empty; neither is visible
-in the compiled text, whose constants are elided) is taken as full, so FLOPs are an upper bound;
-a paged kernel's lengths are runtime values, so every sequence is taken as long as its page table
-allows (another upper bound). Bytes are the operands and results, except that a paged kernel reads
-only the pages its page table names, not the whole cache it is handed.
+A cuDNN call says its pairs and mask in its backend_config (``intermediate_tensor_shape``
+``[B, N, Sq, Skv]``, ``mask_type``, ``sliding_window_length``): a causal mask keeps the pairs at or
+below the diagonal, Sq·(Sq + 1)/2 of Sq² (the least work the kernel can do: it skips the tiles above
+the diagonal and computes its diagonal tiles whole). What a Pallas kernel's text does not say is
+assumed, and said in the row's note: its mask (a causal kernel skips about half of the pairs, a
+splash kernel the blocks its block mask marks empty; neither is visible in the compiled text, whose
+constants are elided) is taken as full, so FLOPs are an upper bound; a paged kernel's lengths are
+runtime values, so every sequence is taken as long as its page table allows (another upper bound).
+Bytes are the operands and results, except that a paged kernel reads only the pages its page table
+names, not the whole cache it is handed.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import re
 from dataclasses import dataclass
 
 from hlo_roofline.cost.base import Cost, CostContext, element_bytes
+from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
 
 # Per (q, kv) pair: (matmuls contracting or producing head_dim D, those over Dv, exps). Forward:
@@ -37,6 +49,7 @@ _PHASES = {
     "fwd": (1, 1, 1), "dq": (2, 1, 1), "dkv": (2, 2, 1), "fused_bwd": (3, 2, 1), "bwd": (4, 3, 2),
 }  # fmt: skip
 _INTS = ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "pred")
+CUDNN_FMHA = "__cudnn$fmha"  # cuDNN fused attention: fmhaSoftmax[Dropout], ...Backward, ...F8
 _FULL_MASK = "mask not visible in the text: every (q, kv) pair counted (upper bound; causal ≈ ½)"
 
 
@@ -67,7 +80,9 @@ def kernel_name(instr: Instruction, target: str) -> str:
 
 
 def recognise(instr: Instruction, target: str) -> Kernel | None:
-    """The attention kernel a Pallas custom call runs, if it is one JAX ships (else None)."""
+    """The attention kernel a custom call runs, if it is one JAX ships or cuDNN's (else None)."""
+    if target.startswith(CUDNN_FMHA):
+        return Kernel("cudnn", "fused_bwd" if "Backward" in target else "fwd", target)
     if target not in ("tpu_custom_call", "__gpu$xla.gpu.triton"):
         return None
     name = kernel_name(instr, target)
@@ -116,6 +131,8 @@ def _head_dim_minor(instr: Instruction) -> bool:
 
 def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
     """The kernel's cost from its shapes; None if they are not the shapes the kernel takes."""
+    if kernel.family == "cudnn":
+        return _cudnn(kernel, instr, ctx)
     if kernel.family in ("paged", "ragged_paged"):
         return _decode(kernel, instr, ctx)
     if kernel.family == "triton_delta":  # delta = rowsum(out · dout): a multiply and an add each
@@ -157,6 +174,57 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
         notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),
     )
+
+
+def _cudnn(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
+    """cuDNN's fused attention: its pairs from the scores' shape its backend_config names
+    (``[B, N, Sq, Skv]``), head dims from q and v (the minor dim in both of JAX's layouts, BTNH and
+    BNTH), the pairs its mask keeps."""
+    config = attrs.backend_config(instr).get("cudnn_fmha_backend_config", {})
+    dims = [int(n) for n in config.get("intermediate_tensor_shape", {}).get("dimensions", [])]
+    floats = _floats(instr)
+    if len(dims) != 4 or len(floats) < 3 or len(floats[0].dims) != 4 or len(floats[2].dims) != 4:
+        return None
+    batch, heads, sq, skv = dims
+    d, dv = floats[0].dims[-1], floats[2].dims[-1]
+    if floats[0].elements != batch * heads * sq * d:  # not the q the scores say
+        return None
+    mask = str(config.get("mask_type", "NO_MASK"))
+    window = int(config.get("sliding_window_length", 0) or 0)
+    kept, mask_note = _cudnn_pairs(mask, window, sq, skv)
+    pairs = batch * heads * kept
+    with_d, with_dv, exps = _PHASES[kernel.phase]
+    mxu = 2 * (with_d * d + with_dv * dv) * pairs
+    # the backward also forms rowsum(dO ∘ O) (a multiply and an add an element of O) off the MXU
+    delta = 2 * batch * heads * sq * dv if kernel.phase != "fwd" else 0
+    return Cost(
+        flops=mxu + delta,
+        mxu_flops=mxu,
+        transcendentals=exps * pairs,
+        bytes_accessed=ctx.read_and_written(instr, instr.shape),
+        notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),
+    )
+
+
+def _cudnn_pairs(mask: str, window: int, sq: int, skv: int) -> tuple[int, str]:
+    """The (q, kv) pairs a cuDNN attention's mask keeps per (batch, head), and the note saying so.
+    Causal is top-left (query i sees keys 0..i), a sliding window the last ``window`` of those."""
+    causal = "CAUSAL" in mask
+    padding = "PADDING" in mask
+    if not causal:
+        note = "no mask: every (q, kv) pair"
+        if padding:
+            note += "; its padding lengths are runtime values (every pair counted: upper bound)"
+        return sq * skv, note
+    reach = min(skv, window) if window > 0 else skv  # the most keys one query sees
+    ramp = min(sq, reach)  # queries 0..ramp-1 see i + 1 keys, the rest see ``reach``
+    kept = ramp * (ramp + 1) // 2 + (sq - ramp) * reach
+    note = f"causal mask: {kept / (sq * skv):.1%} of the pairs"
+    if window > 0:
+        note += f" (window {window})"
+    if padding:
+        note += "; its padding lengths are runtime values (not counted: upper bound)"
+    return kept, note
 
 
 def _triton_decode(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape, tiled_elements
+from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Module, Shape, tiled_elements
 
 COST_MODELS = ("roofline", "xla")
 BASE_MODEL = "xla"  # XLA's HloCostAnalysis: the rules every other model starts from
@@ -320,13 +320,7 @@ def _hook_comments() -> dict[str, str]:
 
 # Bytes per element as XLA's shape-size function sees them (sub-byte types occupy a byte unless the
 # layout packs them with E(bits)).
-_ELEMENT_BYTES = {
-    "pred": 1, "s1": 1, "s2": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8,
-    "u1": 1, "u2": 1, "u4": 1, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
-    "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16, "f4e2m1fn": 1,
-    "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1,
-    "f8e5m2": 1, "f8e5m2fnuz": 1, "f8e8m0fnu": 1, "f6e2m3fn": 1, "f6e3m2fn": 1,
-}  # fmt: skip
+_ELEMENT_BYTES = {dtype: max(1, math.ceil(size)) for dtype, size in DTYPE_BYTES.items()}
 POINTER_BYTES = 8
 
 

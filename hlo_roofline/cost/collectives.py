@@ -10,9 +10,16 @@ XLA:TPU writes a reduce-scatter as a ``kCustom`` fusion (``%all-reduce-scatter``
 ``AllReduceScatterFusion`` or ``SingleInputAllReduceScatterFusion``) whose body all-reduces and then
 keeps this device's 1/N by a ``dynamic-slice``; the emitter sends only what a reduce-scatter sends,
 so such an all-reduce is priced, and named, as a reduce-scatter (:func:`scatters`).
+
+A TPU program compiled for several slices (multi-slice, "megascale") runs its cross-slice
+collectives as ``send``/``recv`` host transfers to ``xla_megascale_runtime`` over the data-centre
+network (DCN): :func:`megascale_slices` reads how many slices one joins, its row's group text says
+so (``dcn 2 slices``), and the verdict prices it at the chip's DCN egress.
 """
 
 from __future__ import annotations
+
+import re
 
 from hlo_roofline.cost.base import Cost, CostContext, rule
 from hlo_roofline.hlo import attrs
@@ -162,11 +169,19 @@ def all_to_all(instr: Instruction, ctx: CostContext) -> Cost:
     model="roofline",
 )
 def point_to_point(instr: Instruction, ctx: CostContext) -> Cost:
-    """The buffer sent on the wire: every operand of a combined permute, the input otherwise."""
+    """The buffer sent on the wire: every operand of a combined permute, the input otherwise; a
+    multi-slice all-reduce's send, 2·(n−1)/n of it over n slices (on DCN)."""
     data = instr.operands[0].shape if instr.operands else instr.shape
     sends = instr.opcode != "collective-permute" or attrs.ints(instr, "source_target_pairs")
     if instr.opcode == "send":
-        return Cost(bytes_accessed=ctx.size(data), comm_bytes=ctx.size(data))
+        slices = megascale_slices(instr)
+        sent = ctx.size(data)
+        if slices and 'megascale_transfer_type="ALL_REDUCE"' in instr.attrs.get(
+            "frontend_attributes", ""
+        ):  # a ring all-reduce over the slices: each chip sends its buffer 2·(n−1)/n times
+            sent *= 2 * (slices - 1) / slices
+        cost = Cost(bytes_accessed=ctx.size(data), comm_bytes=sent)
+        return cost.with_note(f"across {slices} slices over DCN") if slices else cost
     # A combined permute (XLA:GPU's windowed einsum) sends every operand; the in-place form
     # (input, output buffer, start indices; it has slice_sizes) sends its input.
     combined = instr.operands and "slice_sizes" not in instr.attrs
@@ -215,9 +230,38 @@ def group_text(instr: Instruction, module: Module) -> str:
         body = ",".join(f"{a}>{b}" for a, b in zip(pairs[::2], pairs[1::2], strict=True))
         return f"{body} of {max(devices, max(pairs, default=-1) + 1)}"
     if instr.opcode in ("send", "recv"):
-        return ""
+        slices = megascale_slices(instr)
+        return DCN_GROUP.format(slices) if slices else ""
     group = sorted(attrs.replica_groups(instr, module)[0])
     return f"{_ranges(group)} of {max(devices, group[-1] + 1 if group else 0)}"
+
+
+MEGASCALE_RUNTIME = "xla_megascale_runtime"
+DCN_GROUP = "dcn {} slices"  # a megascale transfer's group text
+_MEGASCALE_TARGET = re.compile(r'_xla_megascale_target="\{([^}]*)\}')
+
+
+def megascale_slices(instr: Instruction) -> int | None:
+    """How many slices a multi-slice host transfer joins over DCN (None: not one). Its target
+    lists them, then the devices of each: ``_xla_megascale_target="{1,2}x{0:63}"`` for two slices
+    of 64 (``{1,2,3,4}x{0:3}`` for four of 4); a range ``{1:4}`` is read as one too."""
+    frontend = instr.attrs.get("frontend_attributes", "")
+    if MEGASCALE_RUNTIME not in frontend:
+        return None
+    found = _MEGASCALE_TARGET.search(frontend)
+    if found is None:
+        return 2  # the fewest a cross-slice transfer joins
+    slices = 0
+    for item in filter(None, (part.strip() for part in found.group(1).split(","))):
+        first, _, last = item.partition(":")
+        slices += int(last) - int(first) + 1 if last.isdigit() and first.isdigit() else 1
+    return max(slices, 2)
+
+
+def dcn_slices(text: str) -> int | None:
+    """The slice count of a row's group text that names a DCN transfer (None: not one)."""
+    found = re.fullmatch(DCN_GROUP.format(r"(\d+)"), text or "")
+    return int(found.group(1)) if found else None
 
 
 def _ranges(ids: list[int]) -> str:

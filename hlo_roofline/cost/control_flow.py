@@ -10,11 +10,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hlo_roofline.cost.base import UNKNOWN_TRIP_COUNT, ZERO, Cost, CostContext, callee, rule
+from hlo_roofline.cost.inplace import VIEWS
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction, Module
 
 INFERRED_TRIP_COUNT = "trip count inferred from the loop's counter"
-_VIEWS = ("copy", "bitcast", "convert", "reshape")
+# What passes a loop counter's value on unchanged: views, copies, reshapes and converts (an
+# integer constant keeps its value through them), not only buffer views (``inplace.VIEWS``).
+_SAME_VALUE = VIEWS | {"copy", "convert", "reshape"}
 
 
 def trip_count(instr: Instruction, ctx: CostContext) -> tuple[int | None, bool]:
@@ -30,7 +33,7 @@ def trip_count(instr: Instruction, ctx: CostContext) -> tuple[int | None, bool]:
 
 
 def _through_views(instr: Instruction) -> Instruction:
-    while instr.opcode in _VIEWS and len(instr.operands) == 1:
+    while instr.opcode in _SAME_VALUE and len(instr.operands) == 1:
         instr = instr.operands[0]
     return instr
 

@@ -1,7 +1,8 @@
 """Custom calls: XLA prices every one at −1 ("unknown"); the roofline model prices the library
 calls whose work follows from their shapes (cuBLAS gemms, cuDNN convolutions), takes a kernel's own
 cost estimate when it carries one (Pallas ``cost_estimate``), prices the attention kernels JAX
-ships from their shapes (:mod:`hlo_roofline.cost.attention_kernels`) and flags the rest as opaque."""
+ships and cuDNN's fused flash attention (``__cudnn$fmha*``) from their shapes
+(:mod:`hlo_roofline.cost.attention_kernels`) and flags the rest as opaque."""
 
 from __future__ import annotations
 
@@ -325,8 +326,9 @@ def xla_custom_call(instr: Instruction, ctx: CostContext) -> Cost:
 
 @rule("custom-call", model="roofline")
 def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
-    """Library calls priced from their shapes (cuBLAS gemms, cuDNN convolutions, JAX's attention
-    kernels), a kernel's declared cost estimate used, the rest opaque (flagged unknown)."""
+    """Library calls priced from their shapes (cuBLAS gemms, cuDNN convolutions and fused
+    attention, JAX's attention kernels), a kernel's declared cost estimate used, the rest opaque
+    (flagged unknown)."""
     name = target(instr)
     if name in NO_WORK_TARGETS:
         return ZERO

@@ -9,10 +9,15 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from hlo_roofline.cost.base import Cost, CostContext, element_bytes, rule
+from hlo_roofline.cost.inplace import VIEWS
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
 
 FMA_FLOPS = 2
+# The opcodes of matrix products: the dots, and with convolution every op with a matmul geometry
+# (the one set: the rows' walk and the rules below read it).
+DOTS = ("dot", "scaled-dot", "ragged-dot")
+MATMUL_OPCODES = (*DOTS, "convolution")
 
 
 def dot_flops(lhs: Shape, out: Shape, lhs_contracting: tuple[int, ...]) -> int:
@@ -20,7 +25,7 @@ def dot_flops(lhs: Shape, out: Shape, lhs_contracting: tuple[int, ...]) -> int:
     return FMA_FLOPS * out.elements * math.prod(lhs.dims[d] for d in lhs_contracting)
 
 
-@rule("dot", "scaled-dot", "ragged-dot")
+@rule(*DOTS)
 def dot(instr: Instruction, ctx: CostContext) -> Cost:
     lhs = instr.operands[0].shape
     flops = dot_flops(lhs, instr.shape, attrs.dot_dims(instr).lhs_contracting)
@@ -269,7 +274,7 @@ def matmul_geometry(
 ) -> tuple[int, int, int, int] | None:
     """(batch, M, N, K) of a dot or convolution, or of the largest one inside a fusion.
     ``memo`` (id of a fused computation -> its geometry) shares the walk of nested bodies."""
-    if instr.opcode in ("dot", "scaled-dot", "ragged-dot"):
+    if instr.opcode in DOTS:
         return dot_geometry(instr.operands[0].shape, instr.operands[1].shape, attrs.dot_dims(instr))
     if instr.opcode == "convolution":
         lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
@@ -295,19 +300,20 @@ class MatmulIO(NamedTuple):
     split_k: int
 
 
-_MATMUL_OPCODES = ("dot", "scaled-dot", "ragged-dot", "convolution")
 # Ops between an array in HBM and the matmul that reads it that keep its element type's role: a
 # fused convert, a relayout, the slice a kernel reads.
 _READS_THROUGH = frozenset(
     {"convert", "bitcast", "copy", "reshape", "transpose", "broadcast", "slice", "dynamic-slice"}
 )
 _WRITES_THROUGH = frozenset({"convert", "bitcast", "copy", "reshape", "transpose"})
-_VIEWS = frozenset({"bitcast", "reshape"})
+# An array as it was before its dims were regrouped: through views and reshapes (which keep the
+# elements in order), not the buffer it shares (``inplace.VIEWS``).
+_REGROUPS = VIEWS | {"reshape"}
 
 
 def matmul_io(instr: Instruction, memo: dict | None = None) -> MatmulIO | None:
     """The :class:`MatmulIO` of a dot or convolution, or of the largest one inside a fusion."""
-    if instr.opcode in _MATMUL_OPCODES and len(instr.operands) >= 2:
+    if instr.opcode in MATMUL_OPCODES and len(instr.operands) >= 2:
         lhs, rhs = instr.operands[0], instr.operands[1]
         split = _split_k(instr, lhs, rhs, None) if instr.opcode == "dot" else 1
         return MatmulIO(element_bytes(lhs.shape), element_bytes(rhs.shape),
@@ -316,7 +322,7 @@ def matmul_io(instr: Instruction, memo: dict | None = None) -> MatmulIO | None:
         return None
     body = instr.called[0]
     geometries = {} if memo is None else memo
-    matmuls = [(g, i) for i in body.instructions if i.opcode in _MATMUL_OPCODES
+    matmuls = [(g, i) for i in body.instructions if i.opcode in MATMUL_OPCODES
                and (g := matmul_geometry(i, geometries)) is not None]  # fmt: skip
     if not matmuls:
         return None
@@ -378,7 +384,7 @@ def _split_k(dot: Instruction, lhs: Instruction, rhs: Instruction, fusion) -> in
 def _unviewed(value: Instruction, fusion) -> Instruction:
     """``value`` before bitcasts and reshapes, followed out of a fusion's parameter."""
     while True:
-        while value.opcode in _VIEWS and value.operands:
+        while value.opcode in _REGROUPS and value.operands:
             value = value.operands[0]
         if value.opcode != "parameter" or fusion is None or not value.payload.isdigit():
             return value
@@ -434,7 +440,7 @@ def fused_operand_words(fusion: Instruction) -> float:
     body = fusion.called[0]
     matmuls = [
         (g, i) for i in body.instructions
-        if i.opcode in _MATMUL_OPCODES and (g := matmul_geometry(i)) is not None
+        if i.opcode in MATMUL_OPCODES and (g := matmul_geometry(i)) is not None
     ]  # fmt: skip
     if not matmuls:
         return 0.0
@@ -467,7 +473,7 @@ def _does_work(value: Instruction, memo: dict[int, bool], depth: int) -> bool:
 
 def _loop_op(instr: Instruction) -> bool:
     return not (
-        instr.opcode in _NO_LOOP or instr.opcode in _MATMUL_OPCODES or instr.opcode == "fusion"
+        instr.opcode in _NO_LOOP or instr.opcode in MATMUL_OPCODES or instr.opcode == "fusion"
     )
 
 

@@ -6,18 +6,17 @@ result on the instruction, so a 100k-instruction module pays only for what its c
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import math
-import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from hlo_roofline.hlo.ir import Instruction, Metadata, Module, StackFrame
+from hlo_roofline.hlo.attribution import LAYER_MODULES as LAYER_MODULES  # the older path
+from hlo_roofline.hlo.attribution import LIBRARIES as LIBRARIES  # the older path
+from hlo_roofline.hlo.attribution import frame_text, frames_of, metadata_source
+from hlo_roofline.hlo.ir import Instruction, Metadata, Module
 
 _INT = re.compile(r"-?\d+")
 _META_FIELD = re.compile(r'(\w+)=(?:"((?:[^"\\]++|\\.)*+)"|(-?\d+))')
@@ -278,170 +277,9 @@ def source(instr: Instruction, module: Module) -> str:
     return metadata_source(metadata(instr), module)
 
 
-def metadata_source(meta: Metadata, module: Module) -> str:
-    """``file:line`` that decoded metadata points at ('' if unknown)."""
-    if meta.source_file:
-        return f"{meta.source_file}:{meta.source_line}"
-    frame = module.frames.get(meta.stack_frame_id)
-    return f"{frame.file}:{frame.line}" if frame else ""
-
-
 def stack(instr: Instruction, module: Module) -> list[str]:
     """The Python call stack of an op, innermost first, as ``file:line (function)`` strings."""
     return [frame_text(frame) for frame in frames_of(metadata(instr), module)]
-
-
-def frames_of(meta: Metadata, module: Module) -> list[StackFrame]:
-    """The stack frames that decoded metadata points at, innermost first.
-
-    Without a StackFrames table (older HLO) the op's ``source_file:source_line`` is the one frame.
-    """
-    out: list[StackFrame] = []
-    frame_id = meta.stack_frame_id
-    seen: set[int] = set()
-    while frame_id and frame_id in module.frames and frame_id not in seen:
-        seen.add(frame_id)
-        frame = module.frames[frame_id]
-        out.append(frame)
-        frame_id = frame.parent
-    if not out and meta.source_file:
-        out.append(StackFrame(meta.source_file, "", meta.source_line, 0))
-    return out
-
-
-def frame_text(frame: StackFrame) -> str:
-    """``file:line (function)``, or ``file:line`` when the function is not known."""
-    where = f"{frame.file}:{frame.line}"
-    return f"{where} ({frame.function})" if frame.function else where
-
-
-_FRAME_TEXT = re.compile(r"^(?P<file>.*):(?P<line>\d+)(?: \((?P<function>.*)\))?$")
-
-
-def parse_frame(text: str) -> StackFrame | None:
-    """A ``file:line (function)`` string (one line of :func:`stack`) back as a frame."""
-    found = _FRAME_TEXT.match(text)
-    if found is None:
-        return None
-    return StackFrame(found["file"], found["function"] or "", int(found["line"]), 0)
-
-
-# Packages whose frames are never "the user's line": JAX and the frameworks built on it, and this
-# tool. Any installed package (site-packages, dist-packages) and the standard library are library
-# code too, so these matter where one is run from a source checkout (``pip install -e``).
-LIBRARIES = ("jax", "jaxlib", "flax", "optax", "equinox", "haiku", "chex", "orbax", "hlo_roofline")
-_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
-_STDLIB = re.compile(r"[/\\]lib[/\\]python3[\d.]*t?[/\\]|^<frozen ")
-# The project's examples are models, like the user's own (they are what `make demo` analyzes).
-_EXAMPLES = re.compile(r"[/\\]hlo_roofline[/\\]examples[/\\][^/\\]+\.py$")
-
-
-def _is_path(entry: str) -> bool:
-    return "/" in entry or "\\" in entry
-
-
-@functools.lru_cache(maxsize=256)
-def _library_dirs(entry: str) -> tuple[str, ...]:
-    """Where a library lives: a file or directory as given (it has a slash), or where the package
-    of that name is installed here (found without importing it; nothing if it is not installed)."""
-    if _is_path(entry):
-        return (entry if entry.endswith(".py") else entry.rstrip("/\\") + os.sep,)
-    try:
-        spec = importlib.util.find_spec(entry)
-    except (ImportError, ValueError):
-        return ()
-    if spec is None or not spec.submodule_search_locations:
-        return ()
-    return tuple(os.path.join(d, "") for d in spec.submodule_search_locations)
-
-
-def is_library(
-    path: str, libraries: Sequence[str] = LIBRARIES, user_packages: Sequence[str] = ()
-) -> bool:
-    """Whether a frame's file is library code rather than the user's: a file or directory given
-    in ``libraries``, an installed package, the standard library, or a package named in
-    ``libraries`` (where it is installed here) — unless it is inside one of ``user_packages``
-    (package names or directories): the user's own code even when installed (MaxText in
-    site-packages, driven by a script)."""
-
-    def inside(entries) -> bool:
-        return any(path.startswith(d) for entry in entries for d in _library_dirs(entry))
-
-    if user_packages and inside(user_packages):
-        return False
-    if inside(e for e in libraries if _is_path(e)):
-        return True
-    if _EXAMPLES.search(path):
-        return False
-    if _INSTALLED.search(path) or _STDLIB.search(path):
-        return True
-    return inside(e for e in libraries if not _is_path(e))
-
-
-def user_frame(
-    frames: Sequence[StackFrame],
-    libraries: Sequence[str] = LIBRARIES,
-    user_packages: Sequence[str] = (),
-) -> StackFrame | None:
-    """The innermost frame that is the user's own code (None when every frame is a library's)."""
-    return next(
-        (f for f in frames if f.file and not is_library(f.file, libraries, user_packages)), None
-    )
-
-
-# Modules of generic layers (a dense / linear projection) that every projection of a model calls:
-# the line inside them says nothing about which projection an op belongs to, the line that calls
-# them does (``q = self.query(x)``). Matched against a frame's file, installed or not.
-LAYER_MODULES = re.compile(
-    r"[/\\](?:flax[/\\]linen[/\\]linear|flax[/\\]nnx[/\\]nn[/\\]linear"
-    r"|equinox[/\\]nn[/\\]_linear|haiku[/\\]_src[/\\]basic"
-    r"|(?i:maxtext)[/\\]layers[/\\]linears|praxis[/\\]layers[/\\]linears)\.py$"
-)
-_TRANSFORM = re.compile(r"^\w+\(.*\)$")  # jit(f), jvp(Model), transpose(jvp(Model))
-
-
-def layer_caller(
-    frames: Sequence[StackFrame],
-    op_name: str,
-    libraries: Sequence[str] = LIBRARIES,
-    user_packages: Sequence[str] = (),
-) -> str:
-    """Where the user's code called the generic layer an op comes from: the innermost user frame
-    outside the layer, and, for an op made inside a layer, the layer's name scope in brackets
-    (``attention.py:212 (__call__) [query]``: Flax and MaxText name each projection). The layer
-    is the frames in :data:`LAYER_MODULES` of its class (``DenseGeneral.__call__``) and of the
-    module's functions; another class of such a module that is the user's code (MaxText's
-    ``MlpBlock`` calling its ``wi`` and ``wo`` in ``linears.py``) is the caller. For an op made
-    outside any layer it is its ``user_source``; '' when no frame is the user's."""
-    in_layer, layer = False, ""  # layer: the class of the innermost layer method on the stack
-    for frame in frames:
-        if not frame.file:
-            continue
-        user = not is_library(frame.file, libraries, user_packages)
-        if LAYER_MODULES.search(frame.file):
-            owner = _method_class(frame.function)
-            if not (user and layer and owner and owner != layer):
-                in_layer, layer = True, layer or owner
-                continue
-        elif not user:
-            continue
-        scope = _layer_scope(op_name) if in_layer else ""
-        return f"{frame_text(frame)} [{scope}]" if scope else frame_text(frame)
-    return ""
-
-
-def _method_class(function: str) -> str:
-    """``DenseGeneral.__call__`` → ``DenseGeneral``; '' for a function or a closure."""
-    owner, _, _ = function.rpartition(".")
-    return "" if not owner or "<locals>" in owner else owner
-
-
-def _layer_scope(op_name: str) -> str:
-    """The innermost name scope of an op (``.../attn/query/dot_general`` → ``query``); '' when the
-    op has none besides JAX's transforms."""
-    parts = op_name.split("/")[:-1]  # the last part is the primitive
-    scope = parts[-1] if parts else ""
-    return "" if not scope or _TRANSFORM.match(scope) else scope
 
 
 def fusion_kind(instr: Instruction) -> str:
@@ -492,31 +330,46 @@ def participants(instr: Instruction, module: Module) -> int:
     return module.num_partitions if "channel_id" in instr.attrs else module.replica_count
 
 
-def _groups(instr: Instruction, module: Module) -> list[list[int]]:
-    text = instr.attrs.get("replica_groups", "").strip()
-    if text.startswith("["):
+def _group_form(text: str) -> tuple:
+    """The one reader of a ``replica_groups`` text, for both the groups and their size:
+    ``("iota", shape, dims, perm)``, ``("mesh", sizes, picked)`` (the axes' sizes, the indices of
+    the named ones) or ``("list", groups)`` (each explicit group's ids as text, empty ones left
+    out: none at all means every participant in one group)."""
+    if text.startswith("["):  # iota form [groups,size]<=[devices]T(perm)
         shape_text, _, devices = text.partition("<=")
-        shape = [int(d) for d in _INT.findall(shape_text)]
         dims_text, _, perm_text = devices.partition("T")
-        ids = np.arange(_listable(math.prod(int(d) for d in _INT.findall(dims_text))))
-        ids = ids.reshape([int(d) for d in _INT.findall(dims_text)])
-        if perm_text:
-            ids = ids.transpose([int(d) for d in _INT.findall(perm_text)])
-        return ids.reshape(shape[0], -1).tolist() if shape else [ids.ravel().tolist()]
-    if text.startswith("mesh"):
+        shape, dims, perm = ([int(d) for d in _INT.findall(s)]
+                             for s in (shape_text, dims_text, perm_text))  # fmt: skip
+        return "iota", shape, dims, perm
+    if text.startswith("mesh"):  # mesh['a'=8,'b'=2] {'a'}
         axes, _, chosen = text.partition("]")
         named = re.findall(r"'([^']+)'=(\d+)", axes)
-        sizes = [int(size) for _, size in named]
         picked = [i for i, (name, _) in enumerate(named) if f"'{name}'" in chosen]
+        return "mesh", [int(size) for _, size in named], picked
+    groups = (_INT.findall(g) for g in re.findall(r"\{([^{}]*)\}", text))
+    return "list", [g for g in groups if g]
+
+
+def _groups(instr: Instruction, module: Module) -> list[list[int]]:
+    form = _group_form(instr.attrs.get("replica_groups", "").strip())
+    if form[0] == "iota":
+        _, shape, dims, perm = form
+        ids = np.arange(_listable(math.prod(dims))).reshape(dims)
+        if perm:
+            ids = ids.transpose(perm)
+        return ids.reshape(shape[0], -1).tolist() if shape else [ids.ravel().tolist()]
+    if form[0] == "mesh":
+        _, sizes, picked = form
         ids = np.arange(_listable(math.prod(sizes))).reshape(sizes)
         kept = [i for i in range(len(sizes)) if i not in picked]
         size = math.prod(sizes[i] for i in picked)
         return ids.transpose(kept + picked).reshape(-1, size).tolist()
-    groups = [[int(v) for v in _INT.findall(g)] for g in re.findall(r"\{([^{}]*)\}", text)]
-    groups = [g for g in groups if g]
+    groups = form[1]
     if sum(map(len, groups)) > MAX_DEVICES:
         raise ValueError(f"groups listing more than {MAX_DEVICES} devices")
-    return groups or [list(range(_listable(participants(instr, module))))]
+    return [[int(v) for v in g] for g in groups] or [
+        list(range(_listable(participants(instr, module))))
+    ]
 
 
 def replica_group_size(instr: Instruction, module: Module) -> int:
@@ -525,19 +378,18 @@ def replica_group_size(instr: Instruction, module: Module) -> int:
 
 
 def _group_size(instr: Instruction, module: Module) -> int:
-    text = instr.attrs.get("replica_groups", "").strip()
-    if text.startswith("["):  # iota form [groups,size]<=[devices]
-        dims = [int(d) for d in _INT.findall(text.partition("<=")[0])]
-        return dims[-1] if dims else 1
-    if text.startswith("mesh"):  # mesh['a'=8,'b'=2] {'a'}
-        axes, _, chosen = text.partition("]")
-        sizes = dict(re.findall(r"'([^']+)'=(\d+)", axes))
-        picked = re.findall(r"'([^']+)'", chosen)
-        return math.prod(int(sizes[a]) for a in picked if a in sizes) or 1
-    groups = re.findall(r"\{([^{}]*)\}", text)
-    first = next((g for g in groups if g.strip()), None)
-    if first is not None:
-        return len(_INT.findall(first))
+    """``len(replica_groups(...)[0])`` from the sizes alone (a program too large to list its
+    devices still has a group size)."""
+    form = _group_form(instr.attrs.get("replica_groups", "").strip())
+    if form[0] == "iota":
+        _, shape, dims, _ = form
+        return math.prod(dims) // shape[0] if shape and shape[0] else math.prod(dims)
+    if form[0] == "mesh":
+        _, sizes, picked = form
+        return math.prod(sizes[i] for i in picked)
+    groups = form[1]
+    if groups:
+        return len(groups[0])
     return participants(instr, module)  # empty groups: every participant of the collective's mode
 
 

@@ -1,5 +1,4 @@
-"""HLO from a file, and the one place a string may be taken for a path (``parse``): the parser
-itself reads text only."""
+"""HLO from a file (the parser itself reads text only; ``hlo.parse`` keeps text and paths apart)."""
 
 from __future__ import annotations
 
@@ -28,13 +27,3 @@ def parse_file(path: str | Path) -> Module:
         exc.message = f"{path}: {exc.message}"
         raise exc from None
 
-
-def parse(path_or_text: str | Path) -> Module:
-    """Parse HLO given either as text or as the path of a text file (one line without an
-    ``HloModule`` header is taken for a path)."""
-    if isinstance(path_or_text, Path):
-        return parse_file(path_or_text)
-    text = path_or_text
-    if isinstance(text, str) and text.strip() and "\n" not in text and "HloModule" not in text:
-        return parse_file(text)
-    return parse_module(path_or_text)
