@@ -145,9 +145,10 @@ def span_bounds(span: int) -> tuple[int, int]:
 
 
 # How many instructions of fused computations keep their split (and decoded) attributes at once:
-# the oldest goes back to its text (split again if asked again). The rules read a fused op's attributes once, while
-# they price its fusion; kept for every one they were a third of a large module's analysis memory.
-# An op outside fusions keeps them: it is a row of the report, whose builder reads them again.
+# the oldest goes back to its text (split again if asked again). The rules read a fused op's
+# attributes once, while they price its fusion; kept for every one they were a third of a large
+# module's analysis memory. An op outside fusions keeps them: it is a row of the report, whose
+# builder reads them again.
 _KEEP_SPLIT = 4096
 _kept_splits: deque[tuple[weakref.ref, str | int]] = deque()
 
