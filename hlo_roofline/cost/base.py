@@ -366,7 +366,7 @@ class CostContext:
     pad_to_tiles: bool = False
     _computation_costs: dict[str, Cost] = field(default_factory=dict)
     _sizes: dict[int, int] = field(default_factory=dict)
-    _users: dict[str, dict[int, list[Instruction]]] = field(default_factory=dict)
+    _users: dict[str, dict[int, tuple[Instruction, ...]]] = field(default_factory=dict)
     _in_flight: frozenset[str] | None = None
     # What a rule works out once per instruction or computation and reuses from every caller, so
     # that a body called from many places (or nested fusions sharing bodies) is walked once.
@@ -453,11 +453,14 @@ class CostContext:
             self._in_flight = attrs.in_flight_channels(self.module)
         return self._in_flight
 
-    def users(self, comp: Computation) -> dict[int, list[Instruction]]:
+    def users(self, comp: Computation) -> dict[int, tuple[Instruction, ...]]:
         """``id(instruction) -> its distinct users`` within one computation (memoized)."""
         users = self._users.get(comp.name)
         if users is None:
-            users = self._users[comp.name] = users_of(comp)
+            found = users_of(comp)
+            # kept as tuples (less memory than lists): every fused body's users live as long as
+            # the walk
+            users = self._users[comp.name] = dict(zip(found, map(tuple, found.values()), strict=True))
         return users
 
     def computation(self, comp: Computation) -> Cost:

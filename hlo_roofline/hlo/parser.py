@@ -120,6 +120,9 @@ _LEAF_OPCODES = frozenset({"parameter", "constant"})
 _CALLED_KEYS = frozenset(_CALLED_ATTRS)
 _MAX_ELEMENTS = 2**63 - 1
 _MAX_TUPLE_DEPTH = 64  # XLA nests a few levels; what walks shapes recursively must not overflow
+# Parameter numbers and scalar constants ("0", "1", "-inf") repeat across a module: one string
+# each, shared, rather than one per instruction.
+_SHARED_PAYLOAD = 8
 _SHAPE_CACHE_LIMIT = 100_000  # distinct spellings kept across parses (fuzzed input makes many)
 
 
@@ -288,7 +291,7 @@ def _parse_instruction(
         parsed = _slow_operands_and_attrs(line, opcode, open_pos)
     operands, attrs, payload = parsed
     instr = Instruction(
-        head.group(2), opcode, shape, [], attrs, computation, line.number,
+        head.group(2), opcode, shape, (), attrs, computation, line.number,
         head.group(1) is not None, (), payload,
     )  # fmt: skip
     return instr, operands
@@ -311,6 +314,8 @@ def _fast_instruction(
         names = []
         if opcode == "parameter" and not payload.isdigit():
             return None
+        if len(payload) <= _SHARED_PAYLOAD:
+            payload = intern(payload)
     else:
         return None  # operands printed without '%'
     start, end = m.span(7)
@@ -318,7 +323,7 @@ def _fast_instruction(
     if attrs is None:  # no attributes (one shared empty string), or a line read on its own
         attrs = m.group(7) if start < end else ""
     instr = Instruction(
-        name, intern(opcode), shape, [], attrs, computation, number, root is not None, (), payload,
+        name, intern(opcode), shape, (), attrs, computation, number, root is not None, (), payload,
     )  # fmt: skip
     return instr, names
 
@@ -529,13 +534,13 @@ def _parse_module(text: str) -> Module:
                 instr, names = parsed
                 if names:  # operands come before their users (XLA's rule): no cycles
                     try:
-                        instr.operands = [by_name[name] for name in names]
+                        instr.operands = tuple([by_name[name] for name in names])
                     except KeyError:
-                        instr.operands = [
+                        instr.operands = tuple([
                             by_name.get(name)
                             or _tuple_element(name, by_name, elements, instr, text)
                             for name in names
-                        ]
+                        ])  # fmt: skip
                 arity = _ARITY.get(instr.opcode)
                 if arity is not None:
                     n = len(names)
@@ -670,7 +675,7 @@ def _tuple_element(
                 raise line.error(message, _operand_column(line.text, name))
             made = Instruction(
                 _unique_name(spelled, by_name), "get-tuple-element", shape.tuple_shapes[index],
-                [operand], f", index={index}", user.computation, user.line,
+                (operand,), f", index={index}", user.computation, user.line,
             )  # fmt: skip
             elements[(id(operand), index)] = made
             by_name[made.name] = made
@@ -775,8 +780,8 @@ def _resolve_callees(
     verifier checks each call as it is linked."""
     agree: dict[tuple[int, int], bool] = {}  # shape pairs already compared
     for instr, number in callers:
-        attrs = instr.attrs
-        instr.called = []
+        attrs = instr.attrs  # kept for the rules, as long as the most recent splits are
+        called = []
         for key in _CALLED_ATTRS:
             value = attrs.get(key)
             if value is None:
@@ -787,8 +792,9 @@ def _resolve_callees(
                     line = SourceLine(number, line_text(text, number))
                     col = line.text.find(key + "=")
                     raise line.error(f"unknown computation '%{name}' in {key}=", max(col, 0))
-                instr.called.append(callee)
-        check_caller(instr, number, text, agree)
+                called.append(callee)
+        instr.called = tuple(called)
+        check_caller(instr, attrs, number, text, agree)
         if instr.opcode == "fusion":
             for callee in instr.called:
                 callee.is_fusion = True

@@ -35,13 +35,17 @@ def check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
 
 
 def check_caller(
-    instr: Instruction, number: int, text: str, agree: dict[tuple[int, int], bool]
+    instr: Instruction,
+    attrs: dict[str, str],
+    number: int,
+    text: str,
+    agree: dict[tuple[int, int], bool],
 ) -> None:
-    """An op that calls computations, once they are linked (``instr.called``): the callees it
-    cannot do without are named, and callee and caller agree on shapes (``agree`` remembers pairs
-    of shapes compared across calls)."""
+    """An op that calls computations, once they are linked (``instr.called``; ``attrs`` are its
+    attributes): the callees it cannot do without are named, and callee and caller agree on
+    shapes (``agree`` remembers pairs of shapes compared across calls)."""
     for key in REQUIRED_CALLEES.get(instr.opcode, ()):
-        if key not in instr.attrs:
+        if key not in attrs:
             raise SourceLine(number, line_text(text, number)).error(
                 f"{instr.opcode} needs {key}=", 0
             )
