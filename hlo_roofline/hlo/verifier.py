@@ -109,7 +109,7 @@ def _check_call(
             message = f"%{callee.name} takes {len(params)} parameters, given {len(operands)}"
             _call_error(instr, number, text, message)
         for param, operand in zip(params, operands, strict=True):
-            if not compatible(param.shape, operand.shape):
+            if param.shape is not operand.shape and not compatible(param.shape, operand.shape):
                 message = (
                     f"parameter {param.payload} of %{callee.name} is {param.shape}, "
                     f"but %{operand.name} passed to it is {operand.shape}"
@@ -118,6 +118,7 @@ def _check_call(
         if (
             result is not None
             and callee.root is not None
+            and callee.root.shape is not result
             and not compatible(callee.root.shape, result)
         ):
             message = f"%{callee.name} returns {callee.root.shape}, not the {opcode}'s {result}"
