@@ -53,8 +53,10 @@ from hlo_roofline.hlo.lexer import (
     _COMPUTATION_HEAD,
     _FAST_ATTR,
     _FAST_ATTR_ITEM,
+    _FAST_HEAD,
     _FAST_LINE,
     _FAST_OPERANDS,
+    _FAST_TAIL,
     _INSTRUCTION_HEAD,
     _OPCODE,
     _OPERAND_NAME,
@@ -123,6 +125,7 @@ _MAX_TUPLE_DEPTH = 64  # XLA nests a few levels; what walks shapes recursively m
 # Parameter numbers and scalar constants ("0", "1", "-inf") repeat across a module: one string
 # each, shared, rather than one per instruction.
 _SHARED_PAYLOAD = 8
+_TAILS_KEPT = 4096  # distinct attribute texts whose check is remembered within one parse
 _SHAPE_CACHE_LIMIT = 100_000  # distinct spellings kept across parses (fuzzed input makes many)
 
 
@@ -298,10 +301,11 @@ def _parse_instruction(
 
 
 def _fast_instruction(
-    m: re.Match, number: int, computation: Computation
+    m: re.Match, number: int, computation: Computation, start: int = -1, end: int = -1
 ) -> tuple[Instruction, list[str]] | None:
     """The instruction a ``_FAST_LINE`` match describes, with its operand names; None when the
-    careful path must look at the line (a shape seen for the first time, an odd parameter)."""
+    careful path must look at the line (a shape seen for the first time, an odd parameter). A
+    ``_FAST_HEAD`` match comes with where its checked attributes are (``start``, ``end``)."""
     root, name, shape_text, opcode, operand_text, payload = m.group(1, 2, 3, 4, 5, 6)
     shape = _shape_cache.get(shape_text)
     if shape is None:
@@ -318,10 +322,11 @@ def _fast_instruction(
             payload = intern(payload)
     else:
         return None  # operands printed without '%'
-    start, end = m.span(7)
+    if start < 0:
+        start, end = m.span(7)
     attrs = attribute_span(start, end) if computation is not None and start < end else None
     if attrs is None:  # no attributes (one shared empty string), or a line read on its own
-        attrs = m.group(7) if start < end else ""
+        attrs = m.string[start:end] if start < end else ""
     instr = Instruction(
         name, intern(opcode), shape, (), attrs, computation, number, root is not None, (), payload,
     )  # fmt: skip
@@ -503,7 +508,8 @@ def _parse_module(text: str) -> Module:
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
     parameters: list[Instruction] = []  # and its parameters
     elements: dict[tuple[int, int], Instruction] = {}  # get-tuple-elements made for "%x#N"
-    fast_line = _FAST_LINE.match
+    fast_line, fast_head, fast_tail = _FAST_LINE.match, _FAST_HEAD.match, _FAST_TAIL.match
+    tails: dict[str, int] = {}  # attribute text -> its checked length (see _FAST_HEAD)
     # Where an attribute naming a computation may be written: one search of the whole text, then
     # only an instruction whose line holds one is looked at (a search of each was a tenth of parse)
     named = iter([*(m.start() for m in _CALLED_KEY_TEXT.finditer(text)), len(text)])
@@ -511,8 +517,22 @@ def _parse_module(text: str) -> Module:
     spans = iter(spans)
     for number, start, end in spans:
         if current is not None:
-            m = fast_line(text, start, end)
-            parsed = _fast_instruction(m, number, current) if m is not None else None
+            m = fast_head(text, start, end)
+            parsed = None
+            if m is not None:
+                tail = m.end()
+                attr_text = text[tail:end]
+                checked = tails.get(attr_text)  # the attributes' length, -1: not in the form
+                if checked is None:
+                    t = fast_tail(text, tail, end)
+                    checked = t.end(1) - tail if t is not None else -1
+                    if len(tails) < _TAILS_KEPT:
+                        tails[attr_text] = checked
+                if checked >= 0:
+                    parsed = _fast_instruction(m, number, current, tail, tail + checked)
+                else:
+                    m = fast_line(text, start, end)
+                    parsed = _fast_instruction(m, number, current) if m is not None else None
             if parsed is None:
                 raw = text[start:end]
                 stripped = raw.strip()
@@ -566,11 +586,12 @@ def _parse_module(text: str) -> Module:
                 current.instructions.append(instr)
                 if instr.is_root:
                     current.root = instr
-                if instr.opcode in CALLER_OPCODES:
+                if instr.opcode in CALLER_OPCODES or (
+                    # (split attributes: their keys are looked at)
+                    (named_at < end or instr._attrs.__class__ is dict)
+                    and _names_computations(instr)
+                ):
                     callers.append((instr, number))
-                elif named_at < end or instr._attrs.__class__ is dict:  # (split: look at its keys)
-                    if _names_computations(instr):
-                        callers.append((instr, number))
                 while named_at < end:
                     named_at = next(named)
                 continue
