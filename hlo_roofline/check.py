@@ -623,8 +623,8 @@ def explore_gate(table: pd.DataFrame, layout: str, max_gap_to_best: float) -> Ex
     gap = None if pd.isna(gap) else float(gap)
     violations = []
     if row["status"] != "ok" or gap is None:
-        why = row.get("why")
-        detail = f"{row['status']}" + (f": {why}" if isinstance(why, str) and why else "")
+        why = row.get("why")  # the explorer's words, its status first where it is not ok
+        detail = why if isinstance(why, str) and why else str(row["status"])
         violations.append(Violation(GAP_RULE, label, detail=detail))
     elif gap * 100 > max_gap_to_best:
         violations.append(

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Chip
+from hlo_roofline.cost.linalg import fused_arithmetic
 from hlo_roofline.hlo.ir import DTYPE_BYTES
 
 
@@ -72,8 +73,9 @@ def compute_times(
     peaks: np.ndarray,
     padding: np.ndarray,
     kernel_mxu: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each op's time on the units that run it, and the unit that sets it (the slowest).
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Each op's time on the units that run it, the unit that sets it (the slowest), and each
+    unit's time (by :data:`COMPUTE_UNITS` key).
 
     A matmul: its FLOPs on the MXU with ``padding`` (:func:`mxu_padding`), and the elements of its
     result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
@@ -124,7 +126,7 @@ def compute_times(
     unit = np.array(list(candidates), dtype=object)[times.argmax(axis=0)]
     t_compute = times.max(axis=0)
     unit[t_compute == 0] = ""
-    return t_compute, unit
+    return t_compute, unit, candidates
 
 
 _FILL_READS = 1 / 64  # what a fill may read per byte it writes (a row broadcast down the rows)
@@ -163,3 +165,34 @@ def op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
         return np.zeros(len(ops))
     runs_on_core = (ops["vector_elements"].to_numpy(dtype=float) > 0) | matmul
     return np.where(runs_on_core, chip.op_floor_s * ops["count"].to_numpy(dtype=float), 0.0)
+
+
+def matmul_pipeline(
+    chip: Chip,
+    matmul: np.ndarray,
+    fused_ops: np.ndarray,
+    unit_times: dict[str, np.ndarray],
+    hbm_bytes: np.ndarray,
+    t_vmem: np.ndarray,
+) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
+    without its rates): in a fusion with an elementwise chain beside the matmul
+    (:func:`~hlo_roofline.cost.linalg.fused_arithmetic`: softmax, GELU or SwiGLU backward), the
+    MXU's time and the vector unit's pass over the result or the fused prologue
+    (:func:`hlo_roofline.cost.tpu_units.vector_elements`) one after the other, where the MXU is
+    the slower (a plain matmul's result pass overlaps its MXU time in XLA's estimates; where the
+    loop is the slower, XLA's estimate is below the loop's time); and its
+    HBM bytes at the rate XLA:TPU streams a matmul's operands (``hbm.matmul_stream``, calibrated
+    against its ``estimated_cycles``). Neither is the book's roof: the row's bound, intensity and
+    ridge stay on the published peak and bandwidth; this only holds its time up where XLA's model
+    of the kernel is slower than either roof (docs/validation.md, "Realistic programs")."""
+    pipelined = np.zeros(len(matmul))
+    if not matmul.any() or not chip.vector_elements_rate:
+        return pipelined
+    mxu, loop = unit_times["mxu"], unit_times["loop"]
+    chain = np.array([isinstance(f, str) and fused_arithmetic(f) for f in fused_ops], dtype=bool)
+    pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
+    if chip.matmul_stream_bandwidth:
+        stream = hbm_bytes / chip.matmul_stream_bandwidth + t_vmem
+        pipelined = np.maximum(pipelined, np.where(matmul, stream, 0.0))
+    return pipelined

@@ -49,7 +49,21 @@ __all__ = [
     "factorizations",
 ]
 
-STATUS_OK, STATUS_NO_FIT, STATUS_ERROR = "ok", "does not fit", "compile error"
+# A candidate's status: a code (a table cell a script compares), worded by status_text for faces.
+STATUS_OK, STATUS_NO_FIT, STATUS_ERROR = "ok", "does_not_fit", "compile_error"
+STATUS_TEXT = {STATUS_OK: "ok", STATUS_NO_FIT: "does not fit", STATUS_ERROR: "compile error"}
+_OLD_STATUSES = {text: code for code, text in STATUS_TEXT.items()}  # tables written before codes
+
+
+def status_text(code: str) -> str:
+    """A status in words (``does_not_fit`` → ``does not fit``); an unknown one as it is."""
+    return STATUS_TEXT.get(code, code) if isinstance(code, str) else ""
+
+
+def status_of(value) -> str:
+    """The status code of a table cell: a code as it is, a status in words (a table written
+    before the codes) as its code."""
+    return _OLD_STATUSES.get(value, value) if isinstance(value, str) else value
 BATCH_AXES = ("data", "fsdp")  # axes that split the batch (the book's X)
 MODEL_AXES = ("tensor", "model")  # axes that split the model's hidden dimension (the book's Y)
 
@@ -504,6 +518,7 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
             f"{path} lacks the column(s) {', '.join(sorted(missing))}: not an explorer table "
             "(or written before gap_to_best; run explore again)"
         )
+    table["status"] = table["status"].map(status_of)
     return table
 
 

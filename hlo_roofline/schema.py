@@ -156,8 +156,8 @@ COLUMNS: tuple[Column, ...] = (
        "`xlu` (a standalone TPU reduce across lanes)", "verdict"),
     _c("t_memory_s", "float", "s", "bytes ÷ the bandwidth they move at", "verdict"),
     _c("t_comm_s", "float", "s", "link time of the op's collective", "verdict"),
-    _c("t_roofline_s", "float", "s", "the largest of the three, at least the chip's per-op floor",
-       "verdict"),
+    _c("t_roofline_s", "float", "s", "the largest of the three, at least the chip's per-op floor "
+       "(on a TPU, a matmul at least XLA:TPU's pipeline: docs/cost-model.md)", "verdict"),
     _c("share", "float", "",
        "`t_roofline_s` ÷ Σ `t_roofline_s` (`step_time_lower_s`: the ops one after another)",
        "verdict"),

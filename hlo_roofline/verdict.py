@@ -24,6 +24,7 @@ from hlo_roofline.compute import (
     compute_times,
     fills,
     kernel_mxu_flops,
+    matmul_pipeline,
     mxu_padding,
     op_floors,
     streams_columns,
@@ -213,13 +214,14 @@ def classify(
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = np.where(data > 0, flops / data, np.nan)
     padding = mxu_padding(ops, chip)  # the MXU work each matmul does per FLOP it asks for
-    t_compute, compute_unit = compute_times(
+    t_compute, compute_unit, unit_times = compute_times(
         ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding, kernel_mxu
     )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
     t_memory = data / hbm
     own_memory = t_memory  # at the op's own placement, no prefetch charged (XLA's view)
     t_vmem = np.zeros(len(ops))  # the part of t_memory spent on VMEM bytes
+    hbm_bytes = data
     vmem_bandwidth = chip.vmem_bandwidth
     if vmem_bandwidth and "vmem_bytes" in ops:  # arrays XLA placed in VMEM move at its speed
         vmem = ops["vmem_bytes"].to_numpy(dtype=float)
@@ -237,7 +239,11 @@ def classify(
     times = np.stack([t_compute, t_memory, t_comm])
     # an op takes at least the chip's per-op floor; its bound is the unit that would set it above
     floors = op_floors(ops, chip, matmul)
-    t_roofline = np.maximum(times.max(axis=0), floors)
+    pipelined = matmul_pipeline(
+        chip, matmul & ~no_rate, ops.get("fused_ops", pd.Series("", index=ops.index)).to_numpy(),
+        unit_times, hbm_bytes, t_vmem,
+    )  # fmt: skip
+    t_roofline = np.maximum.reduce([times.max(axis=0), floors, pipelined])
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
     bound[t_roofline == 0] = "none"
     bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
@@ -266,12 +272,13 @@ def classify(
     ops = ops.assign(**hint_columns(ops, matmul, no_rate, rates, chip, padding))
     ops = ops.assign(**_roof_columns(ops, t_compute, t_memory, t_vmem, floors, flops, data))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
-    upper = float(np.maximum(times.sum(axis=0), floors).sum())
+    upper = float(np.maximum.reduce([times.sum(axis=0), floors, pipelined]).sum())
     summary = chip_summary(ops, chip, step, upper, scheduled.least_s)
     comm = float(t_roofline[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
     summary.update(
-        floor_share=float((t_roofline - times.max(axis=0)).sum()) / step if step else 0.0,
+        floor_share=float((np.maximum(times.max(axis=0), floors) - times.max(axis=0)).sum())
+        / step if step else 0.0,
         step_time_min_s=scheduled.least_s,
         step_time_scheduled_s=scheduled.step_s,
         comm_time_s=comm,

@@ -6,6 +6,7 @@ TensorBoard startup. Every verdict comes from ``Report.classify``; nothing here 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, memory
+from hlo_roofline._gc import gc_paused
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
@@ -53,9 +55,40 @@ __all__ = [
 # a 20k-op report (~20 MB of JSON) is parsed once, not once per request.
 _CACHE_SIZE = 256
 _CACHE_CHARS = 400_000_000
-_cache: OrderedDict[tuple, tuple[dict, str, Report, dict]] = OrderedDict()
+_cache: OrderedDict[tuple, Entry] = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}  # one lock per cache key being built
 _lock = threading.Lock()  # guards _cache and _loading
+
+
+class Entry:
+    """One cached report as the routes serve it, indexable as ``(payload, its JSON text, the
+    report, derived columns, (base token, JSON text of what a chip changed) or None)``. A chip's
+    whole text is made when first asked for: a switch from the report the tab holds is answered
+    with the changes alone, and writing the whole (some 10 MB for a 20k-op report) took a tenth
+    of it."""
+
+    __slots__ = ("_make", "_text", "delta", "derived", "payload", "report")
+
+    def __init__(self, payload: dict, text, report: Report, derived: dict, delta=None) -> None:
+        self.payload, self.report, self.derived, self.delta = payload, report, derived, delta
+        self._text, self._make = (None, text) if callable(text) else (text, None)
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._make()  # two threads may both make it: the same text either way
+        return self._text
+
+    def chars(self) -> int:
+        """The characters held (what the cache's bound counts)."""
+        return len(self._text or "") + (len(self.delta[1]) if self.delta is not None else 0)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(5)[index])
+        index = range(5)[index]
+        fields = (self.payload, None, self.report, self.derived, self.delta)
+        return self.text if index == 1 else fields[index]
 
 
 def _remote(path: str) -> bool:
@@ -188,7 +221,7 @@ def _derived(report: Report) -> dict[str, pd.Series]:
     return derived
 
 
-def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str, Report, dict]:
+def _build(report_dir: str, path: str, key_chip: str | None) -> Entry:
     """One cache entry: the report, re-classified for ``key_chip`` if given, as a payload (with
     each op's scope and user function), its JSON text, the report itself, and those two columns.
 
@@ -201,7 +234,8 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     as_written = None  # the file's own text, when the browser can take it as it is
     if key_chip is not None:
         try:
-            _, _, report, derived = load(report_dir)
+            own = load(report_dir)
+            report, derived = own.report, own.derived
         except ReportError:  # not showable as written (no verdict columns), maybe once judged
             report = _read(path)
         try:
@@ -222,16 +256,55 @@ def _build(report_dir: str, path: str, key_chip: str | None) -> tuple[dict, str,
     # Each op's scope and user function ride beside the report's columns ("derived"), so a report
     # as written is served as its own file's text plus them: never turned into a payload and
     # written out again (a second or more for a 20k-op report).
-    extra = dumps({k: v.tolist() for k, v in derived.items()})
+    extra = _derived_text(derived)
     words = dumps(_memory_words(report.summary))
     payload = {"summary": report.summary, "module": report.module}
+    delta = None
     if as_written is not None:
         body = as_written[0].rstrip()
-        text = f'{body[:-1]},"derived":{extra},"memory_words":{words}}}'
+        stamp = dumps(_token(as_written[1]))
+        text = f'{body[:-1]},"derived":{extra},"memory_words":{words},"stamp":{stamp}}}'
     else:
         base = _base_columns(report_dir, path) if key_chip is not None else None
-        text = f'{_columns_text(report, base)[:-1]},"derived":{extra},"memory_words":{words}}}'
-    return payload, text, report, derived
+        texts, stacks = _column_texts(report, base)
+
+        def whole() -> str:
+            head = _columns_text(report, texts, stacks)
+            return f'{head[:-1]},"derived":{extra},"memory_words":{words}}}'
+
+        text = whole() if base is None else whole  # with base, made when first asked for
+        if base is not None:
+            same = [n for n in report.ops.columns if texts[n] is base[1].get(n)]
+            changed = {n: t for n, t in texts.items() if t is not base[1].get(n)}
+            head = _columns_text(report, changed, stacks, same=same)
+            delta = (base[3], f'{head[:-1]},"memory_words":{words},"since":{dumps(base[3])}}}')
+    return Entry(payload, text, report, derived, delta)
+
+
+# The derived columns' JSON text, by the columns' dict: every chip's entry of a run shares the
+# run's own dict (see _build), so its text is written once, not once per chip.
+_derived_texts: OrderedDict[int, tuple[dict, str]] = OrderedDict()
+
+
+def _derived_text(derived: dict[str, pd.Series]) -> str:
+    with _lock:
+        known = _derived_texts.get(id(derived))
+    if known is not None and known[0] is derived:
+        return known[1]
+    text = dumps({k: v.tolist() for k, v in derived.items()})
+    with _lock:
+        _derived_texts[id(derived)] = (derived, text)  # holding the dict keeps its id its own
+        while len(_derived_texts) > _BASE_KEEP:
+            _derived_texts.popitem(last=False)
+    return text
+
+
+def _token(stamp: tuple) -> str:
+    """A file version as a short text: the tab sends back the one of the report it holds, and a
+    chip's answer is then only what the chip changes (see :func:`report_json`)."""
+    import hashlib
+
+    return hashlib.sha1(repr(stamp).encode()).hexdigest()[:16]
 
 
 def warm(report_dir: str) -> None:
@@ -241,25 +314,29 @@ def warm(report_dir: str) -> None:
     _base_columns(report_dir, _join(report_dir, REPORT_JSON))
 
 
-# A run's report as written, with each column's JSON text (see _columns_text), for the runs
-# re-judged last: a chip's payload reuses the text of every column the chip leaves alone.
+# A run's report as written, with each column's JSON text (see _columns_text) and its version's
+# token, for the runs re-judged last: a chip's payload reuses the text of every column the chip
+# leaves alone.
 _BASE_KEEP = 4
-_base: OrderedDict[tuple, tuple[Report, dict[str, str], list[str]]] = OrderedDict()
+_base: OrderedDict[tuple, tuple[Report, dict[str, str], list[str], str]] = OrderedDict()
 
 
-def _base_columns(report_dir: str, path: str) -> tuple[Report, dict[str, str], list[str]] | None:
-    """The run's own report and its columns' JSON texts (made once per file version)."""
+def _base_columns(report_dir: str, path: str) -> tuple[Report, dict[str, str], list[str], str] | None:
+    """The run's own report, its columns' JSON texts and its version's token (made once per file
+    version; None where the file changes under it)."""
+    key = (path, _stamp(path))
     try:
         report = load(report_dir)[2]
     except ReportError:
         return None
-    key = (path, _stamp(path))
+    if _stamp(path) != key[1]:
+        return None  # the report read may be either version: its texts would carry a wrong token
     with _lock:
         if key in _base:
             _base.move_to_end(key)
             return _base[key]
     texts, stacks = _column_texts(report)
-    entry = (report, texts, stacks)
+    entry = (report, texts, stacks, _token(key[1]))
     with _lock:
         _base[key] = entry
         while len(_base) > _BASE_KEEP:
@@ -288,8 +365,21 @@ def _column_texts(report: Report, base=None) -> tuple[dict[str, str], list[str]]
             stacks = [str(text) for text in uniques]
             texts[name] = dumps(codes.tolist())
             continue
+        if isinstance(column.dtype, np.dtype) and column.dtype.kind == "f":
+            texts[name] = _float_text(column.to_numpy())
+            continue
         texts[name] = dumps(_json_column(column))
     return texts, stacks
+
+
+def _float_text(values: np.ndarray) -> str:
+    """A float column as ``{"f64": base64 of its little-endian doubles}``: the very numbers, made
+    in a hundredth of the time JSON's decimal text takes (which was a third of a chip switch on
+    a 20k-op report). The tab reads NaN and ±inf back as null, as JSON has them."""
+    import base64
+
+    data = np.ascontiguousarray(values, dtype="<f8").tobytes()
+    return f'{{"f64":"{base64.b64encode(data).decode("ascii")}"}}'
 
 
 def _buffer(column: pd.Series) -> np.ndarray | None:
@@ -308,10 +398,14 @@ def _equal(a: pd.Series, b: pd.Series) -> bool:
     return x.__array_interface__["data"] == y.__array_interface__["data"] or a.equals(b)
 
 
-def _columns_text(report: Report, base=None) -> str:
-    """The report as the tab's JSON, column by column: ``cols`` (one array per column, in
-    ``columns``' order) in place of ``Report.to_dict``'s rows; the browser makes the rows."""
-    texts, stacks = _column_texts(report, base)
+def _columns_text(
+    report: Report, texts: dict[str, str], stacks: list[str], same: list[str] | None = None
+) -> str:
+    """The report as the tab's JSON, column by column: ``cols`` (one array per column of
+    ``texts``, in ``columns``' order; a float column as :func:`_float_text`) in place of
+    ``Report.to_dict``'s rows; the browser makes the rows. With ``same``: the columns named
+    there are left out, as the report the tab holds has them (and its derived columns), and so
+    are the stacks unless ``call_stack`` is sent."""
     head = {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -319,9 +413,11 @@ def _columns_text(report: Report, base=None) -> str:
         "summary": report.summary,
         "columns": list(report.ops.columns),
     }
-    if "call_stack" in report.ops:
+    if same is not None:
+        head["same"] = same
+    if "call_stack" in texts:
         head["call_stacks"] = stacks
-    cols = ",".join(texts[name] for name in report.ops.columns)
+    cols = ",".join(texts[name] for name in report.ops.columns if name in texts)
     return f'{dumps(head)[:-1]},"cols":[{cols}]}}'
 
 
@@ -354,9 +450,9 @@ def _strict_text(path: str) -> tuple[str, tuple] | None:
     return text, stamp
 
 
-def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, dict]:
+def load(report_dir: str, chip: str | None = None) -> Entry:
     """The report of one run as ``(payload, its JSON text, the report, columns derived for the
-    tab)``, re-classified for ``chip``.
+    tab, a chip's changes or None)`` (see :func:`report_json`), re-classified for ``chip``.
 
     Cached by file identity (mtime, size, inode: ``write_tensorboard`` replaces the file
     atomically, so a rewrite is a new entry) and canonical chip key. Concurrent requests for one
@@ -377,13 +473,16 @@ def load(report_dir: str, chip: str | None = None) -> tuple[dict, str, Report, d
             with _lock:
                 if key in _cache:  # built by the request we waited for
                     return _cache[key]
-            entry = _build(report_dir, path, key_chip)
+            # a chip's build makes ~10^5 objects: no collector pass in the switch's way (the
+            # file's read is left to the collector: it may free what a report read before held)
+            with gc_paused() if key_chip is not None else contextlib.nullcontext():
+                entry = _build(report_dir, path, key_chip)
             if _stamp(path) == key[1]:  # not rewritten while we read it
                 with _lock:
                     _cache[key] = entry
                     while len(_cache) > 1 and (
                         len(_cache) > _CACHE_SIZE
-                        or sum(len(e[1]) for e in _cache.values()) > _CACHE_CHARS
+                        or sum(e.chars() for e in _cache.values()) > _CACHE_CHARS
                     ):
                         _cache.popitem(last=False)
             return entry
@@ -419,8 +518,15 @@ def check(report_dir: str) -> str | None:
     return error
 
 
-def report_json(report_dir: str, chip: str | None = None) -> str:
-    return load(report_dir, chip)[1]
+def report_json(report_dir: str, chip: str | None = None, since: str | None = None) -> str:
+    """The run's report as the tab's JSON (re-judged for ``chip`` if given). ``since``: the
+    ``stamp`` of the report as written that the tab holds; where it is the file's still, a chip's
+    answer holds only the columns the chip changed (``same`` names the others): a switch then
+    sends and parses a quarter of the report."""
+    entry = load(report_dir, chip)
+    if chip and since and entry.delta is not None and entry.delta[0] == since:
+        return entry.delta[1]
+    return entry.text
 
 
 def rollup(report_dir: str, by: str, chip: str | None = None) -> dict:
@@ -563,6 +669,8 @@ def exploration(path: str, runs: set[str], prefix: str = "") -> dict:
         row = {k: raw.get(k) for k in _EXPLORE_ROW_KEYS}
         for k in ("candidate", "status", "error", "fit", "bound", "why"):
             row[k] = text(row[k])
+        row["status"] = explorer.status_of(row["status"])  # a document written before the codes
+        row["status_text"] = explorer.status_text(row["status"])
         for k in ("step_s", "lower_s", "upper_s", "hbm_per_device", "rank", "gap_to_best",
                   "exposed_comm_share", "mfu_upper_bound", "tokens_per_s_per_chip"):  # fmt: skip
             row[k] = number(row[k])

@@ -318,7 +318,8 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
     def _serve_report(self, request):
         def answer(_data):
             path = self._index.report_dir(request.args.get("run"))
-            return _json_response(request, _data.report_json(path, _chip_param(request)))
+            since = request.args.get("since") or None  # a token: anything else matches nothing
+            return _json_response(request, _data.report_json(path, _chip_param(request), since))
 
         return self._guarded(request, answer)
 

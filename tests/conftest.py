@@ -51,3 +51,45 @@ def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the session's directory, above each worker's own
     return base / "hlo-cache"
+
+
+# -- the TensorBoard tab end to end: one Chromium per session, one TensorBoard per module ---------
+# A module that drives the tab defines ``logdir`` (module scope: the runs it serves) and takes
+# ``server`` (the base URL of a real ``tensorboard --logdir`` on it) and ``page``; it marks itself
+# ``tb_helpers.NEEDS_BROWSER`` (skipped where Chromium is missing, unless CI requires it).
+BROWSER_TIMEOUT_MS = 60_000  # a bound for a loaded 2-core machine, not a speed check
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from tb_helpers import BROWSER_MISSING, NEEDS_BROWSER, chromium
+
+    if BROWSER_MISSING:
+        pytest.skip(NEEDS_BROWSER.kwargs["reason"])
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def server(logdir):
+    from tb_helpers import tensorboard
+
+    with tensorboard(logdir) as url:
+        yield url
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh browser context's page; the test fails on any JavaScript error or dialog (a dialog
+    is what an injected script would open)."""
+    context = browser.new_context(viewport={"width": 1500, "height": 1200})
+    context.set_default_timeout(BROWSER_TIMEOUT_MS)
+    page = context.new_page()
+    errors: list[str] = []
+    dialogs: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"
+    assert not dialogs, f"a dialog opened (script injection?): {dialogs}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from hlo_roofline import Report, analyze_hlo
 from hlo_roofline.diff import compare
@@ -37,6 +39,13 @@ CHROMIUM_FLAGS = [
     "--disable-dev-shm-usage",
 ]
 HOSTILE = "<img src=x onerror=alert(1)>\"'&<script>alert(2)</script>"
+# Tests in a real browser are skipped where Chromium is missing, unless HLO_ROOFLINE_REQUIRE_BROWSER
+# is set (CI sets it: there a missing browser or playwright is a failure).
+BROWSER_MISSING = not os.path.exists(CHROMIUM) and not os.environ.get("HLO_ROOFLINE_REQUIRE_BROWSER")
+NEEDS_BROWSER = pytest.mark.skipif(
+    BROWSER_MISSING,
+    reason=f"{CHROMIUM} not installed (set HLO_ROOFLINE_REQUIRE_BROWSER=1 to fail instead)",
+)
 _URL_RE = re.compile(r"TensorBoard \S+ at (http://\S+?)/? \(Press CTRL\+C to quit\)")
 
 
@@ -161,8 +170,11 @@ def write_flipping_pair(logdir: Path) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def tensorboard(logdir: Path, timeout: float = 60.0):
-    """A real ``tensorboard --logdir`` on a free loopback port; yields its base URL (no slash)."""
+def tensorboard(logdir: Path, timeout: float = 60.0, cwd: Path | None = None):
+    """A real ``tensorboard --logdir`` on a free loopback port; yields its base URL (no slash).
+
+    ``cwd``: where it runs (``python -m`` puts that folder first on its path: a checkout's
+    ``hlo_roofline`` there comes before the one PYTHONPATH names)."""
     # Not the `tensorboard` script beside sys.executable: a copied venv's script may run another
     # interpreter (its shebang), and so another checkout's plugin.
     cmd = [
@@ -183,6 +195,7 @@ def tensorboard(logdir: Path, timeout: float = 60.0):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        cwd=cwd,
     )
     lines: list[str] = []
     found = threading.Event()
@@ -235,55 +248,95 @@ def chromium():
             browser.close()
 
 
-def screenshot_docs(out_dir: Path = ROOT / "docs" / "img") -> list[Path]:
-    """docs/tensorboard.md's screenshots: the tab on the demo's v5e and H100 runs, the FSDP step
-    sharded over four v5p chips (with its timeline open) and a measured run; each with an op
-    selected, so its own roof is drawn (its most FLOPs; on v5p its longest op, a collective).
+# The tab's screenshots, in docs/tensorboard.md and tests/test_tab_screenshots.py: the demo's model
+# on v5e and H100, the FSDP step compiled compile-only sharded over four v5p chips (its timeline
+# open), and a step measured here (a report with measured times).
+SCREENSHOT_RUNS = {
+    "tab_v5e": lambda root: fixture_report("gpt_tiny", "tpu_v5e", "v5e"),
+    "tab_h100": lambda root: fixture_report("gpt_tiny", "h100", "h100-sxm"),
+    "tab_v5p_sharded": lambda root: fixture_report("fsdp_train_step", "tpu_v5p", "v5p"),
+    "tab_measured": lambda root: measured_report(root / "tab_measured"),
+}
+WITH_TIMELINE = {"tab_v5p_sharded"}  # shown with the timeline of the step as scheduled
 
-    ``PYTHONPATH=.:<dir linking hlo_roofline_tensorboard> python tests/tb_helpers.py``
-    """
+
+def screenshot_logdir(root: Path) -> dict[str, str]:
+    """Write the screenshots' runs under ``root``; each run's op to select: its most FLOPs (so
+    its own roof is drawn), or on a run with a timeline its longest op (a collective)."""
+    chosen = {}
+    for run, make in SCREENSHOT_RUNS.items():
+        report = make(root)
+        report.write_tensorboard(root, run)
+        ops = report.ops[report.ops["t_roofline_s"] > 0]
+        key = "t_roofline_s" if run in WITH_TIMELINE else "flops"
+        chosen[run] = ops.sort_values(key).iloc[-1]["name"]
+    return chosen
+
+
+def screenshot(page, url: str, run: str, op: str, path: Path):
+    """Open ``run`` in the tab's document (``url``: TensorBoard's), select ``op``, open the
+    timeline where the run has one, and save a PNG of the tab at ``path``; returns the element
+    shot."""
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(f"{url}/data/plugin_entry.html?name=hlo_roofline&run={run}")
+    page.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for(timeout=60_000)
+    shown = page.locator("#hr-count").get_attribute("data-shown")
+    page.locator("#hr-search").fill(op)
+    page.locator(f'#hr-count:not([data-shown="{shown}"])').wait_for()  # the search applied
+    page.locator(f'.hr-body .hr-row:has([data-key="name"]:text-is("{op}"))').click()
+    page.locator("#hr-search").fill("")
+    page.locator(f'#hr-count[data-shown="{shown}"]').wait_for()  # no point drawn faint
+    target = page.locator(".hr-main")
+    if run in WITH_TIMELINE:
+        page.locator("#hr-timeline summary").click()
+        page.locator('#hr-timeline[data-state="ready"]').wait_for()
+        page.locator(".hr-ops").evaluate("e => e.hidden = true")
+        target = page.locator(".hr-content")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    target.screenshot(path=str(path))
+    return target
+
+
+def screenshot_docs(out_dir: Path = ROOT / "docs" / "img") -> list[Path]:
+    """docs/tensorboard.md's screenshots, from the runs the screenshot tests check
+    (``python docs/screenshots.py``)."""
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="tab_docs"))
-    runs = {
-        "tab_v5e": lambda: fixture_report("gpt_tiny", "tpu_v5e", "v5e"),
-        "tab_h100": lambda: fixture_report("gpt_tiny", "h100", "h100-sxm"),
-        "tab_v5p_sharded": lambda: fixture_report("fsdp_train_step", "tpu_v5p", "v5p"),
-        "tab_measured": lambda: measured_report(root / "tab_measured"),
-    }
-    chosen = {}
-    for run, make in runs.items():
-        report = make()
-        report.write_tensorboard(root, run)
-        ops = report.ops[report.ops["t_roofline_s"] > 0]
-        key = "t_roofline_s" if run == "tab_v5p_sharded" else "flops"
-        chosen[run] = ops.sort_values(key).iloc[-1]["name"]
+    chosen = screenshot_logdir(root)
     written = []
     with tensorboard(root) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        for run in runs:
-            page.goto(f"{url}/data/plugin_entry.html?name=hlo_roofline&run={run}")
-            page.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for(timeout=60_000)
-            page.locator("#hr-search").fill(chosen[run])
-            page.locator(f'.hr-body .hr-row:has([data-key="name"]:text-is("{chosen[run]}"))').click()
-            page.locator("#hr-search").fill("")
-            page.wait_for_timeout(400)  # the search box settles (debounced), no point drawn faint
-            target = ".hr-main"
-            if run == "tab_v5p_sharded":
-                page.locator("#hr-timeline summary").click()
-                page.locator('#hr-timeline[data-state="ready"]').wait_for()
-                target = ".hr-content"
-            path = out_dir / f"{run}.png"
-            if target == ".hr-content":
-                page.locator(".hr-ops").evaluate("e => e.hidden = true")
-            page.locator(target).screenshot(path=str(path))
-            written.append(path)
+        page = browser.new_page()
+        for run, op in chosen.items():
+            screenshot(page, url, run, op, out_dir / f"{run}.png")
+            written.append(out_dir / f"{run}.png")
     return written
 
 
-if __name__ == "__main__":
-    for path in screenshot_docs():
-        print(path)
+def layout_problems(canvas) -> list[str]:
+    """Where the chart draws outside its canvas, a point outside its axes, or labels collide."""
+    layout = canvas.evaluate("c => c.hloLayout()")
+    width, height, plot, strip = (layout[k] for k in ("width", "height", "plot", "strip"))
+    problems = []
+    boxes = layout["labels"]
+    for b in boxes:
+        if b["x"] < 0 or b["y"] < 0 or b["x"] + b["w"] > width or b["y"] + b["h"] > height:
+            problems.append(f"label {b['text']!r} leaves the canvas: {b}")
+        if abs(b["y"] + b["h"] / 2 - b["line"]) > 3 * b["h"]:
+            problems.append(f"label {b['text']!r} is far from its roof: {b}")
+    for a, b in itertools.pairwise(boxes):
+        if a["y"] + a["h"] > b["y"] + 0.5:
+            problems.append(f"labels {a['text']!r} and {b['text']!r} overlap")
+    for p in canvas.evaluate("c => [...c.hloPoints(), ...c.hloMeasured()]"):
+        area = strip if p["strip"] else plot
+        if not (
+            area["left"] <= p["x"] <= area["right"] and area["top"] <= p["y"] <= area["bottom"]
+        ):
+            problems.append(f"point of row {p['row']} outside its axes: {p}")
+    for label in layout["tickLabels"]["x"] + layout["tickLabels"]["y"]:
+        if len(label) > 5:
+            problems.append(f"tick label {label!r}")
+    return problems
 
 
 def rows_of(body: dict) -> list[list]:
@@ -291,4 +344,19 @@ def rows_of(body: dict) -> list[list]:
     (``cols``), as the tab's Model makes them."""
     if "data" in body:
         return body["data"]
-    return [list(row) for row in zip(*body["cols"], strict=True)] if body["cols"] else []
+    cols = [decoded(c) for c in body["cols"]]
+    return [list(row) for row in zip(*cols, strict=True)] if cols else []
+
+
+def decoded(column) -> list:
+    """A column as the tab reads it: a float column sent as base64 doubles (``{"f64": ...}``)
+    back to numbers, NaN and ±inf as None."""
+    if not isinstance(column, dict):
+        return column
+    import base64
+    import math
+
+    import numpy as np
+
+    values = np.frombuffer(base64.b64decode(column["f64"]), dtype="<f8").tolist()
+    return [v if math.isfinite(v) else None for v in values]

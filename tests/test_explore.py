@@ -190,7 +190,7 @@ def test_a_failing_candidate_is_a_row_not_an_exception():
             make, TARGET, axes=AXES, knobs=KNOBS, executor=pool, cache=False, progress=False
         )
     bad = result.table[result.table["tensor"] == 4].iloc[0]
-    assert bad["status"] == "compile error"
+    assert bad["status"] == explorer.STATUS_ERROR == "compile_error"
     assert bad["error"] == "RuntimeError: no layout for tensor=4"
     assert pd.isna(bad["rank"])
     assert result.reports[bad["candidate"]] is None

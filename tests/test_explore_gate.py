@@ -87,7 +87,7 @@ def test_gap_to_best_is_the_ranking_measure():
     assert ok["gap_to_best"].tolist() == pytest.approx(best / ok["tokens_per_s_per_chip"] - 1)
     assert table.iloc[0]["gap_to_best"] == 0 and table.iloc[0]["rank"] == 1
     assert ok.sort_values("rank")["gap_to_best"].is_monotonic_increasing
-    no_fit = table[table["status"] == "does not fit"]
+    no_fit = table[table["status"] == explorer.STATUS_NO_FIT]
     assert len(no_fit) == 1 and pd.isna(no_fit.iloc[0]["gap_to_best"])
 
 
@@ -129,7 +129,7 @@ def test_a_layout_that_does_not_fit_fails(result):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
     assert not out["passed"] and out["gap_to_best"] is None
-    assert out["violations"][0]["detail"].startswith("does not fit: does not fit: ")
+    assert out["violations"][0]["detail"].startswith("does not fit: ")  # the status, worded
 
 
 def test_the_logdir_holds_the_exploration(result, tmp_path):
@@ -235,7 +235,7 @@ def test_the_committed_gpt_exploration_on_64_h100s():
     compiled (16 heads cannot split 32 or 64 ways), data 32 × tensor 2 first, pure DP 6% behind."""
     table = explorer.read_table(HERE / "gpt_h100")
     assert len(table) == 28 and (table["status"] == "ok").sum() == 25
-    errors = table[table["status"] == "compile error"]
+    errors = table[table["status"] == explorer.STATUS_ERROR]  # read from the words written
     assert set(errors["tensor"]) == {32, 64} and errors["error"].str.startswith("IndivisibleError").all()
     first = table[table["rank"] == 1].iloc[0]
     assert (first["data"], first["fsdp"], first["tensor"]) == (32, 1, 2)

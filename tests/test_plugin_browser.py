@@ -1,15 +1,15 @@
 """The "HLO Roofline" tab end to end: a real `tensorboard --logdir` driven by headless Chromium.
 
 Skipped only when /usr/bin/chromium is missing and HLO_ROOFLINE_REQUIRE_BROWSER is unset (CI sets
-it, so there a missing browser or playwright is a failure). One TensorBoard and one browser serve
-the whole module; each test gets a fresh browser context.
+it, so there a missing browser or playwright is a failure). One TensorBoard serves the module's
+logdir and one browser the session (conftest's ``server`` and ``browser``); each test gets a
+fresh browser context (``page``).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
+import math
 import re
 import time
 from pathlib import Path
@@ -18,16 +18,15 @@ from urllib.parse import quote
 import pytest
 from tb_helpers import (
     ARTIFACTS,
-    CHROMIUM,
     HOSTILE,
+    NEEDS_BROWSER,
     big_report,
-    chromium,
     first_chip_flip,
     fixture_report,
     hostile_report,
+    layout_problems,
     measured_report,
     starved_report,
-    tensorboard,
     timed_rows,
     without_column,
     write_corrupt,
@@ -37,15 +36,11 @@ from tb_helpers import (
 from hlo_roofline import Report, analyze
 
 pytestmark = [
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM) and not os.environ.get("HLO_ROOFLINE_REQUIRE_BROWSER"),
-        reason=f"{CHROMIUM} not installed (set HLO_ROOFLINE_REQUIRE_BROWSER=1 to fail instead)",
-    ),
+    NEEDS_BROWSER,
     pytest.mark.xdist_group("tensorboard_browser"),
 ]
 
 IFRAME = 'iframe[src*="plugin_entry.html?name=hlo_roofline"]'
-TIMEOUT_MS = 60_000  # a bound for a loaded 2-core machine, not a speed check
 # Chips tried, in order, for a verdict flip on attention/h100 (judged on H100 SXM when written).
 FLIP_CHIPS = ["v5e", "v5p", "a100-80gb", "b200", "mi300x"]
 
@@ -87,33 +82,6 @@ def too_big_for_v5e():
 
 def read(logdir: Path, run: str) -> Report:
     return Report.read(logdir / run / "plugins" / "hlo_roofline" / "report.json")
-
-
-@pytest.fixture(scope="module")
-def server(logdir):
-    with tensorboard(logdir) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1500, "height": 1200})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    errors: list[str] = []
-    dialogs: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    yield page
-    context.close()
-    assert not errors, f"JavaScript errors: {errors}"
-    assert not dialogs, f"a dialog opened (script injection?): {dialogs}"
 
 
 def open_tab(page, server: str, run: str | None = None):
@@ -238,6 +206,60 @@ def test_chip_switch_changes_verdicts(page, server, logdir):
     assert row.locator('[data-key="bound"]').text_content() == after
     # The summary is the server's re-classification too.
     assert report.classify(chip).summary["chip_name"] in frame.locator(".hr-summary").text_content()
+
+
+def test_a_chip_switch_shows_what_opening_the_chip_shows(page, server, logdir):
+    """A switch from the run as written is sent only what the chip changed (``since``); the tab
+    adds the rest from the report it holds, and draws and lists what it draws for the page
+    opened on that chip at once (sent whole)."""
+    run, chip = "fsdp/h100", "v5p"
+
+    def for_chip(response) -> bool:
+        return "/report?" in response.url and f"chip={chip}" in response.url
+
+    frame = open_plugin(page, server, run)
+    with page.expect_response(for_chip) as switch:  # waited for: a listener's list may lag
+        frame.locator("#hr-chip").select_option(chip)
+    frame.locator(f'.hr-app[data-state=ready][data-chip="{chip}"]').wait_for()
+    assert "since=" in switch.value.url and switch.value.json()["same"]
+    expected = read(logdir, run).classify(chip)
+    shown = (chart(frame).evaluate("c => c.hloPoints()"), frame.locator(".hr-summary").text_content(),
+             body_rows(frame).all_text_contents())  # fmt: skip
+    assert len(shown[0]) == timed_rows(expected)
+    with page.expect_response(for_chip) as opened:
+        page.goto(f"{server}/data/plugin_entry.html?name=hlo_roofline&run={quote(run)}&chip={chip}")
+    page.locator(f'.hr-app[data-state=ready][data-chip="{chip}"]').wait_for()
+    assert "same" not in opened.value.json()
+    assert shown == (chart(page).evaluate("c => c.hloPoints()"),
+                     page.locator(".hr-summary").text_content(),
+                     body_rows(page).all_text_contents())  # fmt: skip
+
+
+def test_floats_sent_as_doubles_read_back_as_the_servers_numbers(page, server, logdir):
+    """A re-judged report's float columns travel as base64 doubles: the tab's Model reads back
+    the very numbers ``Report.classify`` made, NaN as null (as JSON has it)."""
+    run, chip = "fsdp/h100", "v5p"
+    expected = read(logdir, run).classify(chip).ops
+    columns = ["flops", "bytes_accessed", "t_roofline_s", "t_exposed_s", "roof_flops_per_s"]
+    want = {c: [v if math.isfinite(v) else None for v in expected[c].astype(float)] for c in columns}
+    assert any(v is None for v in want["roof_flops_per_s"])  # ops without FLOPs have no roof
+    open_plugin(page, server, run)
+    got = page.evaluate(
+        """async ([run, chip, columns]) => {
+          const { Model } = await import("./state.js");
+          const query = new URLSearchParams({ run, chip });
+          const body = await (await fetch(`./report?${query}`)).json();
+          const read = () => {
+            const model = new Model(structuredClone(body));
+            return Object.fromEntries(columns.map((c) => [c, model.column(c)]));
+          };
+          const native = read();
+          delete Uint8Array.fromBase64; // a browser without it decodes through atob
+          return [body.cols.filter((c) => c && c.f64).length, native, read()];
+        }""",
+        [run, chip, columns],
+    )
+    assert got[0] > len(columns) and got[1] == want and got[2] == want
 
 
 def test_compare_lists_a_flipped_op(page, server, logdir):
@@ -419,32 +441,6 @@ def test_reload_button_shows_new_and_rewritten_runs(page, server, logdir):
     fixture_report("reductions", "tpu_v5e", "v5p").write_tensorboard(logdir, "late/run")
     page.locator("button.reload-button").click()
     frame.locator('.hr-app[data-state=ready][data-run="late/run"][data-chip="v5p"]').wait_for()
-
-
-def layout_problems(canvas) -> list[str]:
-    """Where the chart draws outside its canvas, a point outside its axes, or labels collide."""
-    layout = canvas.evaluate("c => c.hloLayout()")
-    width, height, plot, strip = (layout[k] for k in ("width", "height", "plot", "strip"))
-    problems = []
-    boxes = layout["labels"]
-    for b in boxes:
-        if b["x"] < 0 or b["y"] < 0 or b["x"] + b["w"] > width or b["y"] + b["h"] > height:
-            problems.append(f"label {b['text']!r} leaves the canvas: {b}")
-        if abs(b["y"] + b["h"] / 2 - b["line"]) > 3 * b["h"]:
-            problems.append(f"label {b['text']!r} is far from its roof: {b}")
-    for a, b in itertools.pairwise(boxes):
-        if a["y"] + a["h"] > b["y"] + 0.5:
-            problems.append(f"labels {a['text']!r} and {b['text']!r} overlap")
-    for p in canvas.evaluate("c => [...c.hloPoints(), ...c.hloMeasured()]"):
-        area = strip if p["strip"] else plot
-        if not (
-            area["left"] <= p["x"] <= area["right"] and area["top"] <= p["y"] <= area["bottom"]
-        ):
-            problems.append(f"point of row {p['row']} outside its axes: {p}")
-    for label in layout["tickLabels"]["x"] + layout["tickLabels"]["y"]:
-        if len(label) > 5:
-            problems.append(f"tick label {label!r}")
-    return problems
 
 
 @pytest.mark.parametrize("run", [run for run, _, _ in DEMO_RUNS] + ["measured", "starved"])

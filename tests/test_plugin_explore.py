@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-from tb_helpers import CHROMIUM, chromium, tensorboard
+from tb_helpers import NEEDS_BROWSER
 from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
-from hlo_roofline import Report
+from hlo_roofline import Report, explorer
 from hlo_roofline.logdir import EXPLORE_JSON
 from hlo_roofline_tensorboard import plugin as tb_plugin
 
@@ -63,69 +62,82 @@ def test_route_serves_the_documents_numbers_and_run_names(logdir):
     assert runs[MISSING:] == [f"sweep/{r['run']}" for r in written["rows"][MISSING:]]
 
 
+def test_statuses_are_codes_worded_beside_them(tmp_path):
+    """A row's status is a code (no spaces: a script compares it), its words beside it for the
+    view; a document written before the codes (statuses in words) reads as the same codes."""
+    doc = document()
+    rows = doc["rows"][:3]
+    rows[1] = {**rows[1], "status": explorer.STATUS_NO_FIT}
+    rows[2] = {**rows[2], "status": "compile error", "error": "IndivisibleError: 16 by 32"}
+    (tmp_path / "now").mkdir()
+    (tmp_path / "now" / EXPLORE_JSON).write_text(json.dumps({**doc, "rows": rows}))
+    plugin = tb_plugin.HloRooflinePlugin(base_plugin.TBContext(logdir=str(tmp_path)), warm=False)
+    response = Client(application.TensorBoardWSGI([plugin])).get(PREFIX + "/explorations")
+    served = json.loads(response.get_data(as_text=True))[0]["rows"]
+    assert [r["status"] for r in served] == ["ok", "does_not_fit", "compile_error"]
+    assert [r["status_text"] for r in served] == ["ok", "does not fit", "compile error"]
+    assert all(" " not in code for code in explorer.STATUS_TEXT)
+
+
 def test_no_exploration_is_an_empty_list(tmp_path):
     plugin = tb_plugin.HloRooflinePlugin(base_plugin.TBContext(logdir=str(tmp_path)), warm=False)
     response = Client(application.TensorBoardWSGI([plugin])).get(PREFIX + "/explorations")
     assert response.status_code == 200 and json.loads(response.get_data(as_text=True)) == []
 
 
-@pytest.mark.skipif(
-    not os.path.exists(CHROMIUM) and not os.environ.get("HLO_ROOFLINE_REQUIRE_BROWSER"),
-    reason=f"{CHROMIUM} not installed (set HLO_ROOFLINE_REQUIRE_BROWSER=1 to fail instead)",
-)
+@NEEDS_BROWSER
 @pytest.mark.xdist_group("tensorboard_browser")
-def test_view_draws_every_candidate_and_opens_its_run(logdir):
+def test_view_draws_every_candidate_and_opens_its_run(page, server):
     written = document()
     rows = written["rows"]
-    with tensorboard(logdir) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 1100})
-        page.set_default_timeout(60_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(f"{url}/#hlo_roofline")
-        frame = page.frame_locator(IFRAME)
-        frame.locator(".hr-app[data-state=ready]").wait_for()
-        frame.locator("#hr-explore[data-state=ready]").wait_for()
-        sweep = frame.locator('.hr-explore-doc[data-dir="sweep"]')
-        sweep.locator("summary").click()
-        points = sweep.locator("circle.hr-explore-point")
-        plotted = [r for r in rows if r["step_s"] is not None and r["hbm_per_device"] is not None]
-        assert points.count() == len(plotted) == 10
-        drawn = {
-            points.nth(i).get_attribute("data-candidate"): points.nth(i) for i in range(points.count())
-        }
-        for r in plotted:  # each point carries the document's numbers and bound colour
-            p = drawn[r["candidate"]]
-            assert float(p.get_attribute("data-step")) == r["step_s"]
-            assert float(p.get_attribute("data-hbm")) == r["hbm_per_device"]
-            assert p.get_attribute("data-bound") == r["bound"]
-        colours = {r["bound"]: drawn[r["candidate"]].get_attribute("fill") for r in plotted}
-        assert len(set(colours.values())) == len(colours) >= 2  # bounds drawn apart
-        # Placement: a longer step is higher (smaller y), more HBM further right.
-        by_step = sorted(plotted, key=lambda r: r["step_s"])
-        ys = [float(drawn[r["candidate"]].get_attribute("cy")) for r in by_step]
-        assert ys == sorted(ys, reverse=True)
-        by_hbm = sorted(plotted, key=lambda r: r["hbm_per_device"])
-        xs = [float(drawn[r["candidate"]].get_attribute("cx")) for r in by_hbm]
-        assert xs == sorted(xs)
-        # The capacity line lies right of every candidate here (all fit in 80 GB).
-        line = sweep.locator('[data-testid="hbm-capacity"]')
-        assert float(line.get_attribute("data-bytes")) == written["hbm_capacity"]
-        assert float(line.get_attribute("x1")) > max(xs)
-        best = [r for r in rows if r["rank"] == 1]
-        ring = sweep.locator('[data-testid="explore-best"]')
-        assert ring.count() == 1 and ring.get_attribute("data-candidate") == best[0]["candidate"]
-        # The broken exploration says so; the others still draw.
-        broken = frame.locator('.hr-explore-doc[data-dir="broken"]')
-        assert "cannot be read" in broken.locator("summary").inner_text()
-        # Candidates without a report in the logdir are not links.
-        for r in rows[:MISSING]:
-            assert drawn[r["candidate"]].get_attribute("data-run") is None
-        # Click-through opens the candidate's run.
-        target = next(r for r in rows[MISSING:] if r["rank"] != 1)
-        run = f"sweep/{target['run']}"
-        drawn[target["candidate"]].click()
-        frame.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for()
-        assert frame.locator("#hr-run").input_value() == run
-        page.close()
-    assert not errors, errors
+    page.goto(f"{server}/#hlo_roofline")
+    frame = page.frame_locator(IFRAME)
+    frame.locator(".hr-app[data-state=ready]").wait_for()
+    frame.locator("#hr-explore[data-state=ready]").wait_for()
+    sweep = frame.locator('.hr-explore-doc[data-dir="sweep"]')
+    sweep.locator("summary").click()
+    points = sweep.locator("circle.hr-explore-point")
+    plotted = [r for r in rows if r["step_s"] is not None and r["hbm_per_device"] is not None]
+    assert points.count() == len(plotted) == 10
+    drawn = {
+        points.nth(i).get_attribute("data-candidate"): points.nth(i) for i in range(points.count())
+    }
+    for r in plotted:  # each point carries the document's numbers and bound colour
+        p = drawn[r["candidate"]]
+        assert float(p.get_attribute("data-step")) == r["step_s"]
+        assert float(p.get_attribute("data-hbm")) == r["hbm_per_device"]
+        assert p.get_attribute("data-bound") == r["bound"]
+    colours = {r["bound"]: drawn[r["candidate"]].get_attribute("fill") for r in plotted}
+    assert len(set(colours.values())) == len(colours) >= 2  # bounds drawn apart
+    # Placement: a longer step is higher (smaller y), more HBM further right.
+    by_step = sorted(plotted, key=lambda r: r["step_s"])
+    ys = [float(drawn[r["candidate"]].get_attribute("cy")) for r in by_step]
+    assert ys == sorted(ys, reverse=True)
+    by_hbm = sorted(plotted, key=lambda r: r["hbm_per_device"])
+    xs = [float(drawn[r["candidate"]].get_attribute("cx")) for r in by_hbm]
+    assert xs == sorted(xs)
+    # The capacity line lies right of every candidate here (all fit in 80 GB).
+    line = sweep.locator('[data-testid="hbm-capacity"]')
+    assert float(line.get_attribute("data-bytes")) == written["hbm_capacity"]
+    assert float(line.get_attribute("x1")) > max(xs)
+    best = [r for r in rows if r["rank"] == 1]
+    ring = sweep.locator('[data-testid="explore-best"]')
+    assert ring.count() == 1 and ring.get_attribute("data-candidate") == best[0]["candidate"]
+    # The broken exploration says so; the others still draw.
+    broken = frame.locator('.hr-explore-doc[data-dir="broken"]')
+    assert "cannot be read" in broken.locator("summary").inner_text()
+    # Candidates without a report in the logdir are not links.
+    for r in rows[:MISSING]:
+        assert drawn[r["candidate"]].get_attribute("data-run") is None
+    # Click-through opens the candidate's run.
+    target = next(r for r in rows[MISSING:] if r["rank"] != 1)
+    run = f"sweep/{target['run']}"
+    # Each row's status in words (the document holds codes), the code beside it
+    statuses = sweep.locator("td[data-status]")
+    assert statuses.count() == len(rows)
+    for i, r in enumerate(rows):
+        assert statuses.nth(i).get_attribute("data-status") == r["status"] == "ok"
+        assert statuses.nth(i).inner_text() == explorer.status_text(r["status"])
+    drawn[target["candidate"]].click()
+    frame.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for()
+    assert frame.locator("#hr-run").input_value() == run

@@ -31,7 +31,6 @@ from tb_helpers import (
     fixture_report,
     hostile_report,
     rows_of,
-    tensorboard,
     write_corrupt,
 )
 
@@ -125,12 +124,6 @@ def base_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def logdir(base_dir) -> Path:
     return base_dir / "logdir"
-
-
-@pytest.fixture(scope="module")
-def server(logdir):
-    with tensorboard(logdir) as url:
-        yield url
 
 
 def all_runs() -> list[str]:
@@ -347,7 +340,9 @@ def test_big_report_served_whole_to_concurrent_readers(server, logdir):
             body = gzip.decompress(r.body) if zipped else r.body
             if zipped and (r.headers.get("content-encoding") != "gzip" or len(r.body) > size / 3):
                 return "not gzipped"
-            if not size / 2 < len(body) < size * 1.1:
+            # whole: about the file's size (a re-judged one sends its floats as base64 doubles,
+            # 10.7 characters each where the file may write "0.0")
+            if not size / 2 < len(body) < size * (1.1 if chip is None else 1.5):
                 return f"{len(body)} bytes for a {size}-byte report"
             problem = report_problem(Response(r.status, r.headers, body), {"big": BIG_OPS}, chip)
             if problem is None and chip is None:

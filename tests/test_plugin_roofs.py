@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
-from tb_helpers import CHROMIUM, chromium, fixture_report, tensorboard, write_corrupt
+from tb_helpers import NEEDS_BROWSER, fixture_report, write_corrupt
 
 from hlo_roofline import Report, analyze_hlo
 from hlo_roofline_tensorboard import _data
 
 pytestmark = [
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM) and not os.environ.get("HLO_ROOFLINE_REQUIRE_BROWSER"),
-        reason=f"{CHROMIUM} not installed (set HLO_ROOFLINE_REQUIRE_BROWSER=1 to fail instead)",
-    ),
+    NEEDS_BROWSER,
     pytest.mark.xdist_group("tensorboard_browser_roofs"),
 ]
 
-TIMEOUT_MS = 60_000
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RUNS = {
     "gpt/v5e": ("gpt_tiny", "tpu_v5e", "v5e"),
@@ -46,30 +41,6 @@ def logdir(tmp_path_factory) -> Path:
     analyze_hlo(FIXTURES / "mlp_bf16" / "tpu_v5e.hlo.txt").write_tensorboard(root, "unjudged")
     write_corrupt(root, "0_corrupt")  # sorts first: the tab must pass over it without waiting
     return root
-
-
-@pytest.fixture(scope="module")
-def server(logdir):
-    with tensorboard(logdir) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1500, "height": 1200})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert not errors, f"JavaScript errors: {errors}"
 
 
 def read(logdir: Path, run: str) -> Report:

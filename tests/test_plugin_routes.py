@@ -9,11 +9,13 @@ import shutil
 import subprocess
 import sys
 from importlib.metadata import entry_points
+from urllib.parse import quote
 
 import pandas as pd
 import pytest
 from tb_helpers import (
     HOSTILE,
+    decoded,
     fixture_report,
     hostile_report,
     rows_of,
@@ -252,6 +254,63 @@ def test_chip_param_reclassifies_through_report_classify(client, logdir):
         )
     alias = get_json(client, "/report?run=random/tpu_v5e&chip=TPU v5p")
     assert alias["summary"]["chip"] == "v5p"
+
+
+def test_a_chip_answer_to_the_report_held_is_what_the_chip_changed(client, logdir):
+    """With the stamp of the report as written (``since``), a chip's answer holds only the
+    columns that chip changed; with the report held, they make the re-judged report whole.
+    Another stamp (a stale or made-up one, or the file rewritten since) gets it whole."""
+    written = get_json(client, "/report?run=random/tpu_v5e")
+    stamp = written["stamp"]
+    held = {c: [row[i] for row in written["data"]] for i, c in enumerate(written["columns"])}
+    report = Report.read(logdir / "random/tpu_v5e/plugins/hlo_roofline/report.json")
+    for chip in ("v5p", "h100-sxm"):
+        whole = report.classify(chip).to_dict()
+        part = get_json(client, f"/report?run=random/tpu_v5e&chip={chip}&since={stamp}")
+        assert part["columns"] == whole["columns"] and "derived" not in part
+        changed = [c for c in part["columns"] if c not in part["same"]]
+        # the verdict's times at least differ between a v5e and this chip
+        assert {"t_roofline_s", "bound"} & set(changed), changed
+        assert len(part["cols"]) == len(changed) < len(part["columns"]) / 2
+        sent = dict(zip(changed, (decoded(c) for c in part["cols"]), strict=True))
+        columns = [sent[c] if c in sent else held[c] for c in part["columns"]]
+        assert [list(r) for r in zip(*columns, strict=True)] == _strict_json(
+            json.dumps(whole["data"])
+        )
+        assert part["summary"]["chip"] == chip and part["since"] == stamp
+        for other in ("0123456789abcdef", "<x>"):
+            full = get_json(client, f"/report?run=random/tpu_v5e&chip={chip}&since={quote(other)}")
+            assert "same" not in full and rows_of(full) == rows_of(get_json(
+                client, f"/report?run=random/tpu_v5e&chip={chip}"))  # fmt: skip
+
+
+def test_a_rewritten_report_is_answered_whole_to_the_old_stamp(client, tmp_path):
+    from hlo_roofline_tensorboard import _data
+
+    run_dir = fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "r")
+    old = json.loads(_data.report_json(str(run_dir)))["stamp"]
+    fixture_report("reductions", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "r")
+    answer = json.loads(_data.report_json(str(run_dir), "v5p", old))
+    assert "same" not in answer and answer["module"] != "mlp_bf16"
+    assert len(rows_of(answer)) == len(Report.read(run_dir / "report.json").ops)
+    new = json.loads(_data.report_json(str(run_dir)))["stamp"]
+    assert new != old and "same" in json.loads(_data.report_json(str(run_dir), "v5p", new))
+
+
+def test_a_chip_answered_by_its_changes_writes_the_whole_only_when_asked(tmp_path):
+    """The whole re-judged report (what a page opened on the chip asks for) is written when first
+    asked for, not for every switch; then it is the report ``classify`` makes."""
+    from hlo_roofline_tensorboard import _data
+
+    run_dir = str(fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, "r"))
+    stamp = json.loads(_data.report_json(run_dir))["stamp"]
+    assert "same" in json.loads(_data.report_json(run_dir, "v6e", stamp))
+    entry = _data.load(run_dir, "v6e")
+    assert entry.chars() < len(_data.report_json(run_dir)) / 2  # the changes alone so far
+    whole = json.loads(_data.report_json(run_dir, "v6e"))
+    expected = Report.read(tmp_path / "r/plugins/hlo_roofline/report.json").classify("v6e")
+    assert rows_of(whole) == _strict_json(json.dumps(expected.to_dict()["data"]))
+    assert entry.chars() > len(_data.report_json(run_dir)) / 2
 
 
 def test_unknown_chip_is_400_with_close_matches(client):

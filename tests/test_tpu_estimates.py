@@ -29,12 +29,12 @@ CHIPS = ("v5e", "v5p", "v6e", "7x")
 # prints them); raise them as the model improves. Ops that read no prefetched buffer:
 IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.87, "v6e": 0.93, "7x": 0.85}
 # Ops that read a buffer XLA prefetched into VMEM, compared at their own placement:
-READER_IN_BAND_FLOOR = {"v5e": 0.90, "v5p": 0.82, "v6e": 0.79, "7x": 0.69}
+READER_IN_BAND_FLOOR = {"v5e": 0.92, "v5p": 0.87, "v6e": 0.87, "7x": 0.81}
 ABOVE_CEILING = 0.01
 # The programs the chip database's derived TPU rates were fitted on (its notes name them): the
 # vector loop rate on layernorm's lane reduction, the XLU rate on softmax's standalone reduce,
-# the fill rate on a zero fill.
-FITTED_ON = ("layernorm", "softmax_long", "zeros_f32")
+# the fill rate on a zero fill, the matmul stream on a decode step's LM head.
+FITTED_ON = ("layernorm", "softmax_long", "zeros_f32", "lm_head")
 HELD_OUT_FLOOR = {
     "v5e": 0.81,
     "v5p": 0.58,
@@ -126,7 +126,8 @@ def test_a_product_with_few_columns_holds_its_rows_in_the_mxu(chip):
     print(f"\n{chip}: scores, roofline ÷ XLA {ratio:.2f}; N padded {padded_n / dot['xla_estimate_s']:.2f}")
     if chip in ("v5e", "v6e"):
         assert padded_n > 1.25 * dot["xla_estimate_s"], chip
-    assert ratio <= 1.0 and dot["xla_gap"] in ("mxu_weight_loads", "mxu_padding"), (chip, ratio)
+    assert ratio <= 1.0, (chip, ratio)  # in the band since the matmul stream holds it up on v5p, 7x
+    assert ratio >= 0.5 or dot["xla_gap"] in ("mxu_weight_loads", "mxu_padding"), (chip, ratio)
     if width == 256:  # K = 128 pads to the 256-wide array: the waste names the dims it holds
         assert "MXU 256-padding of M,K=4096,128 wastes 50%" in dot["hint"], dot["hint"]
 

@@ -15,7 +15,7 @@ from hlo_roofline.chips.model import Chip, Ici, MemorySpace, ScaleUp, Sourced, _
 DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 
 _SECTIONS = {
-    "hbm": {"capacity", "bandwidth"},
+    "hbm": {"capacity", "bandwidth", "matmul_stream"},
     "vpu": {"per", "flops", "elements", "fill"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
@@ -129,6 +129,8 @@ def _build(
         flops=_frozen(flops),
         hbm_bandwidth=hbm.get("bandwidth", 0.0),
         hbm_capacity=hbm.get("capacity"),
+        # XLA:TPU's calibrated stream is no part of the book's roofline
+        matmul_stream_bandwidth=hbm.get("matmul_stream") if profile != "book" else None,
         vendor=t.get("vendor", ""),
         profile=profile,
         status=t.get("status", ""),

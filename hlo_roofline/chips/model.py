@@ -191,6 +191,8 @@ class Chip:
     flops: Mapping[str, float]
     hbm_bandwidth: float
     hbm_capacity: float | None = None
+    # B/s at which XLA:TPU's cost model streams a matmul's HBM operands, whole chip (calibrated)
+    matmul_stream_bandwidth: float | None = None
     vendor: str = ""
     profile: str = "vendor"
     status: str = ""  # "V" vendor primary, "V*" vendor figure via a secondary source
@@ -337,6 +339,7 @@ class Chip:
             flops=_frozen({c: v / n for c, v in self.flops.items()}),
             hbm_bandwidth=self.hbm_bandwidth / n,
             hbm_capacity=share(self.hbm_capacity),
+            matmul_stream_bandwidth=share(self.matmul_stream_bandwidth),
             vpu_flops=share(self.vpu_flops),
             eup_rate=share(self.eup_rate),
             vector_elements_rate=share(self.vector_elements_rate),

@@ -75,7 +75,7 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
         row[mfu_header] = f"{mfu:.0%}" if _known(mfu) else "—"
         hbm = r.get("hbm_per_device")
         row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
-        row["status"] = r["status"]
+        row["status"] = explorer.status_text(r["status"])
         rows.append(row)
     right = {"rank", "step", "tok/s/chip", "vs best", "exposed", mfu_header, "HBM/dev", *exploration.axes}
     lines = [format_table(rows, right=right), ""]

@@ -49,9 +49,10 @@ def vector_elements(
 ) -> float:
     """Elements the op's loop passes through a vector unit: its largest array, capped by what its
     rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
-    operands stream into the MXU: only its result passes, in 32-bit words (two bf16 results to a
-    word), or the operands a fused prologue computes (``prologue_words``: :func:`linalg.fused_operand_words`),
-    whichever is more (the kernel pipelines the two streams, so each alone is a lower bound). A
+    operands stream into the MXU: only its result passes, two elements to a 32-bit word whatever
+    its width (:func:`result_pass`), or the operands a fused prologue computes
+    (``prologue_words``: :func:`linalg.fused_operand_words`), whichever is more (the kernel
+    pipelines the two streams, so each alone is a lower bound). A
     buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
     fused or not) does not pass: only the update and the indices do; an operand a fusion reads
     only through slices passes only its largest slice (``sliced``: :func:`inplace.sliced_reads`). A sort or
@@ -78,7 +79,7 @@ def vector_elements(
         results = [leaf for leaf in results if (leaf.dtype, leaf.dims) not in buffers]
         operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
     if geometry is not None:
-        result_words = max((words(leaf) for leaf in results), default=0.0)
+        result_words = max((result_pass(leaf) for leaf in results), default=0.0)
         return float(max(result_words, prologue_words))
     if instr.opcode == "sort" or (
         instr.opcode == "custom-call" and not no_vector_loop("custom-call", instr)
@@ -99,6 +100,14 @@ def vector_elements(
     written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
     read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
     return float(min(largest, max(read, max((leaf.elements for leaf in results), default=0))))
+
+
+def result_pass(leaf) -> float:
+    """Words a matmul's result passes through the vector unit as: its elements two to a word,
+    whatever its width. XLA:TPU charges an f32 result (attention's scores, 8.6 GB of them in
+    fixtures/tpu_programs' prefill) per element as it does a bf16 one, 1.1-1.4x the loop rate's
+    words on every chip; at f32 width the score fusion came out 1.42x XLA's estimate on 7x."""
+    return min(words(leaf), leaf.elements / 2)
 
 
 def lane_reduced_elements(reduce: Instruction) -> float:

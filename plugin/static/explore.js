@@ -203,7 +203,10 @@ export class ExploreView {
             el("td", { text: r.fit }),
             el("td", {}, r.bound ? el("span", { className: pill(r.bound), text: r.bound }) : ""),
             el("td", { className: "hr-num", text: r.exposed_comm_share === null ? "–" : fmtPct(r.exposed_comm_share) }),
-            el("td", { text: r.status === "ok" ? "ok" : `${r.status}${r.error ? `: ${r.error}` : ""}` }),
+            el("td", {
+              text: `${r.status_text}${r.status !== "ok" && r.error ? `: ${r.error}` : ""}`,
+              attrs: { "data-status": r.status },
+            }),
           );
         }),
       ),

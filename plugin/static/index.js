@@ -173,11 +173,11 @@ export function opColumns() {
   const text = (c) => (row) => String(state.model.get(row, c) ?? "");
   const numeric = (key, label, format) => {
     const show = (r) => format(g(key)(r));
-    return { key, label, num: true, value: g(key), text: show, fit: fitOf(show) };
+    return { key, label, num: true, value: g(key), text: show, fit: fitOf(key, show) };
   };
   const m = state.model;
   return [
-    { key: "name", label: "name", width: "minmax(140px, 1.4fr)", text: text("name"), middle: true },
+    { key: "name", label: "name", width: "minmax(100px, 1.4fr)", text: text("name"), middle: true },
     { key: "opcode", label: "opcode", text: text("opcode"), fit: m ? longest(m.distinct("opcode")) : [] },
     {
       key: "bound",
@@ -204,14 +204,14 @@ export function opColumns() {
           {
             key: "user_source",
             label: "user line",
-            width: "minmax(160px, 1.5fr)",
+            width: "minmax(110px, 1.5fr)",
             text: (row) => shortLine(state.model.get(row, "user_source")),
             tip: text("user_source"),
           },
         ]
       : []),
-    { key: "op_name", label: "op_name", width: "minmax(160px, 2fr)", text: text("op_name"), middle: true },
-    { key: "hint", label: "hint", width: "minmax(120px, 1.2fr)", text: text("hint") },
+    { key: "op_name", label: "op_name", width: "minmax(110px, 2fr)", text: text("op_name"), middle: true },
+    { key: "hint", label: "hint", width: "minmax(80px, 1.2fr)", text: text("hint") },
   ];
 }
 
@@ -464,10 +464,14 @@ export async function loadReport({ quiet = false } = {}) {
   }
   ui.csv.href = route("csv", { run: state.run, chip: state.chip });
   performance.mark("hr-report-asked");
+  let base = null;
   let payload;
   let text;
   try {
-    const url = route("report", { run: state.run, chip: state.chip });
+    // A chip's answer is only what the chip changes, when the run as written is here to add it to
+    const held = state.written && state.written.run === state.run ? state.written.model : null;
+    base = state.chip && held && held.stamp ? held : null;
+    const url = route("report", { run: state.run, chip: state.chip, since: base ? base.stamp : "" });
     const early = state.prefetch && state.prefetch.url === url ? state.prefetch.promise : null;
     state.prefetch = null;
     ({ body: payload, text } = await (early || getJSONText(url)));
@@ -501,8 +505,10 @@ export async function loadReport({ quiet = false } = {}) {
     state.pendingOp ??
     (state.model && state.selected >= 0 ? state.model.get(state.selected, "name") : null);
   state.pendingOp = null;
-  state.model = new Model(payload);
+  state.model = new Model(payload, base);
   state.reportText = text;
+  if (!state.chip) state.written = { run: state.run, model: state.model };
+  else if (state.written && state.written.run !== state.run) state.written = null;
   performance.mark("hr-model");
   ui.table.setColumns(opColumns());
   fillChips();

@@ -3,24 +3,60 @@
 
 import { longest } from "./util.js";
 
-/** One report payload ({columns, data, summary, ...}) with column access by name. */
+/** One report payload ({columns, data, summary, ...}) with column access by name. `base`: the
+ * run's report as written, which a re-judged payload that names the columns it left out
+ * (`same`: the chip did not change them) takes them from, with its derived columns. */
 export class Model {
-  constructor(payload) {
+  constructor(payload, base = null) {
     this.payload = payload;
     this.columns = payload.columns || [];
     this.index = Object.fromEntries(this.columns.map((c, i) => [c, i]));
+    let derived = payload.derived || {};
+    let cols = payload.cols ? payload.cols.map(decode) : payload.cols;
+    this.stacks = payload.call_stacks || []; // the call_stack column indexes this list
+    this.derived = []; // the columns the server derived for the tab (added at the rows' end)
+    let rows = null;
+    this.fits = new Map(); // column -> the longest texts it shows (see fitOf)
+    if (payload.same && base) {
+      const same = new Set(payload.same);
+      for (const [key, fit] of base.fits) if (same.has(key)) this.fits.set(key, fit);
+      if (same.has("call_stack")) this.stacks = base.stacks;
+      const sent = cols;
+      let k = 0;
+      const aligned =
+        base.columns.length === this.columns.length + base.derived.length &&
+        this.columns.every((c, j) => base.columns[j] === c);
+      if (aligned) {
+        // the run's rows (its derived columns at their end), with what the chip changed
+        rows = base.rows.map((r) => r.slice());
+        this.columns.forEach((c, j) => {
+          if (same.has(c)) return;
+          const values = sent[k++];
+          for (let i = 0; i < rows.length; i++) rows[i][j] = values[i];
+        });
+        for (const c of base.derived) {
+          this.index[c] = this.columns.length;
+          this.columns.push(c);
+          this.derived.push(c);
+        }
+      } else {
+        cols = this.columns.map((c) => (same.has(c) ? base.column(c) : sent[k++]));
+        derived = Object.fromEntries(base.derived.map((c) => [c, base.column(c)]));
+      }
+    }
     // Rows as written ("data"), or a re-judged report's columns ("cols"), turned into rows here.
-    this.rows = payload.data || (payload.cols ? rowsOf(payload.cols) : []);
+    this.rows = rows || payload.data || (cols ? rowsOf(cols) : []);
     this.summary = payload.summary || {};
     this.module = payload.module || "";
     this.memoryWords = payload.memory_words || null; // the memory fit in the server's words
-    this.stacks = payload.call_stacks || []; // the call_stack column indexes this list
+    this.stamp = payload.stamp || null; // the version of the file a report as written is
     // Columns the server derives for the tab (each op's scope, user function), sent beside the
     // report's own: added as columns.
-    for (const [column, values] of Object.entries(payload.derived || {})) {
+    for (const [column, values] of Object.entries(derived)) {
       if (column in this.index || !Array.isArray(values) || values.length !== this.rows.length) continue;
       this.index[column] = this.columns.length;
       this.columns.push(column);
+      this.derived.push(column);
       for (let i = 0; i < this.rows.length; i++) this.rows[i].push(values[i]);
     }
     this._search = null; // made on first use (see search), not before the first paint
@@ -54,12 +90,45 @@ export class Model {
     return i === undefined ? undefined : this.rows[row][i];
   }
 
+  /** One column's values, in row order. */
+  column(name) {
+    const i = this.index[name];
+    return this.rows.map((r) => r[i]);
+  }
+
   /** Distinct values of a text column. */
   distinct(column) {
     const i = this.index[column];
     return i === undefined ? [] : [...new Set(this.rows.map((r) => String(r[i] ?? "")))];
   }
 }
+
+/** A column as sent: an array, or a float column's little-endian doubles in base64
+ * ({f64}), read back as numbers with NaN and ±inf as null (as JSON has them). */
+function decode(values) {
+  if (Array.isArray(values) || !values || typeof values.f64 !== "string") return values;
+  let bytes;
+  if (Uint8Array.fromBase64) bytes = Uint8Array.fromBase64(values.f64);
+  else {
+    const text = atob(values.f64);
+    bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  }
+  const out = new Array(bytes.length / 8);
+  if (LITTLE_ENDIAN) {
+    const doubles = new Float64Array(bytes.buffer, bytes.byteOffset, out.length);
+    for (let i = 0; i < out.length; i++) out[i] = Number.isFinite(doubles[i]) ? doubles[i] : null;
+    return out;
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset);
+  for (let i = 0; i < out.length; i++) {
+    const v = view.getFloat64(8 * i, true);
+    out[i] = Number.isFinite(v) ? v : null;
+  }
+  return out;
+}
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1; // this machine's order
 
 /** Rows from one array per column. */
 function rowsOf(cols) {
@@ -80,6 +149,7 @@ export const state = {
   chip: "", // "" = the chip the report was written for
   chips: [],
   model: null,
+  written: null, // the shown run's report as written ({run, model}): what a chip's answer builds on
   reportText: "",
   selected: -1,
   filter: { bound: "", opcode: "", text: "", timedOnly: true, group: null }, // group: {key, value}
@@ -93,9 +163,11 @@ export const state = {
 
 export const ui = {};
 
-/** The longest texts a column shows over the report's rows (its width is measured from them). */
-export function fitOf(format) {
+/** The longest texts column `key` shows over the report's rows (its width is measured from
+ * them): made once per report, and a chip's report takes the run's for the columns it left. */
+export function fitOf(key, format) {
   const m = state.model;
   if (!m) return [];
-  return longest(m.rows.map((_, i) => format(i)));
+  if (!m.fits.has(key)) m.fits.set(key, longest(m.rows.map((_, i) => format(i))));
+  return m.fits.get(key);
 }

@@ -11,19 +11,28 @@
 
 import { el } from "./util.js";
 
-/** Cut an overflowing cell in its middle: the cell keeps its whole text (what is read, copied
- * and searched); the browser ends it in "…" before a right padding that shows its tail. */
-function cutMiddle(cell, ctx) {
-  if (cell.scrollWidth <= cell.clientWidth) return;
-  const text = cell.textContent;
-  const style = getComputedStyle(cell);
+/** Cut overflowing cells in their middle: a cell keeps its whole text (what is read, copied and
+ * searched); the browser ends it in "…" before a right padding that shows its tail. Every cell is
+ * measured before any is changed (a change between two reads made the browser lay the table out
+ * again for each cell). */
+function cutMiddle(cells, ctx) {
+  const over = cells.filter((cell) => cell.scrollWidth > cell.clientWidth);
+  if (!over.length) return;
+  const style = getComputedStyle(over[0]); // the table's cells share one font
   ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
-  // the tail: at most 16 characters, 40% of the text, and 45% of the cell
-  let n = Math.min(16, Math.floor(text.length * 0.4));
-  while (n > 3 && ctx.measureText(text.slice(text.length - n)).width > 0.45 * cell.clientWidth) n--;
-  const tail = text.slice(text.length - n);
-  cell.dataset.tail = tail;
-  cell.style.paddingRight = `${Math.ceil(ctx.measureText(tail).width) + 8}px`;
+  const cuts = over.map((cell) => {
+    const text = cell.textContent;
+    const room = 0.45 * cell.clientWidth;
+    // the tail: at most 16 characters, 40% of the text, and 45% of the cell
+    let n = Math.min(16, Math.floor(text.length * 0.4));
+    while (n > 3 && ctx.measureText(text.slice(text.length - n)).width > room) n--;
+    const tail = text.slice(text.length - n);
+    return [cell, tail, Math.ceil(ctx.measureText(tail).width) + 8];
+  });
+  for (const [cell, tail, pad] of cuts) {
+    cell.dataset.tail = tail;
+    cell.style.paddingRight = `${pad}px`;
+  }
 }
 
 export class VirtualTable {
@@ -224,7 +233,7 @@ export class VirtualTable {
     this.sizer.replaceChildren(...rows);
     if (this.columns.some((c) => c.middle)) {
       if (!VirtualTable._ctx) VirtualTable._ctx = document.createElement("canvas").getContext("2d");
-      for (const cell of this.sizer.querySelectorAll(".hr-mid")) cutMiddle(cell, VirtualTable._ctx);
+      cutMiddle([...this.sizer.querySelectorAll(".hr-mid")], VirtualTable._ctx);
     }
   }
 }

@@ -1,0 +1,97 @@
+"""XLA:TPU's matmul pipeline: the counts it reads (a fused elementwise chain beside the matmul, a
+result's pass through the vector unit) on real compiled programs, and the time it holds a matmul
+row to, against analytic counts from the shapes in the HLO text."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tpu_oracle import priced_ops
+
+from hlo_roofline import chips
+from hlo_roofline.cost.linalg import fused_arithmetic
+from hlo_roofline.cost.tpu_units import result_pass
+from hlo_roofline.hlo.parser import parse_shape
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "fixtures" / "tpu_programs"
+
+
+@pytest.mark.parametrize(
+    ("listing", "chain"),
+    [
+        ("fusion ×2, convolution", False),  # a plain matmul: its operands' relayouts only
+        ("fusion ×2, convolution, convert, copy", False),  # a cast result is no chain
+        ("convert ×4, fusion ×2, convolution, add, multiply, reduce", True),
+        ("broadcast, negate, exponential, divide, fusion ×2, convolution", True),  # SwiGLU bwd
+        ("", False),
+    ],
+)
+def test_a_fused_chain_is_arithmetic_beside_the_matmul(listing, chain):
+    assert fused_arithmetic(listing) is chain
+
+
+@pytest.mark.parametrize(
+    ("shape", "words"),
+    [("f32[8,128]", 512), ("bf16[8,128]", 512), ("s8[8,128]", 256), ("s32[4,4]", 8)],
+)
+def test_a_result_passes_two_elements_to_a_word_at_most(shape, words):
+    """f32 and bf16 results alike: two elements to a 32-bit word; narrower ones pack tighter."""
+    assert result_pass(parse_shape(shape)) == words
+
+
+def _ops(program: str, chip: str):
+    """The program's ops priced for ``chip``, each at its own operands' placement (tpu_oracle)."""
+    text = gzip.decompress((PROGRAMS / f"{program}.{chip}.hlo.txt.gz").read_bytes()).decode()
+    return priced_ops(text, chip)
+
+
+@pytest.mark.parametrize("chip", ["v5e", "7x"])
+def test_attention_scores_pass_at_half_their_f32_elements(chip):
+    """The prefill's causal score fusion writes f32 scores [8, 4, 8192, 8192]: its vector pass is
+    half their elements (the largest result, two to a word), not one word each."""
+    ops = _ops("llama_prefill", chip)
+    scores = ops[(ops["mm_k"] == 128) & (ops["mm_n"] == 8192)].iloc[0]
+    assert scores["vector_elements"] == 8 * 4 * 8192 * 8192 / 2
+
+
+def test_a_memory_bound_matmul_takes_its_bytes_at_the_matmul_stream():
+    """The decode step's LM head (x[32,4096] · w[4096,128256]): its time is its HBM bytes at the
+    chip's matmul stream, not at the published bandwidth; its bound and ridge stay the book's."""
+    for chip in ("v5e", "v5p", "v6e", "7x"):
+        ops = _ops("llama_decode", chip)
+        head = ops[ops["mm_n"] == 128256].iloc[0]
+        device = chips.get(chip).per_device()
+        hbm = head["bytes_accessed"] - head["vmem_bytes"]
+        vmem = head["vmem_bytes"] / device.vmem_bandwidth
+        stream = hbm / device.matmul_stream_bandwidth + vmem
+        assert head["bound"] == "memory" and head["t_roofline_s"] == pytest.approx(stream)
+        assert head["t_memory_s"] == pytest.approx(hbm / device.hbm_bandwidth + vmem)
+        assert head["critical_intensity"] == pytest.approx(
+            device.peak("bf16") * head["t_memory_s"] / head["bytes_accessed"]
+        )
+
+
+def test_the_book_profile_has_no_stream():
+    assert chips.get("v5e", profile="book").matmul_stream_bandwidth is None
+    assert np.isclose(chips.get("7x").per_device().matmul_stream_bandwidth, 5.99e12 / 2)
+
+
+@pytest.mark.parametrize("chip", ["v5e", "v6e"])
+def test_a_fused_chain_runs_after_the_mxu_and_a_plain_result_overlaps_it(chip):
+    """The Llama block's backward: where a matmul fusion computes a chain (SwiGLU, softmax
+    backward) and its MXU time is the larger, its time is at least the MXU's plus the vector pass;
+    a plain matmul's is the larger of the two (or its bytes at the stream)."""
+    ops = _ops("llama_train", chip)
+    device = chips.get(chip).per_device()
+    loop = ops["vector_elements"] / device.vector_elements_rate
+    mxu = (ops["mm_k"] > 0) & (ops["compute_unit"] == "mxu") & (ops["bound"] == "compute")
+    chain = ops["fused_ops"].map(fused_arithmetic)
+    summed, plain = ops[mxu & chain], ops[mxu & ~chain]
+    assert len(summed) >= 3 and len(plain) >= 10, (len(summed), len(plain))
+    expected = summed["t_compute_s"] + loop[summed.index]
+    assert (summed["t_roofline_s"] >= expected * (1 - 1e-9)).all()
+    assert (plain["t_roofline_s"] < (plain["t_compute_s"] + loop[plain.index]) * (1 - 1e-6)).any()
