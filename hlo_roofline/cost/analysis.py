@@ -256,9 +256,10 @@ def rows(
     stacks: dict[tuple[str, int, int], tuple[str, str, str, str]] = {}  # see _attribution
     callers: dict[tuple[str, int, int, str], str] = {}  # see _attribution
     user_packages = tuple(user_packages)
-    # attribute text -> (metadata, kind, backend_config): many rows share one text (a TPU module
-    # of 17k instructions has 750 distinct ones), so each is split once
-    attributes_read: dict[str, tuple[str, str, str]] = {}
+    # attribute text -> (attribution, kind, backend_config, whether that holds XLA's estimate):
+    # many rows share one text (a TPU module of 17k instructions has 750 distinct ones), so each
+    # is split once
+    attributes_read: dict[str, tuple[tuple[str, str, str, str, str], str, str, bool]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     estimates: dict[str, float | None] = {}  # backend_config -> XLA:TPU's estimated cycles
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
@@ -275,30 +276,43 @@ def rows(
     # each row's (shape text, dtype) and attribution, for the columns made of them per chunk
     shapes_in_chunk: list[tuple[str, str]] = []
     metas_in_chunk: list[tuple[str, str, str, str, str]] = []
+    # the rare columns, by name, bound once (a row gives a value with one store)
+    fusion_kinds_at, fused_ops_at, precision_at = (
+        rare["fusion_kind"],
+        rare["fused_ops"],
+        rare["precision"],
+    )
+    collective_at, replica_group_at, group_size_at = (
+        rare["collective"],
+        rare["replica_group"],
+        rare["group_size"],
+    )
+    waits_for_at, xla_cycles_at, note_at = rare["waits_for"], rare["xla_cycles"], rare["note"]
+    vector_elements_at = rare["vector_elements"]
+    put_vmem, put_dtype = put["vmem_bytes"], put["dtype"]
+    append_shape, append_meta = shapes_in_chunk.append, metas_in_chunk.append
     for instr, count, cost in ops:  # (consume: a chunk of rows made, its ops become None)
         code = instr.opcode
         text = instr.attr_text
         read = attributes_read.get(text) if text is not None else None
         if read is None:  # split here, not kept by the instruction: one read of many rows
             split = instr.peek_attrs()
-            read = (
-                split.get("metadata", ""),
-                split.get("kind", ""),
-                split.get("backend_config", ""),
-            )
+            meta_text = split.get("metadata", "")
+            meta = metadata.get(meta_text)
+            if meta is None:
+                meta = metadata[meta_text] = _attribution(
+                    attrs.parse_metadata(meta_text), module, stacks, callers, user_packages
+                )
+            config = split.get("backend_config", "")
+            read = (meta, split.get("kind", ""), config, "estimated_cycles" in config)
             if text is not None:
                 attributes_read[text] = read
-        meta_text, kind_attr, backend_config = read
+        meta, kind_attr, backend_config, has_estimate = read
         described = shapes.get(id(instr.shape))
         if described is None:
             leaves = instr.shape.leaves()
             first = leaves[0].dtype if leaves else instr.shape.dtype
             described = shapes[id(instr.shape)] = (str(instr.shape), first)
-        meta = metadata.get(meta_text)
-        if meta is None:
-            meta = metadata[meta_text] = _attribution(
-                attrs.parse_metadata(meta_text), module, stacks, callers, user_packages
-            )
         dtype = described[1]
         found = geometry = io = None
         body = None
@@ -308,7 +322,7 @@ def rows(
             kind = fusion_kinds.get(config_key)
             if kind is None:
                 kind = fusion_kinds[config_key] = attrs.fusion_kind(instr)
-            rare["fusion_kind"][at] = kind
+            fusion_kinds_at[at] = kind
             if instr.called:
                 body = bodies.get(id(instr.called[0]))
                 if body is None:
@@ -316,9 +330,9 @@ def rows(
                         in_flight = attrs.in_flight_channels(module)
                     body = bodies[id(instr.called[0])] = _Body(instr, walks, in_flight)
                 found, geometry, io = body.collective, body.geometry, body.io
-                rare["fused_ops"][at] = body.fused_ops
+                fused_ops_at[at] = body.fused_ops
                 dtype = body.matmul_dtype or dtype
-                rare["precision"][at] = body.matmul_precision
+                precision_at[at] = body.matmul_precision
         else:
             if code in _MATMULS and instr.operands:
                 dtype = instr.operands[0].shape.dtype
@@ -334,7 +348,7 @@ def rows(
             if code in _WITH_GEOMETRY:
                 geometry = walks.geometry(instr)
                 if geometry:
-                    rare["precision"][at] = _precision(instr)
+                    precision_at[at] = _precision(instr)
                     io = walks.io(instr)
         if geometry is not None:
             if io is None:  # a matmul whose arrays cannot be traced: its own types
@@ -345,28 +359,28 @@ def rows(
             known = groups.get(id(found))
             if known is None:
                 known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
-            rare["collective"][at], rare["replica_group"][at] = known
-            rare["group_size"][at] = _group_size(found, module)
+            collective_at[at], replica_group_at[at] = known
+            group_size_at[at] = _group_size(found, module)
         if code == "fusion" or code.endswith("-done"):
             start = _async_start(instr)
             if start is not None:
-                rare["waits_for"][at] = start.name
+                waits_for_at[at] = start.name
         vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
-        if "estimated_cycles" in backend_config:  # decoded once per distinct config
+        if has_estimate:  # decoded once per distinct config
             # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
             cycles = estimates.get(backend_config, _UNREAD)
             if cycles is _UNREAD:
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
             if cycles is not None:
-                rare["xla_cycles"][at] = cycles * count
+                xla_cycles_at[at] = cycles * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
-        put["vmem_bytes"](vmem * count)
-        put["dtype"](dtype)
-        shapes_in_chunk.append(described)
-        metas_in_chunk.append(meta)
+        put_vmem(vmem * count)
+        put_dtype(dtype)
+        append_shape(described)
+        append_meta(meta)
         if cost.notes:
-            rare["note"][at] = "; ".join(cost.notes)
+            note_at[at] = "; ".join(cost.notes)
         if code == "copy-start" and id(instr) in prefetches:
             rare["prefetch_for"][at] = prefetches[id(instr)]
         if found is None:
@@ -377,13 +391,13 @@ def rows(
                     no_loop[code] = vector_loop
             if vector_loop and body is None:
                 elements = vector_elements(instr, cost, geometry, False)
-                rare["vector_elements"][at] = elements * count
+                vector_elements_at[at] = elements * count
             elif vector_loop:
                 elements = vector_elements(
                     instr, cost, geometry, "dynamic-update-slice" in body.fused_ops,
                     body.prologue_words, body.sliced,
                 )  # fmt: skip
-                rare["vector_elements"][at] = elements * count
+                vector_elements_at[at] = elements * count
         if code == "reduce":
             rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
         if cost.mxu_flops:
@@ -527,7 +541,7 @@ def _op_columns(
     computations = list(map(_computation, instrs))
 
     def per_step(quantity: str) -> list:
-        return list(map(operator.mul, map(operator.attrgetter(quantity), costs), counts))
+        return list(map(operator.mul, map(_cost_field(quantity), costs), counts))
 
     return {
         "name": list(map(_name, instrs)),
@@ -538,8 +552,8 @@ def _op_columns(
         "transcendentals": per_step("transcendentals"),
         "bytes_accessed": per_step("bytes_accessed"),
         "comm_bytes": per_step("comm_bytes"),
-        "unknown": list(map(operator.attrgetter("unknown"), costs)),
-        "lower_bound": list(map(operator.attrgetter("lower_bound"), costs)),
+        "unknown": list(map(_cost_field("unknown"), costs)),
+        "lower_bound": list(map(_cost_field("lower_bound"), costs)),
         "loop": list(map(loops.get, map(id, computations), itertools.repeat(""))),
         "shape": list(map(_first, shapes)),
         "op_name": list(map(_first, metas)),
@@ -551,6 +565,13 @@ def _op_columns(
 
 
 _first, _second, _third = (operator.itemgetter(i) for i in range(3))
+
+
+def _cost_field(name: str) -> operator.itemgetter:
+    """A getter of one of :class:`Cost`'s fields by its place (a little cheaper than by name)."""
+    return operator.itemgetter(Cost._fields.index(name))
+
+
 _name, _opcode, _computation = map(operator.attrgetter, ("name", "opcode", "computation"))
 # the columns _op_columns makes (no row builder of their own)
 _OP_COLUMNS = frozenset(_op_columns([], [], [], {}))
@@ -569,7 +590,7 @@ class _Body:
         # the listed opcodes, in order of first use (counted in C)
         counts = collections.Counter(map(_opcode, instructions))
         for code in _NOT_LISTED.intersection(counts):
-            del counts[code]
+            counts.pop(code)  # (dict's, in C: Counter's own del is a Python method)
         matmul = collective = None
         has_geometry = "fusion" in counts or not _MATMULS_SET.isdisjoint(counts)
         if not _MATMULS_SET.isdisjoint(counts):

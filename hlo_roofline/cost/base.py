@@ -105,6 +105,17 @@ class Cost(NamedTuple):
 
 
 ZERO = Cost()
+_new_cost = tuple.__new__  # Cost(...) without its keyword-handling constructor
+
+
+def simple_cost(flops: float, transcendentals: float, bytes_accessed: float) -> Cost:
+    """``Cost(flops=..., transcendentals=..., bytes_accessed=...)``, the other fields at their
+    defaults, built without the named tuple's keyword handling (most ops' rules make one: a
+    fused body's thousands of elementwise ops)."""
+    return _new_cost(Cost, (flops, transcendentals, bytes_accessed, *_SIMPLE_REST))
+
+
+_SIMPLE_REST = ZERO[3:]  # the defaults of the fields after bytes_accessed
 
 
 def total(costs: list[Cost]) -> Cost:
@@ -127,16 +138,10 @@ def total(costs: list[Cost]) -> Cost:
         lower_bound = lower_bound or lb
         if n:
             notes.update(dict.fromkeys(n))
-    return Cost(
-        flops,
-        transcendentals,
-        bytes_accessed,
-        comm_bytes,
-        unknown,
-        _at_most(notes),
-        lower_bound,
+    return _new_cost(Cost, (
+        flops, transcendentals, bytes_accessed, comm_bytes, unknown, _at_most(notes), lower_bound,
         mxu_flops,
-    )
+    ))  # fmt: skip
 
 
 MAX_NOTES = 16  # per cost: a body of 100k distinct opaque calls must not give every caller 100k

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hlo_roofline.cost.base import ZERO, Cost, CostContext, rule
+from hlo_roofline.cost.base import ZERO, Cost, CostContext, rule, simple_cost
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction
 
@@ -24,7 +24,7 @@ def free(instr: Instruction, ctx: CostContext) -> Cost:
 )  # fmt: skip
 def read_and_write(instr: Instruction, ctx: CostContext) -> Cost:
     """Every operand read once and the result written once (XLA's default accounting)."""
-    return Cost(bytes_accessed=ctx.default_bytes(instr))
+    return simple_cost(0.0, 0.0, ctx.default_bytes(instr))
 
 
 @rule("tuple")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hlo_roofline.cost.base import Cost, CostContext, rule
+from hlo_roofline.cost.base import Cost, CostContext, rule, simple_cost
 from hlo_roofline.hlo.ir import Instruction
 
 TRANSCENDENTAL = (
@@ -21,9 +21,9 @@ ARITHMETIC = (
 
 @rule(*TRANSCENDENTAL)
 def transcendental(instr: Instruction, ctx: CostContext) -> Cost:
-    return Cost(transcendentals=instr.shape.elements, bytes_accessed=ctx.default_bytes(instr))
+    return simple_cost(0.0, instr.shape.elements, ctx.default_bytes(instr))
 
 
 @rule(*ARITHMETIC)
 def arithmetic(instr: Instruction, ctx: CostContext) -> Cost:
-    return Cost(flops=instr.shape.elements, bytes_accessed=ctx.default_bytes(instr))
+    return simple_cost(instr.shape.elements, 0.0, ctx.default_bytes(instr))
