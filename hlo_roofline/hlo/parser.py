@@ -588,7 +588,7 @@ def _parse_module(text: str) -> Module:
                     by_name[spelled] = instr
                 by_name[instr.name] = instr
                 current.instructions.append(instr)
-                if instr.is_root:
+                if instr._place & 1:  # is_root, read without the property (per instruction)
                     current.root = instr
                 if code in caller_opcodes or (
                     # (split attributes: their keys are looked at)
