@@ -10,6 +10,7 @@ through views: that parameter and that result are one buffer, never read or writ
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 from hlo_roofline.hlo.ir import Instruction, Shape
@@ -108,6 +109,7 @@ def in_place(instr: Instruction) -> dict[int, InPlace]:
 
 
 _SLICES = frozenset({"slice", "dynamic-slice"})
+_opcode = operator.attrgetter("opcode")
 
 
 def sliced_reads(fusion: Instruction) -> dict[int, int]:
@@ -117,6 +119,8 @@ def sliced_reads(fusion: Instruction) -> dict[int, int]:
     if fusion.opcode != "fusion" or not fusion.called:
         return {}
     body = fusion.called[0]
+    if _SLICES.isdisjoint(map(_opcode, body.instructions)):  # most bodies: no slice, nothing found
+        return {}
     users: dict[int, list[Instruction]] = {}  # of the parameters and views, the only ones asked
     for inner in body.instructions:
         for op in inner.operands:
