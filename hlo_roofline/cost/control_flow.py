@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hlo_roofline.cost.base import UNKNOWN_TRIP_COUNT, ZERO, Cost, CostContext, callee, rule
+from hlo_roofline.cost.base import (
+    UNKNOWN_TRIP_COUNT,
+    ZERO,
+    Cost,
+    CostContext,
+    callee,
+    rule,
+    simple_cost,
+)
 from hlo_roofline.cost.collectives import COLLECTIVES
 from hlo_roofline.cost.inplace import VIEWS
 from hlo_roofline.hlo import attrs
@@ -228,7 +236,7 @@ def _calls(instr: Instruction) -> bool:
 
 def async_done(instr: Instruction, ctx: CostContext) -> Cost:
     """XLA charges an async done (or update) its operand table and result again."""
-    return Cost(bytes_accessed=ctx.default_bytes(instr))
+    return simple_cost(0.0, 0.0, ctx.default_bytes(instr))
 
 
 def async_done_free(instr: Instruction, ctx: CostContext) -> Cost:
@@ -244,7 +252,7 @@ rule("async-update", "async-done", "*-update", "*-done", model="roofline")(async
 @rule("copy-start")
 def copy_start(instr: Instruction, ctx: CostContext) -> Cost:
     """A prefetch: XLA's default counts the (dst, src, context) result, the buffer twice."""
-    return Cost(bytes_accessed=ctx.default_bytes(instr))
+    return simple_cost(0.0, 0.0, ctx.default_bytes(instr))
 
 
 @rule("copy-start", model="roofline")
@@ -252,4 +260,4 @@ def copy_start_once(instr: Instruction, ctx: CostContext) -> Cost:
     """A prefetch reads its operand and writes its destination once (not XLA's whole
     (dst, src, context) result)."""
     destination = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
-    return Cost(bytes_accessed=ctx.read_and_written(instr, destination))
+    return simple_cost(0.0, 0.0, ctx.read_and_written(instr, destination))

@@ -30,7 +30,7 @@ def read_and_write(instr: Instruction, ctx: CostContext) -> Cost:
 @rule("tuple")
 def tuple_(instr: Instruction, ctx: CostContext) -> Cost:
     """A tuple only writes its table of pointers."""
-    return Cost(bytes_accessed=ctx.size(instr.shape))
+    return simple_cost(0.0, 0.0, ctx.size(instr.shape))
 
 
 @rule("transpose")
@@ -52,14 +52,14 @@ def transpose_is_bitcast(instr: Instruction) -> bool:
 @rule("slice")
 def slice_(instr: Instruction, ctx: CostContext) -> Cost:
     """Reads only the slice: the result size twice."""
-    return Cost(bytes_accessed=2 * ctx.size(instr.shape))
+    return simple_cost(0.0, 0.0, 2 * ctx.size(instr.shape))
 
 
 @rule("dynamic-slice")
 def dynamic_slice(instr: Instruction, ctx: CostContext) -> Cost:
     """The slice read and written, plus the first start index (XLA counts only that one)."""
     index = ctx.size(instr.operands[1].shape) if len(instr.operands) > 1 else 0
-    return Cost(bytes_accessed=2 * ctx.size(instr.shape) + index)
+    return simple_cost(0.0, 0.0, 2 * ctx.size(instr.shape) + index)
 
 
 @rule("dynamic-update-slice")
@@ -67,13 +67,13 @@ def dynamic_update_slice(instr: Instruction, ctx: CostContext) -> Cost:
     """In place: the update read and written, plus the first start index; the buffer is aliased."""
     update = ctx.size(instr.operands[1].shape)
     index = ctx.size(instr.operands[2].shape) if len(instr.operands) > 2 else 0
-    return Cost(bytes_accessed=2 * update + index)
+    return simple_cost(0.0, 0.0, 2 * update + index)
 
 
 @rule("gather")
 def gather(instr: Instruction, ctx: CostContext) -> Cost:
     """Reads only the gathered rows (the result size) and the indices."""
-    return Cost(bytes_accessed=2 * ctx.size(instr.shape) + ctx.size(instr.operands[1].shape))
+    return simple_cost(0.0, 0.0, 2 * ctx.size(instr.shape) + ctx.size(instr.operands[1].shape))
 
 
 @rule("scatter")
@@ -94,9 +94,9 @@ def scatter(instr: Instruction, ctx: CostContext) -> Cost:
 
 @rule("infeed")
 def infeed(instr: Instruction, ctx: CostContext) -> Cost:
-    return Cost(bytes_accessed=ctx.output_bytes(instr.shape))
+    return simple_cost(0.0, 0.0, ctx.output_bytes(instr.shape))
 
 
 @rule("outfeed")
 def outfeed(instr: Instruction, ctx: CostContext) -> Cost:
-    return Cost(bytes_accessed=sum(ctx.output_bytes(op.shape) for op in instr.operands))
+    return simple_cost(0.0, 0.0, sum(ctx.output_bytes(op.shape) for op in instr.operands))
