@@ -15,7 +15,7 @@ from hlo_roofline.cost.control_flow import CONTAINERS
 from hlo_roofline.cost.inplace import in_place
 from hlo_roofline.cost.linalg import comparison_passes, words
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction
+from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction, Shape
 
 # Ops whose data moves by DMA or that only hand control on: no loop of theirs runs on a vector unit.
 _NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
@@ -94,12 +94,36 @@ def vector_elements(
             leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
             for leaf in op.shape.leaves()
         ]  # fmt: skip
-        return float(max([*(leaf.elements for leaf in results), *unsliced, *sliced.values()]))
-    largest = max(leaf.elements for leaf in leaves)
+        return float(max([*(sublane_elements(leaf) for leaf in results), *unsliced, *sliced.values()]))
+    largest = max(
+        max((sublane_elements(leaf) for leaf in results), default=0),
+        max((leaf.elements for leaf in operands), default=0),
+    )
     smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
     written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
     read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
-    return float(min(largest, max(read, max((leaf.elements for leaf in results), default=0))))
+    return float(min(largest, max(read, max((sublane_elements(leaf) for leaf in results), default=0))))
+
+
+SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
+
+
+def sublane_elements(leaf: Shape) -> float:
+    """Elements an array passes through the vector unit as: an array whose layout tile has fewer
+    rows than a vector register's 8 sublanes (``T(1,128)``, ``T(2,128)(2,1)``: a row of a
+    ``[1, 14336]`` slice, routing indices) fills only that many of a register's sublanes, packed or
+    not, so each of its rows costs a register's 8: 8/r times its elements. XLA:TPU charges such
+    loops 1/8, 2/8 and 4/8 of an 8-row one's rate per element (MaxText's ``T(1,128)`` weight
+    copies, ViT's ``T(4,128)(2,1)`` image relayout, on every chip). The rows a tile pads (a ``[1,
+    ...]`` bf16 array in ``T(2,128)(2,1)``) are not counted, so this stays a lower bound: XLA
+    charges those 1.1-1.3x more."""
+    layout = leaf.layout
+    if layout is None or not layout.tiles or len(layout.tiles[0]) != 2 or len(leaf.dims) < 2:
+        return leaf.elements
+    rows = layout.tiles[0][0]
+    if rows >= SUBLANES or rows <= 0:
+        return leaf.elements
+    return leaf.elements * SUBLANES / rows
 
 
 def result_pass(leaf) -> float:
