@@ -89,20 +89,19 @@ def vector_elements(
     if not leaves:
         return 0.0
     sliced = sliced if sliced and not aliases else {}
+    written_elements = max((sublane_elements(leaf) for leaf in results), default=0)
     if sliced:  # an operand read only through slices passes only its largest slice
         unsliced = [
             leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
             for leaf in op.shape.leaves()
         ]  # fmt: skip
-        return float(max([*(sublane_elements(leaf) for leaf in results), *unsliced, *sliced.values()]))
-    largest = max(
-        max((sublane_elements(leaf) for leaf in results), default=0),
-        max((leaf.elements for leaf in operands), default=0),
-    )
+        return float(max([written_elements, *unsliced, *sliced.values()]))
+    # a result passes as its tile fills the registers; an operand is read at full rows
+    largest = max(written_elements, max((leaf.elements for leaf in operands), default=0))
     smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
     written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
     read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
-    return float(min(largest, max(read, max((sublane_elements(leaf) for leaf in results), default=0))))
+    return float(min(largest, max(read, written_elements)))
 
 
 SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
