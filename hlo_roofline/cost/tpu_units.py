@@ -89,7 +89,7 @@ def vector_elements(
     if not leaves:
         return 0.0
     sliced = sliced if sliced and not aliases else {}
-    written_elements = max((register_elements(leaf) for leaf in results), default=0)
+    written_elements = max((sublane_elements(leaf) for leaf in results), default=0)
     if sliced:  # an operand read only through slices passes only its largest slice
         unsliced = [
             leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
@@ -107,28 +107,22 @@ def vector_elements(
 SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
 
 
-def register_elements(leaf: Shape) -> float:
-    """Elements a result passes through the vector unit as, in whole registers of 8 sublanes × 128
-    lanes: its minor dimension rounded up to the layout tile's lanes (an ``s32[8,1024,2,8]`` whose
-    minor dimension is the 8 fills 8 of 128 lanes), and an array whose tile has fewer rows than
-    the 8 sublanes (``T(1,128)``, ``T(2,128)(2,1)``, ``T(4,128)(2,1)``: a row of a ``[1, 14336]``
-    slice, routing indices) fills only r of them, packed or not: 8/r times its elements.
-    XLA:TPU charges such loops 1/8, 2/8 and 4/8 of an 8-row one's rate per element (MaxText's
-    ``T(1,128)`` weight copies, ViT's ``T(4,128)(2,1)`` image relayout, on every chip); it charges
-    a relayout by what it writes, not by the tile it reads (a copy from ``T(2,128)(2,1)`` into
-    ``T(8,128)(2,1)`` costs the elements), so operands are not counted this way. The rows a tile
-    pads (a ``[1, ...]`` bf16 array in ``T(2,128)(2,1)``) are not counted, so this stays a lower
-    bound: XLA charges those 1.1-1.3x more."""
+def sublane_elements(leaf: Shape) -> float:
+    """Elements an array passes through the vector unit as: an array whose layout tile has fewer
+    rows than a vector register's 8 sublanes (``T(1,128)``, ``T(2,128)(2,1)``: a row of a
+    ``[1, 14336]`` slice, routing indices) fills only that many of a register's sublanes, packed or
+    not, so each of its rows costs a register's 8: 8/r times its elements. XLA:TPU charges such
+    loops 1/8, 2/8 and 4/8 of an 8-row one's rate per element (MaxText's ``T(1,128)`` weight
+    copies, ViT's ``T(4,128)(2,1)`` image relayout, on every chip). The rows a tile pads (a ``[1,
+    ...]`` bf16 array in ``T(2,128)(2,1)``) are not counted, so this stays a lower bound: XLA
+    charges those 1.1-1.3x more."""
     layout = leaf.layout
     if layout is None or not layout.tiles or len(layout.tiles[0]) != 2 or len(leaf.dims) < 2:
         return leaf.elements
-    rows, lanes = layout.tiles[0]
-    if rows <= 0 or lanes <= 0:
+    rows = layout.tiles[0][0]
+    if rows >= SUBLANES or rows <= 0:
         return leaf.elements
-    minor = layout.minor_to_major[0] if layout.minor_to_major else len(leaf.dims) - 1
-    width = leaf.dims[minor]
-    padded = leaf.elements // width * (-(-width // lanes) * lanes) if width else 0
-    return padded * max(SUBLANES / rows, 1)
+    return leaf.elements * SUBLANES / rows
 
 
 def result_pass(leaf) -> float:
