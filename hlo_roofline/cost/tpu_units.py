@@ -89,7 +89,7 @@ def vector_elements(
     if not leaves:
         return 0.0
     sliced = sliced if sliced and not aliases else {}
-    written_elements = max((sublane_elements(leaf) for leaf in results), default=0)
+    written_elements = max((register_elements(leaf) for leaf in results), default=0)
     if sliced:  # an operand read only through slices passes only its largest slice
         unsliced = [
             leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
@@ -107,7 +107,7 @@ def vector_elements(
 SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
 
 
-def sublane_elements(leaf: Shape) -> float:
+def register_elements(leaf: Shape) -> float:
     """Elements an array passes through the vector unit as: an array whose layout tile has fewer
     rows than a vector register's 8 sublanes (``T(1,128)``, ``T(2,128)(2,1)``: a row of a
     ``[1, 14336]`` slice, routing indices) fills only that many of a register's sublanes, packed or
