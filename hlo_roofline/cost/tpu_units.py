@@ -110,16 +110,16 @@ SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
 def register_elements(leaf: Shape) -> float:
     """Elements a result passes through the vector unit as, in whole registers of 8 sublanes: an
     array whose layout tile has fewer rows (``T(1,128)``, ``T(2,128)(2,1)``, ``T(4,128)(2,1)``: a
-    row of a ``[1, 14336]`` slice, routing indices, an image's channels) fills only r of them,
+    row of a ``[1, 14336]`` slice, routing indices, per-row statistics) fills only r of them,
     packed or not, so each of its rows costs a register's 8: 8/r times its elements. XLA:TPU
-    charges such loops 1/8, 2/8 and 4/8 of an 8-row one's rate per element (MaxText's
-    ``T(1,128)`` weight copies and ``T(2,128)(2,1)`` slices, ViT's ``T(4,128)(2,1)`` image
-    relayout, on every chip). It charges a relayout by the tile it writes, not the one it reads (a
-    copy out of ``T(2,128)(2,1)`` into ``T(8,128)(2,1)`` costs its elements), so only results are
-    counted this way. The rows a tile pads (a ``[1, ...]`` bf16 array in ``T(2,128)(2,1)``) are
-    not counted, so this stays a lower bound: XLA charges those 1.1-1.3x more. Lanes a narrow
-    minor dimension pads are not counted either: XLA charges them 3x (a copy into a minor
-    dimension of 8) to 16x (the MoE's routing masks), no one rule."""
+    charges such loops about 1/8 and 2/8 of an 8-row one's rate per element (MaxText's
+    ``T(1,128)`` weight copies, ``T(2,128)`` broadcasts and ``T(2,128)(2,1)`` slices, on every
+    chip; no loop-bound op of the report set checks ``T(4,128)``). It charges a relayout by the
+    tile it writes, not the one it reads (a copy out of ``T(2,128)(2,1)`` into ``T(8,128)(2,1)``
+    costs its elements), so only results are counted this way. The rows a tile pads (a ``[1,
+    ...]`` bf16 array in ``T(2,128)(2,1)``) are not counted, so this stays a lower bound: XLA
+    charges those 1.1-1.3x more. Nor are the lanes a narrow minor dimension pads: XLA charges
+    them 3x (a copy into a minor dimension of 8) to 14x (the MoE's routing masks), no one rule."""
     layout = leaf.layout
     if layout is None or not layout.tiles or len(layout.tiles[0]) != 2 or len(leaf.dims) < 2:
         return leaf.elements
