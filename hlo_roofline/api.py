@@ -90,7 +90,7 @@ def analyze_hlo(
         pad = cost.MODELS[cost_model].pad_to_tiles  # TPU arrays sized as stored (roofline)
         ops = cost.walk(module, cost_model, pad_to_tiles=pad)
         summary = {**cost.summarize(ops, cost_model), "memory": memory.from_module(module)}
-        columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages)
+        columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages, consume=True)
         del ops  # a large module's priced ops need not outlive their rows while the table is built
         report = Report.from_columns(columns, summary, module.name)
     if chip is not None:

@@ -6,6 +6,7 @@ report written by one is read identically by the others (``Report.read`` round-t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import io
@@ -39,6 +40,27 @@ UNATTRIBUTED = "(unattributed)"
 _TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s", "t_exposed_s")
 
 
+def _as_text(values):
+    """An array of Python strings as the column pandas makes of them (its string type, or objects
+    before pandas 3), converted in place of pandas' inference, which copies the array; anything
+    else as it is."""
+    if not isinstance(values, np.ndarray) or values.dtype != object or not len(values):
+        return values
+    dtype = _text_dtype()
+    if isinstance(dtype, np.dtype):  # object: pandas before 3 keeps text as it is
+        return values
+    try:
+        return pd.array(values, dtype=dtype, copy=False)
+    except (TypeError, ValueError):  # not all strings: pandas infers what it is
+        return values
+
+
+@functools.cache
+def _text_dtype():
+    """The dtype pandas infers for a column of strings (object before pandas 3)."""
+    return pd.Series(np.array(["x"], dtype=object)).dtype
+
+
 class ReportError(ValueError):
     """A report file that cannot be read (missing, truncated, corrupt, or not a report)."""
 
@@ -60,8 +82,16 @@ class Report:
     module: str = ""
 
     @classmethod
-    def from_columns(cls, columns: dict[str, list], summary: dict, module: str = "") -> Report:
-        return cls(pd.DataFrame(columns), summary, module)
+    def from_columns(
+        cls, columns: dict[str, list | np.ndarray], summary: dict, module: str = ""
+    ) -> Report:
+        """The report of ``cost.rows``' columns, taken as they are: no column is copied (a large
+        module's table would be twice in memory while it is built), text made the string type
+        pandas gives text."""
+        frame = pd.DataFrame(
+            {name: _as_text(values) for name, values in columns.items()}, copy=False
+        )
+        return cls(frame, summary, module)
 
     # -- verdicts ---------------------------------------------------------------------------
     def missing_verdicts(self) -> list[str]:

@@ -1,33 +1,142 @@
-"""Peak memory of a large analysis, as a multiple of its text, held to its committed figure.
+"""Peak memory of a large analysis, as a multiple of its text, and the mechanisms that keep it down.
 
-A 200k-instruction module from ``benchmarks/generate.py`` (41 MB) is parsed and analyzed in a fresh
-interpreter; ``getrusage``'s peak after the imports to the end, ÷ the text's size, is held to
-``benchmarks/baseline.json`` (what docs/performance.md reports), with 10 % for the allocator's
-moods. The project's target is 4×; the committed figure says where it stands.
+The slow test: a 200k-instruction module from ``benchmarks/generate.py`` (41 MB) is parsed and
+analyzed in a fresh interpreter; ``getrusage``'s peak after the imports to the end, ÷ the text's
+size, must stay within ``benchmarks/baseline.json``'s figure (what docs/performance.md reports) +
+10 % for the allocator's moods. The target is 4× (``TARGET``): above it the test is reported as an
+expected failure naming the figure, so that the gap stays in sight; at or below it, it passes.
+
+The fast tests hold what the memory savings must not change: attributes that went back to their
+text read the same, rows that release their priced ops are the rows, and the report's table is
+the one pandas would make of the columns (same dtypes), without a copy of them.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import sys
 
-from conftest import ROOT, SLOW
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import FIXTURES, ROOT, SLOW
+
+from hlo_roofline import cost
+from hlo_roofline.hlo import ir, parse_module
+from hlo_roofline.report import Report
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import run as benchmark
 from generate import generate_module
 
-pytestmark = SLOW  # analyzes 200k instructions (tens of seconds on a loaded machine)
+TARGET = benchmark.TARGETS["rss"]  # peak RSS ÷ text
+GPT2 = FIXTURES / "gpt2_small" / "tpu_v5e.hlo.txt.gz"  # 18k instructions
 
 
+@SLOW  # analyzes 200k instructions (tens of seconds on a loaded machine)
 def test_peak_rss_of_a_200k_instruction_analysis_stays_within_its_ratio_to_the_text(tmp_path):
     baseline = json.loads((ROOT / "benchmarks" / "baseline.json").read_text())
     path = tmp_path / "generated.hlo.txt"
     path.write_text(generate_module(200_000))
     measured = benchmark.rss_over_text(path)
     assert measured["instructions"] >= 200_000 and measured["rows"] > 100_000
-    limit = baseline["rss_over_text_200k"] * 1.1
-    assert measured["ru_over_text"] <= limit, (
+    ratio = measured["ru_over_text"]
+    said = (
         f"peak RSS {measured['ru_added'] / 2**20:.0f} MiB for {measured['bytes'] / 2**20:.0f} MiB "
-        f"of text: {measured['ru_over_text']:.2f}x, committed {baseline['rss_over_text_200k']}x"
+        f"of text: {ratio:.2f}x"
     )
+    assert ratio <= baseline["rss_over_text_200k"] * 1.1, (
+        f"{said}, committed {baseline['rss_over_text_200k']}x"
+    )
+    if ratio > TARGET:
+        pytest.xfail(f"{said}, above the {TARGET:g}x target")
+
+
+@pytest.fixture(scope="module")
+def gpt2_text() -> str:
+    with gzip.open(GPT2, "rt") as f:
+        return f.read()
+
+
+def test_split_attributes_go_back_to_their_text_and_read_the_same(gpt2_text):
+    """Past the most recent splits a fused op's attributes are its text again; asked again, they
+    are split again, equal to the first split and to the text's own items. An op outside fusions
+    (a row of the report) keeps them."""
+    module = parse_module(gpt2_text)
+    instrs = [i for i in module.instructions() if i.attr_text]
+    fused = [i for i in instrs if i.computation.is_fusion]
+    assert len(fused) > ir._KEEP_SPLIT + 1000
+    first = {id(i): dict(i.attrs) for i in instrs}  # every one split once
+    kept = [i for i in fused if i._attrs.__class__ is dict]
+    assert 0 < len(kept) <= ir._KEEP_SPLIT  # the others went back to their text
+    assert fused[0]._attrs.__class__ is not dict and fused[-1]._attrs.__class__ is dict
+    assert all(i._attrs.__class__ is dict for i in instrs if not i.computation.is_fusion)
+    for instr in fused[:: len(fused) // 500]:
+        again = instr.attrs
+        assert again == first[id(instr)]
+        assert again == dict(split_by_hand(module.source_text, instr))
+
+
+def split_by_hand(text: str, instr: ir.Instruction) -> list[tuple[str, str]]:
+    """The instruction's ``key=value`` items as its line prints them, split where a comma is
+    outside every bracket and string (no regular expression of the parser's)."""
+    line = text.split("\n")[instr.line - 1]
+    opened = re.compile(r"[ )}\]]" + re.escape(instr.opcode) + r"\(").search(line, line.index("="))
+    close = _matching(line, opened.end() - 1)
+    items, depth, quoted, start = [], 0, False, close + 1
+    for k in range(close + 1, len(line) + 1):
+        c = line[k] if k < len(line) else ","
+        if c == '"' and line[k - 1] != "\\":
+            quoted = not quoted
+        elif not quoted and c in "{[(":
+            depth += 1
+        elif not quoted and c in "}])":
+            depth -= 1
+        elif not quoted and depth == 0 and c == ",":
+            item = line[start:k].strip()
+            if item:
+                key, _, value = item.partition("=")
+                items.append((key, value))
+            start = k + 1
+    return items
+
+
+def _matching(line: str, open_at: int) -> int:
+    depth = 0
+    for k in range(open_at, len(line)):
+        depth += {"(": 1, ")": -1}.get(line[k], 0)
+        if depth == 0:
+            return k
+    raise AssertionError(line)
+
+
+def test_rows_that_release_their_priced_ops_are_the_same_rows(gpt2_text):
+    module = parse_module(gpt2_text)
+    ops = cost.walk(module, "roofline", pad_to_tiles=True)
+    kept = cost.rows(module, ops, pad_to_tiles=True)
+    released = cost.rows(module, list(ops), pad_to_tiles=True, consume=True)
+    assert len(kept["name"]) == len(ops) > 5000
+    for name, values in kept.items():
+        assert values.dtype == released[name].dtype, name
+        np.testing.assert_array_equal(values, released[name], err_msg=name)
+    consumed = list(ops)
+    cost.rows(module, consumed, pad_to_tiles=True, consume=True)
+    assert consumed == [None] * len(ops)  # nothing of the walk outlives its rows
+
+
+def test_the_table_is_what_pandas_makes_of_the_columns_and_shares_them(gpt2_text):
+    module = parse_module(gpt2_text)
+    columns = cost.rows(module, cost.walk(module, "roofline", pad_to_tiles=True), pad_to_tiles=True)
+    table = Report.from_columns(columns, {}, module.name).ops
+    inferred = pd.DataFrame({name: list(values) for name, values in columns.items()})
+    pd.testing.assert_frame_equal(table, inferred)
+    for name in ("flops", "name", "mm_m", "unknown"):  # a float, a text, an int, a flag column
+        assert np.shares_memory(_values(table[name]), columns[name]), name
+
+
+def _values(column: pd.Series) -> np.ndarray:
+    """The array a column holds (a string column's objects, under pandas' string type)."""
+    array = column.array
+    return array._ndarray if hasattr(array, "_ndarray") else column.to_numpy()

@@ -507,3 +507,49 @@ def test_the_fast_paths_atomic_form_reads_every_line_as_the_possessive_one():
             assert (atomic["_FAST_ATTRS"].fullmatch(attr_text) is not None) == expected
             checked += 1
     assert checked > 2000
+
+
+# -- the fast path in two steps: a line's head, then its attributes (each distinct text once) -----
+
+
+def test_a_lines_head_and_attributes_read_apart_are_the_line_read_at_once():
+    """The parser reads a line's head (``_FAST_HEAD``) and its attributes (``_FAST_TAIL``) apart,
+    checking each distinct attribute text once; where both read, they read what ``_FAST_LINE``
+    reads of the whole line, and where the head reads but the attributes do not, ``_FAST_LINE``
+    (which the parser then asks) reads nothing either."""
+    texts = [SPLASH, *DUMPED, *sorted(FIXTURES.glob("*/*.hlo.txt"))]
+    both = head_only = 0
+    for path in texts:
+        for raw in path.read_text().split("\n"):
+            whole, head = hlo_lexer._FAST_LINE.match(raw), hlo_lexer._FAST_HEAD.match(raw)
+            if head is None:
+                assert whole is None, raw[:200]
+                continue
+            tail = hlo_lexer._FAST_TAIL.match(raw, head.end())
+            if tail is None:
+                head_only += 1
+                assert whole is None, raw[:200]
+                continue
+            both += 1
+            assert whole is not None, raw[:200]
+            assert whole.groups()[:6] == head.groups(), raw[:200]
+            assert whole.span(7) == (head.end(), tail.end(1)), raw[:200]
+    assert both > 10_000
+    line = '  %a = f32[] add(%p, %p), metadata={op_name="x"}, this is not an attribute'
+    assert hlo_lexer._FAST_HEAD.match(line) and not hlo_lexer._FAST_LINE.match(line)
+
+
+def test_lines_sharing_attribute_text_each_keep_their_own():
+    """Attribute texts checked once per parse: lines that share one (and lines whose text was
+    refused) still read as their own (the careful path finds the error in a refused one)."""
+    body = ", metadata={op_name=\"same\"}"
+    text = (
+        "HloModule m\n\nENTRY %e (p: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n"
+        f"  %a = f32[] negate(%p){body}\n  %b = f32[] negate(%a){body}\n"
+        f"  ROOT %c = f32[] add(%a, %b){body}\n}}\n"
+    )
+    module = parse(text)
+    assert [i.attrs for i in module.entry.instructions[1:]] == [{"metadata": '{op_name="same"}'}] * 3
+    bad = text.replace("  ROOT %c = f32[] add(%a, %b)" + body, "  ROOT %c = f32[] add(%a, %b), x")
+    with pytest.raises(HloParseError, match=r"line 7:.*name=value"):
+        parse(bad)

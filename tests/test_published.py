@@ -41,7 +41,7 @@ TREND_GAPS: dict[str, str] = {
 # measured ÷ predicted (whole step, and the program without attention) where it is checked: what
 # the model reaches, per platform. The ceiling 1.0 is the roofline's optimism; the floor what a real
 # step loses against it at most (kernels below peak, collectives not hidden, host gaps). TPU:
-# 0.73-0.93. GPU (H100, A3): 0.49-0.59: the roofline runs 89% of the step's time on the tensor
+# 0.73-0.97. GPU (H100, A3): 0.49-0.59: the roofline runs 89% of the step's time on the tensor
 # cores at their dense bf16 peak; the measured step is 1.7-2x that (docs/validation.md says why).
 BANDS = {"tpu": (0.7, 1.0), "gpu": (0.45, 1.0)}
 

@@ -65,7 +65,7 @@ _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 
 _ROWS_PER_CHUNK = 4096
 _FLOAT_COLUMNS = schema.names("cost", "float")
-# Columns kept as chunks of NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
+# Columns kept as NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
 _ARRAY_COLUMNS = {
     **dict.fromkeys(_FLOAT_COLUMNS, np.float64),
     **dict.fromkeys(schema.names("cost", "int"), np.int64),
@@ -222,8 +222,11 @@ def rows(
     ops: list[PricedOp],
     pad_to_tiles: bool = False,
     user_packages: Sequence[str] = (),
-) -> dict[str, list | np.ndarray]:
-    """Report columns: identity, metadata and per-step totals (cost × count).
+    *,
+    consume: bool = False,
+) -> dict[str, np.ndarray]:
+    """Report columns (one NumPy array each, text as objects): identity, metadata and per-step
+    totals (cost × count).
 
     ``user_packages`` (names or directories) are the user's code in ``user_source`` and
     ``layer_caller`` even where installed (see :func:`attribution.is_library`).
@@ -233,15 +236,20 @@ def rows(
     column is appended by the column's schema name (``put["dtype"](...)``), never by its place in
     the schema; the columns a row's priced op, shape and attribution alone give are made by name
     for a chunk of rows at once (:func:`_op_columns`), and a rare column's value given only where
-    a row has one. Every few thousand rows the numeric columns move into NumPy chunks (8 bytes a
-    number rather than a Python float), so they never all exist as objects at once.
+    a row has one. Every few thousand rows the values move into the columns' arrays, made at full
+    length at the start (8 bytes a number rather than a Python float, and no second copy made by
+    joining pieces), so they never all exist as objects at once. With ``consume`` the priced ops
+    are released (``ops`` holds ``None``) as their rows are made: a large module's ops need not
+    outlive their rows.
     """
-    columns: dict[str, list] = {name: [] for name in ROW_COLUMNS}
+    columns: dict[str, list] = {
+        name: [] for name in ROW_COLUMNS if name not in _OP_COLUMNS and name not in _RARE_DEFAULTS
+    }
     put = {name: column.append for name, column in columns.items()}  # a builder per column
     # the columns most rows leave at their default: row (in its chunk) -> value, where not
     rare: dict[str, dict[int, object]] = {name: {} for name in _RARE_DEFAULTS}
     no_loop: dict[str, bool] = {}  # opcode -> a vector loop of its runs (tpu_units.no_vector_loop)
-    chunks: dict[str, list[np.ndarray]] = {name: [] for name in _ARRAY_COLUMNS}
+    table = _Table(len(ops))
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
     # metadata text -> (op_name, source, user_source, call_stack, layer_caller)
     metadata: dict[str, tuple[str, str, str, str, str]] = {}
@@ -263,11 +271,11 @@ def rows(
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
     prefetches = _prefetch_consumers(module) if vmem_layouts else {}
     loops = loop_paths(module)  # id(computation) -> the while loops it runs in
-    in_chunk = done = 0  # rows in this chunk, rows in the chunks closed
+    in_chunk = 0  # rows in this chunk
     # each row's (shape text, dtype) and attribution, for the columns made of them per chunk
     shapes_in_chunk: list[tuple[str, str]] = []
     metas_in_chunk: list[tuple[str, str, str, str, str]] = []
-    for instr, count, cost in ops:
+    for instr, count, cost in ops:  # (consume: a chunk of rows made, its ops become None)
         code = instr.opcode
         text = instr.attr_text
         read = attributes_read.get(text) if text is not None else None
@@ -382,14 +390,10 @@ def rows(
             rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
         in_chunk += 1
         if in_chunk == _ROWS_PER_CHUNK:
-            done = _close_chunk(
-                columns, chunks, rare, ops, done, shapes_in_chunk, metas_in_chunk, loops
-            )
+            table.take(columns, rare, ops, shapes_in_chunk, metas_in_chunk, loops, consume)
             in_chunk = 0
-    _close_chunk(columns, chunks, rare, ops, done, shapes_in_chunk, metas_in_chunk, loops)
-    for name, dtype in _ARRAY_COLUMNS.items():
-        columns[name] = np.concatenate(chunks[name]) if chunks[name] else np.zeros(0, dtype)
-    return columns
+    table.take(columns, rare, ops, shapes_in_chunk, metas_in_chunk, loops, consume)
+    return table.columns
 
 
 def _in_vmem(shape) -> bool:
@@ -451,28 +455,61 @@ def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -
     return size
 
 
-def _close_chunk(
-    columns: dict[str, list],
-    chunks: dict[str, list[np.ndarray]],
-    rare: dict[str, dict[int, object]],
-    ops: list[PricedOp],
-    done: int,
-    shapes: list[tuple[str, str]],
-    metas: list[tuple[str, str, str, str, str]],
-    loops: dict[int, str],
-) -> int:
-    """Give the chunk's rows (``ops[done:]``, up to a chunk of them) the columns that are their
-    priced op's, shape's and attribution's own (made here, a column at a time, rather than a
-    value at a time in the rows' loop), then close the chunk (:func:`_into_chunks`). The rows
-    done after it."""
-    rows = len(shapes)
-    chunk = ops[done : done + rows]
-    for name, values in _op_columns(chunk, shapes, metas, loops).items():
-        columns[name].extend(values)
-    shapes.clear()
-    metas.clear()
-    _into_chunks(columns, chunks, rare, rows, len(columns["name"]))
-    return done + rows
+class _Table:
+    """The report's columns at full length (a rare column's filled with its default), filled a
+    chunk of rows at a time."""
+
+    __slots__ = ("columns", "done")
+
+    def __init__(self, rows: int) -> None:
+        self.done = 0
+        self.columns: dict[str, np.ndarray] = {
+            name: np.full(rows, _RARE_DEFAULTS.get(name, 0), _ARRAY_COLUMNS.get(name, object))
+            for name in ROW_COLUMNS
+        }
+
+    def take(
+        self,
+        values: dict[str, list],
+        rare: dict[str, dict[int, object]],
+        ops: list,
+        shapes: list[tuple[str, str]],
+        metas: list[tuple[str, str, str, str, str]],
+        loops: dict[int, str],
+        consume: bool,
+    ) -> None:
+        """Move a chunk of rows into the arrays: the columns the row builders made (``values``,
+        one list per column, emptied: the builders keep their ``append``), the rare values
+        rows gave (``rare``: row in the chunk -> value, emptied), and the columns of the chunk's
+        priced ops (``ops[done:]``), shapes and attributions (:func:`_op_columns`). Every
+        builder's column must have been given every row. ``consume``: release the chunk's ops."""
+        rows = len(shapes)
+        start, end = self.done, self.done + rows
+        short = [name for name, column in values.items() if len(column) != rows]
+        if short:
+            raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
+        made = _op_columns(ops[start:end], shapes, metas, loops)
+        shapes.clear()
+        metas.clear()
+        for name, column in itertools.chain(values.items(), made.items()):
+            self._put(name, slice(start, end), column)
+            if name in values:
+                column.clear()
+        for name, given in rare.items():
+            if given:
+                self._put(name, [start + row for row in given], list(given.values()))
+                given.clear()
+        if consume:
+            ops[start:end] = itertools.repeat(None, rows)
+        self.done = end
+
+    def _put(self, name: str, where, column: list) -> None:
+        array = self.columns[name]
+        try:
+            array[where] = column
+        except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
+            array = self.columns[name] = array.astype(object)  # number: kept as they are
+            array[where] = column
 
 
 def _op_columns(
@@ -515,61 +552,8 @@ def _op_columns(
 
 _first, _second, _third = (operator.itemgetter(i) for i in range(3))
 _name, _opcode, _computation = map(operator.attrgetter, ("name", "opcode", "computation"))
-
-
-def _into_chunks(
-    columns: dict[str, list],
-    chunks: dict[str, list[np.ndarray]],
-    rare: dict[str, dict[int, object]],
-    rows: int,
-    total: int,
-) -> None:
-    """Close a chunk of ``rows`` rows: a numeric column's values become one NumPy chunk (a rare
-    column's made from its defaults and the values rows gave), emptying the lists whose
-    ``append`` the row builders keep; a rare text column gets its values. Every column must have
-    been given every row (``total`` so far)."""
-    short = [
-        name
-        for name, values in columns.items()
-        if name not in rare and len(values) != (rows if name in chunks else total)
-    ]
-    if short:
-        raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
-    for name, given in rare.items():
-        if name in chunks:
-            chunks[name].append(
-                _rare_chunk(given, _RARE_DEFAULTS[name], rows, _ARRAY_COLUMNS[name])
-            )
-        else:
-            values = [_RARE_DEFAULTS[name]] * rows
-            for row, value in given.items():
-                values[row] = value
-            columns[name].extend(values)
-        given.clear()
-    for name, dtype in _ARRAY_COLUMNS.items():
-        if name in rare:
-            continue
-        values = columns[name]
-        try:  # a chunk of 8-byte values rather than number objects
-            chunks[name].append(np.array(values, dtype=dtype))
-        except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a
-            chunks[name].append(np.array(values, dtype=object))  # number: kept as they are
-        values.clear()
-
-
-def _rare_chunk(given: dict[int, object], default: object, rows: int, dtype) -> np.ndarray:
-    """A numeric rare column's chunk: ``default`` but where rows gave a value, converted as
-    ``np.array`` of the whole column would convert it (or kept as objects where it cannot be)."""
-    chunk = np.full(rows, default, dtype=dtype)
-    if given:
-        try:
-            chunk[list(given)] = np.array(list(given.values()), dtype=dtype)
-        except (OverflowError, ValueError, TypeError):  # as the dense columns: kept as they are
-            values = [default] * rows
-            for row, value in given.items():
-                values[row] = value
-            return np.array(values, dtype=object)
-    return chunk
+# the columns _op_columns makes (no row builder of their own)
+_OP_COLUMNS = frozenset(_op_columns([], [], [], {}))
 
 
 class _Body:

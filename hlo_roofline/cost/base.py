@@ -366,7 +366,7 @@ class CostContext:
     pad_to_tiles: bool = False
     _computation_costs: dict[str, Cost] = field(default_factory=dict)
     _sizes: dict[int, int] = field(default_factory=dict)
-    _users: dict[str, dict[int, list[Instruction]]] = field(default_factory=dict)
+    _users: dict[str, dict[int, tuple[Instruction, ...]]] = field(default_factory=dict)
     _in_flight: frozenset[str] | None = None
     # What a rule works out once per instruction or computation and reuses from every caller, so
     # that a body called from many places (or nested fusions sharing bodies) is walked once.
@@ -453,7 +453,7 @@ class CostContext:
             self._in_flight = attrs.in_flight_channels(self.module)
         return self._in_flight
 
-    def users(self, comp: Computation) -> dict[int, list[Instruction]]:
+    def users(self, comp: Computation) -> dict[int, tuple[Instruction, ...]]:
         """``id(instruction) -> its distinct users`` within one computation (memoized)."""
         users = self._users.get(comp.name)
         if users is None:
@@ -473,28 +473,43 @@ class CostContext:
         return cached
 
 
-def users_of(comp: Computation) -> dict[int, list[Instruction]]:
+def users_of(comp: Computation) -> dict[int, tuple[Instruction, ...]]:
     """``id(instruction) -> its distinct users`` within ``comp``, in order (an op reading a value
     twice is one user of it). A user's reads of one value are consecutive, so the last user listed
-    is the only one to compare with (cheaper than de-duplicating each op's operands)."""
-    users: dict[int, list[Instruction]] = {}
+    is the only one to compare with (cheaper than de-duplicating each op's operands). Tuples (a
+    fused body's users live as long as the walk; a list's spare room is a third of its memory): a
+    value's first user makes a 1-tuple, a second a list, which becomes a tuple at the end."""
+    users: dict[int, tuple[Instruction, ...] | list[Instruction]] = {}
     get = users.get
+    grown: list[int] = []  # the values whose users became a list
     for instr in comp.instructions:
         operands = instr.operands
         if len(operands) == 1:  # most ops: no repeat to look for
-            found = get(id(operands[0]))
+            key = id(operands[0])
+            found = get(key)
             if found is None:
-                users[id(operands[0])] = [instr]
+                users[key] = (instr,)
+            elif found.__class__ is tuple:
+                users[key] = [*found, instr]
+                grown.append(key)
             else:
                 found.append(instr)
             continue
         for op in operands:
-            found = get(id(op))
+            key = id(op)
+            found = get(key)
             if found is None:
-                users[id(op)] = [instr]
-            elif found[-1] is not instr:
+                users[key] = (instr,)
+            elif found[-1] is instr:
+                continue
+            elif found.__class__ is tuple:
+                users[key] = [*found, instr]
+                grown.append(key)
+            else:
                 found.append(instr)
-    return users
+    for key in grown:
+        users[key] = tuple(users[key])
+    return users  # every list became a tuple above
 
 
 def callee(instr: Instruction, ctx: CostContext, key: str):

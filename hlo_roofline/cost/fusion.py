@@ -157,11 +157,16 @@ def _output_bytes(instr: Instruction, body: Computation, ctx: CostContext) -> fl
 def _parameter_read_bytes(param: Instruction, ctx: CostContext) -> float:
     """XLA's FusionParameterReadBytes: what reading a fused parameter costs, by its users
     (memoized: nested fusions that share bodies would otherwise be walked once per path)."""
-    key = ("param_read", id(param))
-    cached = ctx.memo.get(key)
+    memo = ctx.memo.get(_PARAM_READ)  # by the parameter itself: no key made per parameter
+    if memo is None:
+        memo = ctx.memo[_PARAM_READ] = {}
+    cached = memo.get(param)
     if cached is None:
-        cached = ctx.memo[key] = _parameter_read_bytes_uncached(param, ctx)
+        cached = memo[param] = _parameter_read_bytes_uncached(param, ctx)
     return cached
+
+
+_PARAM_READ = ("param_read",)
 
 
 def _parameter_read_bytes_uncached(param: Instruction, ctx: CostContext) -> float:

@@ -8,6 +8,8 @@ demand by the helpers in :mod:`hlo_roofline.hlo.attrs`, which keeps parsing of l
 from __future__ import annotations
 
 import math
+import weakref
+from collections import deque
 from dataclasses import dataclass, field
 
 from hlo_roofline.hlo.lexer import split_attributes
@@ -142,6 +144,26 @@ def span_bounds(span: int) -> tuple[int, int]:
     return start, start + (span & _SPAN_MASK)
 
 
+# How many instructions of fused computations keep their split (and decoded) attributes at once:
+# the oldest goes back to its text (split again if asked again). The rules read a fused op's
+# attributes once, while they price its fusion; kept for every one they were a third of a large
+# module's analysis memory. An op outside fusions keeps them: it is a row of the report, whose
+# builder reads them again.
+_KEEP_SPLIT = 4096
+_kept_splits: deque[tuple[weakref.ref, str | int]] = deque()
+
+
+def _keep_split(instr: Instruction, unsplit: str | int) -> None:
+    kept = _kept_splits
+    kept.append((weakref.ref(instr), unsplit))
+    if len(kept) > _KEEP_SPLIT:
+        ref, text = kept.popleft()
+        oldest = ref()
+        if oldest is not None:
+            oldest._attrs = text
+            oldest._cache = None  # and what was decoded from them
+
+
 class Instruction:
     """One HLO instruction. ``attrs`` maps attribute names to their unparsed text.
 
@@ -151,16 +173,17 @@ class Instruction:
     or as where that text is in the module's source (:func:`attribute_span`, read through
     ``computation.source``): most instructions are never asked for them, and an int is a fifth of
     the memory of the string (the module keeps its text anyway). They are split into the dict on
-    first use.
+    first use; in a fused computation they go back to their text when many others have been split
+    since (see :func:`_keep_split`): a walk over a large module asks for most of those once.
     """
 
     __slots__ = (
+        "__weakref__",  # for the instructions whose split attributes are kept (_kept_splits)
         "_attrs",
         "_cache",
+        "_place",
         "called",
         "computation",
-        "is_root",
-        "line",
         "name",
         "opcode",
         "operands",
@@ -173,12 +196,12 @@ class Instruction:
         name: str,
         opcode: str,
         shape: Shape,
-        operands: list[Instruction],
+        operands: tuple[Instruction, ...],
         attrs: dict[str, str] | str | int,
         computation: Computation,
         line: int,
         is_root: bool = False,
-        called: list[Computation] | tuple[()] = (),
+        called: tuple[Computation, ...] = (),
         payload: str = "",  # text inside the parentheses of constant(...) / parameter(...)
     ) -> None:
         self.name = name
@@ -187,17 +210,34 @@ class Instruction:
         self.operands = operands
         self._attrs = attrs
         self.computation = computation
-        self.line = line
-        self.is_root = is_root
+        # Its line from its computation's first, and whether it is the root, in one small int
+        # (Python shares those; an int a line and a flag would be two slots and an object).
+        offset = line - computation.line if computation is not None else line
+        self._place = offset << 1 | is_root
         self.called = called  # most instructions call nothing: they share one empty tuple
         self.payload = payload
         self._cache: dict | None = None  # decoded attributes (hlo.attrs), made on first use
 
     @property
+    def line(self) -> int:
+        """The (1-based) line of the text the instruction starts on."""
+        computation = self.computation
+        offset = self._place >> 1
+        return offset + computation.line if computation is not None else offset
+
+    @property
+    def is_root(self) -> bool:
+        return bool(self._place & 1)
+
+    @property
     def attrs(self) -> dict[str, str]:
         attrs = self._attrs
         if attrs.__class__ is not dict:
-            attrs = self._attrs = self.peek_attrs()
+            unsplit = attrs
+            attrs = self._attrs = split_attributes(self.attr_text)
+            computation = self.computation
+            if computation is None or computation.is_fusion:
+                _keep_split(self, unsplit)
         return attrs
 
     @property

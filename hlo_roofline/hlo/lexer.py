@@ -119,16 +119,23 @@ _ALL_OPERANDS_NAMED = _compile(
 _ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
 _ATTR_VALUE = r"(?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+"
 _FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=(" + _ATTR_VALUE + ")"
-_FAST_LINE = _compile(
+_FAST_HEAD_TEXT = (
     r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
     r"(" + _SHAPE_TEXT + r")\s*+"  # shape
     r"([a-z][a-z0-9\-_]*+)\("  # opcode(
     r"(?:(\s*+(?:" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+)?)"  # %a, %b
     r'|([^()"]*+(?:\([^()"]*+\)[^()"]*+)*+))\)'  # or a parameter's / constant's payload
-    # the attributes, each ", key=value" as XLA prints them, checked in the same pass (a line
-    # whose attributes are not in that form is not matched: the careful path reads it)
-    r"((?:, [\w.\-]++=" + _ATTR_VALUE + r")*+)\s*+$"
 )
+# the attributes, each ", key=value" as XLA prints them, checked in the same pass (a line whose
+# attributes are not in that form is not matched: the careful path reads it)
+_FAST_TAIL_TEXT = r"((?:, [\w.\-]++=" + _ATTR_VALUE + r")*+)\s*+$"
+_FAST_LINE = _compile(_FAST_HEAD_TEXT + _FAST_TAIL_TEXT)
+# The same in two steps (groups 1-6, then the attributes as group 1): a module repeats a few
+# hundred attribute texts over thousands of lines, so the parser checks each text once. A line
+# whose head is read but whose attributes are not is read by _FAST_LINE (it may read the head
+# another way).
+_FAST_HEAD = _compile(_FAST_HEAD_TEXT)
+_FAST_TAIL = _compile(_FAST_TAIL_TEXT)
 _FAST_ATTR_ITEM = _compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
 _FAST_ATTRS = _compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
 # Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).

@@ -53,8 +53,10 @@ from hlo_roofline.hlo.lexer import (
     _COMPUTATION_HEAD,
     _FAST_ATTR,
     _FAST_ATTR_ITEM,
+    _FAST_HEAD,
     _FAST_LINE,
     _FAST_OPERANDS,
+    _FAST_TAIL,
     _INSTRUCTION_HEAD,
     _OPCODE,
     _OPERAND_NAME,
@@ -120,6 +122,10 @@ _LEAF_OPCODES = frozenset({"parameter", "constant"})
 _CALLED_KEYS = frozenset(_CALLED_ATTRS)
 _MAX_ELEMENTS = 2**63 - 1
 _MAX_TUPLE_DEPTH = 64  # XLA nests a few levels; what walks shapes recursively must not overflow
+# Parameter numbers and scalar constants ("0", "1", "-inf") repeat across a module: one string
+# each, shared, rather than one per instruction.
+_SHARED_PAYLOAD = 8
+_TAILS_KEPT = 4096  # distinct attribute texts whose check is remembered within one parse
 _SHAPE_CACHE_LIMIT = 100_000  # distinct spellings kept across parses (fuzzed input makes many)
 
 
@@ -288,18 +294,19 @@ def _parse_instruction(
         parsed = _slow_operands_and_attrs(line, opcode, open_pos)
     operands, attrs, payload = parsed
     instr = Instruction(
-        head.group(2), opcode, shape, [], attrs, computation, line.number,
+        head.group(2), opcode, shape, (), attrs, computation, line.number,
         head.group(1) is not None, (), payload,
     )  # fmt: skip
     return instr, operands
 
 
 def _fast_instruction(
-    m: re.Match, number: int, computation: Computation
+    m: re.Match, number: int, computation: Computation, start: int = -1, end: int = -1
 ) -> tuple[Instruction, list[str]] | None:
     """The instruction a ``_FAST_LINE`` match describes, with its operand names; None when the
-    careful path must look at the line (a shape seen for the first time, an odd parameter)."""
-    root, name, shape_text, opcode, operand_text, payload, _ = m.groups()
+    careful path must look at the line (a shape seen for the first time, an odd parameter). A
+    ``_FAST_HEAD`` match comes with where its checked attributes are (``start``, ``end``)."""
+    root, name, shape_text, opcode, operand_text, payload = m.group(1, 2, 3, 4, 5, 6)
     shape = _shape_cache.get(shape_text)
     if shape is None:
         return None
@@ -311,14 +318,17 @@ def _fast_instruction(
         names = []
         if opcode == "parameter" and not payload.isdigit():
             return None
+        if len(payload) <= _SHARED_PAYLOAD:
+            payload = intern(payload)
     else:
         return None  # operands printed without '%'
-    start, end = m.span(7)
+    if start < 0:
+        start, end = m.span(7)
     attrs = attribute_span(start, end) if computation is not None and start < end else None
     if attrs is None:  # no attributes (one shared empty string), or a line read on its own
-        attrs = m.group(7) if start < end else ""
+        attrs = m.string[start:end] if start < end else ""
     instr = Instruction(
-        name, intern(opcode), shape, [], attrs, computation, number, root is not None, (), payload,
+        name, intern(opcode), shape, (), attrs, computation, number, root is not None, (), payload,
     )  # fmt: skip
     return instr, names
 
@@ -498,12 +508,34 @@ def _parse_module(text: str) -> Module:
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
     parameters: list[Instruction] = []  # and its parameters
     elements: dict[tuple[int, int], Instruction] = {}  # get-tuple-elements made for "%x#N"
-    fast_line = _FAST_LINE.match
+    fast_line, fast_head, fast_tail = _FAST_LINE.match, _FAST_HEAD.match, _FAST_TAIL.match
+    # the loop's other globals as locals (a lookup less each, per line)
+    fast_instruction, arity_of, caller_opcodes = _fast_instruction, _ARITY.get, CALLER_OPCODES
+    tails_kept = _TAILS_KEPT
+    tails: dict[str, int] = {}  # attribute text -> its checked length (see _FAST_HEAD)
+    # Where an attribute naming a computation may be written: one search of the whole text, then
+    # only an instruction whose line holds one is looked at (a search of each was a tenth of parse)
+    named = iter([*(m.start() for m in _CALLED_KEY_TEXT.finditer(text)), len(text)])
+    named_at = next(named)
     spans = iter(spans)
     for number, start, end in spans:
         if current is not None:
-            m = fast_line(text, start, end)
-            parsed = _fast_instruction(m, number, current) if m is not None else None
+            m = fast_head(text, start, end)
+            parsed = None
+            if m is not None:
+                tail = m.end()
+                attr_text = text[tail:end]
+                checked = tails.get(attr_text)  # the attributes' length, -1: not in the form
+                if checked is None:
+                    t = fast_tail(text, tail, end)
+                    checked = t.end(1) - tail if t is not None else -1
+                    if len(tails) < tails_kept:
+                        tails[attr_text] = checked
+                if checked >= 0:
+                    parsed = fast_instruction(m, number, current, tail, tail + checked)
+                else:
+                    m = fast_line(text, start, end)
+                    parsed = fast_instruction(m, number, current) if m is not None else None
             if parsed is None:
                 raw = text[start:end]
                 stripped = raw.strip()
@@ -529,19 +561,20 @@ def _parse_module(text: str) -> Module:
                 instr, names = parsed
                 if names:  # operands come before their users (XLA's rule): no cycles
                     try:
-                        instr.operands = [by_name[name] for name in names]
+                        instr.operands = tuple([by_name[name] for name in names])
                     except KeyError:
-                        instr.operands = [
+                        instr.operands = tuple([
                             by_name.get(name)
                             or _tuple_element(name, by_name, elements, instr, text)
                             for name in names
-                        ]
-                arity = _ARITY.get(instr.opcode)
+                        ])  # fmt: skip
+                code = instr.opcode
+                arity = arity_of(code)
                 if arity is not None:
                     n = len(names)
                     if n < arity[0] or n > arity[1] or n & 1 == arity[2]:
                         raise _wrong_arity(instr, arity, n, text[start:end])
-                if instr.opcode == "parameter":
+                if code == "parameter":
                     parameters.append(instr)
                 if instr.name in by_name:
                     spelled = instr.name
@@ -557,8 +590,14 @@ def _parse_module(text: str) -> Module:
                 current.instructions.append(instr)
                 if instr.is_root:
                     current.root = instr
-                if instr.opcode in CALLER_OPCODES or _names_computations(instr):
+                if code in caller_opcodes or (
+                    # (split attributes: their keys are looked at)
+                    (named_at < end or instr._attrs.__class__ is dict)
+                    and _names_computations(instr)
+                ):
                     callers.append((instr, number))
+                while named_at < end:
+                    named_at = next(named)
                 continue
             if closing is None:
                 continue
@@ -670,7 +709,7 @@ def _tuple_element(
                 raise line.error(message, _operand_column(line.text, name))
             made = Instruction(
                 _unique_name(spelled, by_name), "get-tuple-element", shape.tuple_shapes[index],
-                [operand], f", index={index}", user.computation, user.line,
+                (operand,), f", index={index}", user.computation, user.line,
             )  # fmt: skip
             elements[(id(operand), index)] = made
             by_name[made.name] = made
@@ -775,8 +814,8 @@ def _resolve_callees(
     verifier checks each call as it is linked."""
     agree: dict[tuple[int, int], bool] = {}  # shape pairs already compared
     for instr, number in callers:
-        attrs = instr.attrs
-        instr.called = []
+        attrs = instr.attrs  # kept for the rules, as long as the most recent splits are
+        called = []
         for key in _CALLED_ATTRS:
             value = attrs.get(key)
             if value is None:
@@ -787,8 +826,9 @@ def _resolve_callees(
                     line = SourceLine(number, line_text(text, number))
                     col = line.text.find(key + "=")
                     raise line.error(f"unknown computation '%{name}' in {key}=", max(col, 0))
-                instr.called.append(callee)
-        check_caller(instr, number, text, agree)
+                called.append(callee)
+        instr.called = tuple(called)
+        check_caller(instr, attrs, number, text, agree)
         if instr.opcode == "fusion":
             for callee in instr.called:
                 callee.is_fusion = True

@@ -35,13 +35,17 @@ def check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
 
 
 def check_caller(
-    instr: Instruction, number: int, text: str, agree: dict[tuple[int, int], bool]
+    instr: Instruction,
+    attrs: dict[str, str],
+    number: int,
+    text: str,
+    agree: dict[tuple[int, int], bool],
 ) -> None:
-    """An op that calls computations, once they are linked (``instr.called``): the callees it
-    cannot do without are named, and callee and caller agree on shapes (``agree`` remembers pairs
-    of shapes compared across calls)."""
+    """An op that calls computations, once they are linked (``instr.called``; ``attrs`` are its
+    attributes): the callees it cannot do without are named, and callee and caller agree on
+    shapes (``agree`` remembers pairs of shapes compared across calls)."""
     for key in REQUIRED_CALLEES.get(instr.opcode, ()):
-        if key not in instr.attrs:
+        if key not in attrs:
             raise SourceLine(number, line_text(text, number)).error(
                 f"{instr.opcode} needs {key}=", 0
             )
@@ -105,7 +109,7 @@ def _check_call(
             message = f"%{callee.name} takes {len(params)} parameters, given {len(operands)}"
             _call_error(instr, number, text, message)
         for param, operand in zip(params, operands, strict=True):
-            if not compatible(param.shape, operand.shape):
+            if param.shape is not operand.shape and not compatible(param.shape, operand.shape):
                 message = (
                     f"parameter {param.payload} of %{callee.name} is {param.shape}, "
                     f"but %{operand.name} passed to it is {operand.shape}"
@@ -114,6 +118,7 @@ def _check_call(
         if (
             result is not None
             and callee.root is not None
+            and callee.root.shape is not result
             and not compatible(callee.root.shape, result)
         ):
             message = f"%{callee.name} returns {callee.root.shape}, not the {opcode}'s {result}"
