@@ -15,7 +15,7 @@ from hlo_roofline.cost.control_flow import CONTAINERS
 from hlo_roofline.cost.inplace import in_place
 from hlo_roofline.cost.linalg import comparison_passes, words
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction
+from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction, Shape
 
 # Ops whose data moves by DMA or that only hand control on: no loop of theirs runs on a vector unit.
 _NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
@@ -89,17 +89,44 @@ def vector_elements(
     if not leaves:
         return 0.0
     sliced = sliced if sliced and not aliases else {}
+    written_elements = max((register_elements(leaf) for leaf in results), default=0)
     if sliced:  # an operand read only through slices passes only its largest slice
         unsliced = [
             leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
             for leaf in op.shape.leaves()
         ]  # fmt: skip
-        return float(max([*(leaf.elements for leaf in results), *unsliced, *sliced.values()]))
-    largest = max(leaf.elements for leaf in leaves)
+        return float(max([written_elements, *unsliced, *sliced.values()]))
+    # a result passes as its tile fills the registers; an operand is read at full rows
+    largest = max(written_elements, max((leaf.elements for leaf in operands), default=0))
     smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
     written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
     read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
-    return float(min(largest, max(read, max((leaf.elements for leaf in results), default=0))))
+    return float(min(largest, max(read, written_elements)))
+
+
+SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
+
+
+def register_elements(leaf: Shape) -> float:
+    """Elements a result passes through the vector unit as, in whole registers of 8 sublanes: an
+    array whose layout tile has fewer rows (``T(1,128)``, ``T(2,128)(2,1)``, ``T(4,128)(2,1)``: a
+    row of a ``[1, 14336]`` slice, routing indices, per-row statistics) fills only r of them,
+    packed or not, so each of its rows costs a register's 8: 8/r times its elements. XLA:TPU
+    charges such loops about 1/8 and 2/8 of an 8-row one's rate per element (MaxText's
+    ``T(1,128)`` weight copies, ``T(2,128)`` broadcasts and ``T(2,128)(2,1)`` slices, on every
+    chip; no loop-bound op of the report set checks ``T(4,128)``). It charges a relayout by the
+    tile it writes, not the one it reads (a copy out of ``T(2,128)(2,1)`` into ``T(8,128)(2,1)``
+    costs its elements), so only results are counted this way. The rows a tile pads (a ``[1,
+    ...]`` bf16 array in ``T(2,128)(2,1)``) are not counted, so this stays a lower bound: XLA
+    charges those 1.1-1.3x more. Nor are the lanes a narrow minor dimension pads: XLA charges
+    them 3x (a copy into a minor dimension of 8) to 14x (the MoE's routing masks), no one rule."""
+    layout = leaf.layout
+    if layout is None or not layout.tiles or len(layout.tiles[0]) != 2 or len(leaf.dims) < 2:
+        return leaf.elements
+    rows = layout.tiles[0][0]
+    if rows >= SUBLANES or rows <= 0:
+        return leaf.elements
+    return leaf.elements * SUBLANES / rows
 
 
 def result_pass(leaf) -> float:

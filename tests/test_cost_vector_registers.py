@@ -1,0 +1,52 @@
+"""The TPU vector loop counts whole registers of 8 sublanes: a result whose layout tile has r < 8
+rows fills r of them, so its loop passes 8/r times its elements (:func:`tpu_units.register_elements`).
+Counted from the shapes alone here; test_tpu_programs.py checks the rule against XLA:TPU's
+estimates on the report set."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from hlo_roofline import analyze_hlo
+
+ROWS, COLS = 1024, 14336
+
+
+def _copy(dtype: str, tile: str, source_tile: str = "T(8,128)") -> str:
+    """A relayout copy of a [1, ROWS, COLS] array whose minor dimension is COLS and whose
+    second-minor one is the size-1 dimension (as MaxText's layer slices are laid out)."""
+    return f"""HloModule m
+
+ENTRY e {{
+  p = {dtype}[1,{ROWS},{COLS}]{{2,1,0:{source_tile}}} parameter(0)
+  ROOT c = {dtype}[1,{ROWS},{COLS}]{{2,0,1:{tile}}} copy(p)
+}}
+"""
+
+
+def _vector_elements(text: str) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = analyze_hlo(text).ops
+    return float(ops.loc[ops["opcode"] == "copy", "vector_elements"].iloc[0])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tile", "rows"),
+    [("f32", "T(1,128)", 1), ("f32", "T(2,128)", 2), ("f32", "T(4,128)", 4),
+     ("bf16", "T(2,128)(2,1)", 2), ("bf16", "T(4,128)(2,1)", 4), ("f32", "T(8,128)", 8),
+     ("bf16", "T(8,128)(2,1)", 8), ("bf16", "T(16,128)(2,1)", 16)],
+)  # fmt: skip
+def test_a_result_tiled_with_fewer_than_8_rows_passes_whole_registers(dtype, tile, rows):
+    """8/r times the elements for r < 8, packed or not; the elements for 8 rows or more."""
+    elements = ROWS * COLS
+    assert _vector_elements(_copy(dtype, tile)) == elements * max(8 / rows, 1)
+
+
+def test_a_relayout_is_counted_by_what_it_writes():
+    """A copy from a 2-row tile into an 8-row one passes its elements: XLA:TPU charges a relayout
+    by the tile it writes (MaxText's weight copies out of ``T(2,128)(2,1)``)."""
+    text = _copy("bf16", "T(8,128)(2,1)", source_tile="T(2,128)(2,1)")
+    assert _vector_elements(text) == ROWS * COLS
