@@ -295,10 +295,19 @@ def matmul_geometry(
     instr: Instruction, memo: dict | None = None
 ) -> tuple[int, int, int, int] | None:
     """(batch, M, N, K) of a dot or convolution, or of the largest one inside a fusion.
-    ``memo`` (id of a fused computation or of a convolution -> its geometry) shares the walk of
+    ``memo`` (id of a fused computation, dot or convolution -> its geometry) shares the walk of
     nested bodies, and a convolution's count with every caller asking again."""
     if instr.opcode in DOTS:
-        return dot_geometry(instr.operands[0].shape, instr.operands[1].shape, attrs.dot_dims(instr))
+        if memo is None:
+            return dot_geometry(
+                instr.operands[0].shape, instr.operands[1].shape, attrs.dot_dims(instr)
+            )
+        found = memo.get(id(instr))
+        if found is None:  # (a dot's geometry is never None: the memo holds each once)
+            found = memo[id(instr)] = dot_geometry(
+                instr.operands[0].shape, instr.operands[1].shape, attrs.dot_dims(instr)
+            )
+        return found
     if instr.opcode == "convolution":
         found = memo.get(id(instr)) if memo is not None else None
         if found is None:
@@ -356,18 +365,26 @@ def matmul_io(instr: Instruction, memo: dict | None = None) -> MatmulIO | None:
     if instr.opcode != "fusion" or not instr.called:
         return None
     body = instr.called[0]
-    geometries = {} if memo is None else memo
-    matmuls = [(g, i) for i in body.instructions if i.opcode in MATMUL_OPCODES
-               and (g := matmul_geometry(i, geometries)) is not None]  # fmt: skip
-    if not matmuls:
-        return None
-    matmul = max(matmuls, key=lambda found: math.prod(found[0]))[1]
-    if len(matmul.operands) < 2:
+    matmul = _largest_matmul(body, {} if memo is None else memo)
+    if matmul is None or len(matmul.operands) < 2:
         return None
     lhs, rhs = (_read_from(op) for op in matmul.operands[:2])
     split = _split_k(matmul, lhs, rhs, instr) if matmul.opcode == "dot" else 1
     return MatmulIO(element_bytes(lhs.shape), element_bytes(rhs.shape),
                     element_bytes(_written_as(matmul, body).shape), split)  # fmt: skip
+
+
+def _largest_matmul(body, memo: dict) -> Instruction | None:
+    """The fused body's own matmul of the largest geometry (the first of equals), or None; kept in
+    ``memo`` (:func:`matmul_geometry`'s) for the next question about the same body."""
+    key = ("largest", id(body))
+    if key in memo:
+        return memo[key]
+    matmuls = [(g, i) for i in body.instructions if i.opcode in MATMUL_OPCODES
+               and (g := matmul_geometry(i, memo)) is not None]  # fmt: skip
+    found = max(matmuls, key=lambda found: math.prod(found[0]))[1] if matmuls else None
+    memo[key] = found
+    return found
 
 
 def _read_from(value: Instruction) -> Instruction:
@@ -481,16 +498,11 @@ def fused_operand_words(fusion: Instruction, memo: dict | None = None) -> float:
     ``memo``: :func:`matmul_geometry`'s."""
     if fusion.opcode != "fusion" or not fusion.called:
         return 0.0
-    body = fusion.called[0]
-    matmuls = [
-        (g, i) for i in body.instructions
-        if i.opcode in MATMUL_OPCODES and (g := matmul_geometry(i, memo)) is not None
-    ]  # fmt: skip
-    if not matmuls:
+    matmul = _largest_matmul(fusion.called[0], {} if memo is None else memo)
+    if matmul is None:
         return 0.0
-    matmul = max(matmuls, key=lambda found: math.prod(found[0]))[1]
-    memo: dict[int, bool] = {}
-    computed = sum(words(op.shape) for op in matmul.operands[:2] if _does_work(op, memo, 0))
+    working: dict[int, bool] = {}
+    computed = sum(words(op.shape) for op in matmul.operands[:2] if _does_work(op, working, 0))
     return float(PROLOGUE_PASSES * computed)
 
 
