@@ -261,6 +261,29 @@ def dot_geometry(lhs: Shape, rhs: Shape, numbers: attrs.DotDims) -> tuple[int, i
 def conv_geometry(
     instr: Instruction, lhs: Shape, rhs: Shape, out: Shape
 ) -> tuple[int, int, int, int]:
+    """:func:`_conv_geometry`, looked up by what it reads (the attributes and the sizes): a model's
+    layers repeat a few convolutions (GPT-2's twelve layers: each of its matmuls twelve times)."""
+    read = instr.attrs.get
+    key = (
+        read("dim_labels"), read("window"), read("feature_group_count"),
+        read("batch_group_count"), lhs.dims, rhs.dims, out.dims,
+    )  # fmt: skip
+    found = _CONV_GEOMETRIES.get(key)
+    if found is None:
+        found = _conv_geometry(instr, lhs, rhs, out)
+        if len(_CONV_GEOMETRIES) >= _CONV_GEOMETRIES_MAX:
+            _CONV_GEOMETRIES.clear()  # (bounded: a long-lived process sees many modules)
+        _CONV_GEOMETRIES[key] = found
+    return found
+
+
+_CONV_GEOMETRIES: dict[tuple, tuple[int, int, int, int]] = {}
+_CONV_GEOMETRIES_MAX = 4096
+
+
+def _conv_geometry(
+    instr: Instruction, lhs: Shape, rhs: Shape, out: Shape
+) -> tuple[int, int, int, int]:
     """A convolution as a matmul (batch, M, N, K), with 2·batch·M·N·K its FLOPs.
 
     M = images × output positions, N = output features per group, K = input features per group ×
