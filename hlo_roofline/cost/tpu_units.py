@@ -9,6 +9,8 @@ reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
 
 from __future__ import annotations
 
+import operator
+
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import BOOKKEEPING, RULE_ERRORS, Cost
 from hlo_roofline.cost.control_flow import CONTAINERS
@@ -61,7 +63,11 @@ def vector_elements(
     estimates none of them either)."""
     results = instr.shape.leaves()
     operands = [leaf for op in instr.operands for leaf in op.shape.leaves()]
-    if all(leaf.elements <= 1 for leaf in results) and all(leaf.elements <= 1 for leaf in operands):
+    # (maps of C getters, not generators: a row of most fusions and ops runs this)
+    if (
+        max(map(_elements, results), default=0) <= 1
+        and max(map(_elements, operands), default=0) <= 1
+    ):
         return 0.0  # scalars only (a loop counter, an index): the scalar unit's, not a vector loop
     aliases = in_place(instr) if instr.opcode in _IN_PLACE_OPS else {}
     if aliases:
@@ -89,7 +95,7 @@ def vector_elements(
     if not leaves:
         return 0.0
     sliced = sliced if sliced and not aliases else {}
-    written_elements = max((register_elements(leaf) for leaf in results), default=0)
+    written_elements = max(map(register_elements, results), default=0)
     if sliced:  # an operand read only through slices passes only its largest slice
         unsliced = [
             leaf.elements for i, op in enumerate(instr.operands) if i not in sliced
@@ -97,13 +103,15 @@ def vector_elements(
         ]  # fmt: skip
         return float(max([written_elements, *unsliced, *sliced.values()]))
     # a result passes as its tile fills the registers; an operand is read at full rows
-    largest = max(written_elements, max((leaf.elements for leaf in operands), default=0))
-    smallest_item = min(DTYPE_BYTES.get(leaf.dtype, 1) for leaf in leaves) or 1
-    written = sum(leaf.elements * DTYPE_BYTES.get(leaf.dtype, 1) for leaf in results)
+    largest = max(written_elements, max(map(_elements, operands), default=0))
+    width = DTYPE_BYTES.get
+    smallest_item = min([width(leaf.dtype, 1) for leaf in leaves]) or 1
+    written = sum([leaf.elements * width(leaf.dtype, 1) for leaf in results])
     read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
     return float(min(largest, max(read, written_elements)))
 
 
+_elements = operator.attrgetter("elements")
 SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
 
 
