@@ -265,6 +265,7 @@ def rows(
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
+    vmem_of = in_vmem.get
     walks = _Walks()  # what nested bodies hold, shared by every row that looks into them
     groups: dict[int, tuple[str, str]] = {}  # id(collective) -> (kind, devices it talks to)
     in_flight: frozenset[str] | None = None  # channels of TPU async collectives (found once)
@@ -365,7 +366,14 @@ def rows(
             start = _async_start(instr)
             if start is not None:
                 waits_for_at[at] = start.name
-        vmem = _vmem_bytes(instr, in_vmem, pad_to_tiles) if vmem_layouts else 0
+        vmem = 0
+        if vmem_layouts:  # bytes of its operands and results in VMEM (each shape's worked out once)
+            vmem = vmem_of(id(instr.shape))
+            if vmem is None:
+                vmem = _shape_vmem_bytes(instr.shape, in_vmem, pad_to_tiles)
+            for op in instr.operands:
+                size = vmem_of(id(op.shape))
+                vmem += _shape_vmem_bytes(op.shape, in_vmem, pad_to_tiles) if size is None else size
         if has_estimate:  # decoded once per distinct config
             # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
             cycles = estimates.get(backend_config, _UNREAD)
@@ -450,19 +458,9 @@ def _prefetch_consumers(module: Module) -> dict[int, str]:
     return found
 
 
-def _vmem_bytes(instr: Instruction, cache: dict[int, int], pad_to_tiles: bool) -> int:
-    """Bytes of the op's operands and results that live in VMEM (memory space ``S(1)``); ``cache``
-    keeps each shape's (one row's shapes are mostly others' too)."""
-    total = cache.get(id(instr.shape))
-    if total is None:
-        total = _shape_vmem_bytes(instr.shape, cache, pad_to_tiles)
-    for op in instr.operands:
-        size = cache.get(id(op.shape))
-        total += _shape_vmem_bytes(op.shape, cache, pad_to_tiles) if size is None else size
-    return total
-
-
 def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -> int:
+    """Bytes of the shape's leaves that live in VMEM (memory space ``S(1)``), kept in ``cache``
+    (one row's shapes are mostly others' too)."""
     size = cache[id(shape)] = sum(
         array_bytes(leaf, pad_to_tiles)
         for leaf in shape.leaves()
