@@ -165,10 +165,17 @@ def conv_flops(
 
     ``extents`` (per dimension of lhs, rhs and out) narrows the count to the elements that hold
     data, for a library call handed explicitly padded operands (see ``custom_call.py``)."""
+    if extents is None:  # whole dimensions: the counts of the sizes alone, looked up
+        key = _conv_key(instr, lhs, rhs, out)
+        found = _WHOLE_CONV_FLOPS.get(key)
+        if found is None:
+            found = _whole_conv_flops(
+                instr, attrs.conv_dims(instr), attrs.window(instr), lhs, rhs, out
+            )
+            _remember(_WHOLE_CONV_FLOPS, key, found)
+        return found
     dims = attrs.conv_dims(instr)
     window = attrs.window(instr)
-    if extents is None:  # whole dimensions: the counts of the sizes alone, looked up
-        return _whole_conv_flops(instr, dims, window, lhs, rhs, out)
     lx, rx, ox = extents
     positions = 1
     for i, w in enumerate(window):
@@ -263,22 +270,34 @@ def conv_geometry(
 ) -> tuple[int, int, int, int]:
     """:func:`_conv_geometry`, looked up by what it reads (the attributes and the sizes): a model's
     layers repeat a few convolutions (GPT-2's twelve layers: each of its matmuls twelve times)."""
-    read = instr.attrs.get
-    key = (
-        read("dim_labels"), read("window"), read("feature_group_count"),
-        read("batch_group_count"), lhs.dims, rhs.dims, out.dims,
-    )  # fmt: skip
+    key = _conv_key(instr, lhs, rhs, out)
     found = _CONV_GEOMETRIES.get(key)
     if found is None:
         found = _conv_geometry(instr, lhs, rhs, out)
-        if len(_CONV_GEOMETRIES) >= _CONV_GEOMETRIES_MAX:
-            _CONV_GEOMETRIES.clear()  # (bounded: a long-lived process sees many modules)
-        _CONV_GEOMETRIES[key] = found
+        _remember(_CONV_GEOMETRIES, key, found)
     return found
 
 
+def _conv_key(instr: Instruction, lhs: Shape, rhs: Shape, out: Shape) -> tuple:
+    """All that a convolution's whole-dimension count and geometry read: its dimension labels,
+    window and groups as written, and the sizes."""
+    read = instr.attrs.get
+    return (
+        read("dim_labels"), read("window"), read("feature_group_count"),
+        read("batch_group_count"), lhs.dims, rhs.dims, out.dims,
+    )  # fmt: skip
+
+
+def _remember(memo: dict, key: tuple, value) -> None:
+    if len(memo) >= _CONV_MEMO_MAX:
+        memo.clear()  # (bounded: a long-lived process sees many modules)
+    memo[key] = value
+
+
+# _conv_key -> geometry, and -> FLOPs over whole dimensions
 _CONV_GEOMETRIES: dict[tuple, tuple[int, int, int, int]] = {}
-_CONV_GEOMETRIES_MAX = 4096
+_WHOLE_CONV_FLOPS: dict[tuple, int] = {}
+_CONV_MEMO_MAX = 4096
 
 
 def _conv_geometry(
