@@ -94,10 +94,12 @@ def _comm_times(ops: pd.DataFrame, chip: Chip, topology) -> tuple[np.ndarray, ob
     if not len(rows):
         return t_comm, None
     texts = ops["replica_group"].to_numpy() if "replica_group" in ops else np.full(len(ops), "")
+    distinct = dict.fromkeys(texts[rows])
+    across_slices = {text for text in distinct if dcn_slices(text)}  # each text read once
     parsed = {}
-    for text in dict.fromkeys(texts[rows]):
+    for text in distinct:
         with contextlib.suppress(ValueError):  # unreadable: that collective is priced as one ring
-            parsed[text] = parse_group_text(text) if text and not dcn_slices(text) else None
+            parsed[text] = parse_group_text(text) if text and text not in across_slices else None
     parsed = {t: p for t, p in parsed.items() if p is not None}
     topology = _topology(chip, topology, parsed.values())
     spans: dict[str, interconnect.Span | None] = {}
@@ -108,7 +110,7 @@ def _comm_times(ops: pd.DataFrame, chip: Chip, topology) -> tuple[np.ndarray, ob
         if text not in spans:
             spans[text] = _span(topology, parsed.get(text))
         per_run = comm[i] / count[i] if count[i] else comm[i]  # the link time of one execution
-        if dcn_slices(text):  # across slices: the data-centre network, not the slice's links
+        if text in across_slices:  # the data-centre network, not the slice's links
             t = interconnect.dcn_time(chip, collective[i], per_run)
         else:
             t = interconnect.collective_time(
