@@ -205,7 +205,7 @@ def device_chip(planes: list[Plane]):
     for plane in planes:
         if not plane.name.startswith("/device:"):
             continue
-        for key in ("device_type_string", "device_type", "device_name"):
+        for key in ("device_type_string", "device_type", "device_name", "gpu_device_name"):
             name = plane.stats.get(key)
             if isinstance(name, str) and name:
                 with contextlib.suppress(chips.UnknownChipError):
