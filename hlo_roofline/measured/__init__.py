@@ -29,6 +29,7 @@ from hlo_roofline.efficiency import (
 from hlo_roofline.measured.join import (
     CONTAINER_NOTE,
     MEASURED_COLUMNS,
+    CommandBufferWarning,
     OverlapWarning,
     read_trace,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "HOST_ROOF_LOW",
     "MEASURED_COLUMNS",
     "SHORTEST_TIMED_S",
+    "CommandBufferWarning",
     "OverlapWarning",
     "TraceError",
     "add_efficiency",
