@@ -10,9 +10,10 @@ the module embedded in the trace was printed (both seen on H100 and H200 traces,
   Candidates alike in kind and bytes are the same work at the same price, and are paired in
   schedule order.
 * With command buffers (CUDA graphs, XLA's default) every kernel of a graph carries the graph's
-  name, ``command_buffer_17``. XLA names a fusion's kernel after the fusion (``.`` → ``_``), so a
-  kernel whose name is an op's is given that op. Library kernels in a graph (cuBLAS, copies) name
-  no op and stay unmatched.
+  name, ``command_buffer_17``. XLA names a fusion's kernel after the fusion (``.`` → ``_``), or
+  after the fusion whose kernel it reuses (its ``deduplicated_name``), so a kernel only one op
+  runs is given that op. Kernels several fusions share, and library kernels (cuBLAS, copies),
+  cannot be told apart and stay unmatched.
 """
 
 from __future__ import annotations
@@ -29,11 +30,24 @@ __all__ = ["COMMAND_BUFFER", "resolve"]
 COMMAND_BUFFER = re.compile(r"command_buffer(_\d+)?$")
 _NUMBERED = re.compile(r"^(.*)\.(\d+)$")
 _KIND_PREFIX = {"kLoop": "loop", "kInput": "input", "kOutput": "output"}
+_DEDUPLICATED = re.compile(r'deduplicated_name="([^"]+)"')
 
 
 def _sanitized(name: str) -> str:
     """A kernel's name as XLA:GPU derives it from its op's (LLVM-safe characters only)."""
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def _kernel_owners(module: Module) -> dict[str, str]:
+    """Kernel name → the one fusion that runs it (kernels fusions share are left out)."""
+    owners: dict[str, str | None] = {}
+    for instr in module.instructions():
+        if instr.opcode != "fusion":
+            continue
+        shared = _DEDUPLICATED.search(instr.attrs.get("metadata", ""))
+        kernel = _sanitized(shared.group(1) if shared else instr.name)
+        owners[kernel] = instr.name if kernel not in owners else None
+    return {kernel: op for kernel, op in owners.items() if op is not None}
 
 
 def _async_kind_and_bytes(start: Instruction) -> tuple[str, int] | None:
@@ -89,7 +103,7 @@ def resolve(events: list[OpEvent], module: Module) -> dict[str, str]:
             e.op = renames[e.op]
         elif COMMAND_BUFFER.match(e.op):
             if by_kernel is None:
-                by_kernel = {_sanitized(n): n for n in names}
+                by_kernel = _kernel_owners(module)
             op = by_kernel.get(e.kernel)
             if op is not None:
                 renames[e.kernel] = op
