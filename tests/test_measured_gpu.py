@@ -225,3 +225,63 @@ def test_programs_without_library_calls_or_loops_match_xla_gpus_own_count(report
         summary = reports[0][card, case].summary
         assert summary["flops"] == pytest.approx(xla["flops"], rel=1e-9), case
         assert summary["bytes_accessed"] == pytest.approx(xla["bytes accessed"], rel=1e-9), case
+
+
+# -- docs/validation.md's tables, rebuilt from the traces ---------------------------------------
+
+VALIDATION = HERE.parent / "docs" / "validation.md"
+PROGRAM_ROWS = ("gpt_step", "gpt_step_graphs", "kv_decode", "attention_block", "attention_cudnn",
+                "matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax")  # fmt: skip
+
+
+def _op_class(row) -> str:
+    per_run = row["t_roofline_s"] / row["count"]
+    if row["opcode"] == "fusion-start":
+        return "async copies (fusion-start)"
+    if str(row["name"]).startswith(("dot_product_attention", "cudnn")) or "fmha" in str(row["name"]):
+        return "cuDNN flash attention"
+    if row["bound"] == "compute" and "gemm" in row["name"] or row["opcode"] == "custom-call":
+        return "gemm ≥ 50 µs a run" if per_run >= LARGE_RUN_S else "gemm < 50 µs a run"
+    if per_run < 10e-6:
+        return "other ops < 10 µs a run"
+    return "memory-bound ≥ 50 µs a run" if per_run >= LARGE_RUN_S else "other ops 10–50 µs a run"
+
+
+def validation_tables(found) -> tuple[list[str], list[str]]:
+    """(per-program rows, per-class rows) of docs/validation.md's measured-GPU section."""
+    programs = []
+    for case in PROGRAM_ROWS:
+        cells = [f"`{case}`"]
+        for card in CARDS:
+            report = found[card, case]
+            s = report.summary
+            timed = report.ops[report.ops["measured_s"] > 0]
+            on_device = timed["measured_s"].sum() / timed["t_roofline_s"].sum()
+            cells.append(f"{s['measured_step_s'] * 1e3:.2f} / {s['step_time_scheduled_s'] * 1e3:.2f}")
+            cells.append(f"{s['measured_step_s'] / s['step_time_scheduled_s']:.2f}")
+            cells.append("–" if s["measured_unmatched_ops"] else f"{on_device:.2f}")
+        programs.append("| " + " | ".join(cells) + " |")
+    classes: dict[tuple[str, str], list] = defaultdict(list)
+    for card in CARDS:
+        for case in PER_OP:
+            ops = found[card, case].ops
+            timed = ops[(ops["measured_s"] > 0) & (ops["t_roofline_s"] > 0)]
+            for _, row in timed.iterrows():
+                classes[_op_class(row), card].append(row)
+    rows = []
+    for name in sorted({k[0] for k in classes}):
+        cells = [name]
+        for card in CARDS:
+            members = classes.get((name, card), [])
+            roof = sum(r["t_roofline_s"] for r in members)
+            took = sum(r["measured_s"] for r in members)
+            cells += [str(len(members)), f"{took / roof:.2f}" if roof else "–"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return programs, rows
+
+
+def test_validation_md_holds_the_tables_these_traces_give(reports):
+    text = VALIDATION.read_text()
+    programs, classes = validation_tables(reports[0])
+    missing = [row for row in programs + classes if row not in text]
+    assert not missing, "docs/validation.md is stale; rows now:\n" + "\n".join(missing)
