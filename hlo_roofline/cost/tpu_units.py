@@ -102,16 +102,38 @@ def vector_elements(
             for leaf in op.shape.leaves()
         ]  # fmt: skip
         return float(max([written_elements, *unsliced, *sliced.values()]))
-    # a result passes as its tile fills the registers; an operand is read at full rows
-    largest = max(written_elements, max(map(_elements, operands), default=0))
+    # a result passes as its tile fills the registers; an operand is read at full rows, except
+    # by a reduction, which folds the operand's own registers (:func:`_folds_registers`)
+    largest_operand = max(map(_elements, operands), default=0)
+    per_register = 1.0  # registers an operand element takes, relative to a full 8-row tile
+    if written_elements < largest_operand and _folds_registers(instr):
+        folded = max(operands, key=_elements)
+        per_register = register_elements(folded) / folded.elements
+        largest_operand *= per_register
+    largest = max(written_elements, largest_operand)
     width = DTYPE_BYTES.get
     smallest_item = min([width(leaf.dtype, 1) for leaf in leaves]) or 1
     written = sum([leaf.elements * width(leaf.dtype, 1) for leaf in results])
-    read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
+    read = max(cost.bytes_accessed - written, 0.0) / smallest_item * per_register  # the most read
     return float(min(largest, max(read, written_elements)))
 
 
 _elements = operator.attrgetter("elements")
+
+
+def _folds_registers(instr: Instruction) -> bool:
+    """A reduce, or a fusion whose root is one (a softmax's sum of exponentials, a routing
+    mask's count): its loop computes on the operand where it lies, in the operand's own
+    registers, and folds them into a smaller result, so the operand passes as its tile fills the
+    registers (:func:`register_elements`). A relayout instead converts what it reads into the tile
+    it writes, and is counted by that."""
+    if instr.opcode == "reduce":
+        return True
+    if instr.opcode != "fusion" or not instr.called:
+        return False
+    root = instr.called[0].root
+    roots = root.operands if root.opcode == "tuple" else (root,)
+    return any(r.opcode == "reduce" for r in roots)
 SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
 
 
