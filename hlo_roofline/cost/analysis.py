@@ -50,7 +50,12 @@ from hlo_roofline.cost.linalg import (
     matmul_geometry,
     matmul_io,
 )
-from hlo_roofline.cost.tpu_units import lane_reduced_elements, no_vector_loop, vector_elements
+from hlo_roofline.cost.tpu_units import (
+    lane_reduced_elements,
+    major_reduced_elements,
+    no_vector_loop,
+    vector_elements,
+)
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.attribution import metadata_columns as _attribution  # rows' attribution
 from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape
@@ -82,7 +87,10 @@ _RARE_DEFAULTS = {
     **dict.fromkeys(("replica_group", "waits_for", "prefetch_for"), ""),
     **dict.fromkeys(("group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "mm_split_k"), 0),
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
-    **dict.fromkeys(("vector_elements", "lane_reduced_elements", "kernel_mxu_flops"), 0.0),
+    **dict.fromkeys(
+        ("vector_elements", "lane_reduced_elements", "major_reduced_elements", "kernel_mxu_flops"),
+        0.0,
+    ),
     "xla_cycles": math.nan,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
@@ -408,6 +416,9 @@ def rows(
                 vector_elements_at[at] = elements * count
         if code == "reduce":
             rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
+            rare["major_reduced_elements"][at] = major_reduced_elements((instr,)) * count
+        elif body is not None and body.major_reduced:
+            rare["major_reduced_elements"][at] = body.major_reduced * count
         if cost.mxu_flops:
             rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
         in_chunk += 1
@@ -581,8 +592,8 @@ class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
     __slots__ = (
-        "collective", "fused_ops", "geometry", "io", "matmul_dtype", "matmul_precision",
-        "prologue_words", "sliced",
+        "collective", "fused_ops", "geometry", "io", "major_reduced", "matmul_dtype",
+        "matmul_precision", "prologue_words", "sliced",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
@@ -618,6 +629,11 @@ class _Body:
             fused_operand_words(fusion, walks.geometries) if self.geometry else 0.0
         )
         self.sliced = {} if self.geometry else sliced_reads(fusion)
+        self.major_reduced = (
+            major_reduced_elements(i for i in instructions if i.opcode == "reduce")
+            if "reduce" in counts
+            else 0.0
+        )
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
         )

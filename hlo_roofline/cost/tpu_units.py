@@ -10,6 +10,7 @@ reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import BOOKKEEPING, RULE_ERRORS, Cost
@@ -134,6 +135,8 @@ def _folds_registers(instr: Instruction) -> bool:
     root = instr.called[0].root
     roots = root.operands if root.opcode == "tuple" else (root,)
     return any(r.opcode == "reduce" for r in roots)
+
+
 SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
 
 
@@ -170,15 +173,37 @@ def result_pass(leaf) -> float:
 def lane_reduced_elements(reduce: Instruction) -> float:
     """Elements a standalone reduce folds across the lanes: its operand's when the reduced
     dimensions include the operand's minor-most one (the 128 lanes of a TPU vector register)."""
+    folds = _folds_lanes(reduce)
+    return float(reduce.operands[0].shape.elements) if folds else 0.0
+
+
+def major_reduced_elements(reduces: Iterable[Instruction]) -> float:
+    """Elements ``reduces`` (a standalone reduce, or the reduces of one fused computation) fold
+    over dimensions other than the lanes (a top-2 dispatch's two slots, experts, rows): their
+    operands', where none of them folds its operand's minor-most dimension; 0 otherwise. The
+    vector unit adds such registers elementwise; XLA:TPU's estimate of these reduces can be
+    several times that of the same sum written as slices and adds (docs/validation.md)."""
+    total = 0.0
+    for reduce in reduces:
+        folds = _folds_lanes(reduce)
+        if folds is None or folds:
+            return 0.0
+        total += reduce.operands[0].shape.elements
+    return total
+
+
+def _folds_lanes(reduce: Instruction) -> bool | None:
+    """Whether a reduce's dimensions include its operand's minor-most one; None where it has no
+    array operand or its dimensions cannot be read."""
     if not reduce.operands or not reduce.operands[0].shape.is_array:
-        return 0.0
+        return None
     operand = reduce.operands[0].shape
     if not operand.dims:
-        return 0.0
+        return None
     layout = operand.layout
     minor = layout.minor_to_major[0] if layout and layout.minor_to_major else len(operand.dims) - 1
     try:
         reduced = attrs.ints(reduce, "dimensions")
     except RULE_ERRORS:
-        return 0.0
-    return float(operand.elements) if minor in reduced else 0.0
+        return None
+    return minor in reduced
