@@ -45,10 +45,12 @@ from hlo_roofline.cost.control_flow import (
 from hlo_roofline.cost.inplace import sliced_reads
 from hlo_roofline.cost.linalg import (
     MATMUL_OPCODES,
+    VMEM_SPACE,
     MatmulIO,
     fused_operand_words,
     matmul_geometry,
     matmul_io,
+    streamed_operand_words,
 )
 from hlo_roofline.cost.tpu_units import (
     lane_reduced_elements,
@@ -76,7 +78,7 @@ _ARRAY_COLUMNS = {
     **dict.fromkeys(schema.names("cost", "int"), np.int64),
     **dict.fromkeys(schema.names("cost", "bool"), np.bool_),
 }
-VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
+VMEM = VMEM_SPACE
 _GEOMETRY_COLUMNS = (
     "mm_batch", "mm_m", "mm_n", "mm_k", "mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "mm_split_k",
 )  # a matmul's (batch, M, N, K) and its MatmulIO, in their order  # fmt: skip
@@ -406,12 +408,13 @@ def rows(
                 if code != "custom-call":
                     no_loop[code] = vector_loop
             if vector_loop and body is None:
-                elements = vector_elements(instr, cost, geometry, False)
+                streamed = streamed_operand_words(instr) if geometry is not None else 0.0
+                elements = vector_elements(instr, cost, geometry, False, streamed_words=streamed)
                 vector_elements_at[at] = elements * count
             elif vector_loop:
                 elements = vector_elements(
                     instr, cost, geometry, "dynamic-update-slice" in body.fused_ops,
-                    body.prologue_words, body.sliced,
+                    body.prologue_words, body.sliced, body.streamed_words,
                 )  # fmt: skip
                 vector_elements_at[at] = elements * count
         if code == "reduce":
@@ -593,7 +596,7 @@ class _Body:
 
     __slots__ = (
         "collective", "fused_ops", "geometry", "io", "major_reduced", "matmul_dtype",
-        "matmul_precision", "prologue_words", "sliced",
+        "matmul_precision", "prologue_words", "sliced", "streamed_words",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
@@ -629,6 +632,9 @@ class _Body:
             fused_operand_words(fusion, walks.geometries) if self.geometry else 0.0
         )
         self.sliced = {} if self.geometry else sliced_reads(fusion)
+        self.streamed_words = (
+            streamed_operand_words(fusion, walks.geometries) if self.geometry else 0.0
+        )
         self.major_reduced = (
             major_reduced_elements(i for i in instructions if i.opcode == "reduce")
             if "reduce" in counts

@@ -49,13 +49,16 @@ def vector_elements(
     updates_in_place: bool,
     prologue_words: float = 0.0,
     sliced: dict[int, int] | None = None,
+    streamed_words: float = 0.0,
 ) -> float:
     """Elements the op's loop passes through a vector unit: its largest array, capped by what its
     rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
     operands stream into the MXU: only its result passes, two elements to a 32-bit word whatever
     its width (:func:`result_pass`), or the operands a fused prologue computes
-    (``prologue_words``: :func:`linalg.fused_operand_words`), whichever is more (the kernel
-    pipelines the two streams, so each alone is a lower bound). A
+    (``prologue_words``: :func:`linalg.fused_operand_words`), or its wide operand where that
+    streams through the vector registers (``streamed_words``: :func:`linalg.streamed_operand_words`:
+    a decode step's attention scores), whichever is more (the kernel pipelines the streams, so
+    each alone is a lower bound). A
     buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
     fused or not) does not pass: only the update and the indices do; an operand a fusion reads
     only through slices passes only its largest slice (``sliced``: :func:`inplace.sliced_reads`). A sort or
@@ -87,7 +90,7 @@ def vector_elements(
         operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
     if geometry is not None:
         result_words = max((result_pass(leaf) for leaf in results), default=0.0)
-        return float(max(result_words, prologue_words))
+        return float(max(result_words, prologue_words, streamed_words))
     if instr.opcode == "sort" or (
         instr.opcode == "custom-call" and not no_vector_loop("custom-call", instr)
     ):
