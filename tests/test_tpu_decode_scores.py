@@ -49,7 +49,7 @@ def test_the_cache_streams_through_the_vector_unit_and_lands_in_the_band(chip, p
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_a_cache_xla_placed_in_vmem_does_not_stream(chip):
-    """A 34 MB cache sits in VMEM on v5e, v5p and v6e (XLA charges it about 3x less than the
+    """A 34 MB cache sits in VMEM on v5e, v5p and v6e (XLA charges it 2-3x less than the
     loop): the rule leaves it alone there, and the row stays a lower bound; on 7x it stays in HBM
     and streams."""
     program, shape = SMALL_CACHE

@@ -535,7 +535,7 @@ def streamed_operand_words(instr: Instruction, memo: dict | None = None) -> floa
     the operand's minor (lane) dimension (the keys of a KV cache, ``[b, s, h, d]``), the operand
     read from HBM. Each of its words then passes the vector unit once; XLA:TPU charges such
     products (decode's attention scores) at the loop rate per word, and one whose operand XLA
-    placed in VMEM about 3x less (docs/validation.md). 0 for any other matmul, or a fusion whose
+    placed in VMEM 2-3x less (docs/validation.md). 0 for any other matmul, or a fusion whose
     matmul sits in a nested fusion. ``instr``: a dot, a convolution or a fusion of one."""
     geometry = matmul_geometry(instr, memo)
     if geometry is None:
