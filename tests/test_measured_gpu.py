@@ -26,19 +26,21 @@ TRACES = HERE.parent / "fixtures" / "measured_gpu"
 CARDS = {"h100": "h100-sxm", "h200": "h200"}
 CASES = (
     "gpt_step", "gpt_step_graphs", "matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add",
-    "layernorm", "softmax", "attention_block", "attention_cudnn", "kv_decode",
+    "layernorm", "softmax", "attention_block", "attention_cudnn", "kv_decode", "convnet_step",
+    "nnx_lm_step",
 )  # fmt: skip
 PER_OP = tuple(c for c in CASES if c != "gpt_step_graphs")  # profiled without CUDA graphs
 
 # What the hardware reached against the datasheet roofs, on both cards, by the op's roofline time
-# per run (docs/validation.md): cuBLAS/Triton gemms of ≥ 50 µs a run at 0.72–0.90 of the dense
+# per run (docs/validation.md): cuBLAS/Triton gemms of ≥ 50 µs a run at 0.69–0.90 of the dense
 # bf16 peak (the datasheet's boost-clock figure; PyTorch's cuBLAS 8192³ reaches 0.76–0.80 in
 # records.json); memory-bound ops of ≥ 50 µs a run at a median 0.87–0.89 of HBM bandwidth, with
-# slower kernels XLA emits among them (a causal softmax over [8, 16, 2048, 2048] at 0.27–0.37).
+# slower kernels XLA emits among them (a causal softmax over [8, 16, 2048, 2048] at 0.27–0.37, a
+# max-pool's backward scatter at 0.20–0.25). cuDNN's convolutions are a class of their own.
 LARGE_RUN_S = 50e-6
 LARGE_S = 100e-6  # an op's time per step large enough to compare two runs of it
-GEMM_BAND = (0.7, 0.95)
-STREAM_BAND = (0.25, 1.0)
+GEMM_BAND = (0.65, 0.95)
+STREAM_BAND = (0.15, 1.0)
 STREAM_MEDIAN_MIN = 0.8
 
 
@@ -172,9 +174,10 @@ def test_efficiency_per_op_class(reports, card):
         ops = found[card, case].ops
         per_run = ops["t_roofline_s"] / ops["count"]
         large = ops[(per_run >= LARGE_RUN_S) & ops["efficiency"].notna()]
-        library = large["name"].str.contains("gemm|custom-call") & large["bound"].eq("compute")
-        gemm += list(large.loc[library, "efficiency"])
-        stream += list(large.loc[large["bound"].eq("memory"), "efficiency"])
+        conv = large["name"].str.startswith("cudnn-conv")  # a class of their own (below)
+        library = large["name"].str.contains("gemm|custom-call|matmul") & ~conv
+        gemm += list(large.loc[library & large["bound"].eq("compute"), "efficiency"])
+        stream += list(large.loc[large["bound"].eq("memory") & ~conv, "efficiency"])
     assert len(gemm) >= 20 and len(stream) >= 40
     assert all(GEMM_BAND[0] <= e <= GEMM_BAND[1] for e in gemm), sorted(gemm)
     assert all(STREAM_BAND[0] <= e <= STREAM_BAND[1] for e in stream), sorted(stream)
@@ -183,9 +186,8 @@ def test_efficiency_per_op_class(reports, card):
 
 @pytest.mark.parametrize("card", CARDS)
 def test_ops_faster_than_their_roof_say_why(reports, card):
-    """Where an op beat its roof the row says why; only one op in all these programs is put
-    down to its cost (a convert of a whole logits array fused before a gather of a few
-    elements, priced over the whole array: known, docs/validation.md)."""
+    """Where an op beat its roof the row says why, and none is put down to the chip's figures or
+    its cost: every one held data its producer had just written in the L2."""
     found, _ = reports
     causes = defaultdict(int)
     for case in PER_OP:
@@ -194,7 +196,7 @@ def test_ops_faster_than_their_roof_say_why(reports, card):
         assert faster["efficiency"].isna().all()
         for cause in faster["measurement_cause"]:
             causes[cause] += 1
-    assert causes["roof_low"] <= 1, dict(causes)
+    assert set(causes) <= {"in_cache"}, dict(causes)
 
 
 @pytest.mark.parametrize("card", CARDS)
@@ -230,16 +232,19 @@ def test_programs_without_library_calls_or_loops_match_xla_gpus_own_count(report
 # -- docs/validation.md's tables, rebuilt from the traces ---------------------------------------
 
 VALIDATION = HERE.parent / "docs" / "validation.md"
-PROGRAM_ROWS = ("gpt_step", "gpt_step_graphs", "kv_decode", "attention_block", "attention_cudnn",
-                "matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax")  # fmt: skip
+PROGRAM_ROWS = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "convnet_step", "kv_decode",
+                "attention_block", "attention_cudnn", "matmul_sweep", "matmul_8192", "fp8_matmul",
+                "f32_add", "layernorm", "softmax")  # fmt: skip
 
 
 def _op_class(row) -> str:
     per_run = row["t_roofline_s"] / row["count"]
     if row["opcode"] == "fusion-start":
         return "async copies (fusion-start)"
-    if str(row["name"]).startswith(("dot_product_attention", "cudnn")) or "fmha" in str(row["name"]):
+    if str(row["name"]).startswith("dot_product_attention") or "fmha" in str(row["name"]):
         return "cuDNN flash attention"
+    if str(row["name"]).startswith("cudnn-conv"):
+        return "cuDNN convolutions"
     if row["bound"] == "compute" and "gemm" in row["name"] or row["opcode"] == "custom-call":
         return "gemm ≥ 50 µs a run" if per_run >= LARGE_RUN_S else "gemm < 50 µs a run"
     if per_run < 10e-6:
