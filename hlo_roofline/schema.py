@@ -44,6 +44,8 @@ XLA_GAPS = {
     "vector_matmul": "a matrix-vector product (depthwise convolution): no MXU, vector loop",
     "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
     "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
+    "major_reduction": "a reduction over dimensions other than the lanes: XLA charges up to 8 "
+    "results a cycle per core, several times the same sum as slices and adds",
     "unexplained": "no unit the model has explains XLA's time",
 }
 
@@ -131,6 +133,10 @@ COLUMNS: tuple[Column, ...] = (
     _c("lane_reduced_elements", "float", "elements",
        "elements a standalone `reduce` folds across the lanes (its operand's minor-most dimension "
        "is reduced), per step", "cost"),
+    _c("major_reduced_elements", "float", "elements",
+       "elements a `reduce`, or a fusion's reduces, fold over dimensions other than the lanes (the "
+       "sublanes or a major dimension: a top-2 dispatch's two slots, experts, rows; none folds its "
+       "operand's minor-most dimension), per step; information only: no rate prices it", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "

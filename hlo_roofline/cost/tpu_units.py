@@ -10,6 +10,7 @@ reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import BOOKKEEPING, RULE_ERRORS, Cost
@@ -48,13 +49,16 @@ def vector_elements(
     updates_in_place: bool,
     prologue_words: float = 0.0,
     sliced: dict[int, int] | None = None,
+    streamed_words: float = 0.0,
 ) -> float:
     """Elements the op's loop passes through a vector unit: its largest array, capped by what its
     rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
     operands stream into the MXU: only its result passes, two elements to a 32-bit word whatever
     its width (:func:`result_pass`), or the operands a fused prologue computes
-    (``prologue_words``: :func:`linalg.fused_operand_words`), whichever is more (the kernel
-    pipelines the two streams, so each alone is a lower bound). A
+    (``prologue_words``: :func:`linalg.fused_operand_words`), or its wide operand where that
+    streams through the vector registers (``streamed_words``: :func:`linalg.streamed_operand_words`:
+    a decode step's attention scores), whichever is more (the kernel pipelines the streams, so
+    each alone is a lower bound). A
     buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
     fused or not) does not pass: only the update and the indices do; an operand a fusion reads
     only through slices passes only its largest slice (``sliced``: :func:`inplace.sliced_reads`). A sort or
@@ -86,7 +90,7 @@ def vector_elements(
         operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
     if geometry is not None:
         result_words = max((result_pass(leaf) for leaf in results), default=0.0)
-        return float(max(result_words, prologue_words))
+        return float(max(result_words, prologue_words, streamed_words))
     if instr.opcode == "sort" or (
         instr.opcode == "custom-call" and not no_vector_loop("custom-call", instr)
     ):
@@ -102,16 +106,40 @@ def vector_elements(
             for leaf in op.shape.leaves()
         ]  # fmt: skip
         return float(max([written_elements, *unsliced, *sliced.values()]))
-    # a result passes as its tile fills the registers; an operand is read at full rows
-    largest = max(written_elements, max(map(_elements, operands), default=0))
+    # a result passes as its tile fills the registers; an operand is read at full rows, except
+    # by a reduction, which folds the operand's own registers (:func:`_folds_registers`)
+    largest_operand = max(map(_elements, operands), default=0)
+    per_register = 1.0  # registers an operand element takes, relative to a full 8-row tile
+    if written_elements < largest_operand and _folds_registers(instr):
+        folded = max(operands, key=_elements)
+        per_register = register_elements(folded) / folded.elements
+        largest_operand *= per_register
+    largest = max(written_elements, largest_operand)
     width = DTYPE_BYTES.get
     smallest_item = min([width(leaf.dtype, 1) for leaf in leaves]) or 1
     written = sum([leaf.elements * width(leaf.dtype, 1) for leaf in results])
-    read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
+    read = max(cost.bytes_accessed - written, 0.0) / smallest_item * per_register  # the most read
     return float(min(largest, max(read, written_elements)))
 
 
 _elements = operator.attrgetter("elements")
+
+
+def _folds_registers(instr: Instruction) -> bool:
+    """A reduce, or a fusion whose root is one (a softmax's sum of exponentials, a routing
+    mask's count): its loop computes on the operand where it lies, in the operand's own
+    registers, and folds them into a smaller result, so the operand passes as its tile fills the
+    registers (:func:`register_elements`). A relayout instead converts what it reads into the tile
+    it writes, and is counted by that."""
+    if instr.opcode == "reduce":
+        return True
+    if instr.opcode != "fusion" or not instr.called:
+        return False
+    root = instr.called[0].root
+    roots = root.operands if root.opcode == "tuple" else (root,)
+    return any(r.opcode == "reduce" for r in roots)
+
+
 SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
 
 
@@ -148,15 +176,37 @@ def result_pass(leaf) -> float:
 def lane_reduced_elements(reduce: Instruction) -> float:
     """Elements a standalone reduce folds across the lanes: its operand's when the reduced
     dimensions include the operand's minor-most one (the 128 lanes of a TPU vector register)."""
+    folds = _folds_lanes(reduce)
+    return float(reduce.operands[0].shape.elements) if folds else 0.0
+
+
+def major_reduced_elements(reduces: Iterable[Instruction]) -> float:
+    """Elements ``reduces`` (a standalone reduce, or the reduces of one fused computation) fold
+    over dimensions other than the lanes (a top-2 dispatch's two slots, experts, rows): their
+    operands', where none of them folds its operand's minor-most dimension; 0 otherwise. The
+    vector unit adds such registers elementwise; XLA:TPU's estimate of these reduces can be
+    several times that of the same sum written as slices and adds (docs/validation.md)."""
+    total = 0.0
+    for reduce in reduces:
+        folds = _folds_lanes(reduce)
+        if folds is None or folds:
+            return 0.0
+        total += reduce.operands[0].shape.elements
+    return total
+
+
+def _folds_lanes(reduce: Instruction) -> bool | None:
+    """Whether a reduce's dimensions include its operand's minor-most one; None where it has no
+    array operand or its dimensions cannot be read."""
     if not reduce.operands or not reduce.operands[0].shape.is_array:
-        return 0.0
+        return None
     operand = reduce.operands[0].shape
     if not operand.dims:
-        return 0.0
+        return None
     layout = operand.layout
     minor = layout.minor_to_major[0] if layout and layout.minor_to_major else len(operand.dims) - 1
     try:
         reduced = attrs.ints(reduce, "dimensions")
     except RULE_ERRORS:
-        return 0.0
-    return float(operand.elements) if minor in reduced else 0.0
+        return None
+    return minor in reduced
