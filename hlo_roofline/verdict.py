@@ -21,6 +21,7 @@ from hlo_roofline import chips, interconnect, schedule, schema
 from hlo_roofline.chips import Chip
 from hlo_roofline.compute import (
     COMPUTE_UNITS,
+    column,
     compute_times,
     fills,
     kernel_mxu_flops,
@@ -243,7 +244,7 @@ def classify(
     floors = op_floors(ops, chip, matmul)
     pipelined = matmul_pipeline(
         chip, matmul & ~no_rate, ops.get("fused_ops", pd.Series("", index=ops.index)).to_numpy(),
-        unit_times, hbm_bytes, t_vmem,
+        unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", np.arange(len(ops)), 0.0),
     )  # fmt: skip
     t_roofline = np.maximum.reduce([times.max(axis=0), floors, pipelined])
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)

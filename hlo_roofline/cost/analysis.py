@@ -84,6 +84,7 @@ _RARE_DEFAULTS = {
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
     **dict.fromkeys(("vector_elements", "lane_reduced_elements", "kernel_mxu_flops"), 0.0),
     "xla_cycles": math.nan,
+    "tile_steps": 0.0,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
@@ -262,6 +263,7 @@ def rows(
     attributes_read: dict[str, tuple[tuple[str, str, str, str, str], str, str, bool]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     estimates: dict[str, float | None] = {}  # backend_config -> XLA:TPU's estimated cycles
+    tile_steps: dict[str, int] = {}  # backend_config -> steps of its tiling loop
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
@@ -381,6 +383,12 @@ def rows(
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
             if cycles is not None:
                 xla_cycles_at[at] = cycles * count
+            if code == "fusion":  # the tiling loop XLA:TPU compiled it into, where it wrote one
+                steps = tile_steps.get(backend_config)
+                if steps is None:
+                    steps = tile_steps[backend_config] = attrs.tile_steps(instr)
+                if steps:
+                    rare["tile_steps"][at] = steps * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put_vmem(vmem * count)
