@@ -112,8 +112,9 @@ COLUMNS: tuple[Column, ...] = (
        "XLA:TPU's own cost-model estimate for the op (`estimated_cycles` in its "
        "`backend_config`)", "cost"),
     _c("tile_steps", "float", "steps",
-       "steps of the tiling loop XLA:TPU compiled a matmul fusion into (the product of its "
-       "`window_config.iteration_bounds`), per step; 0 where the compiler wrote none", "cost"),
+       "steps of the tiling loop XLA:TPU compiled the op into (the product of its "
+       "`window_config.iteration_bounds`: one per tile of a matmul fusion's result, and of K "
+       "where K is split), per step; 0 where the compiler wrote none", "cost"),
     _c("prefetch_for", "text", "",
        "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
        "read is charged to them, the copy row takes no time", "cost"),

@@ -383,12 +383,11 @@ def rows(
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
             if cycles is not None:
                 xla_cycles_at[at] = cycles * count
-            if code == "fusion":  # the tiling loop XLA:TPU compiled it into, where it wrote one
-                steps = tile_steps.get(backend_config)
-                if steps is None:
-                    steps = tile_steps[backend_config] = attrs.tile_steps(instr)
-                if steps:
-                    rare["tile_steps"][at] = steps * count
+            steps = tile_steps.get(backend_config)  # the tiling loop XLA:TPU compiled it into
+            if steps is None:
+                steps = tile_steps[backend_config] = attrs.tile_steps(instr)
+            if steps:
+                rare["tile_steps"][at] = steps * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put_vmem(vmem * count)
