@@ -115,6 +115,10 @@ COLUMNS: tuple[Column, ...] = (
        "steps of the tiling loop XLA:TPU compiled the op into (the product of its "
        "`window_config.iteration_bounds`: one per tile of a matmul fusion's result, and of K "
        "where K is split), per step; 0 where the compiler wrote none", "cost"),
+    _c("tile_reread_bytes", "float", "bytes",
+       "HBM bytes a TPU matmul fusion's tiling loop reads beyond one read of each operand: an "
+       "operand tile is fetched again each time the loop moves to another of its tiles (the "
+       "`window_config`'s last dimension innermost; docs/cost-model.md), per step", "cost"),
     _c("prefetch_for", "text", "",
        "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
        "read is charged to them, the copy row takes no time", "cost"),

@@ -50,7 +50,13 @@ from hlo_roofline.cost.linalg import (
     matmul_geometry,
     matmul_io,
 )
-from hlo_roofline.cost.tpu_units import lane_reduced_elements, no_vector_loop, vector_elements
+from hlo_roofline.cost.tpu_units import (
+    VMEM,
+    lane_reduced_elements,
+    no_vector_loop,
+    tile_reread_bytes,
+    vector_elements,
+)
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.attribution import metadata_columns as _attribution  # rows' attribution
 from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape
@@ -71,7 +77,6 @@ _ARRAY_COLUMNS = {
     **dict.fromkeys(schema.names("cost", "int"), np.int64),
     **dict.fromkeys(schema.names("cost", "bool"), np.bool_),
 }
-VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 _GEOMETRY_COLUMNS = (
     "mm_batch", "mm_m", "mm_n", "mm_k", "mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "mm_split_k",
 )  # a matmul's (batch, M, N, K) and its MatmulIO, in their order  # fmt: skip
@@ -85,6 +90,7 @@ _RARE_DEFAULTS = {
     **dict.fromkeys(("vector_elements", "lane_reduced_elements", "kernel_mxu_flops"), 0.0),
     "xla_cycles": math.nan,
     "tile_steps": 0.0,
+    "tile_reread_bytes": 0.0,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
@@ -388,6 +394,10 @@ def rows(
                 steps = tile_steps[backend_config] = attrs.tile_steps(instr)
             if steps:
                 rare["tile_steps"][at] = steps * count
+                if geometry is not None and body is not None and not body.runs_collective:
+                    reread = tile_reread_bytes(instr, io, walks.geometries)  # operand rereads
+                    if reread:
+                        rare["tile_reread_bytes"][at] = reread * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put_vmem(vmem * count)
@@ -589,7 +599,7 @@ class _Body:
 
     __slots__ = (
         "collective", "fused_ops", "geometry", "io", "matmul_dtype", "matmul_precision",
-        "prologue_words", "sliced",
+        "prologue_words", "runs_collective", "sliced",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
@@ -618,6 +628,8 @@ class _Body:
             and attrs.async_marker(fusion) != attrs.ASYNC_COLLECTIVE_MARKERS[0]
         )  # a fusion that only continues (or finishes) a TPU async collective started earlier
         self.collective = None if continued else collective
+        # a collective matmul: its transfers, not its tiling loop, move the operands it gathers
+        self.runs_collective = collective is not None
         self.geometry = walks.geometry(fusion) if has_geometry else None
         self.io = walks.io(fusion) if self.geometry else None
         # the body's vector work, walked once however many fusions call it
