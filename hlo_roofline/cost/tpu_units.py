@@ -9,6 +9,7 @@ reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -166,6 +167,7 @@ def lane_reduced_elements(reduce: Instruction) -> float:
 
 
 _OPERAND_WINDOWS = ("input_window_bounds", "kernel_window_bounds")  # a matmul's lhs, rhs
+_MOST_ROLES = 6  # moving loop dimensions whose roles are tried together (4**6 ways at most)
 
 
 def tile_reread_bytes(fusion: Instruction, io: MatmulIO, memo: dict | None = None) -> float:
@@ -205,7 +207,7 @@ def tile_reread_bytes(fusion: Instruction, io: MatmulIO, memo: dict | None = Non
         for op, width in zip(matmul.operands, io[:2], strict=False)
     ]
     best = None
-    for lhs, rhs in _operand_dims(bounds, windows[0], windows[1], out_windows):
+    for lhs, rhs in _operand_dims(tuple(bounds), windows[0], windows[1], out_windows):
         reread = 0.0
         for dims, tiles, size in ((lhs, windows[0], sizes[0]), (rhs, windows[1], sizes[1])):
             if dims is None:
@@ -216,15 +218,16 @@ def tile_reread_bytes(fusion: Instruction, io: MatmulIO, memo: dict | None = Non
     return best or 0.0
 
 
+@functools.lru_cache(maxsize=1024)
 def _operand_dims(
-    bounds: list[int], lhs: int, rhs: int, out: int
+    bounds: tuple[int, ...], lhs: int, rhs: int, out: int
 ) -> list[tuple[tuple[int, ...] | None, tuple[int, ...] | None]]:
     """The loop dimensions each operand's windows move with, for every way of giving each moving
     dimension a role (M, N, K or a batch) under which the lhs, rhs and result have ``lhs``,
     ``rhs`` and ``out`` windows; without a result's count (0), each operand's own fits."""
     moving = [i for i, b in enumerate(bounds) if b > 1]
     found = []
-    if out:
+    if out and len(moving) <= _MOST_ROLES:
         for roles in itertools.product("MNKB", repeat=len(moving)):
             on = {side: tuple(i for i, r in zip(moving, roles, strict=True) if r in side)
                   for side in ("MKB", "NKB", "MNB")}  # fmt: skip
