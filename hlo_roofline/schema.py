@@ -113,6 +113,14 @@ COLUMNS: tuple[Column, ...] = (
     _c("xla_cycles", "float", "cycles",
        "XLA:TPU's own cost-model estimate for the op (`estimated_cycles` in its "
        "`backend_config`)", "cost"),
+    _c("tile_steps", "float", "steps",
+       "steps of the tiling loop XLA:TPU compiled the op into (the product of its "
+       "`window_config.iteration_bounds`: one per tile of a matmul fusion's result, and of K "
+       "where K is split), per step; 0 where the compiler wrote none", "cost"),
+    _c("tile_reread_bytes", "float", "bytes",
+       "HBM bytes a TPU matmul fusion's tiling loop reads beyond one read of each operand: an "
+       "operand tile is fetched again each time the loop moves to another of its tiles (the "
+       "`window_config`'s last dimension innermost; docs/cost-model.md), per step", "cost"),
     _c("prefetch_for", "text", "",
        "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
        "read is charged to them, the copy row takes no time", "cost"),

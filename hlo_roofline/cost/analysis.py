@@ -56,6 +56,7 @@ from hlo_roofline.cost.tpu_units import (
     lane_reduced_elements,
     major_reduced_elements,
     no_vector_loop,
+    tile_reread_bytes,
     vector_elements,
 )
 from hlo_roofline.hlo import attrs
@@ -94,6 +95,8 @@ _RARE_DEFAULTS = {
         0.0,
     ),
     "xla_cycles": math.nan,
+    "tile_steps": 0.0,
+    "tile_reread_bytes": 0.0,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
@@ -272,6 +275,7 @@ def rows(
     attributes_read: dict[str, tuple[tuple[str, str, str, str, str], str, str, bool]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     estimates: dict[str, float | None] = {}  # backend_config -> XLA:TPU's estimated cycles
+    tile_steps: dict[str, int] = {}  # backend_config -> steps of its tiling loop
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
@@ -393,6 +397,15 @@ def rows(
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
             if cycles is not None:
                 xla_cycles_at[at] = cycles * count
+            steps = tile_steps.get(backend_config)  # the tiling loop XLA:TPU compiled it into
+            if steps is None:
+                steps = tile_steps[backend_config] = attrs.tile_steps(instr)
+            if steps:
+                rare["tile_steps"][at] = steps * count
+                if geometry is not None and body is not None and not body.runs_collective:
+                    reread = tile_reread_bytes(instr, io, walks.geometries)  # operand rereads
+                    if reread:
+                        rare["tile_reread_bytes"][at] = reread * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put_vmem(vmem * count)
@@ -598,7 +611,7 @@ class _Body:
 
     __slots__ = (
         "collective", "fused_ops", "geometry", "io", "major_reduced", "matmul_dtype",
-        "matmul_precision", "prologue_words", "sliced", "streamed_words",
+        "matmul_precision", "prologue_words", "runs_collective", "sliced", "streamed_words",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
@@ -627,6 +640,8 @@ class _Body:
             and attrs.async_marker(fusion) != attrs.ASYNC_COLLECTIVE_MARKERS[0]
         )  # a fusion that only continues (or finishes) a TPU async collective started earlier
         self.collective = None if continued else collective
+        # a collective matmul: its transfers, not its tiling loop, move the operands it gathers
+        self.runs_collective = collective is not None
         self.geometry = walks.geometry(fusion) if has_geometry else None
         self.io = walks.io(fusion) if self.geometry else None
         # the body's vector work, walked once however many fusions call it

@@ -429,6 +429,13 @@ def _largest_matmul(body, memo: dict) -> Instruction | None:
     return found
 
 
+def fused_matmul(fusion: Instruction, memo: dict | None = None) -> Instruction | None:
+    """The matmul of the largest geometry in a fusion's body (None for another op)."""
+    if fusion.opcode != "fusion" or not fusion.called:
+        return None
+    return _largest_matmul(fusion.called[0], {} if memo is None else memo)
+
+
 def _read_from(value: Instruction) -> Instruction:
     """The array a fused matmul operand is read from: up through converts, relayouts, slices."""
     while value.opcode in _READS_THROUGH and value.operands:

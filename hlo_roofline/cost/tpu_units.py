@@ -9,6 +9,9 @@ reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import operator
 from collections.abc import Iterable
 
@@ -16,7 +19,13 @@ from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import BOOKKEEPING, RULE_ERRORS, Cost
 from hlo_roofline.cost.control_flow import CONTAINERS
 from hlo_roofline.cost.inplace import in_place
-from hlo_roofline.cost.linalg import comparison_passes, words
+from hlo_roofline.cost.linalg import (
+    VMEM_SPACE,
+    MatmulIO,
+    comparison_passes,
+    fused_matmul,
+    words,
+)
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction, Shape
 
@@ -27,6 +36,7 @@ _NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
     "replica-id",
 }  # fmt: skip
 _ASYNC_HALVES = ("-start", "-update", "-done")
+VMEM = VMEM_SPACE  # a TPU's vector memory (one owner: cost.linalg)
 _IN_PLACE_OPS = frozenset({"dynamic-update-slice", "scatter", "fusion"})
 # Library selections that run on the TensorCore's vector unit: priced by their comparison passes.
 _SELECTIONS = frozenset(custom_call.SELECTION_TARGETS) - {"GatherScatterIndicesBitpacked"}
@@ -210,3 +220,127 @@ def _folds_lanes(reduce: Instruction) -> bool | None:
     except RULE_ERRORS:
         return None
     return minor in reduced
+
+
+_OPERAND_WINDOWS = ("input_window_bounds", "kernel_window_bounds")  # a matmul's lhs, rhs
+_MOST_ROLES = 6  # moving loop dimensions whose roles are tried together (4**6 ways at most)
+
+
+def tile_reread_bytes(fusion: Instruction, io: MatmulIO, memo: dict | None = None) -> float:
+    """HBM bytes a TPU matmul fusion's tiling loop reads beyond one read of each operand.
+
+    XLA:TPU writes the loop in the fusion's ``window_config``: ``iteration_bounds`` (the loop's
+    dimensions, the last innermost) and the windows of the result and of each operand
+    (``output_window_bounds``, ``input_window_bounds``, ``kernel_window_bounds``, in layout
+    tiles). Each loop dimension walks M (the lhs and the result), N (the rhs and the result), K
+    (both operands) or a batch (all three); the roles are those whose bounds multiply to each
+    array's number of windows. An operand's window is fetched again each time a dimension it
+    depends on moves, so an operand of t windows whose innermost dimension is the i-th is read
+    prod(bounds[:i + 1]) / t times: a weight gradient tiled over its result rereads one input
+    once per window of the other, a K split innermost rereads both every step. Where several
+    roles fit, the fewest rereads count (a lower bound); operands read from VMEM (``S(1)``) are
+    free."""
+    config = attrs.backend_config(fusion).get("window_config")
+    if not isinstance(config, dict):
+        return 0.0
+    try:
+        bounds = [int(b) for b in config.get("iteration_bounds", [])]
+    except (TypeError, ValueError):
+        return 0.0
+    matmul = fused_matmul(fusion, memo)
+    if matmul is None or math.prod(bounds) <= 1 or len(matmul.operands) < 2:
+        return 0.0
+    result = fusion.shape.leaves()[0] if fusion.shape.leaves() else fusion.shape
+    windows = [
+        _windows(op.shape, config.get(key))
+        for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)
+    ]
+    out_windows = _windows(result, config.get("output_window_bounds"))
+    if not all(windows):
+        return 0.0
+    sizes = [
+        0.0 if _reads_vmem(op, op.shape.elements) else op.shape.elements * width
+        for op, width in zip(matmul.operands, io[:2], strict=False)
+    ]
+    best = None
+    for lhs, rhs in _operand_dims(tuple(bounds), windows[0], windows[1], out_windows):
+        reread = 0.0
+        for dims, tiles, size in ((lhs, windows[0], sizes[0]), (rhs, windows[1], sizes[1])):
+            if dims is None:
+                continue
+            reads = math.prod(bounds[: max(dims) + 1]) if dims else 1
+            reread += max(reads - tiles, 0) * size / tiles
+        best = reread if best is None else min(best, reread)
+    return best or 0.0
+
+
+@functools.lru_cache(maxsize=1024)
+def _operand_dims(
+    bounds: tuple[int, ...], lhs: int, rhs: int, out: int
+) -> list[tuple[tuple[int, ...] | None, tuple[int, ...] | None]]:
+    """The loop dimensions each operand's windows move with, for every way of giving each moving
+    dimension a role (M, N, K or a batch) under which the lhs, rhs and result have ``lhs``,
+    ``rhs`` and ``out`` windows; without a result's count (0), each operand's own fits."""
+    moving = [i for i, b in enumerate(bounds) if b > 1]
+    found = []
+    if out and len(moving) <= _MOST_ROLES:
+        for roles in itertools.product("MNKB", repeat=len(moving)):
+            on = {side: tuple(i for i, r in zip(moving, roles, strict=True) if r in side)
+                  for side in ("MKB", "NKB", "MNB")}  # fmt: skip
+            if all(math.prod(bounds[i] for i in on[side]) == count
+                   for side, count in (("MKB", lhs), ("NKB", rhs), ("MNB", out))):  # fmt: skip
+                found.append((on["MKB"], on["NKB"]))
+        if found:
+            return found
+    own = [
+        [dims for size in range(len(moving) + 1) for dims in itertools.combinations(moving, size)
+         if math.prod(bounds[i] for i in dims) == count]
+        for count in (lhs, rhs)
+    ]  # fmt: skip
+    # an operand no set of dimensions fits is counted as read once (None)
+    return [(a, b) for a in own[0] or [None] for b in own[1] or [None]]
+
+
+def _windows(shape: Shape, window: object) -> int:
+    """How many windows of ``window`` (one bound per dimension, major to minor, the minor ones
+    in units of the layout's tile) cover an array; 0 where they do not describe it."""
+    layout = shape.layout
+    if not shape.is_array or layout is None or not isinstance(window, list):
+        return 0
+    order = list(reversed(layout.minor_to_major)) if layout.minor_to_major else []
+    if len(order) != len(window) or not order:
+        return 0
+    tile = layout.tiles[0] if layout.tiles else ()
+    count = 1
+    for position, (dim, bound) in enumerate(zip(order, window, strict=True)):
+        try:
+            size = int(bound)
+        except (TypeError, ValueError):
+            return 0
+        from_minor = len(order) - position  # 1: the minor-most dimension
+        if from_minor <= len(tile):
+            size *= tile[-from_minor]
+        if size <= 0:
+            return 0
+        count *= -(-shape.dims[dim] // size)
+    return count
+
+
+def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
+    """Every array of at least half ``elements`` that ``value`` is computed from within its
+    fusion (the fusion's parameters, through nested fusions) sits in VMEM."""
+    params: list[Instruction] = []
+    stack, seen = [value], set()
+    while stack and len(seen) < 256:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if item.opcode == "parameter":
+            params.append(item)
+        else:
+            stack.extend(item.operands)
+    large = [p for p in params if p.shape.is_array and 2 * p.shape.elements >= elements]
+    return bool(large) and all(
+        p.shape.layout is not None and p.shape.layout.memory_space == VMEM for p in large
+    )
