@@ -144,11 +144,11 @@ def span_bounds(span: int) -> tuple[int, int]:
     return start, start + (span & _SPAN_MASK)
 
 
-# How many instructions of fused computations keep their split (and decoded) attributes at once:
-# the oldest goes back to its text (split again if asked again). The rules read a fused op's
-# attributes once, while they price its fusion; kept for every one they were a third of a large
-# module's analysis memory. An op outside fusions keeps them: it is a row of the report, whose
-# builder reads them again.
+# How many instructions keep their split (and decoded) attributes at once: the oldest goes back
+# to its text (split again if asked again). The rules read a fused op's attributes once, while they
+# price its fusion, and the parser a caller's once, to link its callees; kept for every one they
+# were half of a large module's parsed memory. A module of up to a few thousand splits (GPT-2's
+# step: 2k) never splits one twice.
 _KEEP_SPLIT = 4096
 _kept_splits: deque[tuple[weakref.ref, str | int]] = deque()
 
@@ -235,9 +235,7 @@ class Instruction:
         if attrs.__class__ is not dict:
             unsplit = attrs
             attrs = self._attrs = split_attributes(self.attr_text)
-            computation = self.computation
-            if computation is None or computation.is_fusion:
-                _keep_split(self, unsplit)
+            _keep_split(self, unsplit)
         return attrs
 
     @property
