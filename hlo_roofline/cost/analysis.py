@@ -64,6 +64,9 @@ _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 
 
 _ROWS_PER_CHUNK = 4096
+# How many entries each of the rows' memos (by attribute or metadata text, by fused body) may hold
+# between chunks; past that it starts again. GPT-2's step has 743 distinct attribute texts.
+_MEMO_KEPT = 8192
 _FLOAT_COLUMNS = schema.names("cost", "float")
 # Columns kept as NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
 _ARRAY_COLUMNS = {
@@ -414,6 +417,9 @@ def rows(
         if in_chunk == _ROWS_PER_CHUNK:
             table.take(columns, rare, ops, shapes_in_chunk, metas_in_chunk, loops, consume)
             in_chunk = 0
+            for memo in (attributes_read, metadata, stacks, callers, bodies, fusion_kinds, estimates):
+                if len(memo) > _MEMO_KEPT:  # mostly texts seen once: a large module's would
+                    memo.clear()  # hold a copy of half its attribute text until the table is made
     table.take(columns, rare, ops, shapes_in_chunk, metas_in_chunk, loops, consume)
     return table.columns
 
