@@ -21,6 +21,7 @@ from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import (
     BOOKKEEPING,
     COST_MODELS,
+    COSTS_KEPT,
     RULE_ERRORS,
     Cost,
     CostContext,
@@ -66,7 +67,7 @@ _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 _ROWS_PER_CHUNK = 4096
 # How many entries each of the rows' memos (by attribute or metadata text, by fused body) may hold
 # between chunks; past that it starts again. GPT-2's step has 743 distinct attribute texts.
-_MEMO_KEPT = 8192
+_MEMO_KEPT = 4096
 _FLOAT_COLUMNS = schema.names("cost", "float")
 # Columns kept as NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
 _ARRAY_COLUMNS = {
@@ -167,6 +168,7 @@ class _Walk:
         """Price ``comp``'s ops ``count`` times each; ``note`` and ``short`` (the count is a lower
         bound) come from the loops and branches around them."""
         ctx = self.ctx
+        costs = ctx._computation_costs
         for instr in comp.instructions:
             if instr.opcode in CONTAINERS and depth < 64:
                 opened = yield from self.open(instr, count, note, short, depth)
@@ -178,6 +180,8 @@ class _Walk:
             if short:
                 cost = cost.replace(lower_bound=True)
             yield _priced_op(PricedOp, (instr, count, cost))
+            if len(costs) > COSTS_KEPT:  # (between two ops: what the rules remember can go)
+                ctx.trim()
 
     def open(
         self, instr: Instruction, count: float, note: str | None, short: bool, depth: int
@@ -306,7 +310,8 @@ def rows(
     vector_elements_at = rare["vector_elements"]
     put_vmem, put_dtype = put["vmem_bytes"], put["dtype"]
     append_shape, append_meta = shapes_in_chunk.append, metas_in_chunk.append
-    memos = (attributes_read, metadata, stacks, callers, bodies, fusion_kinds, estimates)
+    memos = (attributes_read, metadata, stacks, callers, bodies, fusion_kinds, estimates, groups)
+    memos += (walks.collectives, walks.geometries)
     for op in ops:  # (consume: a chunk of rows made, its ops become None)
         append_op(op)
         instr, count, cost = op
