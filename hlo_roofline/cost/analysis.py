@@ -67,7 +67,7 @@ _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 _ROWS_PER_CHUNK = 4096
 # How many entries each of the rows' memos (by attribute or metadata text, by fused body) may hold
 # between chunks; past that it starts again. GPT-2's step has 743 distinct attribute texts.
-_MEMO_KEPT = 4096
+_MEMO_KEPT = 2048
 _FLOAT_COLUMNS = schema.names("cost", "float")
 # Columns kept as NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
 _ARRAY_COLUMNS = {

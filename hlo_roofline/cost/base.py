@@ -368,7 +368,7 @@ def element_bytes(shape: Shape) -> float:
 USERS_KEPT = 2048
 # How many fused computations' costs a walk remembers before it forgets them and what its rules
 # memoized (:meth:`CostContext.trim`). GPT-2's step remembers 1,162.
-COSTS_KEPT = 4096
+COSTS_KEPT = 2048
 
 
 @dataclass
