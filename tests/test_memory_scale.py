@@ -140,3 +140,64 @@ def _values(column: pd.Series) -> np.ndarray:
     """The array a column holds (a string column's objects, under pandas' string type)."""
     array = column.array
     return array._ndarray if hasattr(array, "_ndarray") else column.to_numpy()
+
+
+def test_a_streamed_walk_makes_the_same_rows_and_summary_holding_a_chunk_at_most(
+    gpt2_text, monkeypatch
+):
+    """``analyze_hlo``'s stream (the walk priced as its rows are made) gives the rows and totals
+    of the walk's list, and no more than a chunk of priced ops is ever waiting for its rows."""
+    from hlo_roofline.cost import analysis
+
+    module = parse_module(gpt2_text)
+    ops = cost.walk(module, "roofline", pad_to_tiles=True)
+    listed = cost.rows(module, ops, pad_to_tiles=True)
+    waiting = []
+    take = analysis._Table.take
+    monkeypatch.setattr(
+        analysis._Table,
+        "take",
+        lambda table, *a: (waiting.append(given[0] - table.done), take(table, *a)),
+    )
+    given = [0]
+
+    def counted(stream):
+        for op in stream:
+            given[0] += 1
+            yield op
+
+    totals: dict = {}
+    priced = cost.tallied(counted(cost.priced(module, "roofline", True)), "roofline", totals)
+    streamed = cost.rows(module, priced, pad_to_tiles=True)
+    assert given[0] == len(ops) > analysis._ROWS_PER_CHUNK
+    assert 0 < max(waiting) <= analysis._ROWS_PER_CHUNK
+    assert totals == cost.summarize(ops, "roofline")
+    for name, values in listed.items():
+        assert values.dtype == streamed[name].dtype, name
+        np.testing.assert_array_equal(values, streamed[name], err_msg=name)
+
+
+def test_what_the_analysis_forgets_it_works_out_again_the_same(gpt2_text, monkeypatch):
+    """Every bound on what a walk and its rows remember (split attributes, users, computations'
+    costs and the rules' memos, the rows' memos), made tiny, changes no value of the report: the
+    forgotten is worked out again, the same."""
+    from hlo_roofline.cost import analysis, base
+
+    def report():
+        return Report.from_columns(*_analyzed(parse_module(gpt2_text)), "m").ops
+
+    plain = report()
+    monkeypatch.setattr(ir, "_KEEP_SPLIT", 3)
+    monkeypatch.setattr(base, "USERS_KEPT", 2)
+    monkeypatch.setattr(analysis, "COSTS_KEPT", 2)
+    monkeypatch.setattr(base, "COSTS_KEPT", 2)
+    monkeypatch.setattr(analysis, "_MEMO_KEPT", 2)
+    monkeypatch.setattr(analysis, "_ROWS_PER_CHUNK", 512)  # the rows' memos trimmed often
+    forgetful = report()
+    pd.testing.assert_frame_equal(plain, forgetful, check_exact=True)
+
+
+def _analyzed(module) -> tuple[dict, dict]:
+    totals: dict = {}
+    stream = cost.tallied(cost.priced(module, "roofline", True), "roofline", totals)
+    return cost.rows(module, stream, pad_to_tiles=True), totals
