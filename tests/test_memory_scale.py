@@ -201,3 +201,37 @@ def _analyzed(module) -> tuple[dict, dict]:
     totals: dict = {}
     stream = cost.tallied(cost.priced(module, "roofline", True), "roofline", totals)
     return cost.rows(module, stream, pad_to_tiles=True), totals
+
+
+SHARED_BODY = """HloModule m, is_scheduled=true
+
+%body (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %n = f32[4]{0} negate(%p)
+}
+
+%cond (c: f32[4]) -> pred[] {
+  %c = f32[4]{0} parameter(0)
+  ROOT %t = pred[] constant(false)
+}
+
+ENTRY %e (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %f = f32[4]{0} fusion(%x), kind=kLoop, calls=%body
+  ROOT %w = f32[4]{0} while(%f), condition=%cond, body=%body
+}
+"""
+
+
+def test_a_stream_with_more_rows_than_its_bound_is_made_whole():
+    """A body both fused and a loop's is left out of the rows' bound (fused computations make no
+    rows) yet walked: the stream's arrays grow, and the rows are the walk list's."""
+    from hlo_roofline.cost import analysis
+
+    module = parse_module(SHARED_BODY)
+    streamed = cost.rows(module, cost.priced(module, "roofline", True), pad_to_tiles=True)
+    listed = cost.rows(module, cost.walk(module, "roofline", True), pad_to_tiles=True)
+    assert len(streamed["name"]) == 6 > analysis._most_rows(module)
+    for name, values in listed.items():
+        assert values.dtype == streamed[name].dtype, name
+        np.testing.assert_array_equal(values, streamed[name], err_msg=name)
