@@ -310,141 +310,148 @@ def rows(
     append_shape, append_meta = shapes_in_chunk.append, metas_in_chunk.append
     memos = (attributes_read, metadata, stacks, callers, bodies, fusion_kinds, estimates, groups)
     memos += (walks.collectives, walks.geometries)
-    stream = iter(ops)
-    # a chunk of ops at a time (a stream's walk prices a chunk, then its rows are made: each
-    # keeps its working set; one op at a time would take turns with it)
-    for chunk in iter(lambda: list(itertools.islice(stream, _ROWS_PER_CHUNK)), []):
-        for instr, count, cost in chunk:  # (consume: its rows made, the ops become None)
-            code = instr.opcode
-            text = instr.attr_text
-            read = attributes_read.get(text) if text is not None else None
-            if read is None:  # split here, not kept by the instruction: one read of many rows
-                split = instr.peek_attrs()
-                meta_text = split.get("metadata", "")
-                meta = metadata.get(meta_text)
-                if meta is None:
-                    meta = metadata[meta_text] = _attribution(
-                        attrs.parse_metadata(meta_text), module, stacks, callers, user_packages
-                    )
-                config = split.get("backend_config", "")
-                read = (meta, split.get("kind", ""), config, "estimated_cycles" in config)
-                if text is not None:
-                    attributes_read[text] = read
-            meta, kind_attr, backend_config, has_estimate = read
-            described = shapes.get(id(instr.shape))
-            if described is None:
-                leaves = instr.shape.leaves()
-                first = leaves[0].dtype if leaves else instr.shape.dtype
-                described = shapes[id(instr.shape)] = (str(instr.shape), first)
-            dtype = described[1]
-            found = geometry = io = None
-            body = None
-            at = in_chunk  # the row's place in its chunk: where a rare column's value goes
-            if code == "fusion":
-                config_key = (kind_attr, backend_config)
-                kind = fusion_kinds.get(config_key)
-                if kind is None:
-                    kind = fusion_kinds[config_key] = attrs.fusion_kind(instr)
-                fusion_kinds_at[at] = kind
-                if instr.called:
-                    body = bodies.get(id(instr.called[0]))
-                    if body is None:
-                        if in_flight is None:
-                            in_flight = attrs.in_flight_channels(module)
-                        body = bodies[id(instr.called[0])] = _Body(instr, walks, in_flight)
-                    found, geometry, io = body.collective, body.geometry, body.io
-                    fused_ops_at[at] = body.fused_ops
-                    dtype = body.matmul_dtype or dtype
-                    precision_at[at] = body.matmul_precision
-            else:
-                if code in _MATMULS and instr.operands:
-                    dtype = instr.operands[0].shape.dtype
-                own = own_collective.get(code)
-                if own is None:
-                    own = own_collective[code] = (
-                        not code.endswith("-done") and code.removesuffix("-start") in COLLECTIVES
-                    )
-                if own:
-                    found = instr
-                elif code == "async-start":
-                    found = walks.collective(instr)
-                if code in _WITH_GEOMETRY:
-                    geometry = walks.geometry(instr)
-                    if geometry:
-                        precision_at[at] = _precision(instr)
-                        io = walks.io(instr)
-                        if code == "custom-call":  # a library gemm runs in its inputs' type (fp8
-                            dtype = instr.operands[0].shape.dtype  # in, bf16 out: the fp8 rate)
-            if geometry is not None:
-                if io is None:  # a matmul whose arrays cannot be traced: its own types
-                    io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)
-                for name, value in zip(_GEOMETRY_COLUMNS, (*geometry, *io), strict=True):
-                    rare[name][at] = value
-            if found is not None:
-                known = groups.get(id(found))
-                if known is None:
-                    known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
-                collective_at[at], replica_group_at[at] = known
-                group_size_at[at] = _group_size(found, module)
-            if code == "fusion" or code.endswith("-done"):
-                start = _async_start(instr)
-                if start is not None:
-                    waits_for_at[at] = start.name
-            vmem = 0
-            # bytes of its operands and results in VMEM (each shape's worked out once)
-            if vmem_layouts:
-                vmem = vmem_of(id(instr.shape))
-                if vmem is None:
-                    vmem = _shape_vmem_bytes(instr.shape, in_vmem, pad_to_tiles)
-                for op in instr.operands:
-                    size = vmem_of(id(op.shape))
-                    if size is None:
-                        size = _shape_vmem_bytes(op.shape, in_vmem, pad_to_tiles)
-                    vmem += size
-            if has_estimate:  # decoded once per distinct config
-                # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
-                cycles = estimates.get(backend_config, _UNREAD)
-                if cycles is _UNREAD:
-                    cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
-                if cycles is not None:
-                    xla_cycles_at[at] = cycles * count
-            # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
-            if vmem:
-                vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
-            put_vmem(vmem * count)
-            put_dtype(dtype)
-            append_shape(described)
-            append_meta(meta)
-            if cost.notes:
-                note_at[at] = "; ".join(cost.notes)
-            if code == "copy-start" and id(instr) in prefetches:
-                rare["prefetch_for"][at] = prefetches[id(instr)]
-            if found is None:
-                vector_loop = no_loop.get(code)
-                if vector_loop is None:  # per opcode, except a custom call's (by its target)
-                    vector_loop = not no_vector_loop(code, instr)
-                    if code != "custom-call":
-                        no_loop[code] = vector_loop
-                if vector_loop and body is None:
-                    elements = vector_elements(instr, cost, geometry, False)
-                    vector_elements_at[at] = elements * count
-                elif vector_loop:
-                    elements = vector_elements(
-                        instr, cost, geometry, "dynamic-update-slice" in body.fused_ops,
-                        body.prologue_words, body.sliced,
-                    )  # fmt: skip
-                    vector_elements_at[at] = elements * count
-            if code == "reduce":
-                rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
-            if cost.mxu_flops:
-                rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
-            in_chunk += 1
-        table.take(columns, rare, chunk, shapes_in_chunk, metas_in_chunk, loops, released)
-        in_chunk = 0
-        for memo in memos:
-            if len(memo) > _MEMO_KEPT:  # mostly texts seen once: a large module's would
-                memo.clear()  # hold a copy of half its attribute text until the table is made
+    # the ops a chunk at a time (a stream's walk prices a chunk, then its rows are made: each
+    # keeps its working set; one op at a time, the two would take turns with theirs)
+    chunk: list[PricedOp] = []  # this chunk's ops
+    append_op = chunk.append
+    for op in _by_chunks(ops):  # (consume: a chunk of rows made, its ops become None)
+        append_op(op)
+        instr, count, cost = op
+        code = instr.opcode
+        text = instr.attr_text
+        read = attributes_read.get(text) if text is not None else None
+        if read is None:  # split here, not kept by the instruction: one read of many rows
+            split = instr.peek_attrs()
+            meta_text = split.get("metadata", "")
+            meta = metadata.get(meta_text)
+            if meta is None:
+                meta = metadata[meta_text] = _attribution(
+                    attrs.parse_metadata(meta_text), module, stacks, callers, user_packages
+                )
+            config = split.get("backend_config", "")
+            read = (meta, split.get("kind", ""), config, "estimated_cycles" in config)
+            if text is not None:
+                attributes_read[text] = read
+        meta, kind_attr, backend_config, has_estimate = read
+        described = shapes.get(id(instr.shape))
+        if described is None:
+            leaves = instr.shape.leaves()
+            first = leaves[0].dtype if leaves else instr.shape.dtype
+            described = shapes[id(instr.shape)] = (str(instr.shape), first)
+        dtype = described[1]
+        found = geometry = io = None
+        body = None
+        at = in_chunk  # the row's place in its chunk: where a rare column's value goes
+        if code == "fusion":
+            config_key = (kind_attr, backend_config)
+            kind = fusion_kinds.get(config_key)
+            if kind is None:
+                kind = fusion_kinds[config_key] = attrs.fusion_kind(instr)
+            fusion_kinds_at[at] = kind
+            if instr.called:
+                body = bodies.get(id(instr.called[0]))
+                if body is None:
+                    if in_flight is None:
+                        in_flight = attrs.in_flight_channels(module)
+                    body = bodies[id(instr.called[0])] = _Body(instr, walks, in_flight)
+                found, geometry, io = body.collective, body.geometry, body.io
+                fused_ops_at[at] = body.fused_ops
+                dtype = body.matmul_dtype or dtype
+                precision_at[at] = body.matmul_precision
+        else:
+            if code in _MATMULS and instr.operands:
+                dtype = instr.operands[0].shape.dtype
+            own = own_collective.get(code)
+            if own is None:
+                own = own_collective[code] = (
+                    not code.endswith("-done") and code.removesuffix("-start") in COLLECTIVES
+                )
+            if own:
+                found = instr
+            elif code == "async-start":
+                found = walks.collective(instr)
+            if code in _WITH_GEOMETRY:
+                geometry = walks.geometry(instr)
+                if geometry:
+                    precision_at[at] = _precision(instr)
+                    io = walks.io(instr)
+                    if code == "custom-call":  # a library gemm runs in its inputs' type (fp8 in,
+                        dtype = instr.operands[0].shape.dtype  # bf16 out: the fp8 rate)
+        if geometry is not None:
+            if io is None:  # a matmul whose arrays cannot be traced: its own types
+                io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)
+            for name, value in zip(_GEOMETRY_COLUMNS, (*geometry, *io), strict=True):
+                rare[name][at] = value
+        if found is not None:
+            known = groups.get(id(found))
+            if known is None:
+                known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
+            collective_at[at], replica_group_at[at] = known
+            group_size_at[at] = _group_size(found, module)
+        if code == "fusion" or code.endswith("-done"):
+            start = _async_start(instr)
+            if start is not None:
+                waits_for_at[at] = start.name
+        vmem = 0
+        if vmem_layouts:  # bytes of its operands and results in VMEM (each shape's worked out once)
+            vmem = vmem_of(id(instr.shape))
+            if vmem is None:
+                vmem = _shape_vmem_bytes(instr.shape, in_vmem, pad_to_tiles)
+            for op in instr.operands:
+                size = vmem_of(id(op.shape))
+                vmem += _shape_vmem_bytes(op.shape, in_vmem, pad_to_tiles) if size is None else size
+        if has_estimate:  # decoded once per distinct config
+            # XLA:TPU's own estimate of the op, shown beside the roofline (never in it)
+            cycles = estimates.get(backend_config, _UNREAD)
+            if cycles is _UNREAD:
+                cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
+            if cycles is not None:
+                xla_cycles_at[at] = cycles * count
+        if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
+            vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
+        put_vmem(vmem * count)
+        put_dtype(dtype)
+        append_shape(described)
+        append_meta(meta)
+        if cost.notes:
+            note_at[at] = "; ".join(cost.notes)
+        if code == "copy-start" and id(instr) in prefetches:
+            rare["prefetch_for"][at] = prefetches[id(instr)]
+        if found is None:
+            vector_loop = no_loop.get(code)
+            if vector_loop is None:  # per opcode, except a custom call's (by its target)
+                vector_loop = not no_vector_loop(code, instr)
+                if code != "custom-call":
+                    no_loop[code] = vector_loop
+            if vector_loop and body is None:
+                elements = vector_elements(instr, cost, geometry, False)
+                vector_elements_at[at] = elements * count
+            elif vector_loop:
+                elements = vector_elements(
+                    instr, cost, geometry, "dynamic-update-slice" in body.fused_ops,
+                    body.prologue_words, body.sliced,
+                )  # fmt: skip
+                vector_elements_at[at] = elements * count
+        if code == "reduce":
+            rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
+        if cost.mxu_flops:
+            rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
+        in_chunk += 1
+        if in_chunk == _ROWS_PER_CHUNK:
+            table.take(columns, rare, chunk, shapes_in_chunk, metas_in_chunk, loops, released)
+            in_chunk = 0
+            for memo in memos:
+                if len(memo) > _MEMO_KEPT:  # mostly texts seen once: a large module's would
+                    memo.clear()  # hold a copy of half its attribute text until the table is made
+    table.take(columns, rare, chunk, shapes_in_chunk, metas_in_chunk, loops, released)
     return table.cut()
+
+
+def _by_chunks(ops: Iterable[PricedOp]) -> Iterator[PricedOp]:
+    """``ops`` one at a time, read from their source a chunk at a time (in C)."""
+    stream = iter(ops)
+    chunks = iter(lambda: list(itertools.islice(stream, _ROWS_PER_CHUNK)), [])
+    return itertools.chain.from_iterable(chunks)
 
 
 def _most_rows(module: Module) -> int:
