@@ -13,7 +13,7 @@ module adds, per instruction and per byte of text. The last line is the ratio of
 per-instruction time to the smallest: 1.0 is perfectly linear. Nothing here is asserted.
 
 With ``--stages`` each size is also run once more, step by step as ``analyze_hlo`` runs it (read,
-parse, walk, rows, table), printing the resident memory after each step and its peak so far, as
+parse, the walk and its rows, table), printing the resident memory after each step and its peak so far, as
 multiples of the text: where the bytes per instruction go.
 """
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import generate_module  # noqa: E402
 
 RUN = ROOT / "benchmarks" / "run.py"  # its --child mode parses and analyzes one file
-STAGES = ("read", "parse", "walk", "rows", "table")
+STAGES = ("read", "parse", "rows", "table")  # the walk is priced as its rows are made
 
 # The steps of ``analyze_hlo`` one by one (its cost model, no chip), in a fresh interpreter: the
 # resident memory after each (``/proc/self/status``: now, and the peak since the imports).
@@ -59,11 +59,10 @@ marks.append(rss())
 module = parse_module(text)
 marks.append(rss())
 with gc_paused():
-    ops = cost.walk(module, "roofline", pad_to_tiles=True)
-    summary = {**cost.summarize(ops, "roofline"), "memory": memory.from_module(module)}
-    marks.append(rss())
-    columns = cost.rows(module, ops, pad_to_tiles=True, consume=True)
-    del ops
+    totals = {}
+    ops = cost.tallied(cost.priced(module, "roofline", pad_to_tiles=True), "roofline", totals)
+    columns = cost.rows(module, ops, pad_to_tiles=True)
+    summary = {**totals, "memory": memory.from_module(module)}
     marks.append(rss())
     report = Report.from_columns(columns, summary, module.name)
     del columns

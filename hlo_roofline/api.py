@@ -88,10 +88,12 @@ def analyze_hlo(
     _warn_if_unoptimized(module)
     with gc_paused():
         pad = cost.MODELS[cost_model].pad_to_tiles  # TPU arrays sized as stored (roofline)
-        ops = cost.walk(module, cost_model, pad_to_tiles=pad)
-        summary = {**cost.summarize(ops, cost_model), "memory": memory.from_module(module)}
-        columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages, consume=True)
-        del ops  # a large module's priced ops need not outlive their rows while the table is built
+        # the ops priced one at a time, each summed and made a row as it comes: a large module's
+        # priced ops never all exist at once
+        totals: dict = {}
+        ops = cost.tallied(cost.priced(module, cost_model, pad_to_tiles=pad), cost_model, totals)
+        columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages)
+        summary = {**totals, "memory": memory.from_module(module)}
         report = Report.from_columns(columns, summary, module.name)
     if chip is not None:
         return report.classify(chip, model_flops=model_flops)

@@ -12,7 +12,7 @@ from hlo_roofline.cost import (  # noqa: F401  (importing registers the rules)
     linalg,
     reductions,
 )
-from hlo_roofline.cost.analysis import PricedOp, price, rows, summarize, walk
+from hlo_roofline.cost.analysis import PricedOp, price, priced, rows, summarize, tallied, walk
 from hlo_roofline.cost.base import (
     BASE_MODEL,
     COST_MODELS,
@@ -39,7 +39,9 @@ __all__ = [
     "PricedOp",
     "overrides",
     "price",
+    "priced",
     "rows",
     "summarize",
+    "tallied",
     "walk",
 ]

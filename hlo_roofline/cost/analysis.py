@@ -11,7 +11,7 @@ import collections
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -21,6 +21,7 @@ from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import (
     BOOKKEEPING,
     COST_MODELS,
+    COSTS_KEPT,
     RULE_ERRORS,
     Cost,
     CostContext,
@@ -72,6 +73,9 @@ _WITH_GEOMETRY = frozenset({*_MATMULS, "fusion", "custom-call"})
 
 
 _ROWS_PER_CHUNK = 4096
+# How many entries each of the rows' memos (by attribute or metadata text, by fused body) may hold
+# between chunks; past that it starts again. GPT-2's step has 743 distinct attribute texts.
+_MEMO_KEPT = 2048
 _FLOAT_COLUMNS = schema.names("cost", "float")
 # Columns kept as NumPy values (8 bytes a number, 1 a flag) rather than Python objects.
 _ARRAY_COLUMNS = {
@@ -144,55 +148,63 @@ def walk(
     module: Module, cost_model: str = "roofline", pad_to_tiles: bool = False
 ) -> list[PricedOp]:
     """Every executed op of the module's entry, with nested bodies opened."""
+    return list(priced(module, cost_model, pad_to_tiles))
+
+
+def priced(
+    module: Module, cost_model: str = "roofline", pad_to_tiles: bool = False
+) -> Iterator[PricedOp]:
+    """:func:`walk`'s ops one at a time, each priced as it is asked for: a consumer that keeps
+    only what it makes of them (:func:`rows`, :func:`tallied`) never holds them all."""
     if cost_model not in COST_MODELS:
         raise ValueError(f"cost_model must be one of {COST_MODELS}, not {cost_model!r}")
     walker = _Walk(CostContext(module, cost_model, pad_to_tiles))
-    walker.visit(module.entry, 1, None, False, 0)
-    return walker.ops
+    return walker.visit(module.entry, 1, None, False, 0)
 
 
 class _Walk:
-    """The state of one :func:`walk`: the context and the ops priced so far.
+    """The state of one :func:`walk`: the context and the computations opened so far.
 
     Methods rather than nested functions: two closures calling each other form a reference cycle,
     which would keep the context (and its caches) alive until the next garbage collection.
     """
 
-    __slots__ = ("ctx", "opened", "ops")
+    __slots__ = ("ctx", "opened")
 
     def __init__(self, ctx: CostContext) -> None:
         self.ctx = ctx
-        self.ops: list[PricedOp] = []
         self.opened: set[int] = set()  # ids of the computations walked so far
 
     def visit(
         self, comp: Computation, count: float, note: str | None, short: bool, depth: int
-    ) -> None:
+    ) -> Generator[PricedOp, None, None]:
         """Price ``comp``'s ops ``count`` times each; ``note`` and ``short`` (the count is a lower
         bound) come from the loops and branches around them."""
-        ctx, ops = self.ctx, self.ops
+        ctx = self.ctx
+        costs = ctx._computation_costs
         for instr in comp.instructions:
-            if (
-                instr.opcode in CONTAINERS
-                and depth < 64
-                and self.open(instr, count, note, short, depth)
-            ):
-                continue
+            if instr.opcode in CONTAINERS and depth < 64:
+                opened = yield from self.open(instr, count, note, short, depth)
+                if opened:
+                    continue
             cost = price(instr, ctx)
             if note:
                 cost = cost.with_note(note)
             if short:
                 cost = cost.replace(lower_bound=True)
-            ops.append(_priced_op(PricedOp, (instr, count, cost)))
+            yield _priced_op(PricedOp, (instr, count, cost))
+            if len(costs) > COSTS_KEPT:  # (between two ops: what the rules remember can go)
+                ctx.trim()
 
     def open(
         self, instr: Instruction, count: float, note: str | None, short: bool, depth: int
-    ) -> bool:
+    ) -> Generator[PricedOp, None, bool]:
         """Walk a container's bodies instead of pricing it; False if it is not one (or is broken).
 
         XLA's optimized modules give every body one caller (its call graph is flattened); a body
         called from several places is opened once and priced as one row at the others, so that
-        the rows stay as many as the text's instructions (not one per path through the calls)."""
+        the rows stay as many as the text's instructions (not one per path through the calls).
+        A generator of the bodies' ops, which returns whether it opened the container."""
         ctx = self.ctx
         if instr.opcode == "conditional" and not ctx.cost_model.open_conditionals:
             return False  # priced as one row by its rule (XLA's: its branches' maximum)
@@ -206,12 +218,12 @@ class _Walk:
                     raise OverflowError("execution count out of range")
                 inner_note, inner_short = loop.note or note, loop.lower_bound or short
                 for comp, times in (("body", loop.body), ("condition", loop.condition)):
-                    self.visit(
+                    yield from self.visit(
                         callee(instr, ctx, comp), count * times, inner_note, inner_short, depth + 1
                     )
                 return True
             if instr.opcode == "call":
-                self.visit(callee(instr, ctx, "to_apply"), count, note, short, depth + 1)
+                yield from self.visit(callee(instr, ctx, "to_apply"), count, note, short, depth + 1)
                 return True
             if instr.opcode == "conditional":
                 taken = heaviest_branch(instr, ctx)
@@ -221,7 +233,7 @@ class _Walk:
                         if i == taken
                         else f"branch {i} not counted (branch {taken} does the most work)"
                     )
-                    self.visit(
+                    yield from self.visit(
                         comp, count if i == taken else 0, branch_note or note, short, depth + 1
                     )
                 return True
@@ -232,7 +244,7 @@ class _Walk:
 
 def rows(
     module: Module,
-    ops: list[PricedOp],
+    ops: Iterable[PricedOp],
     pad_to_tiles: bool = False,
     user_packages: Sequence[str] = (),
     *,
@@ -253,7 +265,9 @@ def rows(
     length at the start (8 bytes a number rather than a Python float, and no second copy made by
     joining pieces), so they never all exist as objects at once. With ``consume`` the priced ops
     are released (``ops`` holds ``None``) as their rows are made: a large module's ops need not
-    outlive their rows.
+    outlive their rows. ``ops`` may also be a stream (:func:`priced`): then no more than a chunk
+    of them exists at once, and the arrays are made as long as the rows can be (the instructions
+    of the computations a walk can open) and cut to the rows made.
     """
     columns: dict[str, list] = {
         name: [] for name in ROW_COLUMNS if name not in _OP_COLUMNS and name not in _RARE_DEFAULTS
@@ -262,7 +276,9 @@ def rows(
     # the columns most rows leave at their default: row (in its chunk) -> value, where not
     rare: dict[str, dict[int, object]] = {name: {} for name in _RARE_DEFAULTS}
     no_loop: dict[str, bool] = {}  # opcode -> a vector loop of its runs (tpu_units.no_vector_loop)
-    table = _Table(len(ops))
+    listed = isinstance(ops, Sequence)
+    table = _Table(len(ops) if listed else _most_rows(module))
+    released = ops if consume and isinstance(ops, list) else None
     shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
     # metadata text -> (op_name, source, user_source, call_stack, layer_caller)
     metadata: dict[str, tuple[str, str, str, str, str]] = {}
@@ -306,7 +322,15 @@ def rows(
     vector_elements_at = rare["vector_elements"]
     put_vmem, put_dtype = put["vmem_bytes"], put["dtype"]
     append_shape, append_meta = shapes_in_chunk.append, metas_in_chunk.append
-    for instr, count, cost in ops:  # (consume: a chunk of rows made, its ops become None)
+    memos = (attributes_read, metadata, stacks, callers, bodies, fusion_kinds, estimates, groups)
+    memos += (walks.collectives, walks.geometries)
+    # the ops a chunk at a time (a stream's walk prices a chunk, then its rows are made: each
+    # keeps its working set; one op at a time, the two would take turns with theirs)
+    chunk: list[PricedOp] = []  # this chunk's ops
+    append_op = chunk.append
+    for op in _by_chunks(ops):  # (consume: a chunk of rows made, its ops become None)
+        append_op(op)
+        instr, count, cost = op
         code = instr.opcode
         text = instr.attr_text
         read = attributes_read.get(text) if text is not None else None
@@ -441,10 +465,27 @@ def rows(
             rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
         in_chunk += 1
         if in_chunk == _ROWS_PER_CHUNK:
-            table.take(columns, rare, ops, shapes_in_chunk, metas_in_chunk, loops, consume)
+            table.take(columns, rare, chunk, shapes_in_chunk, metas_in_chunk, loops, released)
             in_chunk = 0
-    table.take(columns, rare, ops, shapes_in_chunk, metas_in_chunk, loops, consume)
-    return table.columns
+            for memo in memos:
+                if len(memo) > _MEMO_KEPT:  # mostly texts seen once: a large module's would
+                    memo.clear()  # hold a copy of half its attribute text until the table is made
+    table.take(columns, rare, chunk, shapes_in_chunk, metas_in_chunk, loops, released)
+    return table.cut()
+
+
+def _by_chunks(ops: Iterable[PricedOp]) -> Iterator[PricedOp]:
+    """``ops`` one at a time, read from their source a chunk at a time (in C)."""
+    stream = iter(ops)
+    chunks = iter(lambda: list(itertools.islice(stream, _ROWS_PER_CHUNK)), [])
+    return itertools.chain.from_iterable(chunks)
+
+
+def _most_rows(module: Module) -> int:
+    """As many rows as a walk can make: the instructions of the computations it can open (every
+    computation but the fused ones, each opened once)."""
+    computations = module.computations.values()
+    return sum(len(comp.instructions) for comp in computations if not comp.is_fusion)
 
 
 def _in_vmem(shape) -> bool:
@@ -519,19 +560,23 @@ class _Table:
         shapes: list[tuple[str, str]],
         metas: list[tuple[str, str, str, str, str]],
         loops: dict[int, str],
-        consume: bool,
+        released: list | None,
     ) -> None:
         """Move a chunk of rows into the arrays: the columns the row builders made (``values``,
         one list per column, emptied: the builders keep their ``append``), the rare values
         rows gave (``rare``: row in the chunk -> value, emptied), and the columns of the chunk's
-        priced ops (``ops[done:]``), shapes and attributions (:func:`_op_columns`). Every
-        builder's column must have been given every row. ``consume``: release the chunk's ops."""
+        priced ops (``ops``, emptied), shapes and attributions (:func:`_op_columns`). Every
+        builder's column must have been given every row. ``released``: the list of all the ops,
+        whose chunk becomes None."""
         rows = len(shapes)
         start, end = self.done, self.done + rows
         short = [name for name, column in values.items() if len(column) != rows]
         if short:
             raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
-        made = _op_columns(ops[start:end], shapes, metas, loops)
+        if end > len(self.columns["name"]):
+            self._grow(max(end, 2 * len(self.columns["name"])))
+        made = _op_columns(ops, shapes, metas, loops)
+        ops.clear()
         shapes.clear()
         metas.clear()
         for name, column in itertools.chain(values.items(), made.items()):
@@ -542,9 +587,23 @@ class _Table:
             if given:
                 self._put(name, [start + row for row in given], list(given.values()))
                 given.clear()
-        if consume:
-            ops[start:end] = itertools.repeat(None, rows)
+        if released is not None:
+            released[start:end] = itertools.repeat(None, rows)
         self.done = end
+
+    def _grow(self, rows: int) -> None:
+        """Longer arrays (a stream with more ops than its module's bound: hostile text)."""
+        for name, array in self.columns.items():
+            longer = np.full(rows, _RARE_DEFAULTS.get(name, 0), array.dtype)
+            longer[: len(array)] = array
+            self.columns[name] = longer
+
+    def cut(self) -> dict[str, np.ndarray]:
+        """The columns, cut to the rows made (in place: the arrays keep their memory's start)."""
+        for array in self.columns.values():
+            if len(array) > self.done:
+                array.resize(self.done, refcheck=False)  # nothing else refers to it
+        return self.columns
 
     def _put(self, name: str, where, column: list) -> None:
         array = self.columns[name]
@@ -740,14 +799,24 @@ def _async_start(done: Instruction) -> Instruction | None:
         return None
 
 
-def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
+def summarize(ops: Iterable[PricedOp], cost_model: str) -> schema.CostSummary:
     """Module totals, and how much of the step could be priced."""
+    summary: dict = {}
+    collections.deque(tallied(ops, cost_model, summary), maxlen=0)  # (run through, in C)
+    return summary  # type: ignore[return-value]
+
+
+def tallied(ops: Iterable[PricedOp], cost_model: str, summary: dict) -> Iterator[PricedOp]:
+    """``ops`` passed on one at a time; once they have all gone through, ``summary`` holds what
+    :func:`summarize` says of them (a stream of ops is summed as it goes to :func:`rows`)."""
     flops = transcendentals = bytes_accessed = comm_bytes = 0.0
     priced = counted = 0.0
     notes: dict[str, None] = {}
     unknown_ops: list[str] = []
     lower_bound = False
-    for instr, count, cost in ops:
+    for op in ops:
+        yield op
+        instr, count, cost = op
         lower_bound = lower_bound or cost.lower_bound
         flops += cost.flops * count
         transcendentals += cost.transcendentals * count
@@ -762,7 +831,7 @@ def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
             unknown_ops.append(instr.name)
         else:
             priced += count
-    return {
+    summary.update({
         "cost_model": cost_model,
         "flops": flops,
         "transcendentals": transcendentals,
@@ -772,4 +841,4 @@ def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
         "unknown_ops": unknown_ops,
         "lower_bound": lower_bound,
         "notes": list(notes),
-    }
+    })  # fmt: skip

@@ -364,6 +364,15 @@ def element_bytes(shape: Shape) -> float:
     return bits / 8 if bits else float(_ELEMENT_BYTES.get(leaf.dtype, 0))
 
 
+# How many computations' users a walk keeps indexed at once. A fused body's are asked while its
+# fusion is priced (and its nested bodies'); kept for every body they were a third of what a large
+# module's walk holds. GPT-2's step indexes about a thousand.
+USERS_KEPT = 2048
+# How many fused computations' costs a walk remembers before it forgets them and what its rules
+# memoized (:meth:`CostContext.trim`). GPT-2's step remembers 1,162.
+COSTS_KEPT = 2048
+
+
 @dataclass
 class CostContext:
     """What a rule may consult: the module, the model, shape sizes and callee costs."""
@@ -462,10 +471,20 @@ class CostContext:
 
     def users(self, comp: Computation) -> dict[int, tuple[Instruction, ...]]:
         """``id(instruction) -> its distinct users`` within one computation (memoized)."""
-        users = self._users.get(comp.name)
+        kept = self._users
+        users = kept.get(comp.name)
         if users is None:
-            users = self._users[comp.name] = users_of(comp)
+            if len(kept) >= USERS_KEPT:  # the oldest index goes (made again if asked again)
+                del kept[next(iter(kept))]
+            users = kept[comp.name] = users_of(comp)
         return users
+
+    def trim(self) -> None:
+        """Forget the computations' costs and the rules' memos once they are many: all are worked
+        out again, the same, if asked again. Only between two ops (no rule half way through)."""
+        if len(self._computation_costs) > COSTS_KEPT:
+            self._computation_costs.clear()
+            self.memo.clear()
 
     def computation(self, comp: Computation) -> Cost:
         """Sum of the costs of every instruction of a computation (memoized)."""

@@ -8,7 +8,6 @@ demand by the helpers in :mod:`hlo_roofline.hlo.attrs`, which keeps parsing of l
 from __future__ import annotations
 
 import math
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -144,24 +143,27 @@ def span_bounds(span: int) -> tuple[int, int]:
     return start, start + (span & _SPAN_MASK)
 
 
-# How many instructions of fused computations keep their split (and decoded) attributes at once:
-# the oldest goes back to its text (split again if asked again). The rules read a fused op's
-# attributes once, while they price its fusion; kept for every one they were a third of a large
-# module's analysis memory. An op outside fusions keeps them: it is a row of the report, whose
-# builder reads them again.
+# How many instructions keep their split (and decoded) attributes at once: the oldest goes back
+# to its text (split again if asked again). The rules read a fused op's attributes once, while they
+# price its fusion, and the parser a caller's once, to link its callees; kept for every one they
+# were half of a large module's parsed memory. A module of up to a few thousand splits (GPT-2's
+# step: 2k) never splits one twice.
 _KEEP_SPLIT = 4096
-_kept_splits: deque[tuple[weakref.ref, str | int]] = deque()
 
 
 def _keep_split(instr: Instruction, unsplit: str | int) -> None:
-    kept = _kept_splits
-    kept.append((weakref.ref(instr), unsplit))
+    """Note ``instr``'s split in its module's queue of splits (``Computation.splits``, one for
+    all of a module's computations: the module holds it, no weak reference to each instruction
+    needed); the oldest goes back to its text. An instruction outside a parsed module keeps it."""
+    computation = instr.computation
+    kept = computation.splits if computation is not None else None
+    if kept is None:
+        return
+    kept.append((instr, unsplit))
     if len(kept) > _KEEP_SPLIT:
-        ref, text = kept.popleft()
-        oldest = ref()
-        if oldest is not None:
-            oldest._attrs = text
-            oldest._cache = None  # and what was decoded from them
+        oldest, text = kept.popleft()
+        oldest._attrs = text
+        oldest._cache = None  # and what was decoded from them
 
 
 class Instruction:
@@ -178,7 +180,6 @@ class Instruction:
     """
 
     __slots__ = (
-        "__weakref__",  # for the instructions whose split attributes are kept (_kept_splits)
         "_attrs",
         "_cache",
         "_place",
@@ -235,9 +236,7 @@ class Instruction:
         if attrs.__class__ is not dict:
             unsplit = attrs
             attrs = self._attrs = split_attributes(self.attr_text)
-            computation = self.computation
-            if computation is None or computation.is_fusion:
-                _keep_split(self, unsplit)
+            _keep_split(self, unsplit)
         return attrs
 
     @property
@@ -271,6 +270,9 @@ class Computation:
     line: int = 0
     execution_thread: str = "main"  # "sparsecore" for a TPU SparseCore offload
     source: str = field(default="", repr=False)  # the module's text (attribute spans point in it)
+    # the module's instructions whose attributes are split, oldest first (see _keep_split): one
+    # queue shared by its computations
+    splits: deque[tuple[Instruction, str | int]] | None = field(default=None, repr=False)
     _parameters: list[Instruction] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections import deque
 from collections.abc import Iterator
 from sys import intern
 
@@ -502,6 +503,7 @@ def _parse_module(text: str) -> Module:
         spans = itertools.chain([following], spans)
 
     computations: dict[str, Computation] = {}
+    splits: deque[tuple[Instruction, str | int]] = deque()  # the module's (Computation.splits)
     callers: list[tuple[Instruction, int]] = []  # instructions that name computations
     entry: Computation | None = None
     current: Computation | None = None
@@ -625,7 +627,9 @@ def _parse_module(text: str) -> Module:
         if m is None:
             line = SourceLine(number, raw.rstrip())
             raise line.error("expected a computation ('%name (...) -> ... {')", 0)
-        current = Computation(m.group(2), is_entry=m.group(1) is not None, line=number, source=text)
+        current = Computation(
+            m.group(2), is_entry=m.group(1) is not None, line=number, source=text, splits=splits
+        )
         if current.name in computations:
             line = SourceLine(number, raw.rstrip())
             raise line.error(f"duplicate computation '{current.name}'", m.start(2))
