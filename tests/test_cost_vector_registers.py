@@ -80,3 +80,25 @@ def test_a_reduction_folds_its_operand_in_whole_registers(tile, rows):
         ops = analyze_hlo(_reduce(tile)).ops
     elements = float(ops.loc[ops["opcode"] == "reduce", "vector_elements"].iloc[0])
     assert elements == ROWS * COLS * max(8 / rows, 1)
+
+
+def test_a_sort_over_a_dimension_its_keys_lack_is_one_pass_not_a_traceback():
+    """Malformed text a fuzzer made (``dimensions={7}`` on rank-2 keys): priced as one pass over
+    its keys, the least a sort makes, instead of an IndexError out of analyze_hlo."""
+    text = """HloModule m
+
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+
+ENTRY e {
+  p = f32[4,8] parameter(0)
+  ROOT s = f32[4,8] sort(p), dimensions={7}, to_apply=cmp
+}
+"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # not scheduled: flagged as unoptimized
+        ops = analyze_hlo(text, chip="v5e").ops.set_index("name")
+    assert ops.loc["s", "vector_elements"] >= 32

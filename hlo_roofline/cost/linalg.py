@@ -654,6 +654,8 @@ def comparison_passes(instr: Instruction) -> float:
         return 1.0
     if instr.opcode == "sort":
         dims = attrs.ints(instr, "dimensions") if "dimensions" in instr.attrs else [-1]
+        if dims and not -len(keys.dims) <= dims[0] < len(keys.dims):
+            return 1.0  # a dimension the keys lack (malformed): the least, one pass
         n = keys.dims[dims[0]] if dims else keys.dims[-1]
         return float(max((n - 1).bit_length(), 1))
     result = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
