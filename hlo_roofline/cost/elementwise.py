@@ -35,11 +35,21 @@ def convert_where_gathered(instr: Instruction, ctx: CostContext) -> Cost:
     fusion computes per output element, so a cross-entropy's logits converted to f32 before one
     element per token is picked cost that element, not the array (measured on an H100)."""
     elements = instr.shape.elements
-    if instr.computation is not None and instr.computation.is_fusion:
+    comp = instr.computation
+    if comp is not None and comp.is_fusion and _gathers(comp, ctx):
         gathered = _gathered_elements(instr, ctx)
         if gathered is not None:
             elements = min(elements, gathered)
     return simple_cost(elements, 0.0, ctx.default_bytes(instr))
+
+
+def _gathers(comp, ctx: CostContext) -> bool:
+    """Whether a fused computation holds a gather (looked for once: most hold none)."""
+    key = ("gathers", id(comp))
+    found = ctx.memo.get(key)
+    if found is None:
+        found = ctx.memo[key] = any(i.opcode == "gather" for i in comp.instructions)
+    return found
 
 
 def _gathered_elements(value: Instruction, ctx: CostContext, depth: int = 0) -> int | None:

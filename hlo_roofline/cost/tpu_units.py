@@ -258,8 +258,13 @@ def tile_reread_bytes(fusion: Instruction, io: MatmulIO, memo: dict | None = Non
     out_windows = _windows(result, config.get("output_window_bounds"))
     if not all(windows):
         return 0.0
+    in_vmem = any(  # most bodies take nothing from VMEM: no operand's walk back is needed
+        p.shape.layout is not None and p.shape.layout.memory_space == VMEM
+        for p in fusion.called[0].parameters
+        if p.shape.is_array
+    )
     sizes = [
-        0.0 if _reads_vmem(op, op.shape.elements) else op.shape.elements * width
+        0.0 if in_vmem and _reads_vmem(op, op.shape.elements) else op.shape.elements * width
         for op, width in zip(matmul.operands, io[:2], strict=False)
     ]
     best = None
