@@ -539,6 +539,47 @@ def test_a_lines_head_and_attributes_read_apart_are_the_line_read_at_once():
     assert hlo_lexer._FAST_HEAD.match(line) and not hlo_lexer._FAST_LINE.match(line)
 
 
+def test_the_short_head_reads_what_the_fast_head_reads():
+    """The parser reads most heads with ``_SHORT_HEAD`` (nothing in parentheses between the
+    operands' ones) and takes its operands only where they are exactly ``%a, %b``: there, and for
+    every payload, it reads what ``_FAST_HEAD`` reads (which then reads the line's other forms)."""
+    texts = [SPLASH, *DUMPED, *sorted(FIXTURES.glob("*/*.hlo.txt"))]
+    taken = 0
+    for path in texts:
+        for raw in path.read_text().split("\n"):
+            short = hlo_lexer._SHORT_HEAD.match(raw)
+            if short is None:
+                continue
+            head = hlo_lexer._FAST_HEAD.match(raw)
+            assert head is not None and head.end() == short.end(), raw[:200]
+            assert head.groups()[:4] == short.groups()[:4], raw[:200]
+            inside, operands, payload = short.group(5), head.group(5), head.group(6)
+            if short.group(4) in ("parameter", "constant"):
+                assert inside == (payload if operands is None else operands), raw[:200]
+                continue
+            names = hlo_lexer._OPERAND_NAME.findall(inside)
+            if ("%" + ", %".join(names) if names else "") == inside:
+                taken += 1
+                assert operands == inside, raw[:200]
+    assert taken > 10_000
+
+
+@pytest.mark.parametrize(
+    "operands",
+    ["%p,%q", " %p, %q ", "f32[] %p, f32[] %q", "/*index=0*/ %p, %q", "%p,  %q", "%p, %q"],
+)
+def test_operands_in_any_printed_form_read_the_same(operands):
+    """Operands written other than ``%a, %b`` (no space, spaces around, shapes, comments) are the
+    same operands: the lines go from the short head to the forms ``_FAST_HEAD`` reads."""
+    text = (
+        "HloModule m\n\nENTRY %e (p: f32[], q: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n"
+        f'  %q = f32[] parameter(1)\n  ROOT %a = f32[] add({operands}), metadata={{op_name="x"}}\n}}\n'
+    )
+    root = parse(text).entry.root
+    assert [op.name for op in root.operands] == ["p", "q"]
+    assert root.attrs == {"metadata": '{op_name="x"}'}
+
+
 def test_lines_sharing_attribute_text_each_keep_their_own():
     """Attribute texts checked once per parse: lines that share one (and lines whose text was
     refused) still read as their own (the careful path finds the error in a refused one)."""

@@ -119,10 +119,12 @@ _ALL_OPERANDS_NAMED = _compile(
 _ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
 _ATTR_VALUE = r"(?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+"
 _FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=(" + _ATTR_VALUE + ")"
-_FAST_HEAD_TEXT = (
+_HEAD_TO_OPERANDS = (
     r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
     r"(" + _SHAPE_TEXT + r")\s*+"  # shape
     r"([a-z][a-z0-9\-_]*+)\("  # opcode(
+)
+_FAST_HEAD_TEXT = _HEAD_TO_OPERANDS + (
     r"(?:(\s*+(?:" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+)?)"  # %a, %b
     r'|([^()"]*+(?:\([^()"]*+\)[^()"]*+)*+))\)'  # or a parameter's / constant's payload
 )
@@ -136,6 +138,12 @@ _FAST_LINE = _compile(_FAST_HEAD_TEXT + _FAST_TAIL_TEXT)
 # another way).
 _FAST_HEAD = _compile(_FAST_HEAD_TEXT)
 _FAST_TAIL = _compile(_FAST_TAIL_TEXT)
+# The head as XLA's printer writes almost every line: what is between the parentheses has none
+# and no quote (group 5: "%a, %b", or a parameter's or constant's payload), which the parser
+# checks itself (a walk of the operand list in C: the operand forms of _FAST_HEAD are a third of
+# its time). A line this does not read, or whose operands the parser finds in another form, goes
+# to _FAST_HEAD.
+_SHORT_HEAD = _compile(_HEAD_TO_OPERANDS + r'([^()"]*+)\)')
 _FAST_ATTR_ITEM = _compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
 _FAST_ATTRS = _compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
 # Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).

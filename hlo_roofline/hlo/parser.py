@@ -3,7 +3,8 @@
 The printer XLA uses (``compiled.as_text()``, ``--xla_dump_to`` files) writes one instruction per line,
 so the parser works line by line. Almost every line is read by two regular expressions of the
 lexer (:mod:`hlo_roofline.hlo.lexer`): one for the name, shape, opcode and operands
-(``_FAST_LINE``), one that splits the attributes (``_FAST_ATTR_ITEM``). A line they do not read
+(``_SHORT_HEAD``; ``_FAST_HEAD`` where operands are printed with their shapes or comments), one
+that checks the attributes (``_FAST_TAIL``, once per distinct text). A line they do not read
 exactly goes to the careful path, where the lexer's scanner splits operands and attributes and
 reports the column of whatever is wrong. Shapes are parsed once per distinct spelling (they repeat
 a lot). Operands must be defined above their users, as XLA requires, and each opcode gets the
@@ -60,6 +61,7 @@ from hlo_roofline.hlo.lexer import (
     _INSTRUCTION_HEAD,
     _OPCODE,
     _OPERAND_NAME,
+    _SHORT_HEAD,
     _TILE,
     _TILES,
     _called_names,
@@ -333,6 +335,29 @@ def _fast_instruction(
     return instr, names
 
 
+def _fast_forms(
+    text: str, start: int, end: int, number: int, computation: Computation, tails: dict[str, int]
+) -> tuple[Instruction, list[str]] | None:
+    """The line ``text[start:end]`` as ``_FAST_HEAD`` and ``_FAST_LINE`` read it (operands with
+    their shapes or comments, a payload in parentheses, attributes not as XLA prints them), or
+    None for the careful path. ``tails``: attribute text -> its checked length (see the loop)."""
+    m = _FAST_HEAD.match(text, start, end)
+    if m is None:
+        return None
+    tail = m.end()
+    attr_text = text[tail:end]
+    checked = tails.get(attr_text)
+    if checked is None:
+        t = _FAST_TAIL.match(text, tail, end)
+        checked = t.end(1) - tail if t is not None else -1
+        if len(tails) < _TAILS_KEPT:
+            tails[attr_text] = checked
+    if checked >= 0:
+        return _fast_instruction(m, number, computation, tail, tail + checked)
+    m = _FAST_LINE.match(text, start, end)
+    return _fast_instruction(m, number, computation) if m is not None else None
+
+
 def _fast_operands_and_attrs(
     text: str, open_pos: int
 ) -> tuple[list[tuple[str, int]], dict[str, str], str] | None:
@@ -508,10 +533,11 @@ def _parse_module(text: str) -> Module:
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
     parameters: list[Instruction] = []  # and its parameters
     elements: dict[tuple[int, int], Instruction] = {}  # get-tuple-elements made for "%x#N"
-    fast_line, fast_head, fast_tail = _FAST_LINE.match, _FAST_HEAD.match, _FAST_TAIL.match
+    short_head, fast_tail = _SHORT_HEAD.match, _FAST_TAIL.match
     # the loop's other globals as locals (a lookup less each, per line)
-    fast_instruction, arity_of, caller_opcodes = _fast_instruction, _ARITY.get, CALLER_OPCODES
-    tails_kept = _TAILS_KEPT
+    arity_of, caller_opcodes, shape_of = _ARITY.get, CALLER_OPCODES, _shape_cache.get
+    operand_names, leaf_opcodes = _OPERAND_NAME.findall, _LEAF_OPCODES
+    tails_kept, shared_payload = _TAILS_KEPT, _SHARED_PAYLOAD
     tails: dict[str, int] = {}  # attribute text -> its checked length (see _FAST_HEAD)
     # Where an attribute naming a computation may be written: one search of the whole text, then
     # only an instruction whose line holds one is looked at (a search of each was a tenth of parse)
@@ -520,8 +546,8 @@ def _parse_module(text: str) -> Module:
     spans = iter(spans)
     for number, start, end in spans:
         if current is not None:
-            m = fast_head(text, start, end)
             parsed = None
+            m = short_head(text, start, end)
             if m is not None:
                 tail = m.end()
                 attr_text = text[tail:end]
@@ -531,11 +557,33 @@ def _parse_module(text: str) -> Module:
                     checked = t.end(1) - tail if t is not None else -1
                     if len(tails) < tails_kept:
                         tails[attr_text] = checked
-                if checked >= 0:
-                    parsed = fast_instruction(m, number, current, tail, tail + checked)
-                else:
-                    m = fast_line(text, start, end)
-                    parsed = fast_instruction(m, number, current) if m is not None else None
+                if checked >= 0:  # _fast_instruction's work, written out for the usual line
+                    root, name, shape_text, opcode, inside = m.groups()
+                    shape = shape_of(shape_text)
+                    if opcode in leaf_opcodes:
+                        names = []
+                        payload = inside.strip()
+                        if len(payload) <= shared_payload:
+                            payload = intern(payload)
+                        if opcode == "parameter" and not payload.isdigit():
+                            shape = None  # the careful path says what is wrong
+                    else:
+                        names = operand_names(inside)
+                        payload = ""
+                        # "%a, %b" exactly; any other form is read by _FAST_HEAD below
+                        if ("%" + ", %".join(names) if names else "") != inside:
+                            shape = None
+                    if shape is not None:
+                        attrs = attribute_span(tail, tail + checked) if checked else ""
+                        if attrs is None:  # too long to pack
+                            attrs = attr_text[:checked]
+                        instr = Instruction(
+                            name, intern(opcode), shape, (), attrs, current, number,
+                            root is not None, (), payload,
+                        )  # fmt: skip
+                        parsed = instr, names
+            if parsed is None:  # the other forms _FAST_HEAD and _FAST_LINE read
+                parsed = _fast_forms(text, start, end, number, current, tails)
             if parsed is None:
                 raw = text[start:end]
                 stripped = raw.strip()
