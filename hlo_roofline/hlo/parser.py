@@ -657,7 +657,7 @@ def _parse_module(text: str) -> Module:
                 line = SourceLine(number, stripped)
                 raise line.error(f"computation '{current.name}' has no instructions", 0)
             if parameters:
-                check_parameter_numbers(parameters, text)
+                current._parameters = check_parameter_numbers(parameters, text)
             computations[current.name] = current
             if current.is_entry:
                 if entry is not None:
@@ -864,7 +864,10 @@ def _resolve_callees(
     for instr, number in callers:
         attrs = instr.attrs  # kept for the rules, as long as the most recent splits are
         called = []
-        for key in _CALLED_ATTRS:
+        named = _CALLED_KEYS.intersection(attrs)
+        # one attribute names computations (a fusion's calls=, a reduce's to_apply=): read it
+        # alone; several: in _CALLED_ATTRS' order (a while loop's body, then its condition)
+        for key in named if len(named) == 1 else _CALLED_ATTRS:
             value = attrs.get(key)
             if value is None:
                 continue
