@@ -336,7 +336,12 @@ def _fast_instruction(
 
 
 def _fast_forms(
-    text: str, start: int, end: int, number: int, computation: Computation, tails: dict[str, int]
+    text: str,
+    start: int,
+    end: int,
+    number: int,
+    computation: Computation,
+    tails: dict[str, tuple[int, str]],
 ) -> tuple[Instruction, list[str]] | None:
     """The line ``text[start:end]`` as ``_FAST_HEAD`` and ``_FAST_LINE`` read it (operands with
     their shapes or comments, a payload in parentheses, attributes not as XLA prints them), or
@@ -346,12 +351,14 @@ def _fast_forms(
         return None
     tail = m.end()
     attr_text = text[tail:end]
-    checked = tails.get(attr_text)
-    if checked is None:
+    known = tails.get(attr_text)
+    if known is None:
         t = _FAST_TAIL.match(text, tail, end)
         checked = t.end(1) - tail if t is not None else -1
         if len(tails) < _TAILS_KEPT:
-            tails[attr_text] = checked
+            tails[attr_text] = (checked, attr_text[: max(checked, 0)])
+    else:
+        checked = known[0]
     if checked >= 0:
         return _fast_instruction(m, number, computation, tail, tail + checked)
     m = _FAST_LINE.match(text, start, end)
@@ -538,7 +545,11 @@ def _parse_module(text: str) -> Module:
     arity_of, caller_opcodes, shape_of = _ARITY.get, CALLER_OPCODES, _shape_cache.get
     operand_names, leaf_opcodes = _OPERAND_NAME.findall, _LEAF_OPCODES
     tails_kept, shared_payload = _TAILS_KEPT, _SHARED_PAYLOAD
-    tails: dict[str, int] = {}  # attribute text -> its checked length (see _FAST_HEAD)
+    # attribute text -> its checked length (-1: not in the form) and the checked text, which the
+    # instructions after the first that have it share (a module repeats a few hundred texts over
+    # thousands of lines: one string each, rather than an int per instruction saying where it is,
+    # that the rows would slice out again)
+    tails: dict[str, tuple[int, str]] = {}
     # Where an attribute naming a computation may be written: one search of the whole text, then
     # only an instruction whose line holds one is looked at (a search of each was a tenth of parse)
     named = iter([*(m.start() for m in _CALLED_KEY_TEXT.finditer(text)), len(text)])
@@ -551,12 +562,15 @@ def _parse_module(text: str) -> Module:
             if m is not None:
                 tail = m.end()
                 attr_text = text[tail:end]
-                checked = tails.get(attr_text)  # the attributes' length, -1: not in the form
-                if checked is None:
+                known = tails.get(attr_text)
+                if known is None:
                     t = fast_tail(text, tail, end)
                     checked = t.end(1) - tail if t is not None else -1
+                    attrs = None  # a text seen once: where it is (see below)
                     if len(tails) < tails_kept:
-                        tails[attr_text] = checked
+                        tails[attr_text] = (checked, attr_text[: max(checked, 0)])
+                else:
+                    checked, attrs = known
                 if checked >= 0:  # _fast_instruction's work, written out for the usual line
                     root, name, shape_text, opcode, inside = m.groups()
                     shape = shape_of(shape_text)
@@ -574,9 +588,10 @@ def _parse_module(text: str) -> Module:
                         if ("%" + ", %".join(names) if names else "") != inside:
                             shape = None
                     if shape is not None:
-                        attrs = attribute_span(tail, tail + checked) if checked else ""
-                        if attrs is None:  # too long to pack
-                            attrs = attr_text[:checked]
+                        if attrs is None:  # where the text is: an int, not a copy of it
+                            attrs = attribute_span(tail, tail + checked) if checked else ""
+                            if attrs is None:  # too long to pack
+                                attrs = attr_text[:checked]
                         instr = Instruction(
                             name, intern(opcode), shape, (), attrs, current, number,
                             root is not None, (), payload,
