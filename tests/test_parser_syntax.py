@@ -558,10 +558,28 @@ def test_the_short_head_reads_what_the_fast_head_reads():
                 assert inside == (payload if operands is None else operands), raw[:200]
                 continue
             names = hlo_lexer._OPERAND_NAME.findall(inside)
-            if ("%" + ", %".join(names) if names else "") == inside:
+            printed = ("%" + ", %".join(names) if names else "", hlo_parser._with_index_comments(names))
+            if inside in printed:
                 taken += 1
                 assert operands == inside, raw[:200]
+                assert names == hlo_lexer._OPERAND_NAME.findall(operands), raw[:200]
     assert taken > 10_000
+
+
+def test_a_long_operand_list_with_index_comments_reads_every_operand():
+    """XLA prints ``/*index=5*/`` before every fifth operand of a long list: the operands are
+    the names, in order, wherever the comments are (or are not)."""
+    names = [f"p{i}" for i in range(12)]
+    params = "".join(f"  %p{i} = f32[] parameter({i})\n" for i in range(12))
+    for operands in (
+        ", ".join(f"/*index={i}*/%{n}" if i and i % 5 == 0 else f"%{n}" for i, n in enumerate(names)),
+        ", ".join(f"/*index={i}*/%{n}" if i % 4 == 1 else f"%{n}" for i, n in enumerate(names)),
+    ):
+        text = (
+            f"HloModule m\n\nENTRY %e () -> (f32[]) {{\n{params}"
+            f"  ROOT %t = ({', '.join(['f32[]'] * 12)}) tuple({operands})\n}}\n"
+        )
+        assert [op.name for op in parse(text).entry.root.operands] == names
 
 
 @pytest.mark.parametrize(

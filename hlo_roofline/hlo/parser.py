@@ -335,6 +335,13 @@ def _fast_instruction(
     return instr, names
 
 
+def _with_index_comments(names: list[str]) -> str:
+    """Operands as XLA prints a long list: ``%a, %b, %c, %d, %e, /*index=5*/%f, ...``."""
+    return ", ".join(
+        [f"/*index={i}*/%{name}" if i % 5 == 0 and i else f"%{name}" for i, name in enumerate(names)]
+    )
+
+
 def _fast_forms(
     text: str,
     start: int,
@@ -558,6 +565,7 @@ def _parse_module(text: str) -> Module:
     for number, start, end in spans:
         if current is not None:
             parsed = None
+            other_form = True  # _FAST_HEAD may read what the short head did not
             m = short_head(text, start, end)
             if m is not None:
                 tail = m.end()
@@ -572,6 +580,7 @@ def _parse_module(text: str) -> Module:
                 else:
                     checked, attrs = known
                 if checked >= 0:  # _fast_instruction's work, written out for the usual line
+                    other_form = False  # (it would refuse a new shape or a parameter's payload)
                     root, name, shape_text, opcode, inside = m.groups()
                     shape = shape_of(shape_text)
                     if opcode in leaf_opcodes:
@@ -585,8 +594,11 @@ def _parse_module(text: str) -> Module:
                         names = operand_names(inside)
                         payload = ""
                         # "%a, %b" exactly; any other form is read by _FAST_HEAD below
-                        if ("%" + ", %".join(names) if names else "") != inside:
+                        if ("%" + ", %".join(names) if names else "") != inside and (
+                            "/*" not in inside or _with_index_comments(names) != inside
+                        ):
                             shape = None
+                            other_form = True
                     if shape is not None:
                         if attrs is None:  # where the text is: an int, not a copy of it
                             attrs = attribute_span(tail, tail + checked) if checked else ""
@@ -597,7 +609,8 @@ def _parse_module(text: str) -> Module:
                             root is not None, (), payload,
                         )  # fmt: skip
                         parsed = instr, names
-            if parsed is None:  # the other forms _FAST_HEAD and _FAST_LINE read
+            # the other forms _FAST_HEAD and _FAST_LINE read (not a computation's "}")
+            if other_form and (m is not None or text[start:end].strip() != "}"):
                 parsed = _fast_forms(text, start, end, number, current, tails)
             if parsed is None:
                 raw = text[start:end]
