@@ -271,7 +271,7 @@ def rows(
     in_flight: frozenset[str] | None = None  # channels of TPU async collectives (found once)
     # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
-    prefetches = _prefetch_consumers(module) if vmem_layouts else {}
+    prefetches: dict[int, dict[Instruction, str]] = {}  # id(computation) -> its prefetches
     loops = loop_paths(module)  # id(computation) -> the while loops it runs in
     in_chunk = 0  # rows in this chunk
     # each row's (shape text, dtype) and attribution, for the columns made of them per chunk
@@ -389,8 +389,12 @@ def rows(
         append_meta(meta)
         if cost.notes:
             note_at[at] = "; ".join(cost.notes)
-        if code == "copy-start" and id(instr) in prefetches:
-            rare["prefetch_for"][at] = prefetches[id(instr)]
+        if code == "copy-start" and vmem_layouts:  # (a prefetch's readers are in its computation)
+            found = prefetches.get(id(instr.computation))
+            if found is None:
+                found = prefetches[id(instr.computation)] = _prefetch_consumers(instr.computation)
+            if instr in found:
+                rare["prefetch_for"][at] = found[instr]
         if found is None:
             vector_loop = no_loop.get(code)
             if vector_loop is None:  # per opcode, except a custom call's (by its target)
@@ -422,40 +426,36 @@ def _in_vmem(shape) -> bool:
     return shape.layout is not None and shape.layout.memory_space == VMEM
 
 
-def _prefetch_consumers(module: Module) -> dict[int, str]:
-    """``id(copy-start) -> the ops that read its copy-done`` (comma-separated), for every async
-    copy from HBM into VMEM: such a copy exists only to feed them (XLA's prefetch)."""
-    found: dict[int, str] = {}
-    for comp in module.computations.values():
-        if "copy-done" not in map(_opcode, comp.instructions):  # most: one look, in C
+def _prefetch_consumers(comp: Computation) -> dict[Instruction, str]:
+    """``copy-start -> the ops that read its copy-done`` (comma-separated), for every async copy
+    from HBM into VMEM in ``comp``: such a copy exists only to feed them (XLA's prefetch).
+    (Instructions are keys by identity: a set of them is tested against an operand tuple in C.)"""
+    dones: dict[Instruction, Instruction] = {}
+    for instr in [i for i in comp.instructions if i.opcode == "copy-done"]:
+        if not instr.operands:
             continue
-        dones = {}
-        for instr in [i for i in comp.instructions if i.opcode == "copy-done"]:
-            if not instr.operands:
-                continue
-            start = instr.operands[0]
-            leaves = start.shape.leaves() if start.opcode == "copy-start" else []
-            if len(leaves) >= 2 and _in_vmem(leaves[0]) and not _in_vmem(leaves[1]):
-                dones[id(instr)] = start
-        if not dones:
+        start = instr.operands[0]
+        leaves = start.shape.leaves() if start.opcode == "copy-start" else []
+        if len(leaves) >= 2 and _in_vmem(leaves[0]) and not _in_vmem(leaves[1]):
+            dones[instr] = start
+    if not dones:
+        return {}
+    readers: dict[Instruction, list[str]] = {}
+    aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
+    read = aliases.keys()
+    for instr in comp.instructions:
+        operands = instr.operands
+        if read.isdisjoint(operands):  # most ops: one look, in C
             continue
-        readers: dict[int, list[str]] = {}
-        aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
-        read = aliases.keys()
-        for instr in comp.instructions:
-            operands = instr.operands
-            if read.isdisjoint(map(id, operands)):  # most ops: one look, in C
+        for i, op in enumerate(operands):
+            start = aliases.get(op)
+            if start is None or op in operands[:i]:  # each operand once
                 continue
-            for i, op in enumerate(operands):
-                start = aliases.get(id(op))
-                if start is None or op in operands[:i]:  # each operand once
-                    continue
-                if instr.opcode == "bitcast":
-                    aliases[id(instr)] = start
-                else:
-                    readers.setdefault(id(start), []).append(instr.name)
-        found.update({key: ",".join(names) for key, names in readers.items()})
-    return found
+            if instr.opcode == "bitcast":
+                aliases[instr] = start
+            else:
+                readers.setdefault(start, []).append(instr.name)
+    return {start: ",".join(names) for start, names in readers.items()}
 
 
 def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -> int:
