@@ -390,11 +390,11 @@ def rows(
         if cost.notes:
             note_at[at] = "; ".join(cost.notes)
         if code == "copy-start" and vmem_layouts:  # (a prefetch's readers are in its computation)
-            found = prefetches.get(id(instr.computation))
-            if found is None:
-                found = prefetches[id(instr.computation)] = _prefetch_consumers(instr.computation)
-            if instr in found:
-                rare["prefetch_for"][at] = found[instr]
+            readers = prefetches.get(id(instr.computation))
+            if readers is None:
+                readers = prefetches[id(instr.computation)] = _prefetch_consumers(instr.computation)
+            if instr in readers:
+                rare["prefetch_for"][at] = readers[instr]
         if found is None:
             vector_loop = no_loop.get(code)
             if vector_loop is None:  # per opcode, except a custom call's (by its target)
