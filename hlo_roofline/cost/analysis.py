@@ -362,7 +362,7 @@ def rows(
                 known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
             collective_at[at], replica_group_at[at] = known
             group_size_at[at] = _group_size(found, module)
-        if code == "fusion" or code.endswith("-done"):
+        if (body is not None and body.async_done) or code.endswith("-done"):
             start = _async_start(instr)
             if start is not None:
                 waits_for_at[at] = start.name
@@ -581,8 +581,8 @@ class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
     __slots__ = (
-        "collective", "fused_ops", "geometry", "io", "matmul_dtype", "matmul_precision",
-        "prologue_words", "sliced",
+        "async_done", "collective", "fused_ops", "geometry", "io", "matmul_dtype",
+        "matmul_precision", "prologue_words", "sliced",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
@@ -604,11 +604,14 @@ class _Body:
         self.matmul_dtype = (
             matmul.operands[0].shape.dtype if matmul is not None and matmul.operands else None
         )
-        self.fused_ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
+        self.fused_ops = ", ".join([op if n == 1 else f"{op} ×{n}" for op, n in counts.items()])
+        marker = attrs.async_marker(fusion)  # (its body's root says)
+        # the done half of a TPU async collective: its row waits for the start
+        self.async_done = marker == attrs.ASYNC_COLLECTIVE_MARKERS[1]
         continued = (
             collective is not None
             and collective.attrs.get("channel_id") in in_flight
-            and attrs.async_marker(fusion) != attrs.ASYNC_COLLECTIVE_MARKERS[0]
+            and marker != attrs.ASYNC_COLLECTIVE_MARKERS[0]
         )  # a fusion that only continues (or finishes) a TPU async collective started earlier
         self.collective = None if continued else collective
         self.geometry = walks.geometry(fusion) if has_geometry else None
