@@ -550,6 +550,10 @@ def test_the_short_head_reads_what_the_fast_head_reads():
             short = hlo_lexer._SHORT_HEAD.match(raw)
             if short is None:
                 continue
+            try:  # the parser takes the shape only where it read it before: a whole shape
+                hlo_parser.parse_shape(short.group(3))
+            except HloParseError:
+                continue
             head = hlo_lexer._FAST_HEAD.match(raw)
             assert head is not None and head.end() == short.end(), raw[:200]
             assert head.groups()[:4] == short.groups()[:4], raw[:200]
@@ -564,6 +568,35 @@ def test_the_short_head_reads_what_the_fast_head_reads():
                 assert operands == inside, raw[:200]
                 assert names == hlo_lexer._OPERAND_NAME.findall(operands), raw[:200]
     assert taken > 10_000
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ROOT %a = f32[2]{0} add(%p, %q)",
+        "ROOT %a=f32[2]{0} add(%p, %q)",
+        "ROOT %a = f32[2]{0}add(%p, %q)",
+        "ROOT   %a  =  f32[2]{0}   add(%p, %q)",
+        "ROOT a = f32[2]{0} add(%p, %q)",
+        "ROOT %a = f32[2]{0}x add(%p, %q)",
+        "ROOT %a = f32[2] {0} add(%p, %q)",
+    ],
+)
+def test_a_head_spaced_otherwise_reads_the_same_or_is_refused_the_same(line):
+    """The short head reads XLA's spacing only; other spacings (and shapes that are not whole
+    shapes) read as ``_FAST_HEAD`` and the careful path read them: the same instruction, or the
+    same error."""
+    text = (
+        "HloModule m\n\nENTRY %e (p: f32[2], q: f32[2]) -> f32[2] {\n"
+        "  %p = f32[2]{0} parameter(0)\n  %q = f32[2]{0} parameter(1)\n  " + line + "\n}\n"
+    )
+    if "0}x" in line or "] {" in line:
+        with pytest.raises(HloParseError, match="line 6"):
+            parse(text)
+        return
+    root = parse(text).entry.root
+    assert (root.name, root.opcode, str(root.shape)) == ("a", "add", "f32[2]{0}")
+    assert [op.name for op in root.operands] == ["p", "q"]
 
 
 def test_a_long_operand_list_with_index_comments_reads_every_operand():
