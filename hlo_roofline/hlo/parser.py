@@ -564,7 +564,7 @@ def _parse_module(text: str) -> Module:
     spans = iter(spans)
     for number, start, end in spans:
         if current is not None:
-            parsed = None
+            instr = None
             other_form = True  # _FAST_HEAD may read what the short head did not
             m = short_head(text, start, end)
             if m is not None:
@@ -608,11 +608,12 @@ def _parse_module(text: str) -> Module:
                             name, intern(opcode), shape, (), attrs, current, number,
                             root is not None, (), payload,
                         )  # fmt: skip
-                        parsed = instr, names
             # the other forms _FAST_HEAD and _FAST_LINE read (not a computation's "}")
             if other_form and (m is not None or text[start:end].strip() != "}"):
                 parsed = _fast_forms(text, start, end, number, current, tails)
-            if parsed is None:
+                if parsed is not None:
+                    instr, names = parsed
+            if instr is None:
                 raw = text[start:end]
                 stripped = raw.strip()
                 closing = _COMPUTATION_CLOSE.match(stripped)
@@ -632,9 +633,8 @@ def _parse_module(text: str) -> Module:
                         _skip_to(spans, end)
                         line = SourceLine(number, text[start:end].rstrip())
                         instr, operands = _parse_instruction(line, head, current)
-                    parsed = instr, [operand for operand, _ in operands]
-            if parsed is not None:
-                instr, names = parsed
+                    names = [operand for operand, _ in operands]
+            if instr is not None:
                 if names:  # operands come before their users (XLA's rule): no cycles
                     try:
                         instr.operands = tuple([by_name[name] for name in names])
