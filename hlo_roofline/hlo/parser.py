@@ -537,8 +537,6 @@ def _parse_module(text: str) -> Module:
         _skip_to(spans, end)
         name, module_attrs = _parse_header(header)
     frames, following = _parse_frame_tables(text, spans)
-    if following is not None:
-        spans = itertools.chain([following], spans)
 
     computations: dict[str, Computation] = {}
     callers: list[tuple[Instruction, int]] = []  # instructions that name computations
@@ -561,8 +559,16 @@ def _parse_module(text: str) -> Module:
     # only an instruction whose line holds one is looked at (a search of each was a tenth of parse)
     named = iter([*(m.start() for m in _CALLED_KEY_TEXT.finditer(text)), len(text)])
     named_at = next(named)
-    spans = iter(spans)
-    for number, start, end in spans:
+    # The lines from the one after the tables, walked here rather than by _line_spans (its
+    # tuples, a generator's step each): ``start``, ``end`` and ``number`` as it gives them.
+    size, find = len(text), text.find
+    next_number, next_start = following[:2] if following is not None else (0, size + 1)
+    while next_start <= size:
+        number, start = next_number, next_start
+        end = find("\n", start)
+        if end < 0:
+            end = size
+        next_number, next_start = number + 1, end + 1
         if current is not None:
             instr = None
             other_form = True  # _FAST_HEAD may read what the short head did not
@@ -630,7 +636,9 @@ def _parse_module(text: str) -> Module:
                         end = _logical_end(text, start) if unclosed.in_braces else None
                         if end is None:
                             raise
-                        _skip_to(spans, end)
+                        # on after the statement's last line (``end``: its line break)
+                        next_number = number + 1 + text.count("\n", start, end)
+                        next_start = end + 1
                         line = SourceLine(number, text[start:end].rstrip())
                         instr, operands = _parse_instruction(line, head, current)
                     names = [operand for operand, _ in operands]
