@@ -645,3 +645,25 @@ def test_lines_sharing_attribute_text_each_keep_their_own():
     bad = text.replace("  ROOT %c = f32[] add(%a, %b)" + body, "  ROOT %c = f32[] add(%a, %b), x")
     with pytest.raises(HloParseError, match=r"line 7:.*name=value"):
         parse(bad)
+
+
+def _two_calls(first_calls: str, second_calls: str) -> str:
+    return (
+        "HloModule m\n\n"
+        "%a (p: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n"
+        f"  ROOT %x = f32[] call(%p), to_apply=%{first_calls}\n}}\n\n"
+        "%b (q: f32[]) -> f32[] {\n  %q = f32[] parameter(0)\n"
+        f"  ROOT %y = f32[] {second_calls}\n}}\n\n"
+        "ENTRY %e (r: f32[]) -> f32[] {\n  %r = f32[] parameter(0)\n"
+        "  ROOT %z = f32[] call(%r), to_apply=%a\n}\n"
+    )
+
+
+def test_a_callee_written_below_its_caller_is_followed_for_cycles():
+    """XLA writes callees above their callers, where no cycle can be; text that calls a
+    computation written below still has its call graph walked: a cycle through it is refused, a
+    call without one read."""
+    with pytest.raises(HloParseError, match=r"line 10:.*'%a' calls itself \(through %y\)"):
+        parse(_two_calls("b", "call(%q), to_apply=%a"))
+    module = parse(_two_calls("b", "negate(%q)"))
+    assert module.computations["a"].root.called == (module.computations["b"],)
