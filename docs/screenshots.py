@@ -1,6 +1,6 @@
 """Regenerate docs/img/tab_*.png: the HLO Roofline tab in headless Chromium on the runs that
 tests/test_tab_screenshots.py checks (v5e, H100, the FSDP step sharded over four v5p chips, a
-measured step), each with an op selected.
+measured CPU step, a step measured on a real H100), each with an op selected.
 
     PYTHONPATH=.:<a dir linking hlo_roofline_tensorboard to plugin/> python docs/screenshots.py
 """

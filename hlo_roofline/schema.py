@@ -375,6 +375,7 @@ class MeasuredSummary(TypedDict, total=False):
     measured_devices: list[str]  # the trace's device planes the ops ran on
     measured_overlap: bool  # ops overlapped in the trace (Σ measured_s ≠ the step)
     measured_unmatched_ops: list[str]  # event names the embedded HLO does not have
+    measured_renamed_ops: dict[str, str]  # event names given to an op (measured.renames)
     measured_problems: int  # ops that measured faster than their roof
     measured_trace: str  # the trace file read
     measured_program: str  # the program of the trace the report is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import itertools
 import os
 import re
@@ -41,7 +42,9 @@ CHROMIUM_FLAGS = [
 HOSTILE = "<img src=x onerror=alert(1)>\"'&<script>alert(2)</script>"
 # Tests in a real browser are skipped where Chromium is missing, unless HLO_ROOFLINE_REQUIRE_BROWSER
 # is set (CI sets it: there a missing browser or playwright is a failure).
-BROWSER_MISSING = not os.path.exists(CHROMIUM) and not os.environ.get("HLO_ROOFLINE_REQUIRE_BROWSER")
+BROWSER_MISSING = not os.path.exists(CHROMIUM) and not os.environ.get(
+    "HLO_ROOFLINE_REQUIRE_BROWSER"
+)
 NEEDS_BROWSER = pytest.mark.skipif(
     BROWSER_MISSING,
     reason=f"{CHROMIUM} not installed (set HLO_ROOFLINE_REQUIRE_BROWSER=1 to fail instead)",
@@ -84,6 +87,20 @@ def measured_report(trace_dir: Path | None = None) -> Report:
         return measure(
             lambda a: jnp.tanh(a @ a) + 1, x, steps=3, warmup=1, chip=chip, logdir=trace_dir
         )
+
+
+def measured_gpu_report(root: Path, card: str = "h100", case: str = "gpt_step") -> Report:
+    """A report joined with a real trace from a GPU (fixtures/measured_gpu: the GPT example step
+    profiled on an H100), judged on the chip the trace names."""
+    from hlo_roofline import read_trace
+
+    trace = root / f"{card}_{case}" / f"{case}.xplane.pb"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    source = Path(__file__).resolve().parent.parent / "fixtures" / "measured_gpu" / card
+    trace.write_bytes(gzip.decompress((source / f"{case}.xplane.pb.gz").read_bytes()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # async copies on their own stream overlap compute
+        return read_trace(trace)
 
 
 def big_report(n: int = 20_000) -> Report:
@@ -256,6 +273,7 @@ SCREENSHOT_RUNS = {
     "tab_h100": lambda root: fixture_report("gpt_tiny", "h100", "h100-sxm"),
     "tab_v5p_sharded": lambda root: fixture_report("fsdp_train_step", "tpu_v5p", "v5p"),
     "tab_measured": lambda root: measured_report(root / "tab_measured"),
+    "tab_h100_measured": lambda root: measured_gpu_report(root / "traces"),
 }
 WITH_TIMELINE = {"tab_v5p_sharded"}  # shown with the timeline of the step as scheduled
 

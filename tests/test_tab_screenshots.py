@@ -1,5 +1,6 @@
 """Screenshots of the tab in real headless Chromium on the runs docs/tensorboard.md shows (v5e, H100,
-the FSDP step compiled compile-only sharded over four v5p chips, a measured step), each checked
+the FSDP step compiled compile-only sharded over four v5p chips, a measured CPU step, the GPT step
+measured on a real H100), each checked
 before its PNG is kept: one point per timed op, every point inside its axes and labels on their
 roofs, no script error, nothing wider than the page, the selected op in the details, and the
 PNG the size of what it shows. The same runs and steps make docs/img (``docs/screenshots.py``).

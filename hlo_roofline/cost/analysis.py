@@ -351,6 +351,8 @@ def rows(
                 if geometry:
                     precision_at[at] = _precision(instr)
                     io = walks.io(instr)
+                    if code == "custom-call":  # a library gemm runs in its inputs' type (fp8 in,
+                        dtype = instr.operands[0].shape.dtype  # bf16 out: the fp8 rate)
         if geometry is not None:
             if io is None:  # a matmul whose arrays cannot be traced: its own types
                 io = MatmulIO(*(element_bytes(s) for s in _first_two(instr)), 1)

@@ -234,6 +234,8 @@ class CostModel:
     # A fusion parameter read through a view (bitcast, reshape, ...) that is not the root is read as
     # the view is, and one passed to a nested fusion is followed into it (scaled by the share of the
     # nested result its users slice); XLA stops at the view and looks at the nested fusion's users.
+    # A gather reads only the rows it gathers, through a convert too (an embedding lookup reads its
+    # tokens' rows, not the table: measured on an H100); XLA charges the whole operand.
     fusion_follow_reads: bool = False
 
 

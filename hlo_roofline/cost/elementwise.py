@@ -27,3 +27,35 @@ def transcendental(instr: Instruction, ctx: CostContext) -> Cost:
 @rule(*ARITHMETIC)
 def arithmetic(instr: Instruction, ctx: CostContext) -> Cost:
     return simple_cost(instr.shape.elements, 0.0, ctx.default_bytes(instr))
+
+
+@rule("convert", model="roofline")
+def convert_where_gathered(instr: Instruction, ctx: CostContext) -> Cost:
+    """A fused convert read only by gathers (through bitcasts) is computed where they gather: a
+    fusion computes per output element, so a cross-entropy's logits converted to f32 before one
+    element per token is picked cost that element, not the array (measured on an H100)."""
+    elements = instr.shape.elements
+    if instr.computation is not None and instr.computation.is_fusion:
+        gathered = _gathered_elements(instr, ctx)
+        if gathered is not None:
+            elements = min(elements, gathered)
+    return simple_cost(elements, 0.0, ctx.default_bytes(instr))
+
+
+def _gathered_elements(value: Instruction, ctx: CostContext, depth: int = 0) -> int | None:
+    """Elements gathers take from ``value`` when nothing else reads it, else None."""
+    users = ctx.users(value.computation).get(id(value), ())
+    if not users or value.is_root or depth > 8:
+        return None
+    total = 0
+    for user in users:
+        if user.opcode == "gather" and user.operands[0] is value and user.operands[1] is not value:
+            total += user.shape.elements
+        elif user.opcode == "bitcast":
+            inner = _gathered_elements(user, ctx, depth + 1)
+            if inner is None:
+                return None
+            total += inner
+        else:
+            return None
+    return total

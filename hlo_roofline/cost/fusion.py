@@ -188,6 +188,11 @@ def _parameter_read_bytes_uncached(param: Instruction, ctx: CostContext) -> floa
             size += sum(ctx.size(u.shape) for u in user.operands[len(user.operands) // 2 + 1 :])
         elif follow and opcode in VIEWS and not user.is_root:
             size += _parameter_read_bytes(user, ctx)  # read as its view is
+        elif follow and opcode == "gather" and user.operands[0] is param:
+            size += ctx.size(user.shape)  # only the gathered rows (an embedding lookup's tokens)
+        elif follow and opcode == "convert" and not user.is_root:
+            # converted element by element: read where the converted value is
+            size += _parameter_read_bytes(user, ctx) * own_size / max(ctx.size(user.shape), 1)
         elif opcode in ("broadcast", "reshape"):
             size += own_size
         elif not seen_plain_user:

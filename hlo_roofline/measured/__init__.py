@@ -7,6 +7,8 @@ measured columns; ``read_trace(logdir)`` does the same for a trace written earli
 * :mod:`~hlo_roofline.xplane` decodes the ``*.xplane.pb`` protobuf;
 * :mod:`.trace` reads what the trace holds: the capture's files, the programs whose optimized HLO
   it embeds, every op execution, the step windows, the chip a device trace names;
+* :mod:`.renames` gives events XLA:GPU names after ops the embedded HLO lacks (async copies
+  emitted under fresh names, kernels inside CUDA graphs) to the ops they ran for;
 * :mod:`.attribution` gives each event's time to its HLO op (self time of control flow, the
   nearest enclosing op with a row) and sums it per step;
 * :mod:`.join` sets those times against the rows of the report computed from the embedded HLO,
@@ -29,6 +31,7 @@ from hlo_roofline.efficiency import (
 from hlo_roofline.measured.join import (
     CONTAINER_NOTE,
     MEASURED_COLUMNS,
+    CommandBufferWarning,
     OverlapWarning,
     read_trace,
 )
@@ -40,6 +43,7 @@ __all__ = [
     "HOST_ROOF_LOW",
     "MEASURED_COLUMNS",
     "SHORTEST_TIMED_S",
+    "CommandBufferWarning",
     "OverlapWarning",
     "TraceError",
     "add_efficiency",

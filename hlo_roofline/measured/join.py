@@ -22,6 +22,7 @@ from hlo_roofline.api import analyze_hlo
 from hlo_roofline.efficiency import add_efficiency, problem_count
 from hlo_roofline.hlo import Module, attrs, parse
 from hlo_roofline.host import host_chip
+from hlo_roofline.measured import renames
 from hlo_roofline.measured.attribution import HloStructure, MeasuredTimes, per_step_times
 from hlo_roofline.measured.trace import (
     OpEvent,
@@ -38,6 +39,7 @@ from hlo_roofline.xplane import TraceError
 __all__ = [
     "CONTAINER_NOTE",
     "MEASURED_COLUMNS",
+    "CommandBufferWarning",
     "OverlapWarning",
     "join",
     "joined_reports",
@@ -52,6 +54,10 @@ CONTAINER_NOTE = "control flow: measured self time only (its body ops have rows 
 
 class OverlapWarning(UserWarning):
     """Ops ran concurrently in the trace: per-op latencies overlap and their sum double-counts."""
+
+
+class CommandBufferWarning(UserWarning):
+    """XLA:GPU ran kernels as CUDA graphs: the trace names the graph, not each kernel's op."""
 
 
 def _blank(column: pd.Series):
@@ -171,10 +177,12 @@ def joined_reports(path_or_dir, chip) -> tuple[dict[str, Report], list[Path]]:
     if not by_program:
         raise TraceError(f"{files[0]}: no op event names a program whose HLO the trace embeds")
     analyzed = {}
-    for program_id in by_program:
+    renamed: dict[int, dict[str, str]] = {}
+    for program_id, program_events in by_program.items():
         module = parse(known[program_id].hlo_text())
         report = analyze_hlo(module)
         analyzed[program_id] = module, report, HloStructure.of(module)
+        renamed[program_id] = renames.resolve(program_events, module)
     measured = _measure_programs(by_program, analyzed, windows)
     if not measured and windows:  # device clocks not aligned with the host's step annotations?
         measured = _measure_programs(by_program, analyzed, {})
@@ -189,17 +197,32 @@ def joined_reports(path_or_dir, chip) -> tuple[dict[str, Report], list[Path]]:
             how=f"optimized HLO embedded in the trace {files[0]}",
             measured_trace=str(files[0]),
             measured_program=program.name,
+            measured_renamed_ops=renamed[program_id],
         )
         reports[program.name] = joined
         overlaps += [f"{program.name}: {o}" for o in result.overlap]
+        if graphs := [n for n in joined.summary["measured_unmatched_ops"]
+                      if renames.COMMAND_BUFFER.match(n)]:  # fmt: skip
+            warnings.warn(
+                f"{program.name} ran {len(graphs)} CUDA graph(s) (XLA:GPU command buffers): "
+                "their library kernels name no op and are left out of the ops' times (fusions "
+                "are matched by kernel name). For every op's time, profile with "
+                "XLA_FLAGS=--xla_gpu_enable_command_buffer= (docs/measure.md).",
+                CommandBufferWarning,
+                stacklevel=3,
+            )
     if overlaps:
+        on_host = any("threads" in o for o in overlaps)
         warnings.warn(
             "the trace shows overlapping ops (" + "; ".join(overlaps) + "): per-op times are "
-            "latencies that overlap, so they double-count. Capture on one core (taskset -c 0, or "
-            "os.sched_setaffinity before importing jax) for clean per-op times.",
+            "latencies that overlap, so they double-count. "
+            + ("Capture on one core (taskset -c 0, or os.sched_setaffinity before importing "
+               "jax) for clean per-op times." if on_host else
+               "On a device this is concurrency (copies or collectives on their own streams "
+               "beside compute): compare the step, not Σ measured_s."),
             OverlapWarning,
             stacklevel=3,
-        )
+        )  # fmt: skip
     return reports, files
 
 

@@ -30,6 +30,7 @@ __all__ = [
 
 _HLO_STATS = ("Hlo Proto", "hlo_proto")
 _MODULE_ID = re.compile(r"\((\d+)\)$")
+_COPIED = re.compile(r"\bsize:(\d+)")
 
 
 def trace_files(path_or_dir: str | Path) -> list[Path]:
@@ -97,6 +98,8 @@ class OpEvent:
     execution: object
     done_ps: int | None = None  # CPU ``end: <op>`` event: when the op's result became ready
     end_ps: int = 0
+    kernel: str = ""  # the event's own name (a GPU kernel's, a copy's)
+    copied_bytes: int | None = None  # a device copy's size (``memcpy_details``)
 
     @property
     def duration_ps(self) -> int:
@@ -162,10 +165,12 @@ def op_events(planes: list[Plane], known: dict[int, Program], host: str = "") ->
                 continue
             run = event.stats.get("run_id")
             execution = run if run is not None else ("module", index) if modules else None
+            copy = _COPIED.search(event.stats.get("memcpy_details") or "")
             found.append(
                 OpEvent(
                     program_id, op, event.start_ps, event.end_ps, host, host + plane.name,
                     line.id, execution, done.get(event.stats.get("_p")) if on_host else None,
+                    kernel=event.name, copied_bytes=int(copy.group(1)) if copy else None,
                 )
             )  # fmt: skip
     return found
@@ -205,7 +210,7 @@ def device_chip(planes: list[Plane]):
     for plane in planes:
         if not plane.name.startswith("/device:"):
             continue
-        for key in ("device_type_string", "device_type", "device_name"):
+        for key in ("device_type_string", "device_type", "device_name", "gpu_device_name"):
             name = plane.stats.get(key)
             if isinstance(name, str) and name:
                 with contextlib.suppress(chips.UnknownChipError):
