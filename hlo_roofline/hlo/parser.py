@@ -348,7 +348,7 @@ def _fast_forms(
     end: int,
     number: int,
     computation: Computation,
-    tails: dict[str, tuple[int, str]],
+    tails: dict[str, tuple[int, str, bool]],
 ) -> tuple[Instruction, list[str]] | None:
     """The line ``text[start:end]`` as ``_FAST_HEAD`` and ``_FAST_LINE`` read it (operands with
     their shapes or comments, a payload in parentheses, attributes not as XLA prints them), or
@@ -363,7 +363,8 @@ def _fast_forms(
         t = _FAST_TAIL.match(text, tail, end)
         checked = t.end(1) - tail if t is not None else -1
         if len(tails) < _TAILS_KEPT:
-            tails[attr_text] = (checked, attr_text[: max(checked, 0)])
+            calls = checked > 0 and _CALLED_KEY_TEXT.search(text, tail, tail + checked) is not None
+            tails[attr_text] = (checked, attr_text[: max(checked, 0)], calls)
     else:
         checked = known[0]
     if checked >= 0:
@@ -545,20 +546,17 @@ def _parse_module(text: str) -> Module:
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
     parameters: list[Instruction] = []  # and its parameters
     elements: dict[tuple[int, int], Instruction] = {}  # get-tuple-elements made for "%x#N"
-    short_head, fast_tail = _SHORT_HEAD.match, _FAST_TAIL.match
+    short_head, fast_tail, called_key = _SHORT_HEAD.match, _FAST_TAIL.match, _CALLED_KEY_TEXT.search
     # the loop's other globals as locals (a lookup less each, per line)
     arity_of, caller_opcodes, shape_of = _ARITY.get, CALLER_OPCODES, _shape_cache.get
     operand_names, leaf_opcodes = _OPERAND_NAME.findall, _LEAF_OPCODES
     tails_kept, shared_payload = _TAILS_KEPT, _SHARED_PAYLOAD
-    # attribute text -> its checked length (-1: not in the form) and the checked text, which the
+    # attribute text -> its checked length (-1: not in the form), the checked text, which the
     # instructions after the first that have it share (a module repeats a few hundred texts over
     # thousands of lines: one string each, rather than an int per instruction saying where it is,
-    # that the rows would slice out again)
-    tails: dict[str, tuple[int, str]] = {}
-    # Where an attribute naming a computation may be written: one search of the whole text, then
-    # only an instruction whose line holds one is looked at (a search of each was a tenth of parse)
-    named = iter([*(m.start() for m in _CALLED_KEY_TEXT.finditer(text)), len(text)])
-    named_at = next(named)
+    # that the rows would slice out again), and whether an attribute in it may name a computation
+    # (searched once a text, not once an instruction)
+    tails: dict[str, tuple[int, str, bool]] = {}
     # The lines from the one after the tables, walked here rather than by _line_spans (its
     # tuples, a generator's step each): ``start``, ``end`` and ``number`` as it gives them.
     size, find = len(text), text.find
@@ -571,6 +569,7 @@ def _parse_module(text: str) -> Module:
         next_number, next_start = number + 1, end + 1
         if current is not None:
             instr = None
+            names_computations = None  # known from the attribute text (the short head's lines)
             other_form = True  # _FAST_HEAD may read what the short head did not
             m = short_head(text, start, end)
             if m is not None:
@@ -581,10 +580,11 @@ def _parse_module(text: str) -> Module:
                     t = fast_tail(text, tail, end)
                     checked = t.end(1) - tail if t is not None else -1
                     attrs = None  # a text seen once: where it is (see below)
+                    calls = checked > 0 and called_key(text, tail, tail + checked) is not None
                     if len(tails) < tails_kept:
-                        tails[attr_text] = (checked, attr_text[: max(checked, 0)])
+                        tails[attr_text] = (checked, attr_text[: max(checked, 0)], calls)
                 else:
-                    checked, attrs = known
+                    checked, attrs, calls = known
                 if checked >= 0:  # _fast_instruction's work, written out for the usual line
                     other_form = False  # (it would refuse a new shape or a parameter's payload)
                     root, name, shape_text, opcode, inside = m.groups()
@@ -614,6 +614,7 @@ def _parse_module(text: str) -> Module:
                             name, intern(opcode), shape, (), attrs, current, number,
                             root is not None, (), payload,
                         )  # fmt: skip
+                        names_computations = calls
             # the other forms _FAST_HEAD and _FAST_LINE read (not a computation's "}")
             if other_form and (m is not None or text[start:end].strip() != "}"):
                 parsed = _fast_forms(text, start, end, number, current, tails)
@@ -675,13 +676,11 @@ def _parse_module(text: str) -> Module:
                 if instr._place & 1:  # is_root, read without the property (per instruction)
                     current.root = instr
                 if code in caller_opcodes or (
-                    # (split attributes: their keys are looked at)
-                    (named_at < end or instr._attrs.__class__ is dict)
-                    and _names_computations(instr)
+                    names_computations
+                    if names_computations is not None
+                    else _names_computations(instr)
                 ):
                     callers.append((instr, number))
-                while named_at < end:
-                    named_at = next(named)
                 continue
             if closing is None:
                 continue
