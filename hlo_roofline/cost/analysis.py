@@ -22,6 +22,7 @@ from hlo_roofline.cost.base import (
     BOOKKEEPING,
     COST_MODELS,
     RULE_ERRORS,
+    ZERO,
     Cost,
     CostContext,
     array_bytes,
@@ -111,6 +112,8 @@ def price(instr: Instruction, ctx: CostContext) -> Cost:
     """The rule's cost, or a flagged unknown cost if the rule cannot make sense of the op."""
     try:
         cost = ctx.cost(instr)
+        if cost is ZERO:  # names, views, an async pair's done half: nothing to check
+            return cost
         # Sums and reports use floats: a cost past their range (absurd windows, trip counts) is
         # flagged here rather than overflowing later.
         values = (
@@ -714,13 +717,14 @@ def summarize(ops: list[PricedOp], cost_model: str) -> schema.CostSummary:
     unknown_ops: list[str] = []
     lower_bound = False
     for instr, count, cost in ops:
-        lower_bound = lower_bound or cost.lower_bound
-        flops += cost.flops * count
-        transcendentals += cost.transcendentals * count
-        bytes_accessed += cost.bytes_accessed * count
-        comm_bytes += cost.comm_bytes * count
-        for n in cost.notes:
-            notes[n] = None
+        if cost is not ZERO:  # (a zero cost adds nothing: every sum starts at +0.0)
+            lower_bound = lower_bound or cost.lower_bound
+            flops += cost.flops * count
+            transcendentals += cost.transcendentals * count
+            bytes_accessed += cost.bytes_accessed * count
+            comm_bytes += cost.comm_bytes * count
+            for n in cost.notes:
+                notes[n] = None
         if count == 0 or instr.opcode in BOOKKEEPING:
             continue
         counted += count
