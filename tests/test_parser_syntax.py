@@ -667,3 +667,12 @@ def test_a_callee_written_below_its_caller_is_followed_for_cycles():
         parse(_two_calls("b", "call(%q), to_apply=%a"))
     module = parse(_two_calls("b", "negate(%q)"))
     assert module.computations["a"].root.called == (module.computations["b"],)
+
+
+def test_a_module_keeps_the_name_its_header_gives():
+    """The module's name is its header's, whatever its instructions are named."""
+    for path in sorted(FIXTURES.glob("*/*.hlo.txt"))[:40]:
+        text = path.read_text()
+        header = text[: text.index("\n")]
+        expected = header.removeprefix("HloModule ").split(",")[0].strip()
+        assert parse(text).name == expected, path

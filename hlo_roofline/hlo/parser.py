@@ -529,14 +529,14 @@ def _parse_module(text: str) -> Module:
     if not header.text.startswith("HloModule "):
         raise header.error("expected 'HloModule <name>'", 0)
     try:
-        name, module_attrs = _parse_header(header)
+        module_name, module_attrs = _parse_header(header)
     except _Unclosed as unclosed:  # an attribute over several lines (origin_recovery_table=)
         end = _header_end(text, start) if unclosed.in_braces else None
         if end is None:
             raise
         header = SourceLine(number, text[start:end].rstrip())
         _skip_to(spans, end)
-        name, module_attrs = _parse_header(header)
+        module_name, module_attrs = _parse_header(header)
     frames, following = _parse_frame_tables(text, spans)
 
     computations: dict[str, Computation] = {}
@@ -730,7 +730,7 @@ def _parse_module(text: str) -> Module:
         entry = _implicit_entry(computations, callers, module_attrs, text)
     _resolve_callees(callers, computations, text)
     check_acyclic(callers, text)
-    return Module(name, computations, entry, module_attrs, frames, text)
+    return Module(module_name, computations, entry, module_attrs, frames, text)
 
 
 def _skip_to(spans: Iterator[tuple[int, int, int]], end: int) -> None:
