@@ -174,6 +174,8 @@ def matmul_pipeline(
     unit_times: dict[str, np.ndarray],
     hbm_bytes: np.ndarray,
     t_vmem: np.ndarray,
+    tile_steps: np.ndarray | None = None,
+    reread_bytes: np.ndarray | None = None,
 ) -> np.ndarray:
     """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
     without its rates): in a fusion with an elementwise chain beside the matmul
@@ -181,18 +183,28 @@ def matmul_pipeline(
     MXU's time and the vector unit's pass over the result or the fused prologue
     (:func:`hlo_roofline.cost.tpu_units.vector_elements`) one after the other, where the MXU is
     the slower (a plain matmul's result pass overlaps its MXU time in XLA's estimates; where the
-    loop is the slower, XLA's estimate is below the loop's time); and its
-    HBM bytes at the rate XLA:TPU streams a matmul's operands (``hbm.matmul_stream``, calibrated
-    against its ``estimated_cycles``). Neither is the book's roof: the row's bound, intensity and
-    ridge stay on the published peak and bandwidth; this only holds its time up where XLA's model
-    of the kernel is slower than either roof (docs/validation.md, "Realistic programs")."""
+    loop is the slower, XLA's estimate is below the loop's time); its HBM bytes, with the operand
+    tiles its tiling loop reads again (``reread_bytes``:
+    :func:`hlo_roofline.cost.tpu_units.tile_reread_bytes`), at the rate XLA:TPU streams a
+    matmul's operands (``hbm.matmul_stream``, calibrated against its ``estimated_cycles``); and,
+    where XLA:TPU wrote the fusion's tiling loop (``tile_steps``: the steps of its
+    ``window_config``), the MXU's time plus each step's fill and drain (``Chip.tile_step_s``,
+    calibrated against its ``estimated_cycles``): a finely tiled matmul pays the pipeline's start
+    and end once per tile, not once per op. None of these is the
+    book's roof: the row's bound, intensity and ridge stay on the published peak and bandwidth;
+    this only holds its time up where XLA's model of the kernel is slower than either roof
+    (docs/validation.md, "Realistic programs")."""
     pipelined = np.zeros(len(matmul))
     if not matmul.any() or not chip.vector_elements_rate:
         return pipelined
     mxu, loop = unit_times["mxu"], unit_times["loop"]
     chain = np.array([isinstance(f, str) and fused_arithmetic(f) for f in fused_ops], dtype=bool)
     pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
+    if chip.tile_step_s and tile_steps is not None:
+        stepped = np.where(matmul & (tile_steps > 0), mxu + tile_steps * chip.tile_step_s, 0.0)
+        pipelined = np.maximum(pipelined, stepped)
     if chip.matmul_stream_bandwidth:
-        stream = hbm_bytes / chip.matmul_stream_bandwidth + t_vmem
+        streamed = hbm_bytes if reread_bytes is None else hbm_bytes + reread_bytes
+        stream = streamed / chip.matmul_stream_bandwidth + t_vmem
         pipelined = np.maximum(pipelined, np.where(matmul, stream, 0.0))
     return pipelined

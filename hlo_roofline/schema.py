@@ -44,6 +44,8 @@ XLA_GAPS = {
     "vector_matmul": "a matrix-vector product (depthwise convolution): no MXU, vector loop",
     "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
     "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
+    "major_reduction": "a reduction over dimensions other than the lanes: XLA charges up to 8 "
+    "results a cycle per core, several times the same sum as slices and adds",
     "unexplained": "no unit the model has explains XLA's time",
 }
 
@@ -111,6 +113,14 @@ COLUMNS: tuple[Column, ...] = (
     _c("xla_cycles", "float", "cycles",
        "XLA:TPU's own cost-model estimate for the op (`estimated_cycles` in its "
        "`backend_config`)", "cost"),
+    _c("tile_steps", "float", "steps",
+       "steps of the tiling loop XLA:TPU compiled the op into (the product of its "
+       "`window_config.iteration_bounds`: one per tile of a matmul fusion's result, and of K "
+       "where K is split), per step; 0 where the compiler wrote none", "cost"),
+    _c("tile_reread_bytes", "float", "bytes",
+       "HBM bytes a TPU matmul fusion's tiling loop reads beyond one read of each operand: an "
+       "operand tile is fetched again each time the loop moves to another of its tiles (the "
+       "`window_config`'s last dimension innermost; docs/cost-model.md), per step", "cost"),
     _c("prefetch_for", "text", "",
        "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
        "read is charged to them, the copy row takes no time", "cost"),
@@ -131,6 +141,10 @@ COLUMNS: tuple[Column, ...] = (
     _c("lane_reduced_elements", "float", "elements",
        "elements a standalone `reduce` folds across the lanes (its operand's minor-most dimension "
        "is reduced), per step", "cost"),
+    _c("major_reduced_elements", "float", "elements",
+       "elements a `reduce`, or a fusion's reduces, fold over dimensions other than the lanes (the "
+       "sublanes or a major dimension: a top-2 dispatch's two slots, experts, rows; none folds its "
+       "operand's minor-most dimension), per step; information only: no rate prices it", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "

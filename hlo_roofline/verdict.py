@@ -21,6 +21,7 @@ from hlo_roofline import chips, interconnect, schedule, schema
 from hlo_roofline.chips import Chip
 from hlo_roofline.compute import (
     COMPUTE_UNITS,
+    column,
     compute_times,
     fills,
     kernel_mxu_flops,
@@ -241,9 +242,11 @@ def classify(
     times = np.stack([t_compute, t_memory, t_comm])
     # an op takes at least the chip's per-op floor; its bound is the unit that would set it above
     floors = op_floors(ops, chip, matmul)
+    rows = np.arange(len(ops))
     pipelined = matmul_pipeline(
         chip, matmul & ~no_rate, ops.get("fused_ops", pd.Series("", index=ops.index)).to_numpy(),
-        unit_times, hbm_bytes, t_vmem,
+        unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", rows, 0.0),
+        column(ops, "tile_reread_bytes", rows, 0.0),
     )  # fmt: skip
     t_roofline = np.maximum.reduce([times.max(axis=0), floors, pipelined])
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)

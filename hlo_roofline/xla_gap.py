@@ -47,6 +47,11 @@ def xla_gaps(
     floor = (chip.op_floor_s or 0.0) * ops["count"].to_numpy(dtype=float)
     columns = ("opcode", "fused_ops", "mm_m", "mm_n", "mm_k")
     opcode, fused, m, n, k = (ops[c].to_numpy() for c in columns)
+    major = (
+        ops["major_reduced_elements"].to_numpy(dtype=float)
+        if "major_reduced_elements" in ops
+        else np.zeros(len(ops))
+    )  # a report written before the column existed
     streamed = np.where(streams_columns(ops), n, m)  # the rows each held weight tile sees
     for i in far:
         if k[i] > 0:
@@ -59,7 +64,7 @@ def xla_gaps(
         elif opcode[i] in ("copy", "transpose") or "transpose" in fused[i] or "copy" in fused[i]:
             reason = "layout_change"
         elif opcode[i] == "reduce" or "reduce" in fused[i]:
-            reason = "lane_reduction"
+            reason = "major_reduction" if major[i] > 0 else "lane_reduction"
         elif t_roofline[i] <= _FAR_ABOVE * floor[i]:
             reason = "tiny_op"
         else:

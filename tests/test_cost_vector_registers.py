@@ -50,3 +50,33 @@ def test_a_relayout_is_counted_by_what_it_writes():
     by the tile it writes (MaxText's weight copies out of ``T(2,128)(2,1)``)."""
     text = _copy("bf16", "T(8,128)(2,1)", source_tile="T(2,128)(2,1)")
     assert _vector_elements(text) == ROWS * COLS
+
+
+def _reduce(tile: str) -> str:
+    """A sum over the lanes of an f32 [ROWS/8, 8, COLS] array tiled ``tile`` (a softmax's sum of
+    exponentials over a decode step's ``T(4,128)`` scores)."""
+    return f"""HloModule m
+
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+
+ENTRY e {{
+  p = f32[{ROWS // 8},8,{COLS}]{{2,1,0:{tile}}} parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[{ROWS // 8},8]{{1,0:T(8,128)}} reduce(p, z), dimensions={{2}}, to_apply=add
+}}
+"""
+
+
+@pytest.mark.parametrize(("tile", "rows"), [("T(4,128)", 4), ("T(2,128)", 2), ("T(8,128)", 8)])
+def test_a_reduction_folds_its_operand_in_whole_registers(tile, rows):
+    """A reduce computes on its operand where it lies: an operand tiled with r < 8 rows passes
+    8/r times its elements (its result is smaller, so there is no written tile to count by)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = analyze_hlo(_reduce(tile)).ops
+    elements = float(ops.loc[ops["opcode"] == "reduce", "vector_elements"].iloc[0])
+    assert elements == ROWS * COLS * max(8 / rows, 1)

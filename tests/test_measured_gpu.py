@@ -245,7 +245,7 @@ def _op_class(row) -> str:
         return "cuDNN flash attention"
     if str(row["name"]).startswith("cudnn-conv"):
         return "cuDNN convolutions"
-    if row["bound"] == "compute" and "gemm" in row["name"] or row["opcode"] == "custom-call":
+    if (row["bound"] == "compute" and "gemm" in row["name"]) or row["opcode"] == "custom-call":
         return "gemm ≥ 50 µs a run" if per_run >= LARGE_RUN_S else "gemm < 50 µs a run"
     if per_run < 10e-6:
         return "other ops < 10 µs a run"

@@ -9,7 +9,9 @@ time. ``fixtures/tpu_estimates.py`` regenerates the fixtures; docs/validation.md
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import warnings
 from functools import cache
 from pathlib import Path
@@ -31,10 +33,14 @@ IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.87, "v6e": 0.93, "7x": 0.85}
 # Ops that read a buffer XLA prefetched into VMEM, compared at their own placement:
 READER_IN_BAND_FLOOR = {"v5e": 0.92, "v5p": 0.87, "v6e": 0.87, "7x": 0.81}
 ABOVE_CEILING = 0.01
+# Held-out matmuls whose time the tile step sets (the MXU's time plus tile_step per step of the
+# fusion's tiling loop): the share of their XLA time within the band, at least.
+TILE_STEP_IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.9, "v6e": 0.9, "7x": 0.8}
 # The programs the chip database's derived TPU rates were fitted on (its notes name them): the
 # vector loop rate on layernorm's lane reduction, the XLU rate on softmax's standalone reduce,
-# the fill rate on a zero fill, the matmul stream on a decode step's LM head.
-FITTED_ON = ("layernorm", "softmax_long", "zeros_f32", "lm_head")
+# the fill rate on a zero fill, the matmul stream on a decode step's LM head, the tile step on
+# the largest plain matmul.
+FITTED_ON = ("layernorm", "softmax_long", "zeros_f32", "lm_head", "matmul_b8192")
 HELD_OUT_FLOOR = {
     "v5e": 0.81,
     "v5p": 0.58,
@@ -269,3 +275,45 @@ def test_example_programs_no_rate_was_fitted_on(target):
     print(f"\n{chip}: {len(ops)} ops of {len(frames)} example programs: {in_band:.1%} within, "
           f"{above:.1%} above; Σ roofline ÷ Σ XLA {step:.2f}")  # fmt: skip
     assert in_band >= 0.6 and above <= 0.05 and 0.5 <= step <= 1.0
+
+
+def test_tile_steps_are_the_iteration_bounds_xla_wrote():
+    """``tile_steps`` is the product of the ``iteration_bounds`` in an op's ``window_config``,
+    read here from the text with a regular expression (each row's own count; 0 where XLA wrote no
+    tiling), on every fixture of one chip."""
+    bounds = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = .*?"iteration_bounds":\[([^\]]*)\]', re.M)
+    checked = 0
+    for path in sorted(FIXTURES.glob("*.v6e.hlo.txt")):
+        text = path.read_text()
+        expected = {
+            name: math.prod(int(b) for b in json.loads(f"[{found}]"))
+            for name, found in bounds.findall(text)
+        }
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ops = analyze_hlo(text).ops.set_index("name")
+        got = ops.loc[ops["tile_steps"] > 0, "tile_steps"]
+        assert got.to_dict() == {n: float(v) for n, v in expected.items() if n in ops.index}, path
+        checked += len(got)
+    assert checked >= 30, checked
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_the_tile_step_is_matmul_b8192s_and_holds_on_the_other_matmuls(chip):
+    """The chip's ``tile_step``: what XLA:TPU's estimate of x[8192,4096] @ w[4096,4096] adds to the
+    MXU's time (2·M·N·K at the bf16 peak, no padding at these sizes) per step of its tiling loop,
+    at most 0.5% below it (rounded down: a lower bound). On every other matmul of the fixtures
+    whose time the tile step sets, the roofline stays within the band, never above it."""
+    chip_data = chips.get(chip).per_device()
+    ops = _ops(chip)
+    row = ops[(ops["program"] == "matmul_b8192") & (ops["mm_k"] > 0)].iloc[0]
+    mxu = 2 * 8192 * 4096 * 4096 / chip_data.flops["bf16"]
+    fitted = (row["xla_estimate_s"] - mxu) / row["tile_steps"]
+    assert 0.995 * fitted <= chip_data.tile_step_s <= fitted, (chip, chip_data.tile_step_s, fitted)
+    held_out = ops[~ops["program"].isin(FITTED_ON) & (ops["tile_steps"] > 0) & (ops["mm_k"] > 0)]
+    stepped = held_out["t_compute_s"] + held_out["tile_steps"] * chip_data.tile_step_s
+    set_by_steps = held_out[np.isclose(held_out["t_roofline_s"], stepped, rtol=1e-9)]
+    in_band, above = _shares(set_by_steps)
+    figures = f"{chip}: {len(set_by_steps)} held-out matmuls set by the tile step: {in_band:.1%} within"
+    print("\n" + figures)
+    assert len(set_by_steps) >= 5 and in_band >= TILE_STEP_IN_BAND_FLOOR[chip] and above == 0, figures

@@ -26,7 +26,7 @@ _SECTIONS = {
     "host": {"pcie", "pcie_bidirectional", "c2c", "link"},
 }
 _TOP_KEYS = {"name", "kind", "vendor", "status", "aliases", "cores", "megacore", "mxu", "flops"}
-_TOP_KEYS |= {"clock", "op_floor"}
+_TOP_KEYS |= {"clock", "op_floor", "tile_step"}
 _TOP_KEYS |= {"memory", "book", *_SECTIONS}
 
 
@@ -145,6 +145,8 @@ def _build(
         lane_reduce_rate=lane_reduce,
         fill_rate=fill,
         op_floor_s=t.get("op_floor"),
+        # XLA:TPU's calibrated tile step, like its stream, is no part of the book's roofline
+        tile_step_s=t.get("tile_step") if profile != "book" else None,
         clock_hz=t.get("clock"),
         ici=ici,
         scaleup=scaleup,

@@ -207,6 +207,8 @@ class Chip:
     lane_reduce_rate: float | None = None  # elements/s a TPU standalone reduce folds across lanes
     fill_rate: float | None = None  # elements/s a TPU fill (broadcast of a scalar) writes, whole chip
     op_floor_s: float | None = None  # the least time any op takes (a TPU's per-op overhead)
+    # time XLA:TPU's cost model adds per step of a matmul fusion's tiling loop, per device (calibrated)
+    tile_step_s: float | None = None
     clock_hz: float | None = None  # core clock: converts XLA:TPU's cycle estimates to seconds
     ici: Ici | None = None
     scaleup: ScaleUp | None = None

@@ -46,12 +46,20 @@ from hlo_roofline.cost.control_flow import (
 from hlo_roofline.cost.inplace import sliced_reads
 from hlo_roofline.cost.linalg import (
     MATMUL_OPCODES,
+    VMEM_SPACE,
     MatmulIO,
     fused_operand_words,
     matmul_geometry,
     matmul_io,
+    streamed_operand_words,
 )
-from hlo_roofline.cost.tpu_units import lane_reduced_elements, no_vector_loop, vector_elements
+from hlo_roofline.cost.tpu_units import (
+    lane_reduced_elements,
+    major_reduced_elements,
+    no_vector_loop,
+    tile_reread_bytes,
+    vector_elements,
+)
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.attribution import metadata_columns as _attribution  # rows' attribution
 from hlo_roofline.hlo.ir import Computation, Instruction, Module, Shape
@@ -72,7 +80,7 @@ _ARRAY_COLUMNS = {
     **dict.fromkeys(schema.names("cost", "int"), np.int64),
     **dict.fromkeys(schema.names("cost", "bool"), np.bool_),
 }
-VMEM = 1  # the memory space of a TPU's vector memory: S(1) in a layout
+VMEM = VMEM_SPACE
 _GEOMETRY_COLUMNS = (
     "mm_batch", "mm_m", "mm_n", "mm_k", "mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "mm_split_k",
 )  # a matmul's (batch, M, N, K) and its MatmulIO, in their order  # fmt: skip
@@ -83,8 +91,13 @@ _RARE_DEFAULTS = {
     **dict.fromkeys(("replica_group", "waits_for", "prefetch_for"), ""),
     **dict.fromkeys(("group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "mm_split_k"), 0),
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
-    **dict.fromkeys(("vector_elements", "lane_reduced_elements", "kernel_mxu_flops"), 0.0),
+    **dict.fromkeys(
+        ("vector_elements", "lane_reduced_elements", "major_reduced_elements", "kernel_mxu_flops"),
+        0.0,
+    ),
     "xla_cycles": math.nan,
+    "tile_steps": 0.0,
+    "tile_reread_bytes": 0.0,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
@@ -265,6 +278,7 @@ def rows(
     attributes_read: dict[str, tuple[tuple[str, str, str, str, str], str, str, bool]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     estimates: dict[str, float | None] = {}  # backend_config -> XLA:TPU's estimated cycles
+    tile_steps: dict[str, int] = {}  # backend_config -> steps of its tiling loop
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
     in_vmem: dict[int, int] = {}  # id(shape) -> bytes of its leaves placed in VMEM
@@ -386,6 +400,15 @@ def rows(
                 cycles = estimates[backend_config] = attrs.estimated_cycles(instr)
             if cycles is not None:
                 xla_cycles_at[at] = cycles * count
+            steps = tile_steps.get(backend_config)  # the tiling loop XLA:TPU compiled it into
+            if steps is None:
+                steps = tile_steps[backend_config] = attrs.tile_steps(instr)
+            if steps:
+                rare["tile_steps"][at] = steps * count
+                if geometry is not None and body is not None and not body.runs_collective:
+                    reread = tile_reread_bytes(instr, io, walks.geometries)  # operand rereads
+                    if reread:
+                        rare["tile_reread_bytes"][at] = reread * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put_vmem(vmem * count)
@@ -407,16 +430,20 @@ def rows(
                 if code != "custom-call":
                     no_loop[code] = vector_loop
             if vector_loop and body is None:
-                elements = vector_elements(instr, cost, geometry, False)
+                streamed = streamed_operand_words(instr) if geometry is not None else 0.0
+                elements = vector_elements(instr, cost, geometry, False, streamed_words=streamed)
                 vector_elements_at[at] = elements * count
             elif vector_loop:
                 elements = vector_elements(
                     instr, cost, geometry, "dynamic-update-slice" in body.fused_ops,
-                    body.prologue_words, body.sliced,
+                    body.prologue_words, body.sliced, body.streamed_words,
                 )  # fmt: skip
                 vector_elements_at[at] = elements * count
         if code == "reduce":
             rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
+            rare["major_reduced_elements"][at] = major_reduced_elements((instr,)) * count
+        elif body is not None and body.major_reduced:
+            rare["major_reduced_elements"][at] = body.major_reduced * count
         if cost.mxu_flops:
             rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
         in_chunk += 1
@@ -586,8 +613,9 @@ class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
     __slots__ = (
-        "async_done", "collective", "fused_ops", "geometry", "io", "matmul_dtype",
-        "matmul_precision", "prologue_words", "sliced",
+        "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced",
+        "matmul_dtype", "matmul_precision", "prologue_words", "runs_collective", "sliced",
+        "streamed_words",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
@@ -619,6 +647,8 @@ class _Body:
             and marker != attrs.ASYNC_COLLECTIVE_MARKERS[0]
         )  # a fusion that only continues (or finishes) a TPU async collective started earlier
         self.collective = None if continued else collective
+        # a collective matmul: its transfers, not its tiling loop, move the operands it gathers
+        self.runs_collective = collective is not None
         self.geometry = walks.geometry(fusion) if has_geometry else None
         self.io = walks.io(fusion) if self.geometry else None
         # the body's vector work, walked once however many fusions call it
@@ -626,6 +656,14 @@ class _Body:
             fused_operand_words(fusion, walks.geometries) if self.geometry else 0.0
         )
         self.sliced = {} if self.geometry else sliced_reads(fusion)
+        self.streamed_words = (
+            streamed_operand_words(fusion, walks.geometries) if self.geometry else 0.0
+        )
+        self.major_reduced = (
+            major_reduced_elements(i for i in instructions if i.opcode == "reduce")
+            if "reduce" in counts
+            else 0.0
+        )
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
         )

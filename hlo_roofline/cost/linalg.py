@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from hlo_roofline.cost.base import Cost, CostContext, element_bytes, rule
+from hlo_roofline.cost.base import RULE_ERRORS, Cost, CostContext, element_bytes, rule
 from hlo_roofline.cost.inplace import VIEWS
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
@@ -429,6 +429,13 @@ def _largest_matmul(body, memo: dict) -> Instruction | None:
     return found
 
 
+def fused_matmul(fusion: Instruction, memo: dict | None = None) -> Instruction | None:
+    """The matmul of the largest geometry in a fusion's body (None for another op)."""
+    if fusion.opcode != "fusion" or not fusion.called:
+        return None
+    return _largest_matmul(fusion.called[0], {} if memo is None else memo)
+
+
 def _read_from(value: Instruction) -> Instruction:
     """The array a fused matmul operand is read from: up through converts, relayouts, slices."""
     while value.opcode in _READS_THROUGH and value.operands:
@@ -519,6 +526,65 @@ PROLOGUE_PASSES = 0.35
 def words(shape: Shape) -> float:
     """32-bit words of an array in vector registers: two bf16 (four 8-bit) elements to a word."""
     return shape.elements * min(element_bytes(shape) or 4, 4) / 4
+
+
+# A matmul whose wide operand streams through the vector registers: fewer rows than a register's
+# sublanes against it, and a contraction within one pass of the widest MXU (256).
+_STREAMED_ROWS_BELOW = 8
+_STREAMED_K_AT_MOST = 256
+VMEM_SPACE = 1  # the memory space of a TPU's vector memory: S(1) in a layout
+
+
+def streamed_operand_words(instr: Instruction, memo: dict | None = None) -> float:
+    """Words of a matmul's wide operand (the K×N side) where XLA:TPU streams it through the vector
+    registers rather than holding it in the MXU: fewer than 8 rows against it (a decode step's
+    queries per KV head), a contraction within one pass of the MXU (K ≤ 256: a head dim) that is
+    the operand's minor (lane) dimension (the keys of a KV cache, ``[b, s, h, d]``), the operand
+    read from HBM. Each of its words then passes the vector unit once; XLA:TPU charges such
+    products (decode's attention scores) at the loop rate per word, and one whose operand XLA
+    placed in VMEM 2-3x less (docs/validation.md). 0 for any other matmul, or a fusion whose
+    matmul sits in a nested fusion. ``instr``: a dot, a convolution or a fusion of one."""
+    geometry = matmul_geometry(instr, memo)
+    if geometry is None:
+        return 0.0
+    _, m, _, k = geometry
+    if not (0 < m < _STREAMED_ROWS_BELOW and 1 < k <= _STREAMED_K_AT_MOST):
+        return 0.0
+    matmul = instr
+    if instr.opcode == "fusion":
+        inner = [i for i in instr.called[0].instructions if i.opcode in MATMUL_OPCODES]
+        matmul = next((i for i in inner if matmul_geometry(i, memo) == geometry), None)
+    if matmul is None or len(matmul.operands) < 2 or not matmul.operands[1].shape.is_array:
+        return 0.0
+    wide = matmul.operands[1].shape
+    try:
+        contracting = (
+            attrs.dot_dims(matmul).rhs_contracting if matmul.opcode in DOTS
+            else (attrs.conv_dims(matmul).kernel_input_feature,)
+        )  # fmt: skip
+    except RULE_ERRORS:
+        return 0.0
+    layout = wide.layout
+    minor = layout.minor_to_major[0] if layout and layout.minor_to_major else len(wide.dims) - 1
+    if minor not in contracting or _read_from_vmem(matmul.operands[1]):
+        return 0.0
+    return words(wide)
+
+
+def _read_from_vmem(operand: Instruction) -> bool:
+    """Whether a matmul's operand comes from VMEM (``S(1)``), through the views, converts and
+    relayouts a fusion applies to a parameter on its way in."""
+    for _ in range(16):  # a chain of views is short; a cap, not a search
+        layout = operand.shape.layout
+        if layout is not None and layout.memory_space == VMEM_SPACE:
+            return True
+        through = operand.opcode in _READS_THROUGH or (
+            operand.opcode == "fusion" and len(operand.operands) == 1
+        )
+        if not through or not operand.operands:
+            return False
+        operand = operand.operands[0]
+    return False
 
 
 def fused_operand_words(fusion: Instruction, memo: dict | None = None) -> float:

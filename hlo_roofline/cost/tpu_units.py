@@ -9,13 +9,23 @@ reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import operator
+from collections.abc import Iterable
 
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import BOOKKEEPING, RULE_ERRORS, Cost
 from hlo_roofline.cost.control_flow import CONTAINERS
 from hlo_roofline.cost.inplace import in_place
-from hlo_roofline.cost.linalg import comparison_passes, words
+from hlo_roofline.cost.linalg import (
+    VMEM_SPACE,
+    MatmulIO,
+    comparison_passes,
+    fused_matmul,
+    words,
+)
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction, Shape
 
@@ -26,6 +36,7 @@ _NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
     "replica-id",
 }  # fmt: skip
 _ASYNC_HALVES = ("-start", "-update", "-done")
+VMEM = VMEM_SPACE  # a TPU's vector memory (one owner: cost.linalg)
 _IN_PLACE_OPS = frozenset({"dynamic-update-slice", "scatter", "fusion"})
 # Library selections that run on the TensorCore's vector unit: priced by their comparison passes.
 _SELECTIONS = frozenset(custom_call.SELECTION_TARGETS) - {"GatherScatterIndicesBitpacked"}
@@ -48,13 +59,16 @@ def vector_elements(
     updates_in_place: bool,
     prologue_words: float = 0.0,
     sliced: dict[int, int] | None = None,
+    streamed_words: float = 0.0,
 ) -> float:
     """Elements the op's loop passes through a vector unit: its largest array, capped by what its
     rule says it reads (a slice of a large operand reads only the slice) or writes. A matmul's
     operands stream into the MXU: only its result passes, two elements to a 32-bit word whatever
     its width (:func:`result_pass`), or the operands a fused prologue computes
-    (``prologue_words``: :func:`linalg.fused_operand_words`), whichever is more (the kernel
-    pipelines the two streams, so each alone is a lower bound). A
+    (``prologue_words``: :func:`linalg.fused_operand_words`), or its wide operand where that
+    streams through the vector registers (``streamed_words``: :func:`linalg.streamed_operand_words`:
+    a decode step's attention scores), whichever is more (the kernel pipelines the streams, so
+    each alone is a lower bound). A
     buffer updated in place (:func:`inplace.in_place`: a dynamic-update-slice's or scatter's,
     fused or not) does not pass: only the update and the indices do; an operand a fusion reads
     only through slices passes only its largest slice (``sliced``: :func:`inplace.sliced_reads`). A sort or
@@ -86,7 +100,7 @@ def vector_elements(
         operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
     if geometry is not None:
         result_words = max((result_pass(leaf) for leaf in results), default=0.0)
-        return float(max(result_words, prologue_words))
+        return float(max(result_words, prologue_words, streamed_words))
     if instr.opcode == "sort" or (
         instr.opcode == "custom-call" and not no_vector_loop("custom-call", instr)
     ):
@@ -102,16 +116,40 @@ def vector_elements(
             for leaf in op.shape.leaves()
         ]  # fmt: skip
         return float(max([written_elements, *unsliced, *sliced.values()]))
-    # a result passes as its tile fills the registers; an operand is read at full rows
-    largest = max(written_elements, max(map(_elements, operands), default=0))
+    # a result passes as its tile fills the registers; an operand is read at full rows, except
+    # by a reduction, which folds the operand's own registers (:func:`_folds_registers`)
+    largest_operand = max(map(_elements, operands), default=0)
+    per_register = 1.0  # registers an operand element takes, relative to a full 8-row tile
+    if written_elements < largest_operand and _folds_registers(instr):
+        folded = max(operands, key=_elements)
+        per_register = register_elements(folded) / folded.elements
+        largest_operand *= per_register
+    largest = max(written_elements, largest_operand)
     width = DTYPE_BYTES.get
     smallest_item = min([width(leaf.dtype, 1) for leaf in leaves]) or 1
     written = sum([leaf.elements * width(leaf.dtype, 1) for leaf in results])
-    read = max(cost.bytes_accessed - written, 0.0) / smallest_item  # the most it can have read
+    read = max(cost.bytes_accessed - written, 0.0) / smallest_item * per_register  # the most read
     return float(min(largest, max(read, written_elements)))
 
 
 _elements = operator.attrgetter("elements")
+
+
+def _folds_registers(instr: Instruction) -> bool:
+    """A reduce, or a fusion whose root is one (a softmax's sum of exponentials, a routing
+    mask's count): its loop computes on the operand where it lies, in the operand's own
+    registers, and folds them into a smaller result, so the operand passes as its tile fills the
+    registers (:func:`register_elements`). A relayout instead converts what it reads into the tile
+    it writes, and is counted by that."""
+    if instr.opcode == "reduce":
+        return True
+    if instr.opcode != "fusion" or not instr.called:
+        return False
+    root = instr.called[0].root
+    roots = root.operands if root.opcode == "tuple" else (root,)
+    return any(r.opcode == "reduce" for r in roots)
+
+
 SUBLANES = 8  # rows of a TPU vector register (each 128 lanes of 32-bit words)
 
 
@@ -148,15 +186,161 @@ def result_pass(leaf) -> float:
 def lane_reduced_elements(reduce: Instruction) -> float:
     """Elements a standalone reduce folds across the lanes: its operand's when the reduced
     dimensions include the operand's minor-most one (the 128 lanes of a TPU vector register)."""
+    folds = _folds_lanes(reduce)
+    return float(reduce.operands[0].shape.elements) if folds else 0.0
+
+
+def major_reduced_elements(reduces: Iterable[Instruction]) -> float:
+    """Elements ``reduces`` (a standalone reduce, or the reduces of one fused computation) fold
+    over dimensions other than the lanes (a top-2 dispatch's two slots, experts, rows): their
+    operands', where none of them folds its operand's minor-most dimension; 0 otherwise. The
+    vector unit adds such registers elementwise; XLA:TPU's estimate of these reduces can be
+    several times that of the same sum written as slices and adds (docs/validation.md)."""
+    total = 0.0
+    for reduce in reduces:
+        folds = _folds_lanes(reduce)
+        if folds is None or folds:
+            return 0.0
+        total += reduce.operands[0].shape.elements
+    return total
+
+
+def _folds_lanes(reduce: Instruction) -> bool | None:
+    """Whether a reduce's dimensions include its operand's minor-most one; None where it has no
+    array operand or its dimensions cannot be read."""
     if not reduce.operands or not reduce.operands[0].shape.is_array:
-        return 0.0
+        return None
     operand = reduce.operands[0].shape
     if not operand.dims:
-        return 0.0
+        return None
     layout = operand.layout
     minor = layout.minor_to_major[0] if layout and layout.minor_to_major else len(operand.dims) - 1
     try:
         reduced = attrs.ints(reduce, "dimensions")
     except RULE_ERRORS:
+        return None
+    return minor in reduced
+
+
+_OPERAND_WINDOWS = ("input_window_bounds", "kernel_window_bounds")  # a matmul's lhs, rhs
+_MOST_ROLES = 6  # moving loop dimensions whose roles are tried together (4**6 ways at most)
+
+
+def tile_reread_bytes(fusion: Instruction, io: MatmulIO, memo: dict | None = None) -> float:
+    """HBM bytes a TPU matmul fusion's tiling loop reads beyond one read of each operand.
+
+    XLA:TPU writes the loop in the fusion's ``window_config``: ``iteration_bounds`` (the loop's
+    dimensions, the last innermost) and the windows of the result and of each operand
+    (``output_window_bounds``, ``input_window_bounds``, ``kernel_window_bounds``, in layout
+    tiles). Each loop dimension walks M (the lhs and the result), N (the rhs and the result), K
+    (both operands) or a batch (all three); the roles are those whose bounds multiply to each
+    array's number of windows. An operand's window is fetched again each time a dimension it
+    depends on moves, so an operand of t windows whose innermost dimension is the i-th is read
+    prod(bounds[:i + 1]) / t times: a weight gradient tiled over its result rereads one input
+    once per window of the other, a K split innermost rereads both every step. Where several
+    roles fit, the fewest rereads count (a lower bound); operands read from VMEM (``S(1)``) are
+    free."""
+    config = attrs.backend_config(fusion).get("window_config")
+    if not isinstance(config, dict):
         return 0.0
-    return float(operand.elements) if minor in reduced else 0.0
+    try:
+        bounds = [int(b) for b in config.get("iteration_bounds", [])]
+    except (TypeError, ValueError):
+        return 0.0
+    matmul = fused_matmul(fusion, memo)
+    if matmul is None or math.prod(bounds) <= 1 or len(matmul.operands) < 2:
+        return 0.0
+    result = fusion.shape.leaves()[0] if fusion.shape.leaves() else fusion.shape
+    windows = [
+        _windows(op.shape, config.get(key))
+        for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)
+    ]
+    out_windows = _windows(result, config.get("output_window_bounds"))
+    if not all(windows):
+        return 0.0
+    sizes = [
+        0.0 if _reads_vmem(op, op.shape.elements) else op.shape.elements * width
+        for op, width in zip(matmul.operands, io[:2], strict=False)
+    ]
+    best = None
+    for lhs, rhs in _operand_dims(tuple(bounds), windows[0], windows[1], out_windows):
+        reread = 0.0
+        for dims, tiles, size in ((lhs, windows[0], sizes[0]), (rhs, windows[1], sizes[1])):
+            if dims is None:
+                continue
+            reads = math.prod(bounds[: max(dims) + 1]) if dims else 1
+            reread += max(reads - tiles, 0) * size / tiles
+        best = reread if best is None else min(best, reread)
+    return best or 0.0
+
+
+@functools.lru_cache(maxsize=1024)
+def _operand_dims(
+    bounds: tuple[int, ...], lhs: int, rhs: int, out: int
+) -> list[tuple[tuple[int, ...] | None, tuple[int, ...] | None]]:
+    """The loop dimensions each operand's windows move with, for every way of giving each moving
+    dimension a role (M, N, K or a batch) under which the lhs, rhs and result have ``lhs``,
+    ``rhs`` and ``out`` windows; without a result's count (0), each operand's own fits."""
+    moving = [i for i, b in enumerate(bounds) if b > 1]
+    found = []
+    if out and len(moving) <= _MOST_ROLES:
+        for roles in itertools.product("MNKB", repeat=len(moving)):
+            on = {side: tuple(i for i, r in zip(moving, roles, strict=True) if r in side)
+                  for side in ("MKB", "NKB", "MNB")}  # fmt: skip
+            if all(math.prod(bounds[i] for i in on[side]) == count
+                   for side, count in (("MKB", lhs), ("NKB", rhs), ("MNB", out))):  # fmt: skip
+                found.append((on["MKB"], on["NKB"]))
+        if found:
+            return found
+    own = [
+        [dims for size in range(len(moving) + 1) for dims in itertools.combinations(moving, size)
+         if math.prod(bounds[i] for i in dims) == count]
+        for count in (lhs, rhs)
+    ]  # fmt: skip
+    # an operand no set of dimensions fits is counted as read once (None)
+    return [(a, b) for a in own[0] or [None] for b in own[1] or [None]]
+
+
+def _windows(shape: Shape, window: object) -> int:
+    """How many windows of ``window`` (one bound per dimension, major to minor, the minor ones
+    in units of the layout's tile) cover an array; 0 where they do not describe it."""
+    layout = shape.layout
+    if not shape.is_array or layout is None or not isinstance(window, list):
+        return 0
+    order = list(reversed(layout.minor_to_major)) if layout.minor_to_major else []
+    if len(order) != len(window) or not order:
+        return 0
+    tile = layout.tiles[0] if layout.tiles else ()
+    count = 1
+    for position, (dim, bound) in enumerate(zip(order, window, strict=True)):
+        try:
+            size = int(bound)
+        except (TypeError, ValueError):
+            return 0
+        from_minor = len(order) - position  # 1: the minor-most dimension
+        if from_minor <= len(tile):
+            size *= tile[-from_minor]
+        if size <= 0:
+            return 0
+        count *= -(-shape.dims[dim] // size)
+    return count
+
+
+def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
+    """Every array of at least half ``elements`` that ``value`` is computed from within its
+    fusion (the fusion's parameters, through nested fusions) sits in VMEM."""
+    params: list[Instruction] = []
+    stack, seen = [value], set()
+    while stack and len(seen) < 256:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if item.opcode == "parameter":
+            params.append(item)
+        else:
+            stack.extend(item.operands)
+    large = [p for p in params if p.shape.is_array and 2 * p.shape.elements >= elements]
+    return bool(large) and all(
+        p.shape.layout is not None and p.shape.layout.memory_space == VMEM for p in large
+    )

@@ -194,6 +194,22 @@ def estimated_cycles(instr: Instruction) -> float | None:
         return None
 
 
+def tile_steps(instr: Instruction) -> int:
+    """Steps of the tiling loop XLA:TPU compiled an op into: the product of its
+    ``window_config.iteration_bounds`` (``backend_config``), for a matmul fusion one step per tile
+    of the result (and of K where K is split); 0 where the compiler wrote none (another
+    backend)."""
+    if "iteration_bounds" not in instr.attrs.get("backend_config", ""):
+        return 0
+    bounds = _field(backend_config(instr), "window_config", "iteration_bounds")
+    if not isinstance(bounds, list) or not bounds:
+        return 0
+    try:
+        return math.prod(int(b) for b in bounds)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _find_key(node, key: str):
     if isinstance(node, dict):
         if key in node:
