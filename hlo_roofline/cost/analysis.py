@@ -278,6 +278,7 @@ def rows(
     attributes_read: dict[str, tuple[tuple[str, str, str, str, str], str, str, bool]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     estimates: dict[str, float | None] = {}  # backend_config -> XLA:TPU's estimated cycles
+    configs: dict[str, dict] = {}  # backend_config -> decoded (a matmul's tiling loop's rereads)
     tile_steps: dict[str, int] = {}  # backend_config -> steps of its tiling loop
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
@@ -406,7 +407,10 @@ def rows(
             if steps:
                 rare["tile_steps"][at] = steps * count
                 if geometry is not None and body is not None and not body.runs_collective:
-                    reread = tile_reread_bytes(instr, io, walks.geometries)  # operand rereads
+                    decoded = configs.get(backend_config)
+                    if decoded is None:
+                        decoded = configs[backend_config] = attrs.backend_config(instr)
+                    reread = tile_reread_bytes(instr, io, walks.geometries, decoded)  # rereads
                     if reread:
                         rare["tile_reread_bytes"][at] = reread * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
