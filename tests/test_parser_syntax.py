@@ -539,6 +539,98 @@ def test_a_lines_head_and_attributes_read_apart_are_the_line_read_at_once():
     assert hlo_lexer._FAST_HEAD.match(line) and not hlo_lexer._FAST_LINE.match(line)
 
 
+def test_the_short_head_reads_what_the_fast_head_reads():
+    """The parser reads most heads with ``_SHORT_HEAD`` (nothing in parentheses between the
+    operands' ones) and takes its operands only where they are exactly ``%a, %b``: there, and for
+    every payload, it reads what ``_FAST_HEAD`` reads (which then reads the line's other forms)."""
+    texts = [SPLASH, *DUMPED, *sorted(FIXTURES.glob("*/*.hlo.txt"))]
+    taken = 0
+    for path in texts:
+        for raw in path.read_text().split("\n"):
+            short = hlo_lexer._SHORT_HEAD.match(raw)
+            if short is None:
+                continue
+            try:  # the parser takes the shape only where it read it before: a whole shape
+                hlo_parser.parse_shape(short.group(3))
+            except HloParseError:
+                continue
+            head = hlo_lexer._FAST_HEAD.match(raw)
+            assert head is not None and head.end() == short.end(), raw[:200]
+            assert head.groups()[:4] == short.groups()[:4], raw[:200]
+            inside, operands, payload = short.group(5), head.group(5), head.group(6)
+            if short.group(4) in ("parameter", "constant"):
+                assert inside == (payload if operands is None else operands), raw[:200]
+                continue
+            names = hlo_lexer._OPERAND_NAME.findall(inside)
+            printed = ("%" + ", %".join(names) if names else "", hlo_parser._with_index_comments(names))
+            if inside in printed:
+                taken += 1
+                assert operands == inside, raw[:200]
+                assert names == hlo_lexer._OPERAND_NAME.findall(operands), raw[:200]
+    assert taken > 10_000
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ROOT %a = f32[2]{0} add(%p, %q)",
+        "ROOT %a=f32[2]{0} add(%p, %q)",
+        "ROOT %a = f32[2]{0}add(%p, %q)",
+        "ROOT   %a  =  f32[2]{0}   add(%p, %q)",
+        "ROOT a = f32[2]{0} add(%p, %q)",
+        "ROOT %a = f32[2]{0}x add(%p, %q)",
+        "ROOT %a = f32[2] {0} add(%p, %q)",
+    ],
+)
+def test_a_head_spaced_otherwise_reads_the_same_or_is_refused_the_same(line):
+    """The short head reads XLA's spacing only; other spacings (and shapes that are not whole
+    shapes) read as ``_FAST_HEAD`` and the careful path read them: the same instruction, or the
+    same error."""
+    text = (
+        "HloModule m\n\nENTRY %e (p: f32[2], q: f32[2]) -> f32[2] {\n"
+        "  %p = f32[2]{0} parameter(0)\n  %q = f32[2]{0} parameter(1)\n  " + line + "\n}\n"
+    )
+    if "0}x" in line or "] {" in line:
+        with pytest.raises(HloParseError, match="line 6"):
+            parse(text)
+        return
+    root = parse(text).entry.root
+    assert (root.name, root.opcode, str(root.shape)) == ("a", "add", "f32[2]{0}")
+    assert [op.name for op in root.operands] == ["p", "q"]
+
+
+def test_a_long_operand_list_with_index_comments_reads_every_operand():
+    """XLA prints ``/*index=5*/`` before every fifth operand of a long list: the operands are
+    the names, in order, wherever the comments are (or are not)."""
+    names = [f"p{i}" for i in range(12)]
+    params = "".join(f"  %p{i} = f32[] parameter({i})\n" for i in range(12))
+    for operands in (
+        ", ".join(f"/*index={i}*/%{n}" if i and i % 5 == 0 else f"%{n}" for i, n in enumerate(names)),
+        ", ".join(f"/*index={i}*/%{n}" if i % 4 == 1 else f"%{n}" for i, n in enumerate(names)),
+    ):
+        text = (
+            f"HloModule m\n\nENTRY %e () -> (f32[]) {{\n{params}"
+            f"  ROOT %t = ({', '.join(['f32[]'] * 12)}) tuple({operands})\n}}\n"
+        )
+        assert [op.name for op in parse(text).entry.root.operands] == names
+
+
+@pytest.mark.parametrize(
+    "operands",
+    ["%p,%q", " %p, %q ", "f32[] %p, f32[] %q", "/*index=0*/ %p, %q", "%p,  %q", "%p, %q"],
+)
+def test_operands_in_any_printed_form_read_the_same(operands):
+    """Operands written other than ``%a, %b`` (no space, spaces around, shapes, comments) are the
+    same operands: the lines go from the short head to the forms ``_FAST_HEAD`` reads."""
+    text = (
+        "HloModule m\n\nENTRY %e (p: f32[], q: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n"
+        f'  %q = f32[] parameter(1)\n  ROOT %a = f32[] add({operands}), metadata={{op_name="x"}}\n}}\n'
+    )
+    root = parse(text).entry.root
+    assert [op.name for op in root.operands] == ["p", "q"]
+    assert root.attrs == {"metadata": '{op_name="x"}'}
+
+
 def test_lines_sharing_attribute_text_each_keep_their_own():
     """Attribute texts checked once per parse: lines that share one (and lines whose text was
     refused) still read as their own (the careful path finds the error in a refused one)."""
@@ -553,3 +645,34 @@ def test_lines_sharing_attribute_text_each_keep_their_own():
     bad = text.replace("  ROOT %c = f32[] add(%a, %b)" + body, "  ROOT %c = f32[] add(%a, %b), x")
     with pytest.raises(HloParseError, match=r"line 7:.*name=value"):
         parse(bad)
+
+
+def _two_calls(first_calls: str, second_calls: str) -> str:
+    return (
+        "HloModule m\n\n"
+        "%a (p: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n"
+        f"  ROOT %x = f32[] call(%p), to_apply=%{first_calls}\n}}\n\n"
+        "%b (q: f32[]) -> f32[] {\n  %q = f32[] parameter(0)\n"
+        f"  ROOT %y = f32[] {second_calls}\n}}\n\n"
+        "ENTRY %e (r: f32[]) -> f32[] {\n  %r = f32[] parameter(0)\n"
+        "  ROOT %z = f32[] call(%r), to_apply=%a\n}\n"
+    )
+
+
+def test_a_callee_written_below_its_caller_is_followed_for_cycles():
+    """XLA writes callees above their callers, where no cycle can be; text that calls a
+    computation written below still has its call graph walked: a cycle through it is refused, a
+    call without one read."""
+    with pytest.raises(HloParseError, match=r"line 10:.*'%a' calls itself \(through %y\)"):
+        parse(_two_calls("b", "call(%q), to_apply=%a"))
+    module = parse(_two_calls("b", "negate(%q)"))
+    assert module.computations["a"].root.called == (module.computations["b"],)
+
+
+def test_a_module_keeps_the_name_its_header_gives():
+    """The module's name is its header's, whatever its instructions are named."""
+    for path in sorted(FIXTURES.glob("*/*.hlo.txt"))[:40]:
+        text = path.read_text()
+        header = text[: text.index("\n")]
+        expected = header.removeprefix("HloModule ").split(",")[0].strip()
+        assert parse(text).name == expected, path

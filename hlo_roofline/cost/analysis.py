@@ -23,6 +23,7 @@ from hlo_roofline.cost.base import (
     COST_MODELS,
     COSTS_KEPT,
     RULE_ERRORS,
+    ZERO,
     Cost,
     CostContext,
     array_bytes,
@@ -128,6 +129,8 @@ def price(instr: Instruction, ctx: CostContext) -> Cost:
     """The rule's cost, or a flagged unknown cost if the rule cannot make sense of the op."""
     try:
         cost = ctx.cost(instr)
+        if cost is ZERO:  # names, views, an async pair's done half: nothing to check
+            return cost
         # Sums and reports use floats: a cost past their range (absurd windows, trip counts) is
         # flagged here rather than overflowing later.
         values = (
@@ -291,6 +294,7 @@ def rows(
     attributes_read: dict[str, tuple[tuple[str, str, str, str, str], str, str, bool]] = {}
     fusion_kinds: dict[tuple[str, str], str] = {}  # (kind, backend_config) -> fusion_kind
     estimates: dict[str, float | None] = {}  # backend_config -> XLA:TPU's estimated cycles
+    configs: dict[str, dict] = {}  # backend_config -> decoded (a matmul's tiling loop's rereads)
     tile_steps: dict[str, int] = {}  # backend_config -> steps of its tiling loop
     bodies: dict[int, _Body] = {}  # id(fused computation) -> what its fusions' rows say
     own_collective: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
@@ -301,7 +305,7 @@ def rows(
     in_flight: frozenset[str] | None = None  # channels of TPU async collectives (found once)
     # Only TPU modules place arrays in VMEM; the others skip the per-row look at their layouts.
     vmem_layouts = not module.source_text or "S(1)" in module.source_text
-    prefetches = _prefetch_consumers(module) if vmem_layouts else {}
+    prefetches: dict[int, dict[Instruction, str]] = {}  # id(computation) -> its prefetches
     loops = loop_paths(module)  # id(computation) -> the while loops it runs in
     in_chunk = 0  # rows in this chunk
     # each row's (shape text, dtype) and attribution, for the columns made of them per chunk
@@ -402,7 +406,7 @@ def rows(
                 known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
             collective_at[at], replica_group_at[at] = known
             group_size_at[at] = _group_size(found, module)
-        if code == "fusion" or code.endswith("-done"):
+        if (body is not None and body.async_done) or code.endswith("-done"):
             start = _async_start(instr)
             if start is not None:
                 waits_for_at[at] = start.name
@@ -427,7 +431,10 @@ def rows(
             if steps:
                 rare["tile_steps"][at] = steps * count
                 if geometry is not None and body is not None and not body.runs_collective:
-                    reread = tile_reread_bytes(instr, io, walks.geometries)  # operand rereads
+                    decoded = configs.get(backend_config)
+                    if decoded is None:
+                        decoded = configs[backend_config] = attrs.backend_config(instr)
+                    reread = tile_reread_bytes(instr, io, walks.geometries, decoded)  # rereads
                     if reread:
                         rare["tile_reread_bytes"][at] = reread * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
@@ -438,8 +445,12 @@ def rows(
         append_meta(meta)
         if cost.notes:
             note_at[at] = "; ".join(cost.notes)
-        if code == "copy-start" and id(instr) in prefetches:
-            rare["prefetch_for"][at] = prefetches[id(instr)]
+        if code == "copy-start" and vmem_layouts:  # (a prefetch's readers are in its computation)
+            readers = prefetches.get(id(instr.computation))
+            if readers is None:
+                readers = prefetches[id(instr.computation)] = _prefetch_consumers(instr.computation)
+            if instr in readers:
+                rare["prefetch_for"][at] = readers[instr]
         if found is None:
             vector_loop = no_loop.get(code)
             if vector_loop is None:  # per opcode, except a custom call's (by its target)
@@ -492,40 +503,36 @@ def _in_vmem(shape) -> bool:
     return shape.layout is not None and shape.layout.memory_space == VMEM
 
 
-def _prefetch_consumers(module: Module) -> dict[int, str]:
-    """``id(copy-start) -> the ops that read its copy-done`` (comma-separated), for every async
-    copy from HBM into VMEM: such a copy exists only to feed them (XLA's prefetch)."""
-    found: dict[int, str] = {}
-    for comp in module.computations.values():
-        if "copy-done" not in map(_opcode, comp.instructions):  # most: one look, in C
+def _prefetch_consumers(comp: Computation) -> dict[Instruction, str]:
+    """``copy-start -> the ops that read its copy-done`` (comma-separated), for every async copy
+    from HBM into VMEM in ``comp``: such a copy exists only to feed them (XLA's prefetch).
+    (Instructions are keys by identity: a set of them is tested against an operand tuple in C.)"""
+    dones: dict[Instruction, Instruction] = {}
+    for instr in [i for i in comp.instructions if i.opcode == "copy-done"]:
+        if not instr.operands:
             continue
-        dones = {}
-        for instr in [i for i in comp.instructions if i.opcode == "copy-done"]:
-            if not instr.operands:
-                continue
-            start = instr.operands[0]
-            leaves = start.shape.leaves() if start.opcode == "copy-start" else []
-            if len(leaves) >= 2 and _in_vmem(leaves[0]) and not _in_vmem(leaves[1]):
-                dones[id(instr)] = start
-        if not dones:
+        start = instr.operands[0]
+        leaves = start.shape.leaves() if start.opcode == "copy-start" else []
+        if len(leaves) >= 2 and _in_vmem(leaves[0]) and not _in_vmem(leaves[1]):
+            dones[instr] = start
+    if not dones:
+        return {}
+    readers: dict[Instruction, list[str]] = {}
+    aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
+    read = aliases.keys()
+    for instr in comp.instructions:
+        operands = instr.operands
+        if read.isdisjoint(operands):  # most ops: one look, in C
             continue
-        readers: dict[int, list[str]] = {}
-        aliases = dict(dones)  # bitcasts of a prefetched buffer read it too
-        read = aliases.keys()
-        for instr in comp.instructions:
-            operands = instr.operands
-            if read.isdisjoint(map(id, operands)):  # most ops: one look, in C
+        for i, op in enumerate(operands):
+            start = aliases.get(op)
+            if start is None or op in operands[:i]:  # each operand once
                 continue
-            for i, op in enumerate(operands):
-                start = aliases.get(id(op))
-                if start is None or op in operands[:i]:  # each operand once
-                    continue
-                if instr.opcode == "bitcast":
-                    aliases[id(instr)] = start
-                else:
-                    readers.setdefault(id(start), []).append(instr.name)
-        found.update({key: ",".join(names) for key, names in readers.items()})
-    return found
+            if instr.opcode == "bitcast":
+                aliases[instr] = start
+            else:
+                readers.setdefault(start, []).append(instr.name)
+    return {start: ",".join(names) for start, names in readers.items()}
 
 
 def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -> int:
@@ -669,8 +676,9 @@ class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
     __slots__ = (
-        "collective", "fused_ops", "geometry", "io", "major_reduced", "matmul_dtype",
-        "matmul_precision", "prologue_words", "runs_collective", "sliced", "streamed_words",
+        "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced",
+        "matmul_dtype", "matmul_precision", "prologue_words", "runs_collective", "sliced",
+        "streamed_words",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
@@ -692,11 +700,14 @@ class _Body:
         self.matmul_dtype = (
             matmul.operands[0].shape.dtype if matmul is not None and matmul.operands else None
         )
-        self.fused_ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
+        self.fused_ops = ", ".join([op if n == 1 else f"{op} ×{n}" for op, n in counts.items()])
+        marker = attrs.async_marker(fusion)  # (its body's root says)
+        # the done half of a TPU async collective: its row waits for the start
+        self.async_done = marker == attrs.ASYNC_COLLECTIVE_MARKERS[1]
         continued = (
             collective is not None
             and collective.attrs.get("channel_id") in in_flight
-            and attrs.async_marker(fusion) != attrs.ASYNC_COLLECTIVE_MARKERS[0]
+            and marker != attrs.ASYNC_COLLECTIVE_MARKERS[0]
         )  # a fusion that only continues (or finishes) a TPU async collective started earlier
         self.collective = None if continued else collective
         # a collective matmul: its transfers, not its tiling loop, move the operands it gathers
@@ -817,13 +828,14 @@ def tallied(ops: Iterable[PricedOp], cost_model: str, summary: dict) -> Iterator
     for op in ops:
         yield op
         instr, count, cost = op
-        lower_bound = lower_bound or cost.lower_bound
-        flops += cost.flops * count
-        transcendentals += cost.transcendentals * count
-        bytes_accessed += cost.bytes_accessed * count
-        comm_bytes += cost.comm_bytes * count
-        for n in cost.notes:
-            notes[n] = None
+        if cost is not ZERO:  # (a zero cost adds nothing: every sum starts at +0.0)
+            lower_bound = lower_bound or cost.lower_bound
+            flops += cost.flops * count
+            transcendentals += cost.transcendentals * count
+            bytes_accessed += cost.bytes_accessed * count
+            comm_bytes += cost.comm_bytes * count
+            for n in cost.notes:
+                notes[n] = None
         if count == 0 or instr.opcode in BOOKKEEPING:
             continue
         counted += count

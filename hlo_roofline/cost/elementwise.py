@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import operator
+
 from hlo_roofline.cost.base import Cost, CostContext, rule, simple_cost
-from hlo_roofline.hlo.ir import Instruction
+from hlo_roofline.hlo.ir import Computation, Instruction
 
 TRANSCENDENTAL = (
     "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "power", "sqrt",
@@ -35,21 +37,25 @@ def convert_where_gathered(instr: Instruction, ctx: CostContext) -> Cost:
     fusion computes per output element, so a cross-entropy's logits converted to f32 before one
     element per token is picked cost that element, not the array (measured on an H100)."""
     elements = instr.shape.elements
-    comp = instr.computation
-    if comp is not None and comp.is_fusion and _gathers(comp, ctx):
+    body = instr.computation
+    if body is not None and body.is_fusion and _gathers(body, ctx):
         gathered = _gathered_elements(instr, ctx)
         if gathered is not None:
             elements = min(elements, gathered)
     return simple_cost(elements, 0.0, ctx.default_bytes(instr))
 
 
-def _gathers(comp, ctx: CostContext) -> bool:
-    """Whether a fused computation holds a gather (looked for once: most hold none)."""
-    key = ("gathers", id(comp))
+def _gathers(body: Computation, ctx: CostContext) -> bool:
+    """The fused body holds a gather (most do not: their converts are priced whole without a
+    look at their users). Found once per body."""
+    key = ("gathers", id(body))
     found = ctx.memo.get(key)
     if found is None:
-        found = ctx.memo[key] = any(i.opcode == "gather" for i in comp.instructions)
+        found = ctx.memo[key] = "gather" in map(_opcode, body.instructions)
     return found
+
+
+_opcode = operator.attrgetter("opcode")
 
 
 def _gathered_elements(value: Instruction, ctx: CostContext, depth: int = 0) -> int | None:

@@ -226,7 +226,9 @@ _OPERAND_WINDOWS = ("input_window_bounds", "kernel_window_bounds")  # a matmul's
 _MOST_ROLES = 6  # moving loop dimensions whose roles are tried together (4**6 ways at most)
 
 
-def tile_reread_bytes(fusion: Instruction, io: MatmulIO, memo: dict | None = None) -> float:
+def tile_reread_bytes(
+    fusion: Instruction, io: MatmulIO, memo: dict | None = None, config: dict | None = None
+) -> float:
     """HBM bytes a TPU matmul fusion's tiling loop reads beyond one read of each operand.
 
     XLA:TPU writes the loop in the fusion's ``window_config``: ``iteration_bounds`` (the loop's
@@ -239,8 +241,9 @@ def tile_reread_bytes(fusion: Instruction, io: MatmulIO, memo: dict | None = Non
     prod(bounds[:i + 1]) / t times: a weight gradient tiled over its result rereads one input
     once per window of the other, a K split innermost rereads both every step. Where several
     roles fit, the fewest rereads count (a lower bound); operands read from VMEM (``S(1)``) are
-    free."""
-    config = attrs.backend_config(fusion).get("window_config")
+    free. ``config``: the fusion's decoded ``backend_config`` where the caller has it (fusions
+    share their texts: decoded once each)."""
+    config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
     if not isinstance(config, dict):
         return 0.0
     try:

@@ -109,9 +109,9 @@ _CALLED_ATTRS = (
 # The whole-line fast path: name, shape, opcode and operands by one expression (shapes nest at most
 # three parentheses deep here), then the attributes, as XLA prints them: ", key=value" each.
 _ARRAY_TEXT = r"[a-z][a-z0-9]*+\[[^\]]*+\](?:\{[^}]*+\})?+"
-_SHAPE_TEXT = (
-    _ARRAY_TEXT + r"|\((?:[^()]++|\((?:[^()]++|\([^()]*+\))*+\))*+\)"
-)  # an array, or a tuple (checked by the careful shape parser the first time it is seen)
+_TUPLE_TEXT = r"\((?:[^()]++|\((?:[^()]++|\([^()]*+\))*+\))*+\)"  # nested 3 deep at most
+# an array, or a tuple (checked by the careful shape parser the first time it is seen)
+_SHAPE_TEXT = _ARRAY_TEXT + "|" + _TUPLE_TEXT
 _FAST_OPERAND = r"(?:/\*[^*]*+\*/\s*+)?(?:(?:" + _SHAPE_TEXT + r")\s++)?%[^\s,()%]++"
 _ALL_OPERANDS_NAMED = _compile(
     r"\s*+" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+"
@@ -119,10 +119,12 @@ _ALL_OPERANDS_NAMED = _compile(
 _ATTR_PIECE = r'[^,{}()\[\]"\s]++|' + _STRING + "|" + _BRACES + r"|\[[^\[\]]*+\]|\([^()]*+\)"
 _ATTR_VALUE = r"(?:" + _ATTR_PIECE + r")(?:\s*+(?:" + _ATTR_PIECE + r"))*+"
 _FAST_ATTR_ITEM_TEXT = r", ([\w.\-]++)=(" + _ATTR_VALUE + ")"
-_FAST_HEAD_TEXT = (
+_HEAD_TO_OPERANDS = (
     r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++)\s*+=\s*+"  # [ROOT] %name =
     r"(" + _SHAPE_TEXT + r")\s*+"  # shape
     r"([a-z][a-z0-9\-_]*+)\("  # opcode(
+)
+_FAST_HEAD_TEXT = _HEAD_TO_OPERANDS + (
     r"(?:(\s*+(?:" + _FAST_OPERAND + r"\s*+(?:,\s*+" + _FAST_OPERAND + r"\s*+)*+)?)"  # %a, %b
     r'|([^()"]*+(?:\([^()"]*+\)[^()"]*+)*+))\)'  # or a parameter's / constant's payload
 )
@@ -136,6 +138,16 @@ _FAST_LINE = _compile(_FAST_HEAD_TEXT + _FAST_TAIL_TEXT)
 # another way).
 _FAST_HEAD = _compile(_FAST_HEAD_TEXT)
 _FAST_TAIL = _compile(_FAST_TAIL_TEXT)
+# The head as XLA's printer writes almost every line, read with less work than _FAST_HEAD: one
+# space each side of "=" and before the opcode; an array shape as the text up to that space (the
+# parser takes it only where it is a shape it has read before, that is, a whole one) or a tuple as
+# _FAST_HEAD reads it; and between the parentheses no parenthesis or quote (group 5: "%a, %b", or
+# a parameter's or constant's payload), which the parser checks itself. A line this does not
+# read, or whose shape or operands the parser does not take, goes to _FAST_HEAD.
+_SHORT_HEAD = _compile(
+    r"\s*+(ROOT\s+)?%?((?!//)[^\s=%]++) = ([a-z][^ ]*+|" + _TUPLE_TEXT + r") "
+    r'([a-z][a-z0-9\-_]*+)\(([^()"]*+)\)'
+)
 _FAST_ATTR_ITEM = _compile(_FAST_ATTR_ITEM_TEXT)  # one ", key=value"
 _FAST_ATTRS = _compile("(?:" + _FAST_ATTR_ITEM_TEXT + ")*+")  # all of them, nothing skipped
 # Any attribute that names a computation (a cheap test on the unsplit text; a false hit is harmless).

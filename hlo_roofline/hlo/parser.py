@@ -3,7 +3,8 @@
 The printer XLA uses (``compiled.as_text()``, ``--xla_dump_to`` files) writes one instruction per line,
 so the parser works line by line. Almost every line is read by two regular expressions of the
 lexer (:mod:`hlo_roofline.hlo.lexer`): one for the name, shape, opcode and operands
-(``_FAST_LINE``), one that splits the attributes (``_FAST_ATTR_ITEM``). A line they do not read
+(``_SHORT_HEAD``; ``_FAST_HEAD`` where operands are printed with their shapes or comments), one
+that checks the attributes (``_FAST_TAIL``, once per distinct text). A line they do not read
 exactly goes to the careful path, where the lexer's scanner splits operands and attributes and
 reports the column of whatever is wrong. Shapes are parsed once per distinct spelling (they repeat
 a lot). Operands must be defined above their users, as XLA requires, and each opcode gets the
@@ -61,6 +62,7 @@ from hlo_roofline.hlo.lexer import (
     _INSTRUCTION_HEAD,
     _OPCODE,
     _OPERAND_NAME,
+    _SHORT_HEAD,
     _TILE,
     _TILES,
     _called_names,
@@ -334,6 +336,44 @@ def _fast_instruction(
     return instr, names
 
 
+def _with_index_comments(names: list[str]) -> str:
+    """Operands as XLA prints a long list: ``%a, %b, %c, %d, %e, /*index=5*/%f, ...``."""
+    return ", ".join(
+        [f"/*index={i}*/%{name}" if i % 5 == 0 and i else f"%{name}" for i, name in enumerate(names)]
+    )
+
+
+def _fast_forms(
+    text: str,
+    start: int,
+    end: int,
+    number: int,
+    computation: Computation,
+    tails: dict[str, tuple[int, str, bool]],
+) -> tuple[Instruction, list[str]] | None:
+    """The line ``text[start:end]`` as ``_FAST_HEAD`` and ``_FAST_LINE`` read it (operands with
+    their shapes or comments, a payload in parentheses, attributes not as XLA prints them), or
+    None for the careful path. ``tails``: attribute text -> its checked length (see the loop)."""
+    m = _FAST_HEAD.match(text, start, end)
+    if m is None:
+        return None
+    tail = m.end()
+    attr_text = text[tail:end]
+    known = tails.get(attr_text)
+    if known is None:
+        t = _FAST_TAIL.match(text, tail, end)
+        checked = t.end(1) - tail if t is not None else -1
+        if len(tails) < _TAILS_KEPT:
+            calls = checked > 0 and _CALLED_KEY_TEXT.search(text, tail, tail + checked) is not None
+            tails[attr_text] = (checked, attr_text[: max(checked, 0)], calls)
+    else:
+        checked = known[0]
+    if checked >= 0:
+        return _fast_instruction(m, number, computation, tail, tail + checked)
+    m = _FAST_LINE.match(text, start, end)
+    return _fast_instruction(m, number, computation) if m is not None else None
+
+
 def _fast_operands_and_attrs(
     text: str, open_pos: int
 ) -> tuple[list[tuple[str, int]], dict[str, str], str] | None:
@@ -490,17 +530,15 @@ def _parse_module(text: str) -> Module:
     if not header.text.startswith("HloModule "):
         raise header.error("expected 'HloModule <name>'", 0)
     try:
-        name, module_attrs = _parse_header(header)
+        module_name, module_attrs = _parse_header(header)
     except _Unclosed as unclosed:  # an attribute over several lines (origin_recovery_table=)
         end = _header_end(text, start) if unclosed.in_braces else None
         if end is None:
             raise
         header = SourceLine(number, text[start:end].rstrip())
         _skip_to(spans, end)
-        name, module_attrs = _parse_header(header)
+        module_name, module_attrs = _parse_header(header)
     frames, following = _parse_frame_tables(text, spans)
-    if following is not None:
-        spans = itertools.chain([following], spans)
 
     computations: dict[str, Computation] = {}
     splits: deque[tuple[Instruction, str | int]] = deque()  # the module's (Computation.splits)
@@ -510,35 +548,81 @@ def _parse_module(text: str) -> Module:
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
     parameters: list[Instruction] = []  # and its parameters
     elements: dict[tuple[int, int], Instruction] = {}  # get-tuple-elements made for "%x#N"
-    fast_line, fast_head, fast_tail = _FAST_LINE.match, _FAST_HEAD.match, _FAST_TAIL.match
+    short_head, fast_tail, called_key = _SHORT_HEAD.match, _FAST_TAIL.match, _CALLED_KEY_TEXT.search
     # the loop's other globals as locals (a lookup less each, per line)
-    fast_instruction, arity_of, caller_opcodes = _fast_instruction, _ARITY.get, CALLER_OPCODES
-    tails_kept = _TAILS_KEPT
-    tails: dict[str, int] = {}  # attribute text -> its checked length (see _FAST_HEAD)
-    # Where an attribute naming a computation may be written: one search of the whole text, then
-    # only an instruction whose line holds one is looked at (a search of each was a tenth of parse)
-    named = iter([*(m.start() for m in _CALLED_KEY_TEXT.finditer(text)), len(text)])
-    named_at = next(named)
-    spans = iter(spans)
-    for number, start, end in spans:
+    arity_of, caller_opcodes, shape_of = _ARITY.get, CALLER_OPCODES, _shape_cache.get
+    operand_names, leaf_opcodes = _OPERAND_NAME.findall, _LEAF_OPCODES
+    tails_kept, shared_payload = _TAILS_KEPT, _SHARED_PAYLOAD
+    # attribute text -> its checked length (-1: not in the form), the checked text, which the
+    # instructions after the first that have it share (a module repeats a few hundred texts over
+    # thousands of lines: one string each, rather than an int per instruction saying where it is,
+    # that the rows would slice out again), and whether an attribute in it may name a computation
+    # (searched once a text, not once an instruction)
+    tails: dict[str, tuple[int, str, bool]] = {}
+    # The lines from the one after the tables, walked here rather than by _line_spans (its
+    # tuples, a generator's step each): ``start``, ``end`` and ``number`` as it gives them.
+    size, find = len(text), text.find
+    next_number, next_start = following[:2] if following is not None else (0, size + 1)
+    while next_start <= size:
+        number, start = next_number, next_start
+        end = find("\n", start)
+        if end < 0:
+            end = size
+        next_number, next_start = number + 1, end + 1
         if current is not None:
-            m = fast_head(text, start, end)
-            parsed = None
+            instr = None
+            names_computations = None  # known from the attribute text (the short head's lines)
+            other_form = True  # _FAST_HEAD may read what the short head did not
+            m = short_head(text, start, end)
             if m is not None:
                 tail = m.end()
                 attr_text = text[tail:end]
-                checked = tails.get(attr_text)  # the attributes' length, -1: not in the form
-                if checked is None:
+                known = tails.get(attr_text)
+                if known is None:
                     t = fast_tail(text, tail, end)
                     checked = t.end(1) - tail if t is not None else -1
+                    attrs = None  # a text seen once: where it is (see below)
+                    calls = checked > 0 and called_key(text, tail, tail + checked) is not None
                     if len(tails) < tails_kept:
-                        tails[attr_text] = checked
-                if checked >= 0:
-                    parsed = fast_instruction(m, number, current, tail, tail + checked)
+                        tails[attr_text] = (checked, attr_text[: max(checked, 0)], calls)
                 else:
-                    m = fast_line(text, start, end)
-                    parsed = fast_instruction(m, number, current) if m is not None else None
-            if parsed is None:
+                    checked, attrs, calls = known
+                if checked >= 0:  # _fast_instruction's work, written out for the usual line
+                    other_form = False  # (it would refuse a new shape or a parameter's payload)
+                    root, name, shape_text, opcode, inside = m.groups()
+                    shape = shape_of(shape_text)
+                    if opcode in leaf_opcodes:
+                        names = []
+                        payload = inside.strip()
+                        if len(payload) <= shared_payload:
+                            payload = intern(payload)
+                        if opcode == "parameter" and not payload.isdigit():
+                            shape = None  # the careful path says what is wrong
+                    else:
+                        names = operand_names(inside)
+                        payload = ""
+                        # "%a, %b" exactly; any other form is read by _FAST_HEAD below
+                        if ("%" + ", %".join(names) if names else "") != inside and (
+                            "/*" not in inside or _with_index_comments(names) != inside
+                        ):
+                            shape = None
+                            other_form = True
+                    if shape is not None:
+                        if attrs is None:  # where the text is: an int, not a copy of it
+                            attrs = attribute_span(tail, tail + checked) if checked else ""
+                            if attrs is None:  # too long to pack
+                                attrs = attr_text[:checked]
+                        instr = Instruction(
+                            name, intern(opcode), shape, (), attrs, current, number,
+                            root is not None, (), payload,
+                        )  # fmt: skip
+                        names_computations = calls
+            # the other forms _FAST_HEAD and _FAST_LINE read (not a computation's "}")
+            if other_form and (m is not None or text[start:end].strip() != "}"):
+                parsed = _fast_forms(text, start, end, number, current, tails)
+                if parsed is not None:
+                    instr, names = parsed
+            if instr is None:
                 raw = text[start:end]
                 stripped = raw.strip()
                 closing = _COMPUTATION_CLOSE.match(stripped)
@@ -555,12 +639,13 @@ def _parse_module(text: str) -> Module:
                         end = _logical_end(text, start) if unclosed.in_braces else None
                         if end is None:
                             raise
-                        _skip_to(spans, end)
+                        # on after the statement's last line (``end``: its line break)
+                        next_number = number + 1 + text.count("\n", start, end)
+                        next_start = end + 1
                         line = SourceLine(number, text[start:end].rstrip())
                         instr, operands = _parse_instruction(line, head, current)
-                    parsed = instr, [operand for operand, _ in operands]
-            if parsed is not None:
-                instr, names = parsed
+                    names = [operand for operand, _ in operands]
+            if instr is not None:
                 if names:  # operands come before their users (XLA's rule): no cycles
                     try:
                         instr.operands = tuple([by_name[name] for name in names])
@@ -593,13 +678,11 @@ def _parse_module(text: str) -> Module:
                 if instr._place & 1:  # is_root, read without the property (per instruction)
                     current.root = instr
                 if code in caller_opcodes or (
-                    # (split attributes: their keys are looked at)
-                    (named_at < end or instr._attrs.__class__ is dict)
-                    and _names_computations(instr)
+                    names_computations
+                    if names_computations is not None
+                    else _names_computations(instr)
                 ):
                     callers.append((instr, number))
-                while named_at < end:
-                    named_at = next(named)
                 continue
             if closing is None:
                 continue
@@ -611,7 +694,7 @@ def _parse_module(text: str) -> Module:
                 line = SourceLine(number, stripped)
                 raise line.error(f"computation '{current.name}' has no instructions", 0)
             if parameters:
-                check_parameter_numbers(parameters, text)
+                current._parameters = check_parameter_numbers(parameters, text)
             computations[current.name] = current
             if current.is_entry:
                 if entry is not None:
@@ -651,7 +734,7 @@ def _parse_module(text: str) -> Module:
         entry = _implicit_entry(computations, callers, module_attrs, text)
     _resolve_callees(callers, computations, text)
     check_acyclic(callers, text)
-    return Module(name, computations, entry, module_attrs, frames, text)
+    return Module(module_name, computations, entry, module_attrs, frames, text)
 
 
 def _skip_to(spans: Iterator[tuple[int, int, int]], end: int) -> None:
@@ -820,7 +903,10 @@ def _resolve_callees(
     for instr, number in callers:
         attrs = instr.attrs  # kept for the rules, as long as the most recent splits are
         called = []
-        for key in _CALLED_ATTRS:
+        named = _CALLED_KEYS.intersection(attrs)
+        # one attribute names computations (a fusion's calls=, a reduce's to_apply=): read it
+        # alone; several: in _CALLED_ATTRS' order (a while loop's body, then its condition)
+        for key in named if len(named) == 1 else _CALLED_ATTRS:
             value = attrs.get(key)
             if value is None:
                 continue

@@ -21,17 +21,20 @@ REQUIRED_CALLEES = {
 CALLER_OPCODES = frozenset({*REQUIRED_CALLEES, "conditional"})  # checked even without callees
 
 
-def check_parameter_numbers(parameters: list[Instruction], text: str) -> None:
-    """A computation's parameters are numbered 0..n-1, each once (callers pass them by number)."""
-    seen: dict[int, Instruction] = {}
+def check_parameter_numbers(parameters: list[Instruction], text: str) -> list[Instruction]:
+    """A computation's parameters are numbered 0..n-1, each once (callers pass them by number).
+    Returns them by number (the computation's ``parameters``, found here once)."""
+    count = len(parameters)
+    ordered: list[Instruction | None] = [None] * count
     for param in parameters:
-        number = int(param.payload) if len(param.payload) < 19 else len(parameters)
-        if number in seen or number >= len(parameters):
+        number = int(param.payload) if len(param.payload) < 19 else count
+        if number >= count or ordered[number] is not None:
             line = SourceLine(param.line, line_text(text, param.line))
-            problem = "used twice" if number in seen else f"of {len(parameters)} parameters"
+            problem = "used twice" if number < count else f"of {count} parameters"
             col = line.text.find("parameter(")
             raise line.error(f"parameter number {number} {problem}", max(col + 10, 0))
-        seen[number] = param
+        ordered[number] = param
+    return ordered  # type: ignore[return-value]  # every place filled above
 
 
 def check_caller(
@@ -138,6 +141,10 @@ def _call_error(
 def check_acyclic(callers: list[tuple[Instruction, int]], text: str) -> None:
     """Reject a computation that calls itself, directly or not (XLA's call graph is acyclic, and
     everything that walks it relies on that)."""
+    if all(
+        callee.line < instr.computation.line for instr, _ in callers for callee in instr.called
+    ):
+        return  # every callee written above its caller (XLA prints them so): no path comes back
     calls: dict[int, list[tuple[Computation, Instruction, int]]] = {}
     for instr, number in callers:
         for callee in instr.called:
