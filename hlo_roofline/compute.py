@@ -3,12 +3,15 @@ vector loop, fill and lane-reduce rates) and how long it takes there, MXU paddin
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Chip
 from hlo_roofline.cost.linalg import fused_arithmetic
 from hlo_roofline.hlo.ir import DTYPE_BYTES
+from hlo_roofline.hlo.parser import parse_shape
 
 
 def column(ops: pd.DataFrame, name: str, rows: np.ndarray, default: float) -> np.ndarray:
@@ -208,3 +211,41 @@ def matmul_pipeline(
         stream = streamed / chip.matmul_stream_bandwidth + t_vmem
         pipelined = np.maximum(pipelined, np.where(matmul, stream, 0.0))
     return pipelined
+
+
+@lru_cache(maxsize=4096)
+def _hbm_result_bytes(shape: str) -> float:
+    """Bytes of an op's result that land in HBM (leaves without an ``S(n)`` memory space)."""
+    return float(
+        sum(
+            leaf.elements * DTYPE_BYTES.get(leaf.dtype, 4)
+            for leaf in parse_shape(shape).leaves()
+            if leaf.layout is None or leaf.layout.memory_space == 0
+        )
+    )
+
+
+def loop_reads(
+    ops: pd.DataFrame, chip: Chip, matmul: np.ndarray, loop: np.ndarray, hbm_bytes: np.ndarray
+) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a vector loop that reads more from HBM per
+    element than the loop its rate was fitted on (``Chip.loop_read_bytes``): its loop time plus
+    those further reads at the HBM bandwidth, one after the other (0 for other rows and on chips
+    without the figure). XLA does not overlap them: on v6e a softmax reading f32 scores (4 B per
+    element) is charged 94.6 elements per cycle, one writing bf16 probabilities from them 78.7,
+    against 155 for the same loop in VMEM, and a loop's writes are not charged (a cross-entropy
+    loop writing f32 from VMEM runs at the loop rate). Like the matmul stream this is no part of
+    the book's roof: it only holds the row's time up (docs/validation.md, "Realistic programs")."""
+    held = np.zeros(len(ops))
+    if chip.loop_read_bytes is None or "vector_elements" not in ops:
+        return held
+    elements = ops["vector_elements"].to_numpy(dtype=float)
+    spare = hbm_bytes - chip.loop_read_bytes * elements
+    rows = np.flatnonzero(~matmul & (loop > 0) & (spare > 0))
+    if not len(rows):
+        return held
+    shapes = ops["shape"].to_numpy()
+    written = np.array([_hbm_result_bytes(shapes[i]) for i in rows], dtype=float)
+    reads = np.maximum(spare[rows] - written, 0.0)
+    held[rows] = np.where(reads > 0, loop[rows] + reads / chip.hbm_bandwidth, 0.0)
+    return held

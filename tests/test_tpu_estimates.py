@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from tpu_oracle import priced_ops
+from tpu_oracle import loop_times, priced_ops
 from tpu_oracle import shares as _shares
 
 from hlo_roofline import analyze_hlo, chips, verdict
@@ -85,7 +85,7 @@ def test_fitted_rates_hold_on_programs_they_were_not_fitted_on(chip):
     set (elementwise, reductions, copies, matmul results) stay within the band, none above."""
     ops = _ops(chip)
     held_out = ops[~ops["program"].isin(FITTED_ON)]
-    elements = held_out["vector_elements"] / chips.get(chip).per_device().vector_elements_rate
+    elements = loop_times(held_out, chip)
     set_by_loop = held_out[(elements >= 0.99 * held_out["t_roofline_s"]) & (elements > 2e-6)]
     assert len(set_by_loop) >= 15, chip
     in_band, above = _shares(set_by_loop)

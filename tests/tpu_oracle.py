@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pandas as pd
 
-from hlo_roofline import analyze_hlo, verdict
+from hlo_roofline import analyze_hlo, chips, compute, verdict
 
 BAND = (0.5, 1.25)  # roofline ÷ XLA's estimate counted as agreeing
 # Rows where XLA's own estimate is below the op's byte time: XLA is the implausible one there, so
@@ -53,3 +54,14 @@ def band_shares(ops: pd.DataFrame) -> dict[str, float]:
         "below": float(weight[ratio < BAND[0]].sum() / whole),
         "left_out": float(1 - whole / total) if total else 0.0,
     }
+
+
+def loop_times(ops: pd.DataFrame, chip: str) -> np.ndarray:
+    """Each row's vector loop time on ``chip`` (one device): its elements at the loop rate, or
+    that plus the HBM reads XLA:TPU charges on top (compute.loop_reads) where those set it; the
+    rows whose roofline this reaches are the ones the loop rate sets."""
+    device = chips.get(chip).per_device()
+    loop = (ops["vector_elements"] / device.vector_elements_rate).to_numpy(dtype=float)
+    hbm_bytes = (ops["bytes_accessed"] - ops["vmem_bytes"]).to_numpy(dtype=float)
+    matmul = ops["mm_k"].to_numpy() > 0
+    return np.maximum(loop, compute.loop_reads(ops, device, matmul, loop, hbm_bytes))

@@ -206,6 +206,9 @@ class Chip:
     vector_elements_rate: float | None = None  # elements/s a TPU vector loop passes, whole chip
     lane_reduce_rate: float | None = None  # elements/s a TPU standalone reduce folds across lanes
     fill_rate: float | None = None  # elements/s a TPU fill (broadcast of a scalar) writes, whole chip
+    # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
+    # reads beyond these on top of its loop time
+    loop_read_bytes: float | None = None
     op_floor_s: float | None = None  # the least time any op takes (a TPU's per-op overhead)
     # time XLA:TPU's cost model adds per step of a matmul fusion's tiling loop, per device (calibrated)
     tile_step_s: float | None = None
