@@ -22,7 +22,7 @@ import pytest
 from tpu_oracle import loop_times, priced_ops
 from tpu_oracle import shares as _shares
 
-from hlo_roofline import analyze_hlo, chips, verdict
+from hlo_roofline import analyze_hlo, chips, compute, verdict
 from hlo_roofline.hlo import parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_estimates"
@@ -317,3 +317,25 @@ def test_the_tile_step_is_matmul_b8192s_and_holds_on_the_other_matmuls(chip):
     figures = f"{chip}: {len(set_by_steps)} held-out matmuls set by the tile step: {in_band:.1%} within"
     print("\n" + figures)
     assert len(set_by_steps) >= 5 and in_band >= TILE_STEP_IN_BAND_FLOOR[chip] and above == 0, figures
+
+
+# The loop each chip's ``vpu.elements`` was fitted on (chips.toml's note says which).
+LOOP_FIT_POINT = {"v5e": "convert_reduce_fusion", "v5p": "convert_reduce_fusion",
+                  "v6e": "fusion.4", "7x": "convert_reduce_fusion"}  # fmt: skip
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_the_loop_reads_figure_is_what_the_fit_point_read(chip):
+    """``vpu.elements_reads`` is read off layernorm's loop that set ``vpu.elements``, not fitted:
+    the HBM bytes per element that loop reads (its result left out: XLA charges a loop's reads,
+    not its writes). Absent on v5e and v5p (docs/validation.md), where that loop reads 2 B."""
+    device = chips.get(chip).per_device()
+    ops = _ops(chip)
+    fit = ops[(ops["program"] == "layernorm") & (ops["name"] == LOOP_FIT_POINT[chip])].iloc[0]
+    assert fit["vector_elements"] / device.vector_elements_rate == pytest.approx(
+        fit["xla_estimate_s"], rel=0.01
+    )
+    reads = fit["bytes_accessed"] - fit["vmem_bytes"] - compute._hbm_result_bytes(fit["shape"])
+    expected = 2.0 if device.loop_read_bytes is None else device.loop_read_bytes
+    assert chip in ("v6e", "7x") or device.loop_read_bytes is None
+    assert reads / fit["vector_elements"] == pytest.approx(expected, abs=0.01), chip

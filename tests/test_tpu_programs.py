@@ -253,3 +253,27 @@ def test_operand_rereads_hold_on_the_report_set(chip):
     bands = band_shares(held)
     assert len(held) >= 5, (chip, len(held))
     assert bands["within"] >= REREAD_IN_BAND_FLOOR[chip] and bands["above"] == 0, (chip, bands)
+
+
+# Loops whose time is their loop plus their HBM reads beyond the loop rate's fit point
+# (compute.loop_reads; v6e and 7x): the share of their XLA time within the band, at least, and
+# above it, at most. Counted at the loop rate alone they were 71% (v6e) and 96% (7x) within.
+LOOP_READS_IN_BAND_FLOOR = {"v6e": 0.82, "7x": 0.97}
+LOOP_READS_ABOVE_CEILING = {"v6e": 0.005, "7x": 0.01}
+
+
+@pytest.mark.parametrize("chip", sorted(LOOP_READS_IN_BAND_FLOOR))
+def test_loops_pay_their_hbm_reads_on_top_where_xla_does(chip):
+    """XLA:TPU charges a vector loop's HBM reads beyond what the loop its rate was fitted on read
+    per element at the HBM bandwidth, after its loop time (the prefill's and the train step's
+    softmax over f32 scores, their rotary loops); the rows that charge sets are in the band."""
+    ops = chip_ops(chip)
+    ops = ops[ops["xla_estimate_s"].notna()]
+    device = chips.get(chip).per_device()
+    loop = (ops["vector_elements"] / device.vector_elements_rate).to_numpy()
+    reads = loop_times(ops, chip)
+    held = ops[(reads > loop) & (reads >= 0.99 * ops["t_roofline_s"])]
+    bands = band_shares(held)
+    assert len(held) >= 100, (chip, len(held))
+    assert bands["within"] >= LOOP_READS_IN_BAND_FLOOR[chip], (chip, bands)
+    assert bands["above"] <= LOOP_READS_ABOVE_CEILING[chip], (chip, bands)
