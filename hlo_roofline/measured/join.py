@@ -212,7 +212,9 @@ def joined_reports(path_or_dir, chip) -> tuple[dict[str, Report], list[Path]]:
                 stacklevel=3,
             )
     if overlaps:
-        on_host = any("threads" in o for o in overlaps)
+        on_host = any(  # a CPU's thunks, not a device's streams
+            "/host:" in device for r in measured.values() if r.overlap for device in r.devices
+        )
         warnings.warn(
             "the trace shows overlapping ops (" + "; ".join(overlaps) + "): per-op times are "
             "latencies that overlap, so they double-count. "
