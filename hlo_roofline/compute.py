@@ -214,7 +214,7 @@ def matmul_pipeline(
 
 
 @lru_cache(maxsize=4096)
-def _hbm_result_bytes(shape: str) -> float:
+def hbm_result_bytes(shape: str) -> float:
     """Bytes of an op's result that land in HBM (leaves without an ``S(n)`` memory space)."""
     return float(
         sum(
@@ -245,7 +245,7 @@ def loop_reads(
     if not len(rows):
         return held
     shapes = ops["shape"].to_numpy()
-    written = np.array([_hbm_result_bytes(shapes[i]) for i in rows], dtype=float)
+    written = np.array([hbm_result_bytes(shapes[i]) for i in rows], dtype=float)
     reads = np.maximum(spare[rows] - written, 0.0)
     held[rows] = np.where(reads > 0, loop[rows] + reads / chip.hbm_bandwidth, 0.0)
     return held

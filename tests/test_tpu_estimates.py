@@ -335,7 +335,7 @@ def test_the_loop_reads_figure_is_what_the_fit_point_read(chip):
     assert fit["vector_elements"] / device.vector_elements_rate == pytest.approx(
         fit["xla_estimate_s"], rel=0.01
     )
-    reads = fit["bytes_accessed"] - fit["vmem_bytes"] - compute._hbm_result_bytes(fit["shape"])
+    reads = fit["bytes_accessed"] - fit["vmem_bytes"] - compute.hbm_result_bytes(fit["shape"])
     expected = 2.0 if device.loop_read_bytes is None else device.loop_read_bytes
     assert chip in ("v6e", "7x") or device.loop_read_bytes is None
     assert reads / fit["vector_elements"] == pytest.approx(expected, abs=0.01), chip
