@@ -84,7 +84,6 @@ _ARRAY_COLUMNS = {
     **dict.fromkeys(schema.names("cost", "int"), np.int64),
     **dict.fromkeys(schema.names("cost", "bool"), np.bool_),
 }
-VMEM = VMEM_SPACE
 _GEOMETRY_COLUMNS = (
     "mm_batch", "mm_m", "mm_n", "mm_k", "mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "mm_split_k",
 )  # a matmul's (batch, M, N, K) and its MatmulIO, in their order  # fmt: skip
@@ -500,7 +499,7 @@ def _most_rows(module: Module) -> int:
 
 
 def _in_vmem(shape) -> bool:
-    return shape.layout is not None and shape.layout.memory_space == VMEM
+    return shape.layout is not None and shape.layout.memory_space == VMEM_SPACE
 
 
 def _prefetch_consumers(comp: Computation) -> dict[Instruction, str]:
@@ -541,7 +540,7 @@ def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -
     size = cache[id(shape)] = sum(
         array_bytes(leaf, pad_to_tiles)
         for leaf in shape.leaves()
-        if leaf.layout is not None and leaf.layout.memory_space == VMEM
+        if leaf.layout is not None and leaf.layout.memory_space == VMEM_SPACE
     )
     return size
 

@@ -36,7 +36,6 @@ _NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
     "replica-id",
 }  # fmt: skip
 _ASYNC_HALVES = ("-start", "-update", "-done")
-VMEM = VMEM_SPACE  # a TPU's vector memory (one owner: cost.linalg)
 _IN_PLACE_OPS = frozenset({"dynamic-update-slice", "scatter", "fusion"})
 # Library selections that run on the TensorCore's vector unit: priced by their comparison passes.
 _SELECTIONS = frozenset(custom_call.SELECTION_TARGETS) - {"GatherScatterIndicesBitpacked"}
@@ -262,7 +261,7 @@ def tile_reread_bytes(
     if not all(windows):
         return 0.0
     in_vmem = any(  # most bodies take nothing from VMEM: no operand's walk back is needed
-        p.shape.layout is not None and p.shape.layout.memory_space == VMEM
+        p.shape.layout is not None and p.shape.layout.memory_space == VMEM_SPACE
         for p in fusion.called[0].parameters
         if p.shape.is_array
     )
@@ -350,5 +349,5 @@ def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
             stack.extend(item.operands)
     large = [p for p in params if p.shape.is_array and 2 * p.shape.elements >= elements]
     return bool(large) and all(
-        p.shape.layout is not None and p.shape.layout.memory_space == VMEM for p in large
+        p.shape.layout is not None and p.shape.layout.memory_space == VMEM_SPACE for p in large
     )
