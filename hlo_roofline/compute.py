@@ -249,3 +249,18 @@ def loop_reads(
     reads = np.maximum(spare[rows] - written, 0.0)
     held[rows] = np.where(reads > 0, loop[rows] + reads / chip.hbm_bandwidth, 0.0)
     return held
+
+
+def major_reduces(ops: pd.DataFrame, chip: Chip, no_rate: np.ndarray) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a reduce over major dimensions it pipelines
+    deep (the ``major_reduce_results`` column: a router's dispatch and combine masks summed over
+    the top-2 dimension): its results at the chip's ``vpu.major_reduce`` rate (0 for other rows
+    and on chips without the rate). XLA charges those 7.9 results a cycle per TensorCore whatever
+    the loop over what they fold (12-40x slower than that loop on the MoE's masks); a codegen
+    limit XLA models, not the hardware's work, so like the matmul stream this is no part of the
+    book's roof: it only holds the row's time up, its bound and compute time unchanged
+    (docs/validation.md, "Realistic programs")."""
+    if not chip.major_reduce_rate or "major_reduce_results" not in ops:
+        return np.zeros(len(ops))
+    results = ops["major_reduce_results"].to_numpy(dtype=float)
+    return np.where(no_rate, 0.0, results / chip.major_reduce_rate)

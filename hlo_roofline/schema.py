@@ -145,6 +145,11 @@ COLUMNS: tuple[Column, ...] = (
        "elements a `reduce`, or a fusion's reduces, fold over dimensions other than the lanes (the "
        "sublanes or a major dimension: a top-2 dispatch's two slots, experts, rows; none folds its "
        "operand's minor-most dimension), per step; information only: no rate prices it", "cost"),
+    _c("major_reduce_results", "float", "elements",
+       "results the op's reduces write by folding major dimensions only (neither lanes nor "
+       "sublanes: a top-2 dispatch's two slots) where XLA:TPU pipelines its loop deep "
+       "(`window_config.buffering_level` ≥ 6), per step; priced at the chip's `vpu.major_reduce` "
+       "rate; 0 elsewhere", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "

@@ -26,6 +26,7 @@ from hlo_roofline.compute import (
     fills,
     kernel_mxu_flops,
     loop_reads,
+    major_reduces,
     matmul_pipeline,
     mxu_padding,
     op_floors,
@@ -249,9 +250,10 @@ def classify(
         unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", rows, 0.0),
         column(ops, "tile_reread_bytes", rows, 0.0),
     )  # fmt: skip
-    pipelined = np.maximum(
-        pipelined, loop_reads(ops, chip, matmul | no_rate, unit_times["loop"], hbm_bytes)
-    )
+    pipelined = np.maximum.reduce([
+        pipelined, loop_reads(ops, chip, matmul | no_rate, unit_times["loop"], hbm_bytes),
+        major_reduces(ops, chip, no_rate),
+    ])  # fmt: skip
     t_roofline = np.maximum.reduce([times.max(axis=0), floors, pipelined])
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
     bound[t_roofline == 0] = "none"

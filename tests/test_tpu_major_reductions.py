@@ -1,11 +1,13 @@
 """A reduce over a major dimension against XLA:TPU's own estimates (fixtures/tpu_major_reduce:
 the same sums written as a ``reduce`` and as slices added, compiled compile-only for each chip).
 
-XLA:TPU charges a multi-buffered reduce over a major dimension (a top-2 dispatch's two slots: the
-MoE's routing fusion) several times what it charges the same sum as slices and adds, about 8
-results per cycle per TensorCore on v5p, v6e and 7x, while one that fits a few windows costs it
-far less per result. No count of the hardware's work follows that, so the roofline keeps the
-loop's count (a lower bound) and the row names the gap (``major_reduction``)."""
+XLA:TPU charges a reduce over a major dimension that it buffers deep (a top-2 dispatch's two
+slots: the MoE's routing fusion) several times what it charges the same sum as slices and adds,
+about 8 results per cycle per TensorCore on v5p, v6e and 7x, while one that fits a few windows
+costs it far less per result. The rate is fitted on fixtures/tpu_estimates/dispatch_mask
+(tests/test_routing_masks.py); these programs were not fitted on: where the rule reads a deep
+pipeline it reaches XLA, elsewhere the roofline keeps the loop's count (a lower bound) and the row
+names the gap (``major_reduction``)."""
 
 from __future__ import annotations
 
@@ -55,16 +57,17 @@ def test_xla_charges_about_8_results_a_cycle_per_core_once_many_windows(chip):
 @pytest.mark.parametrize("chip", CHIPS)
 @pytest.mark.parametrize("program", ["sum_major_8m", "onehot_sum"])
 def test_a_major_reduce_stays_a_lower_bound_and_names_its_gap(chip, program):
-    """The roofline counts the reduce's loop: never above XLA's band; where XLA is over twice
-    it, the row says why (``major_reduction``), and it counts what the reduce folds. (The
-    one-window ``sum_major_1m`` is not held to the band: on 7x XLA charges it less than the loop
-    over its operand, 1.36x.)"""
+    """Never above XLA's band; where XLA buffers the reduce deep on v5p, v6e and 7x the rate per
+    result reaches it (the row counts its results), elsewhere the row counts the loop and, where
+    XLA is over twice it, says why (``major_reduction``: v6e's reduce of a prefetched operand is
+    left out of the rule). It counts what the reduce folds. (The one-window ``sum_major_1m`` is
+    not held to the band: on 7x XLA charges it less than the loop over its operand, 1.36x.)"""
     row = ops(program, chip).sort_values("xla_estimate_s").iloc[-1]
     ratio = row["t_roofline_s"] / row["xla_estimate_s"]
     assert ratio <= BAND_TOP, (chip, program, ratio)
     assert row["major_reduced_elements"] == FOLDED[program], (chip, program)
     assert row["lane_reduced_elements"] == 0
+    if row["major_reduce_results"] > 0:
+        assert chip in SLOW and ratio >= 0.5, (chip, program, ratio)
     if ratio < 0.5:
         assert row["xla_gap"] == "major_reduction", (chip, program, ratio, row["xla_gap"])
-    if chip in SLOW:
-        assert row["xla_gap"] == "major_reduction", (chip, program, ratio)

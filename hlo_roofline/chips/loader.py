@@ -16,7 +16,7 @@ DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth", "matmul_stream"},
-    "vpu": {"per", "flops", "elements", "elements_reads", "fill"},
+    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
@@ -111,6 +111,7 @@ def _build(
         _whole_chip(vpu, f, cores) for f in ("flops", "elements", "fill")
     )
     eup_rate = _whole_chip(eup, "rate", cores)
+    major_reduce = _whole_chip(vpu, "major_reduce", cores)
     lane_reduce = _whole_chip(xlu, "lane_reduce", cores)
     ici = None
     if sec := _section(t, "ici", key):
@@ -144,6 +145,8 @@ def _build(
         vector_elements_rate=vector_elements,
         lane_reduce_rate=lane_reduce,
         fill_rate=fill,
+        # XLA:TPU's charge per result of a deep-buffered major reduce: no part of the book's roof
+        major_reduce_rate=major_reduce if profile != "book" else None,
         # XLA:TPU's loop charge for its reads, like its stream, is no part of the book's roofline
         loop_read_bytes=vpu.get("elements_reads") if profile != "book" else None,
         op_floor_s=t.get("op_floor"),

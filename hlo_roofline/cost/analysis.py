@@ -56,6 +56,7 @@ from hlo_roofline.cost.linalg import (
 )
 from hlo_roofline.cost.tpu_units import (
     lane_reduced_elements,
+    major_reduce_results,
     major_reduced_elements,
     no_vector_loop,
     tile_reread_bytes,
@@ -95,7 +96,8 @@ _RARE_DEFAULTS = {
     **dict.fromkeys(("group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "mm_split_k"), 0),
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
     **dict.fromkeys(
-        ("vector_elements", "lane_reduced_elements", "major_reduced_elements", "kernel_mxu_flops"),
+        ("vector_elements", "lane_reduced_elements", "major_reduced_elements",
+         "major_reduce_results", "kernel_mxu_flops"),
         0.0,
     ),
     "xla_cycles": math.nan,
@@ -427,6 +429,14 @@ def rows(
             steps = tile_steps.get(backend_config)  # the tiling loop XLA:TPU compiled it into
             if steps is None:
                 steps = tile_steps[backend_config] = attrs.tile_steps(instr)
+            reduces = (instr,) if code == "reduce" else body.root_reduces if body else ()
+            if reduces and "buffering_level" in backend_config:  # a reduce's deep pipeline
+                decoded = configs.get(backend_config)
+                if decoded is None:
+                    decoded = configs[backend_config] = attrs.backend_config(instr)
+                results = major_reduce_results(reduces, decoded)
+                if results:
+                    rare["major_reduce_results"][at] = results * count
             if steps:
                 rare["tile_steps"][at] = steps * count
                 if geometry is not None and body is not None and not body.runs_collective:
@@ -675,7 +685,7 @@ class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
     __slots__ = (
-        "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced",
+        "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced", "root_reduces",
         "matmul_dtype", "matmul_precision", "prologue_words", "runs_collective", "sliced",
         "streamed_words",
     )  # fmt: skip
@@ -726,6 +736,11 @@ class _Body:
             if "reduce" in counts
             else 0.0
         )
+        root = fusion.called[0].root
+        self.root_reduces = tuple(
+            r for r in (root.operands if root.opcode == "tuple" else (root,))
+            if r.opcode == "reduce"
+        )  # fmt: skip
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
         )

@@ -128,7 +128,10 @@ def vector_elements(
     smallest_item = min([width(leaf.dtype, 1) for leaf in leaves]) or 1
     written = sum([leaf.elements * width(leaf.dtype, 1) for leaf in results])
     read = max(cost.bytes_accessed - written, 0.0) / smallest_item * per_register  # the most read
-    return float(min(largest, max(read, written_elements)))
+    passed = min(largest, max(read, written_elements))
+    # an array the fusion computes and folds over a major dimension (a one-hot broadcast to
+    # [G, T, 2, E, C] and summed over the 2) passes whole, however little is read or written
+    return float(max(passed, folded_intermediate(instr)))
 
 
 _elements = operator.attrgetter("elements")
@@ -202,6 +205,76 @@ def major_reduced_elements(reduces: Iterable[Instruction]) -> float:
             return 0.0
         total += reduce.operands[0].shape.elements
     return total
+
+
+def folded_intermediate(instr: Instruction) -> float:
+    """Elements of the largest array a fusion computes and its root's reduces fold over major
+    dimensions only (:func:`_folds_major_only`), in whole registers (:func:`register_elements`);
+    0 for other ops. A router's one-hot (``[G, T, 2, E, C]`` from ``[G, T, 2, E]`` indices and an
+    iota) is twice the masks it sums into and is never read or written, but the loop computes
+    every element of it: XLA:TPU charges it the loop rate per element of the one-hot on every
+    chip where it buffers the loop shallowly (fixtures/tpu_estimates/dispatch_mask on v5e:
+    docs/validation.md). A reduce that also folds the sublanes (the same one-hot summed over
+    experts and slots, the combine's gradient) is charged less than that and is not counted."""
+    if instr.opcode != "fusion" or not instr.called:
+        return 0.0
+    root = instr.called[0].root
+    roots = root.operands if root.opcode == "tuple" else (root,)
+    folded = [
+        register_elements(r.operands[0].shape) for r in roots
+        if r.opcode == "reduce" and _folds_major_only(r)
+    ]  # fmt: skip
+    return max(folded, default=0.0)
+
+
+DEEP_BUFFERING = 6  # window_config.buffering_level at which XLA:TPU charges a major reduce per result
+
+
+def major_reduce_results(reduces: Iterable[Instruction], config: dict | None) -> float:
+    """Results ``reduces`` (a standalone reduce, or a fusion's root reduces) write by folding
+    major dimensions only (:func:`_folds_major_only`: a top-2 dispatch's two slots), where
+    XLA:TPU pipelines the op's loop ``DEEP_BUFFERING`` deep (``config``: the op's decoded
+    ``backend_config``); 0 elsewhere. XLA charges those at a rate per result of its own
+    (``vpu.major_reduce``, 7.9 a cycle per TensorCore on v5p, v6e and 7x: the MoE's dispatch
+    masks) whatever the reduced size, dtype or reduction, far below the loop over what they
+    fold; at shallower buffering, the loop's rate (docs/validation.md). A reduce of an array in
+    VMEM (a prefetched operand) is left out: XLA charges some of those 3x less."""
+    window = config.get("window_config") if isinstance(config, dict) else None
+    try:
+        level = int(window.get("buffering_level", 0)) if isinstance(window, dict) else 0
+    except (TypeError, ValueError):
+        return 0.0
+    if level < DEEP_BUFFERING:
+        return 0.0
+    total = 0.0
+    for reduce in reduces:
+        operand = reduce.operands[0].shape if reduce.operands else None
+        layout = operand.layout if operand is not None else None
+        if layout is not None and layout.memory_space == VMEM_SPACE:
+            continue
+        if _folds_major_only(reduce):
+            total += sum(leaf.elements for leaf in reduce.shape.leaves())
+    return total
+
+
+def _folds_major_only(reduce: Instruction) -> bool:
+    """A reduce whose dimensions are all major: neither its operand's lanes (minor-most) nor its
+    sublanes (second-minor) fold, so each result is a vector add of whole registers."""
+    if reduce.opcode != "reduce" or not reduce.operands:
+        return False
+    operand = reduce.operands[0].shape
+    if not operand.is_array or len(operand.dims) < 3:
+        return False
+    layout = operand.layout
+    order = (
+        list(layout.minor_to_major) if layout and layout.minor_to_major
+        else list(range(len(operand.dims) - 1, -1, -1))
+    )  # fmt: skip
+    try:
+        reduced = attrs.ints(reduce, "dimensions")
+    except RULE_ERRORS:
+        return False
+    return bool(reduced) and not set(order[:2]) & set(reduced)
 
 
 def _folds_lanes(reduce: Instruction) -> bool | None:
