@@ -44,8 +44,9 @@ XLA_GAPS = {
     "vector_matmul": "a matrix-vector product (depthwise convolution): no MXU, vector loop",
     "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
     "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
-    "major_reduction": "a reduction over dimensions other than the lanes: XLA charges up to 8 "
-    "results a cycle per core, several times the same sum as slices and adds",
+    "major_reduction": "a reduction over dimensions other than the lanes that the chip's "
+    "`vpu.major_reduce` rate does not price (a prefetched operand, a sublane fold, no rate): XLA "
+    "charges up to 8 results a cycle per core, several times the same sum as slices and adds",
     "unexplained": "no unit the model has explains XLA's time",
 }
 

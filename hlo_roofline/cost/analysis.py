@@ -685,9 +685,9 @@ class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
     __slots__ = (
-        "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced", "root_reduces",
-        "matmul_dtype", "matmul_precision", "prologue_words", "runs_collective", "sliced",
-        "streamed_words",
+        "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced",
+        "matmul_dtype", "matmul_precision", "prologue_words", "root_reduces", "runs_collective",
+        "sliced", "streamed_words",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
