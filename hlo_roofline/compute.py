@@ -256,7 +256,7 @@ def major_reduces(ops: pd.DataFrame, chip: Chip, no_rate: np.ndarray) -> np.ndar
     deep (the ``major_reduce_results`` column: a router's dispatch and combine masks summed over
     the top-2 dimension): its results at the chip's ``vpu.major_reduce`` rate (0 for other rows
     and on chips without the rate). XLA charges those 7.9 results a cycle per TensorCore whatever
-    the loop over what they fold (12-40x slower than that loop on the MoE's masks); a codegen
+    the loop over what they fold (12-24x slower than that loop on the MoE's masks); a codegen
     limit XLA models, not the hardware's work, so like the matmul stream this is no part of the
     book's roof: it only holds the row's time up, its bound and compute time unchanged
     (docs/validation.md, "Realistic programs")."""

@@ -3,7 +3,7 @@ top-2 dimension, a major one (fixtures/tpu_estimates/dispatch_mask fits the rate
 fixtures/tpu_programs reports it).
 
 XLA:TPU charges a reduce over major dimensions only that it pipelines deep (``window_config``'s
-``buffering_level`` 6) about 7.9 results a cycle per TensorCore on v5p, v6e and 7x, 12-40x slower
+``buffering_level`` 6) about 7.9 results a cycle per TensorCore on v5p, v6e and 7x, 12-24x slower
 than the loop over the one-hot it folds; buffered shallowly (v5e, small masks) it charges the loop
 over the one-hot, which is twice the masks and never read or written. The roofline holds such
 rows to the rate (``vpu.major_reduce``, fitted on the fixture) and passes the one-hot through the
