@@ -97,7 +97,9 @@ def _handed_on(instr: Instruction, continued: tuple[Instruction, ...]) -> frozen
     return handed_on(instr, passed, lambda user: id(user) in ids)
 
 
-def _body_read_bytes(body: Computation, ctx: CostContext, unread: frozenset[int] = frozenset()) -> float:
+def _body_read_bytes(
+    body: Computation, ctx: CostContext, unread: frozenset[int] = frozenset()
+) -> float:
     """Bytes a fused computation reads: its parameters (by their users) and its large constants,
     but not the parameters numbered in ``unread``. The same for every fusion calling ``body``
     with the same ``unread``: worked out once."""

@@ -190,7 +190,7 @@ def handed_on(
         if depth > _MAX_DEPTH:
             return False
         for user in users.get(id(value), ()):
-            if user is root and returned_unchanged(value) or taken(user):
+            if (user is root and returned_unchanged(value)) or taken(user):
                 continue
             if user.opcode in VIEWS and not user.is_root and free(user, depth + 1):
                 continue
@@ -198,9 +198,7 @@ def handed_on(
         return True
 
     return frozenset(
-        int(p.payload.strip())
-        for p in body.parameters
-        if p.payload.strip().isdigit() and free(p)
+        int(p.payload.strip()) for p in body.parameters if p.payload.strip().isdigit() and free(p)
     )
 
 

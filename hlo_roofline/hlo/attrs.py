@@ -415,7 +415,9 @@ def _group_size(instr: Instruction, module: Module) -> int:
 _ALIAS = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 
 
-def output_operand_aliasing(instr: Instruction) -> dict[tuple[int, ...], tuple[int, tuple[int, ...]]]:
+def output_operand_aliasing(
+    instr: Instruction,
+) -> dict[tuple[int, ...], tuple[int, tuple[int, ...]]]:
     """``output_to_operand_aliasing={{1}: (0, {}), ...}``: result index -> (operand, index in
     it) of each result that shares its operand's buffer (XLA writes it there, in place)."""
     return _cached(instr, "output_to_operand_aliasing", lambda: _aliasing(instr))
