@@ -31,7 +31,8 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
 @rule("fusion", model="roofline")
 def fusion_async_once(instr: Instruction, ctx: CostContext) -> Cost:
     """A TPU async collective split into ``AsyncCollectiveStart``/``Done`` fusions is counted once,
-    at the start, and a fusion that continues a started collective is priced without it."""
+    at the start, and a fusion that continues a started collective is priced without it, bytes
+    included (the collective's operand is read and its result written by the start's DMA)."""
     body = instr.called[0]
     custom = _custom_gather_or_scatter(instr, body, ctx)
     if custom is not None:
