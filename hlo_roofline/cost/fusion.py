@@ -181,15 +181,14 @@ def _output_bytes(
     in it) is written once; by a collective the fusion only ``continued``, not at all (its start's)."""
     if ctx.cost_model.fusion_in_place:
         aliases = in_place(instr)
-        passed = passed_through(instr)
+        unwritten = set(passed_through(instr))
         if continued:
             ids = {id(c) for c in continued}
-            made = collective_results(instr)
-            passed = {**passed, **{i: -1 for i, c in made.items() if id(c) in ids}}
-        if aliases or passed:
+            unwritten.update(i for i, c in collective_results(instr).items() if id(c) in ids)
+        if aliases or unwritten:
             return sum(
                 0
-                if i in passed
+                if i in unwritten
                 else sum(ctx.size(u) for u in aliases[i].updates)
                 if i in aliases
                 else ctx.size(leaf)
