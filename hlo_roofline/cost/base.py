@@ -225,8 +225,9 @@ class CostModel:
     open_conditionals: bool = False
     # A fusion result (or tuple element) updated in place (inplace.in_place: a
     # dynamic-update-slice or scatter of a parameter, through bitcasts and nested fusions) writes
-    # only its updates, and a parameter a scatter combines into is read only where it combines;
-    # XLA sees only a dynamic-update-slice root.
+    # only its updates, and a parameter a scatter combines into is read only where it combines; a
+    # result that is a parameter returned unchanged into the operand it aliases moves nothing (an
+    # async collective fusion's buffers, passed on); XLA sees only a dynamic-update-slice root.
     fusion_in_place: bool = False
     # A fusion parameter is read at most once (min(XLA's bytes, its size)), however many
     # broadcast or reshape users XLA charges a re-read for.

@@ -5,7 +5,13 @@ from __future__ import annotations
 from hlo_roofline.cost.base import Cost, CostContext, rule
 from hlo_roofline.cost.data_movement import gather, scatter
 from hlo_roofline.cost.elementwise import ARITHMETIC, TRANSCENDENTAL
-from hlo_roofline.cost.inplace import VIEWS, in_place
+from hlo_roofline.cost.inplace import (
+    VIEWS,
+    collective_results,
+    handed_on,
+    in_place,
+    passed_through,
+)
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction
 
@@ -25,7 +31,8 @@ def fusion(instr: Instruction, ctx: CostContext) -> Cost:
 @rule("fusion", model="roofline")
 def fusion_async_once(instr: Instruction, ctx: CostContext) -> Cost:
     """A TPU async collective split into ``AsyncCollectiveStart``/``Done`` fusions is counted once,
-    at the start, and a fusion that continues a started collective is priced without it."""
+    at the start, and a fusion that continues a started collective is priced without it, bytes
+    included (the collective's operand is read and its result written by the start's DMA)."""
     body = instr.called[0]
     custom = _custom_gather_or_scatter(instr, body, ctx)
     if custom is not None:
@@ -34,7 +41,8 @@ def fusion_async_once(instr: Instruction, ctx: CostContext) -> Cost:
     marker = attrs.async_marker(instr)
     if marker in ASYNC_MARKERS:  # a TPU async collective split into start/done fusions
         return _async_collective_half(instr, inner, marker, ctx)
-    return _fused(instr, body, _without_continued(body, inner, ctx), ctx)
+    continued = _continued(body, ctx)
+    return _fused(instr, body, _without(inner, continued, ctx), ctx, continued)
 
 
 def _custom_gather_or_scatter(
@@ -48,13 +56,21 @@ def _custom_gather_or_scatter(
     return None
 
 
-def _fused(instr: Instruction, body: Computation, inner: Cost, ctx: CostContext) -> Cost:
-    """The inner ops' FLOPs (``inner``), the bytes the fusion writes and reads."""
-    written = _output_bytes(instr, body, ctx)
+def _fused(
+    instr: Instruction,
+    body: Computation,
+    inner: Cost,
+    ctx: CostContext,
+    continued: tuple[Instruction, ...] = (),
+) -> Cost:
+    """The inner ops' FLOPs (``inner``), the bytes the fusion writes and reads (``continued``:
+    the collectives it continues, whose bytes are their start's)."""
+    written = _output_bytes(instr, body, ctx, continued)
+    unread = _handed_on(instr, continued) if ctx.cost_model.fusion_in_place else frozenset()
     return Cost(
         flops=inner.flops,
         transcendentals=inner.transcendentals,
-        bytes_accessed=written + _body_read_bytes(body, ctx),
+        bytes_accessed=written + _body_read_bytes(body, ctx, unread),
         comm_bytes=inner.comm_bytes,
         unknown=inner.unknown,
         notes=inner.notes,
@@ -71,10 +87,24 @@ def _gather_or_scatter(body: Computation, ctx: CostContext) -> Instruction | Non
     return ctx.memo[key]
 
 
-def _body_read_bytes(body: Computation, ctx: CostContext) -> float:
-    """Bytes a fused computation reads: its parameters (by their users) and its large constants.
-    The same for every fusion calling ``body``: worked out once."""
-    key = ("body_read", id(body))
+def _handed_on(instr: Instruction, continued: tuple[Instruction, ...]) -> frozenset[int]:
+    """Parameters the fusion does not read: those it returns unchanged into the buffer they alias
+    (:func:`inplace.passed_through`: one buffer, nothing moves) or only hands to a collective it
+    continues (read at the collective's start)."""
+    passed = passed_through(instr)
+    if not passed and not continued:
+        return frozenset()
+    ids = {id(c) for c in continued}
+    return handed_on(instr, passed, lambda user: id(user) in ids)
+
+
+def _body_read_bytes(
+    body: Computation, ctx: CostContext, unread: frozenset[int] = frozenset()
+) -> float:
+    """Bytes a fused computation reads: its parameters (by their users) and its large constants,
+    but not the parameters numbered in ``unread``. The same for every fusion calling ``body``
+    with the same ``unread``: worked out once."""
+    key = ("body_read", id(body), unread)
     cached = ctx.memo.get(key)
     if cached is not None:
         return cached
@@ -83,6 +113,8 @@ def _body_read_bytes(body: Computation, ctx: CostContext) -> float:
         ctx.size(i.shape) for i in constants if i.shape.elements > IMMEDIATE_CONSTANT_MAX_ELEMENTS
     )
     for param in body.parameters:
+        if unread and param.payload.strip().isdigit() and int(param.payload.strip()) in unread:
+            continue
         if param.shape.is_tuple:
             leaf_reads = (
                 _parameter_read_bytes(_tuple_leaf(param, index, ctx), ctx)
@@ -101,21 +133,31 @@ def _body_read_bytes(body: Computation, ctx: CostContext) -> float:
 ASYNC_MARKERS = attrs.ASYNC_COLLECTIVE_MARKERS
 
 
-def _without_continued(body: Computation, inner: Cost, ctx: CostContext) -> Cost:
-    """A fusion's inner cost less the collectives it only continues (priced at their start)."""
+def _continued(body: Computation, ctx: CostContext) -> tuple[Instruction, ...]:
+    """The collectives a fused computation only continues: started by a TPU async-collective
+    start fusion (the same ``channel_id``) and priced there, bytes and all."""
     channels = ctx.in_flight_channels()
     if not channels:
-        return inner
-    continued = [
-        ctx.cost(i)
-        for i in body.instructions
-        if i.opcode != "parameter" and i.attrs.get("channel_id") in channels
-    ]
+        return ()
+    key = ("continued", id(body))
+    found = ctx.memo.get(key)
+    if found is None:
+        found = ctx.memo[key] = tuple(
+            i
+            for i in body.instructions
+            if i.opcode != "parameter" and i.attrs.get("channel_id") in channels
+        )
+    return found
+
+
+def _without(inner: Cost, continued: tuple[Instruction, ...], ctx: CostContext) -> Cost:
+    """A fusion's inner cost less the collectives it only continues (priced at their start)."""
     if not continued:
         return inner
+    costs = [ctx.cost(i) for i in continued]
     return inner.replace(
-        flops=inner.flops - sum(c.flops for c in continued),
-        comm_bytes=inner.comm_bytes - sum(c.comm_bytes for c in continued),
+        flops=inner.flops - sum(c.flops for c in costs),
+        comm_bytes=inner.comm_bytes - sum(c.comm_bytes for c in costs),
     )
 
 
@@ -127,16 +169,29 @@ def _async_collective_half(instr: Instruction, inner: Cost, marker: str, ctx: Co
     return inner.replace(bytes_accessed=ctx.read_and_written(instr, result))
 
 
-def _output_bytes(instr: Instruction, body: Computation, ctx: CostContext) -> float:
+def _output_bytes(
+    instr: Instruction, body: Computation, ctx: CostContext, continued: tuple[Instruction, ...] = ()
+) -> float:
     """Result leaves, except that an in-place dynamic-update-slice root writes only its update.
 
     The roofline model finds every result updated in place (:func:`inplace.in_place`: also a
-    scatter's, through bitcasts and nested fusions, in a tuple root): each writes its updates."""
+    scatter's, through bitcasts and nested fusions, in a tuple root): each writes its updates. A
+    result returned unchanged into the buffer it aliases (:func:`inplace.passed_through`) writes
+    nothing, so a collective's destination listed twice (passed on, and the collective's result
+    in it) is written once; by a collective the fusion only ``continued``, not at all (its start's)."""
     if ctx.cost_model.fusion_in_place:
         aliases = in_place(instr)
-        if aliases:
+        unwritten = set(passed_through(instr))
+        if continued:
+            ids = {id(c) for c in continued}
+            unwritten.update(i for i, c in collective_results(instr).items() if id(c) in ids)
+        if aliases or unwritten:
             return sum(
-                sum(ctx.size(u) for u in aliases[i].updates) if i in aliases else ctx.size(leaf)
+                0
+                if i in unwritten
+                else sum(ctx.size(u) for u in aliases[i].updates)
+                if i in aliases
+                else ctx.size(leaf)
                 for i, leaf in enumerate(instr.shape.leaves())
             )
     root = body.root

@@ -6,13 +6,21 @@ a scatter, the indices and the rows it combines into) moves. A fusion is in plac
 its result (or a tuple element of it) is such an op, through views (bitcast, a reshape that is
 one), nested fusions and get-tuple-element, and the op's buffer comes from a fusion parameter
 through views: that parameter and that result are one buffer, never read or written whole.
+
+A fusion result that is one of its parameters returned unchanged into the buffer it aliases
+(``output_to_operand_aliasing``) moves nothing at all, and a result a fused collective writes moves
+by DMA (:func:`passed_through`, :func:`collective_results`): XLA:TPU's async collective fusions
+hand their collective's source and destination on this way to the fusion that continues it.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import NamedTuple
 
+from hlo_roofline.cost.collectives import COLLECTIVES
+from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
 
 # Ops that only view a buffer: an in-place update seen through them is still in place (in an
@@ -106,6 +114,115 @@ def in_place(instr: Instruction) -> dict[int, InPlace]:
         return found
     alias = _producer_in_place(root)
     return {0: alias} if alias is not None and alias.operand < len(instr.operands) else {}
+
+
+def _root_elements(fusion: Instruction) -> list[Instruction]:
+    """The values a fusion returns, one per result leaf (none for nested tuples)."""
+    root = fusion.called[0].root if fusion.called else None
+    if root is None:
+        return []
+    if not fusion.shape.is_tuple:
+        return [root]
+    root = _unviewed(root)
+    if root.opcode != "tuple" or any(e.is_tuple for e in fusion.shape.tuple_shapes):
+        return []
+    return list(root.operands)
+
+
+def passed_through(fusion: Instruction) -> dict[int, int]:
+    """``result leaf -> operand`` for each result of a fusion that is one of its parameters
+    returned unchanged (through views) into the very buffer it aliases
+    (``output_to_operand_aliasing``): one buffer, which the fusion neither reads nor writes."""
+    aliasing = attrs.output_operand_aliasing(fusion) if fusion.opcode == "fusion" else {}
+    if not aliasing:
+        return {}
+    found = {}
+    tupled = fusion.shape.is_tuple
+    for i, value in enumerate(_root_elements(fusion)):
+        alias = aliasing.get((i,) if tupled else ())
+        if alias is not None and not alias[1] and _buffer_parameter(value) == alias[0]:
+            found[i] = alias[0]
+    return found
+
+
+def is_collective(op: Instruction) -> bool:
+    """A collective, or the custom call marking the start or done of a TPU async collective
+    (whose operands are the collective and its buffers)."""
+    if op.opcode == "custom-call":
+        return op.attrs.get("custom_call_target", "").strip('"') in attrs.ASYNC_COLLECTIVE_MARKERS
+    return op.opcode in COLLECTIVES
+
+
+def collective_results(fusion: Instruction) -> dict[int, Instruction]:
+    """Result leaves of a fusion that a fused collective writes (the returned value is one,
+    through views), every result where the root marks an async collective's start or done: a
+    DMA writes them, once, into their buffer. ``leaf -> the collective`` (or the marker)."""
+    root = fusion.called[0].root if fusion.called else None
+    if root is None:
+        return {}
+    if root.opcode == "custom-call" and is_collective(root):
+        return dict.fromkeys(range(len(fusion.shape.leaves())), root)
+    values = map(_unviewed, _root_elements(fusion))
+    return {i: value for i, value in enumerate(values) if is_collective(value)}
+
+
+def handed_on(
+    fusion: Instruction, passed: dict[int, int], taken: Callable[[Instruction], bool]
+) -> frozenset[int]:
+    """Operands a fusion's body only returns unchanged (at the results in ``passed``) or hands to
+    ops ``taken`` says move it themselves (a collective's DMA), through views: no loop of the
+    fusion's own reads them."""
+    body = fusion.called[0] if fusion.called else None
+    if body is None or body.root is None:
+        return frozenset()
+    users: dict[int, list[Instruction]] = {}
+    for inner in body.instructions:
+        for op in dict.fromkeys(inner.operands):
+            users.setdefault(id(op), []).append(inner)
+    root, tupled = body.root, fusion.shape.is_tuple
+
+    def returned_unchanged(value: Instruction) -> bool:
+        if not tupled:
+            return 0 in passed
+        return all(i in passed for i, e in enumerate(root.operands) if e is value)
+
+    def free(value: Instruction, depth: int = 0) -> bool:
+        if depth > _MAX_DEPTH:
+            return False
+        for user in users.get(id(value), ()):
+            if (user is root and returned_unchanged(value)) or taken(user):
+                continue
+            if user.opcode in VIEWS and not user.is_root and free(user, depth + 1):
+                continue
+            return False
+        return True
+
+    return frozenset(
+        int(p.payload.strip()) for p in body.parameters if p.payload.strip().isdigit() and free(p)
+    )
+
+
+class Moved(NamedTuple):
+    """What of a fusion no loop of its own moves: results and operands."""
+
+    results: frozenset[int]  # result leaves
+    operands: frozenset[int]
+
+
+NOTHING_MOVED = Moved(frozenset(), frozenset())
+
+
+def moved_by_dma(fusion: Instruction) -> Moved:
+    """The results and operands of a fusion that a collective's DMA moves or nothing does:
+    results returned unchanged (:func:`passed_through`) or written by a fused collective
+    (:func:`collective_results`), operands only those take (:func:`handed_on`)."""
+    if fusion.opcode != "fusion" or not fusion.called:
+        return NOTHING_MOVED
+    passed = passed_through(fusion)
+    made = collective_results(fusion)
+    if not passed and not made:
+        return NOTHING_MOVED
+    return Moved(frozenset(made) | frozenset(passed), handed_on(fusion, passed, is_collective))
 
 
 _SLICES = frozenset({"slice", "dynamic-slice"})

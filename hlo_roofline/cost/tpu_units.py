@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import BOOKKEEPING, RULE_ERRORS, Cost
 from hlo_roofline.cost.control_flow import CONTAINERS
-from hlo_roofline.cost.inplace import in_place
+from hlo_roofline.cost.inplace import NOTHING_MOVED, in_place, moved_by_dma
 from hlo_roofline.cost.linalg import (
     VMEM_SPACE,
     MatmulIO,
@@ -82,10 +82,21 @@ def vector_elements(
         and max(map(_elements, operands), default=0) <= 1
     ):
         return 0.0  # scalars only (a loop counter, an index): the scalar unit's, not a vector loop
+    # a fused collective's results and the buffers passed on beside it: DMA's (or nothing moves)
+    moved = moved_by_dma(instr) if instr.opcode == "fusion" else NOTHING_MOVED
+    if moved.results:
+        results = [leaf for i, leaf in enumerate(results) if i not in moved.results]
+        operands = [
+            leaf for i, op in enumerate(instr.operands) if i not in moved.operands
+            for leaf in op.shape.leaves()
+        ]  # fmt: skip
     aliases = in_place(instr) if instr.opcode in _IN_PLACE_OPS else {}
     if aliases:
-        buffers = {alias.operand for alias in aliases.values()}
-        results = [leaf for i, leaf in enumerate(results) if i not in aliases]
+        buffers = {alias.operand for alias in aliases.values()} | moved.operands
+        results = [
+            leaf for i, leaf in enumerate(instr.shape.leaves())
+            if i not in aliases and i not in moved.results
+        ]  # fmt: skip
         results += [u for alias in aliases.values() for u in alias.updates if u.is_array]
         operands = [
             leaf for i, op in enumerate(instr.operands) if i not in buffers

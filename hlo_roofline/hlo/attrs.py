@@ -412,6 +412,27 @@ def _group_size(instr: Instruction, module: Module) -> int:
     return participants(instr, module)  # empty groups: every participant of the collective's mode
 
 
+_ALIAS = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
+
+
+def output_operand_aliasing(
+    instr: Instruction,
+) -> dict[tuple[int, ...], tuple[int, tuple[int, ...]]]:
+    """``output_to_operand_aliasing={{1}: (0, {}), ...}``: result index -> (operand, index in
+    it) of each result that shares its operand's buffer (XLA writes it there, in place)."""
+    return _cached(instr, "output_to_operand_aliasing", lambda: _aliasing(instr))
+
+
+def _aliasing(instr: Instruction) -> dict[tuple[int, ...], tuple[int, tuple[int, ...]]]:
+    text = instr.attrs.get("output_to_operand_aliasing")
+    if not text:
+        return {}
+    return {
+        tuple(map(int, _INT.findall(out))): (int(operand), tuple(map(int, _INT.findall(index))))
+        for out, operand, index in _ALIAS.findall(text)
+    }
+
+
 ASYNC_COLLECTIVE_MARKERS = ("AsyncCollectiveStart", "AsyncCollectiveDone")
 
 
