@@ -196,8 +196,9 @@ def matmul_pipeline(
     calibrated against its ``estimated_cycles``): a finely tiled matmul pays the pipeline's start
     and end once per tile, not once per op; where that loop splits K, the vector pass that
     finishes each tile's f32 accumulator (``accumulator_elements``:
-    :func:`hlo_roofline.cost.tpu_units.split_k_accumulator_elements`, at the loop rate) comes
-    after the MXU's time too. None of these is the
+    :func:`hlo_roofline.cost.tpu_units.split_k_accumulator_elements`, ``Chip.split_k_words``
+    each, at the loop rate) comes after the MXU's time too, on the chips whose database has
+    that figure. None of these is the
     book's roof: the row's bound, intensity and ridge stay on the published peak and bandwidth;
     this only holds its time up where XLA's model of the kernel is slower than either roof
     (docs/validation.md, "Realistic programs")."""
@@ -209,8 +210,8 @@ def matmul_pipeline(
     pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
     if chip.tile_step_s and tile_steps is not None:
         stepped = mxu + tile_steps * chip.tile_step_s
-        if accumulator_elements is not None:
-            stepped = stepped + accumulator_elements / chip.vector_elements_rate
+        if accumulator_elements is not None and chip.split_k_words:
+            stepped = stepped + accumulator_elements * chip.split_k_words / chip.vector_elements_rate
         stepped = np.where(matmul & (tile_steps > 0), stepped, 0.0)
         pipelined = np.maximum(pipelined, stepped)
     if chip.matmul_stream_bandwidth:

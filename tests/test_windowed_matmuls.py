@@ -30,9 +30,9 @@ EXPERT_PRODUCT_FLOPS = 2 * EXPERTS * GROUPS * CAPACITY * D_MODEL * D_FF  # each 
 # Floors a little below what the model reaches (docs/validation.md): of XLA's time over the
 # report set's batched matmuls lowered as windowed convolutions, the share within 0.5-1.25x
 WINDOWED_IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.91, "v6e": 0.92, "7x": 0.81}
-# and, over the matmuls whose tiling loop splits K, the share within 0.8-1.25x (before the
-# accumulator's pass: 0.69, 0.82, 0.49, 0.56)
-SPLIT_K_TIGHT_FLOOR = {"v5e": 0.92, "v5p": 0.88, "v6e": 0.79, "7x": 0.64}
+# and, over the matmuls whose tiling loop splits K, the share within 0.8-1.25x (v6e and 7x: 0.49
+# and 0.56 before the accumulator's pass, which v5e and v5p do not count)
+SPLIT_K_TIGHT_FLOOR = {"v5e": 0.72, "v5p": 0.81, "v6e": 0.79, "7x": 0.64}
 TIGHT = (0.8, 1.25)
 # Above 1.25x among K-split matmuls: only the MoE router's 8-column product on v6e (1.73x before
 # the pass, 1.75x after; 12 us of XLA's 42 ms)
@@ -106,24 +106,25 @@ def _fitting_rows(chip: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_a_k_split_pays_its_accumulator_pass_after_the_mxu(chip):
-    """fixtures/tpu_estimates/moe_expert (the fitting set; no constant is fitted here: the pass
-    runs at the chip's loop rate): where XLA:TPU's tiling loop splits K, its estimate is the
-    MXU's time, the tile steps and one vector pass over the f32 accumulator (one element per
-    result element) one after the other: the roofline lands within 0.9-1.1x with the pass and
-    below 0.9x without it. Where the loop does not split K, no pass is counted."""
+    """fixtures/tpu_estimates/moe_expert (the fitting set; nothing is fitted here: the pass runs
+    at the chip's loop rate): where XLA:TPU's tiling loop splits K, its estimate is the MXU's
+    time, the tile steps and one vector pass over the f32 accumulator (one element per result
+    element) one after the other, on every chip: within 0.9-1.1x of the roofline with the pass,
+    below 0.9x without it. The time model adds the pass where the chip's database has
+    ``vpu.split_k_words`` (v6e, 7x; on v5e and v5p the published MaxText steps run faster than a
+    roofline that adds it, tests/test_published.py). Where the loop does not split K, no pass."""
     device = chips.get(chip).per_device()
     rows = _fitting_rows(chip)
     assert len(rows) == 2, rows  # the forward product and the weight gradient
     split = rows[rows["tile_accumulator_elements"] > 0]
     for _, row in split.iterrows():
-        result = row["mm_batch"] * row["mm_m"] * row["mm_n"]
-        assert row["tile_accumulator_elements"] == result, (chip, row["name"])
-        ratio = row["t_roofline_s"] / row["xla_estimate_s"]
-        without = (
-            row["t_roofline_s"] - row["tile_accumulator_elements"] / device.vector_elements_rate
-        )
-        assert 0.9 <= ratio <= 1.1, (chip, row["name"], ratio)
-        assert without / row["xla_estimate_s"] < 0.9, (chip, row["name"], without)
+        assert row["tile_accumulator_elements"] == row["mm_batch"] * row["mm_m"] * row["mm_n"]
+        one_pass = row["tile_accumulator_elements"] / device.vector_elements_rate
+        charged = one_pass * (device.split_k_words or 0.0)  # what the time model added
+        with_pass = row["t_roofline_s"] - charged + one_pass
+        assert 0.9 <= with_pass / row["xla_estimate_s"] <= 1.1, (chip, row["name"], with_pass)
+        assert (with_pass - one_pass) / row["xla_estimate_s"] < 0.9, (chip, row["name"])
+        assert row["t_roofline_s"] <= 1.1 * row["xla_estimate_s"], (chip, row["name"])
     # v5e and v5p split K in both products, v6e in the forward one, 7x in neither
     assert len(split) == {"v5e": 2, "v5p": 2, "v6e": 1, "7x": 0}[chip], (chip, split["name"])
 
