@@ -122,6 +122,10 @@ COLUMNS: tuple[Column, ...] = (
        "HBM bytes a TPU matmul fusion's tiling loop reads beyond one read of each operand: an "
        "operand tile is fetched again each time the loop moves to another of its tiles (the "
        "`window_config`'s last dimension innermost; docs/cost-model.md), per step", "cost"),
+    _c("tile_accumulator_elements", "float", "elements",
+       "where a TPU matmul fusion's tiling loop splits K (more steps than result tiles): the "
+       "elements of the f32 accumulator a vector pass finishes after each tile's last K step, "
+       "one per result element; 0 otherwise (docs/cost-model.md), per step", "cost"),
     _c("prefetch_for", "text", "",
        "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
        "read is charged to them, the copy row takes no time", "cost"),

@@ -36,7 +36,7 @@ ABOVE_CEILING = {"v5e": 0.004, "v5p": 0.002, "v6e": 0.003, "7x": 0.002}
 # Programs whose whole step is within 0.8–1.25× of XLA's, and the worst program's ratio (sampling:
 # its sorts, gathers and SparseCore offloads are priced, and XLA estimates none of them, so its
 # Σ XLA leaves them out).
-STEPS_IN_BAND_FLOOR = {"v5e": 9, "v5p": 5, "v6e": 10, "7x": 5}
+STEPS_IN_BAND_FLOOR = {"v5e": 9, "v5p": 5, "v6e": 10, "7x": 7}
 # Loops that write an array tiled with fewer than 8 rows (T(1,128), T(2,128)(2,1), T(4,128)(2,1):
 # MaxText's weight slices and copies, ViT's image relayout), counted in whole vector registers: the
 # share of their XLA time within the band, at least, and their largest ratio to XLA, at most (one
@@ -47,8 +47,8 @@ FEW_ROWS_CEILING = 1.3
 # forward+backward and its prefill, a top-2 MoE layer): each one's whole step ÷ XLA's, at least.
 STEP_FLOOR = {
     "llama_decode": {"v5e": 0.93, "v5p": 0.81, "v6e": 1.04, "7x": 0.83},
-    "llama_train": {"v5e": 0.84, "v5p": 0.76, "v6e": 0.89, "7x": 0.79},
-    "llama_prefill": {"v5e": 0.81, "v5p": 0.81, "v6e": 0.90, "7x": 0.94},
+    "llama_train": {"v5e": 0.84, "v5p": 0.76, "v6e": 0.94, "7x": 0.82},
+    "llama_prefill": {"v5e": 0.81, "v5p": 0.81, "v6e": 0.93, "7x": 0.95},
     "moe_train": {"v5e": 0.75, "v5p": 0.78, "v6e": 0.72, "7x": 0.77},
 }
 # Matmul rows whose time is their HBM bytes at the matmul stream rate (fitted on
@@ -226,11 +226,16 @@ def test_the_matmul_stream_is_the_lm_heads_and_holds_on_the_report_set(chip):
 def test_the_tile_step_holds_on_the_report_set(chip):
     """The chip's ``tile_step`` (per step of a matmul fusion's tiling loop, which XLA writes in
     its ``window_config``): the matmuls whose time it sets, the MXU's time plus one tile step per
-    step, are within the band for most of their XLA time and almost never above it."""
+    step (and, where the loop splits K and the chip charges it, the accumulator's pass at the loop
+    rate), are within the band for most of their XLA time and almost never above it."""
     ops = chip_ops(chip)
-    step = chips.get(chip).per_device().tile_step_s
+    device = chips.get(chip).per_device()
     matmuls = ops[(ops["mm_k"] > 0) & (ops["tile_steps"] > 0) & ops["xla_estimate_s"].notna()]
-    stepped = matmuls["t_compute_s"] + matmuls["tile_steps"] * step
+    stepped = (
+        matmuls["t_compute_s"] + matmuls["tile_steps"] * device.tile_step_s
+        + matmuls["tile_accumulator_elements"] * (device.split_k_words or 0.0)
+        / device.vector_elements_rate
+    )  # fmt: skip
     held = matmuls[np.isclose(matmuls["t_roofline_s"], stepped, rtol=1e-9)]
     bands = band_shares(held)
     assert len(held) >= 50, (chip, len(held))

@@ -59,6 +59,7 @@ from hlo_roofline.cost.tpu_units import (
     major_reduce_results,
     major_reduced_elements,
     no_vector_loop,
+    split_k_accumulator_elements,
     tile_reread_bytes,
     vector_elements,
 )
@@ -103,6 +104,7 @@ _RARE_DEFAULTS = {
     "xla_cycles": math.nan,
     "tile_steps": 0.0,
     "tile_reread_bytes": 0.0,
+    "tile_accumulator_elements": 0.0,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
@@ -446,6 +448,9 @@ def rows(
                     reread = tile_reread_bytes(instr, io, walks.geometries, decoded)  # rereads
                     if reread:
                         rare["tile_reread_bytes"][at] = reread * count
+                    summed = split_k_accumulator_elements(instr, walks.geometries, decoded)
+                    if summed:  # a K split: its accumulator's pass
+                        rare["tile_accumulator_elements"][at] = summed * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put_vmem(vmem * count)

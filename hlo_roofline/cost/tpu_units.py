@@ -24,6 +24,7 @@ from hlo_roofline.cost.linalg import (
     MatmulIO,
     comparison_passes,
     fused_matmul,
+    fused_result,
     words,
 )
 from hlo_roofline.hlo import attrs
@@ -363,6 +364,41 @@ def tile_reread_bytes(
             reread += max(reads - tiles, 0) * size / tiles
         best = reread if best is None else min(best, reread)
     return best or 0.0
+
+
+def split_k_accumulator_elements(
+    fusion: Instruction, memo: dict | None = None, config: dict | None = None
+) -> float:
+    """Elements of the f32 accumulator a TPU matmul fusion's tiling loop finishes on the vector
+    unit, where the loop splits K: one per element of the matmul's result.
+
+    XLA:TPU's loop (``window_config``) walks the result's tiles (``output_window_bounds``) and,
+    where its steps outnumber them, slices of K within each tile: the MXU's partial products of
+    a tile are summed in an f32 accumulator (one 32-bit word per result element, whatever the
+    result's type) that a vector pass finishes after the tile's last K step. XLA:TPU's
+    estimates charge that pass after the MXU's time, not beside it, so the time model does
+    (:func:`hlo_roofline.compute.matmul_pipeline`). 0 where the loop does not split K, where the
+    fusion writes something other than the matmul's result (a reduce of it, several outputs),
+    or where no tiling is written. ``config``: the fusion's decoded ``backend_config``."""
+    config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
+    if not isinstance(config, dict):
+        return 0.0
+    try:
+        steps = math.prod(int(b) for b in config.get("iteration_bounds", []))
+    except (TypeError, ValueError):
+        return 0.0
+    matmul = fused_matmul(fusion, memo)
+    if matmul is None or steps <= 1:
+        return 0.0
+    written = fused_result(matmul, fusion.called[0])
+    if written is None:
+        return 0.0
+    bounds = config.get("output_window_bounds")
+    # the bounds describe the matmul's result as laid out, or as the fusion writes it (a bitcast)
+    tiles = _windows(matmul.shape, bounds) or _windows(written.shape, bounds)
+    if not tiles or steps <= tiles or steps % tiles:
+        return 0.0
+    return float(matmul.shape.elements)
 
 
 @functools.lru_cache(maxsize=1024)
