@@ -179,6 +179,7 @@ def matmul_pipeline(
     t_vmem: np.ndarray,
     tile_steps: np.ndarray | None = None,
     reread_bytes: np.ndarray | None = None,
+    epilogue: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
     without its rates): in a fusion with an elementwise chain beside the matmul
@@ -193,7 +194,11 @@ def matmul_pipeline(
     where XLA:TPU wrote the fusion's tiling loop (``tile_steps``: the steps of its
     ``window_config``), the MXU's time plus each step's fill and drain (``Chip.tile_step_s``,
     calibrated against its ``estimated_cycles``): a finely tiled matmul pays the pipeline's start
-    and end once per tile, not once per op. None of these is the
+    and end once per tile, not once per op; where that loop splits K (``epilogue``: each row's
+    K steps per result tile and the elements of its result-sized arrays,
+    :func:`hlo_roofline.cost.tpu_units.epilogue_pass`), also the vector unit's pass over those
+    arrays at ``vpu.epilogue`` (calibrated against its ``estimated_cycles``) less the one K step
+    of MXU time it overlaps. None of these is the
     book's roof: the row's bound, intensity and ridge stay on the published peak and bandwidth;
     this only holds its time up where XLA's model of the kernel is slower than either roof
     (docs/validation.md, "Realistic programs")."""
@@ -205,6 +210,15 @@ def matmul_pipeline(
     pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
     if chip.tile_step_s and tile_steps is not None:
         stepped = np.where(matmul & (tile_steps > 0), mxu + tile_steps * chip.tile_step_s, 0.0)
+        if chip.epilogue_rate and epilogue is not None:
+            k_steps, elements = epilogue
+            with np.errstate(divide="ignore", invalid="ignore"):
+                hidden = np.where(k_steps > 0, mxu / k_steps, 0.0)  # the K step it overlaps
+            stepped += np.where(
+                matmul & (tile_steps > 0) & (k_steps >= 2),
+                np.maximum(elements / chip.epilogue_rate - hidden, 0.0),
+                0.0,
+            )
         pipelined = np.maximum(pipelined, stepped)
     if chip.matmul_stream_bandwidth:
         streamed = hbm_bytes if reread_bytes is None else hbm_bytes + reread_bytes

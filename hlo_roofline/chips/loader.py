@@ -16,7 +16,7 @@ DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth", "matmul_stream"},
-    "vpu": {"per", "flops", "elements", "elements_reads", "fill"},
+    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "epilogue"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
@@ -107,8 +107,8 @@ def _build(
     }
     hbm, host, net = (_section(t, s, key) for s in ("hbm", "host", "network"))
     vpu, eup, xlu = (_section(t, s, key) for s in ("vpu", "eup", "xlu"))
-    vpu_flops, vector_elements, fill = (
-        _whole_chip(vpu, f, cores) for f in ("flops", "elements", "fill")
+    vpu_flops, vector_elements, fill, epilogue = (
+        _whole_chip(vpu, f, cores) for f in ("flops", "elements", "fill", "epilogue")
     )
     eup_rate = _whole_chip(eup, "rate", cores)
     lane_reduce = _whole_chip(xlu, "lane_reduce", cores)
@@ -144,6 +144,8 @@ def _build(
         vector_elements_rate=vector_elements,
         lane_reduce_rate=lane_reduce,
         fill_rate=fill,
+        # XLA:TPU's calibrated epilogue pass, like its stream, is no part of the book's roofline
+        epilogue_rate=epilogue if profile != "book" else None,
         # XLA:TPU's loop charge for its reads, like its stream, is no part of the book's roofline
         loop_read_bytes=vpu.get("elements_reads") if profile != "book" else None,
         op_floor_s=t.get("op_floor"),

@@ -206,6 +206,9 @@ class Chip:
     vector_elements_rate: float | None = None  # elements/s a TPU vector loop passes, whole chip
     lane_reduce_rate: float | None = None  # elements/s a TPU standalone reduce folds across lanes
     fill_rate: float | None = None  # elements/s a TPU fill (broadcast of a scalar) writes, whole chip
+    # elements/s XLA:TPU's cost model passes a K-split matmul's result-sized arrays at once a
+    # result tile is finished, whole chip (calibrated)
+    epilogue_rate: float | None = None
     # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
     # reads beyond these on top of its loop time
     loop_read_bytes: float | None = None
@@ -350,6 +353,7 @@ class Chip:
             vector_elements_rate=share(self.vector_elements_rate),
             lane_reduce_rate=share(self.lane_reduce_rate),
             fill_rate=share(self.fill_rate),
+            epilogue_rate=share(self.epilogue_rate),
             dcn_per_chip=share(self.dcn_per_chip),  # the chip's DCN egress, shared
             cores=_frozen(cores),
             memory=_frozen(memory),

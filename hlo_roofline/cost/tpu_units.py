@@ -351,3 +351,55 @@ def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
     return bool(large) and all(
         p.shape.layout is not None and p.shape.layout.memory_space == VMEM_SPACE for p in large
     )
+
+
+def epilogue_pass(
+    fusion: Instruction, memo: dict | None = None, config: dict | None = None
+) -> tuple[float, float]:
+    """(K steps, epilogue elements) of a TPU matmul fusion whose tiling loop splits K.
+
+    ``window_config`` (:func:`tile_reread_bytes`) gives the loop's steps and the result's
+    windows; their quotient is the steps each result tile takes along K. Where that is 2 or more
+    the result tile is finished only at its last K step, and the vector unit then passes every
+    array of the result's size once: the results and the fused operands that only the epilogue
+    reads (SwiGLU backward's gate and up activations), whatever the arithmetic between them.
+    XLA:TPU charges that pass per element of those arrays, after the MXU, overlapping it with
+    only one K step of the next tile (compiled sweeps in docs/cost-model.md: 1-4 such arrays, no
+    dependence on the number of elementwise ops; with K unsplit the pass hides under the MXU).
+    (0, 0) for any other op, or where the compiler wrote no tiling."""
+    config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
+    matmul = fused_matmul(fusion, memo)
+    if not isinstance(config, dict) or matmul is None or not fusion.shape.leaves():
+        return 0.0, 0.0
+    try:
+        steps = math.prod(int(b) for b in config.get("iteration_bounds", []))
+    except (TypeError, ValueError):
+        return 0.0, 0.0
+    tiles = _windows(fusion.shape.leaves()[0], config.get("output_window_bounds"))
+    if not tiles or steps < 2 * tiles:
+        return 0.0, 0.0
+    size = matmul.shape.elements
+    fed = _feeds(matmul)
+    arrays = [leaf.elements for leaf in fusion.shape.leaves() if leaf.elements == size]
+    arrays += [
+        p.shape.elements for p in fusion.called[0].parameters
+        if p.shape.is_array and p.shape.elements == size and id(p) not in fed
+    ]  # fmt: skip
+    return steps / tiles, float(sum(arrays))
+
+
+def _feeds(matmul: Instruction) -> set[int]:
+    """Ids of the fused parameters a matmul's operands are computed from (through nested
+    fusions' operands too): a prologue's inputs, not the epilogue's."""
+    params: set[int] = set()
+    stack, seen = list(matmul.operands), set()
+    while stack and len(seen) < 4096:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if item.opcode == "parameter":
+            params.add(id(item))
+        else:
+            stack.extend(item.operands)
+    return params
