@@ -123,7 +123,7 @@ COLUMNS: tuple[Column, ...] = (
        "`window_config`'s last dimension innermost; docs/cost-model.md), per step", "cost"),
     _c("tile_k_steps", "float", "steps",
        "steps a TPU matmul fusion's tiling loop takes along K per tile of its result "
-       "(`tile_steps` over the result's windows), where K is split (2 or more); 0 otherwise",
+       "(`tile_steps` over the result's windows), where K is split 4 or more ways; 0 otherwise",
        "cost"),
     _c("epilogue_elements", "float", "elements",
        "elements of the arrays of a K-split TPU matmul fusion's result size that its vector unit "
