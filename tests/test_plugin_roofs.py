@@ -316,6 +316,21 @@ def test_the_host_url_and_theme_drive_the_tab(page, server, logdir):
     page.evaluate("() => { location.hash = '#hlo_roofline'; }")  # the tab's keys dropped
     page.wait_for_function("() => location.hash.includes('p.hlo_roofline.run=gpt%2Fh100')")
 
+    # A link opened just as the tab is about to write its own state (a keystroke's write is
+    # pending): the link's view is not overwritten, and is shown when its hashchange arrives.
+    frame.locator("#hr-search").evaluate(
+        """(box, hash) => {
+            box.value = 'fusion';
+            box.dispatchEvent(new Event('input'));
+            window.parent.history.replaceState(null, '', hash);
+        }""",
+        "#hlo_roofline&p.hlo_roofline.run=gpt%2Fv5e",
+    )
+    page.wait_for_timeout(400)  # the pending write (100 ms) has run
+    assert "p.hlo_roofline.run=gpt%2Fv5e" in page.evaluate("() => location.hash")
+    page.evaluate("() => window.dispatchEvent(new HashChangeEvent('hashchange'))")
+    frame.locator('.hr-app[data-state=ready][data-run="gpt/v5e"]').wait_for()
+
     root = frame.locator("html")
     page.evaluate("() => document.body.classList.add('dark-mode')")
     page.wait_for_function(
