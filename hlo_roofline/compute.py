@@ -179,7 +179,7 @@ def matmul_pipeline(
     t_vmem: np.ndarray,
     tile_steps: np.ndarray | None = None,
     reread_bytes: np.ndarray | None = None,
-    accumulator_elements: np.ndarray | None = None,
+    epilogue: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
     without its rates): in a fusion with an elementwise chain beside the matmul
@@ -194,11 +194,12 @@ def matmul_pipeline(
     where XLA:TPU wrote the fusion's tiling loop (``tile_steps``: the steps of its
     ``window_config``), the MXU's time plus each step's fill and drain (``Chip.tile_step_s``,
     calibrated against its ``estimated_cycles``): a finely tiled matmul pays the pipeline's start
-    and end once per tile, not once per op; where that loop splits K, the vector pass that
-    finishes each tile's f32 accumulator (``accumulator_elements``:
-    :func:`hlo_roofline.cost.tpu_units.split_k_accumulator_elements`, ``Chip.split_k_words``
-    each, at the loop rate) comes after the MXU's time too, on the chips whose database has
-    that figure. None of these is the
+    and end once per tile, not once per op; where that loop splits K (``epilogue``: each row's
+    K steps per result tile and the elements of its result-sized arrays, the f32 accumulator
+    first: :func:`hlo_roofline.cost.tpu_units.epilogue_pass`), also the vector unit's pass over
+    those arrays, ``Chip.epilogue_passes`` loop passes per element, less the one K step of MXU
+    time it overlaps, on the chips whose database has that figure (one pass, derived: every
+    fixture of the fitting set implies XLA:TPU charges at least that). None of these is the
     book's roof: the row's bound, intensity and ridge stay on the published peak and bandwidth;
     this only holds its time up where XLA's model of the kernel is slower than either roof
     (docs/validation.md, "Realistic programs")."""
@@ -209,10 +210,15 @@ def matmul_pipeline(
     chain = np.array([isinstance(f, str) and fused_arithmetic(f) for f in fused_ops], dtype=bool)
     pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
     if chip.tile_step_s and tile_steps is not None:
-        stepped = mxu + tile_steps * chip.tile_step_s
-        if accumulator_elements is not None and chip.split_k_words:
-            stepped = stepped + accumulator_elements * chip.split_k_words / chip.vector_elements_rate
-        stepped = np.where(matmul & (tile_steps > 0), stepped, 0.0)
+        stepped = np.where(matmul & (tile_steps > 0), mxu + tile_steps * chip.tile_step_s, 0.0)
+        if chip.epilogue_passes and epilogue is not None:
+            k_steps, elements = epilogue
+            with np.errstate(divide="ignore", invalid="ignore"):
+                hidden = np.where(k_steps > 0, mxu / k_steps, 0.0)  # the K step it overlaps
+            passed = elements * chip.epilogue_passes / chip.vector_elements_rate
+            stepped += np.where(
+                matmul & (tile_steps > 0) & (k_steps > 0), np.maximum(passed - hidden, 0.0), 0.0
+            )
         pipelined = np.maximum(pipelined, stepped)
     if chip.matmul_stream_bandwidth:
         streamed = hbm_bytes if reread_bytes is None else hbm_bytes + reread_bytes

@@ -39,8 +39,11 @@ TILE_STEP_IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.9, "v6e": 0.9, "7x": 0.8}
 # The programs the chip database's derived TPU rates were fitted on (its notes name them): the
 # vector loop rate on layernorm's lane reduction, the XLU rate on softmax's standalone reduce,
 # the fill rate on a zero fill, the matmul stream on a decode step's LM head, the tile step on
-# the largest plain matmul, the major-reduce rate on a router's dispatch masks.
-FITTED_ON = ("layernorm", "softmax_long", "zeros_f32", "lm_head", "matmul_b8192", "dispatch_mask")
+# the largest plain matmul, the major-reduce rate on a router's dispatch masks; the epilogue pass
+# of a K-split matmul (one loop pass, not fitted) was checked on the K-split products.
+FITTED_ON = ("layernorm", "softmax_long", "zeros_f32", "lm_head", "matmul_b8192", "dispatch_mask",
+             "swiglu_bwd_k14336", "gelu_bwd_k14336", "swiglu_bwd_experts", "gelu_bwd_experts",
+             "moe_expert")
 HELD_OUT_FLOOR = {
     "v5e": 0.81,
     "v5p": 0.58,

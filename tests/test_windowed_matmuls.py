@@ -2,8 +2,9 @@
 window runs over the experts, and over the groups for a weight gradient), and the tiling loop
 XLA writes for them: their geometry against counts from the program's shapes, and their time
 against XLA:TPU's ``estimated_cycles`` where the loop splits K (each result tile's f32
-accumulator is finished by a vector pass after its last K step: ``tile_accumulator_elements``).
-docs/cost-model.md ("A K split's accumulator pass") says how; docs/validation.md the figures."""
+accumulator is finished by a vector pass after its last K step: ``epilogue_elements``).
+docs/cost-model.md ("The pass after a K-split TPU matmul") says how; docs/validation.md the
+figures."""
 
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ EXPERT_PRODUCT_FLOPS = 2 * EXPERTS * GROUPS * CAPACITY * D_MODEL * D_FF  # each 
 # Floors a little below what the model reaches (docs/validation.md): of XLA's time over the
 # report set's batched matmuls lowered as windowed convolutions, the share within 0.5-1.25x
 WINDOWED_IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.91, "v6e": 0.92, "7x": 0.81}
-# and, over the matmuls whose tiling loop splits K, the share within 0.8-1.25x (v6e and 7x: 0.49
-# and 0.56 before the accumulator's pass, which v5e and v5p do not count)
-SPLIT_K_TIGHT_FLOOR = {"v5e": 0.72, "v5p": 0.81, "v6e": 0.79, "7x": 0.64}
+# and, over the matmuls whose tiling loop splits K 4 or more ways, the share within 0.8-1.25x
+# (measured 86%, 61%, 73%, 57%: v5p does not charge the pass after the MXU; below 0.8x on 7x are
+# mostly long K splits, 8-32 steps, and products 64-128 wide, which XLA charges more than one pass)
+SPLIT_K_TIGHT_FLOOR = {"v5e": 0.85, "v5p": 0.60, "v6e": 0.72, "7x": 0.55}
 TIGHT = (0.8, 1.25)
-# Above 1.25x among K-split matmuls: only the MoE router's 8-column product on v6e (1.73x before
-# the pass, 1.75x after; 12 us of XLA's 42 ms)
+# Above 1.25x among K-split matmuls: none (the MoE router's 8-column product on v6e, 1.73x, splits
+# K fewer than 4 ways)
 SPLIT_K_ABOVE_CEILING = 0.0005
 
 
@@ -108,23 +110,28 @@ def _fitting_rows(chip: str) -> pd.DataFrame:
 def test_a_k_split_pays_its_accumulator_pass_after_the_mxu(chip):
     """fixtures/tpu_estimates/moe_expert (the fitting set; nothing is fitted here: the pass runs
     at the chip's loop rate): where XLA:TPU's tiling loop splits K, its estimate is the MXU's
-    time, the tile steps and one vector pass over the f32 accumulator (one element per result
-    element) one after the other, on every chip: within 0.9-1.1x of the roofline with the pass,
-    below 0.9x without it. The time model adds the pass where the chip's database has
-    ``vpu.split_k_words`` (v6e, 7x; on v5e and v5p the published MaxText steps run faster than a
+    time, the tile steps and a vector pass over the f32 accumulator (one element per result
+    element) less the one K step it overlaps, one after the other, on every chip: XLA charges at
+    least one loop pass (the rule is a lower bound), and with it the products are within
+    0.8-1.0x of XLA (v5e's forward product hides the pass under its K step: 0.82x). The time model adds the pass where the chip's database
+    has ``vpu.epilogue_passes`` (not v5p, where MaxText's published step runs faster than a
     roofline that adds it, tests/test_published.py). Where the loop does not split K, no pass."""
     device = chips.get(chip).per_device()
     rows = _fitting_rows(chip)
     assert len(rows) == 2, rows  # the forward product and the weight gradient
-    split = rows[rows["tile_accumulator_elements"] > 0]
+    split = rows[rows["epilogue_elements"] > 0]
     for _, row in split.iterrows():
-        assert row["tile_accumulator_elements"] == row["mm_batch"] * row["mm_m"] * row["mm_n"]
-        one_pass = row["tile_accumulator_elements"] / device.vector_elements_rate
-        charged = one_pass * (device.split_k_words or 0.0)  # what the time model added
-        with_pass = row["t_roofline_s"] - charged + one_pass
-        assert 0.9 <= with_pass / row["xla_estimate_s"] <= 1.1, (chip, row["name"], with_pass)
-        assert (with_pass - one_pass) / row["xla_estimate_s"] < 0.9, (chip, row["name"])
-        assert row["t_roofline_s"] <= 1.1 * row["xla_estimate_s"], (chip, row["name"])
+        assert row["epilogue_elements"] == row["mm_batch"] * row["mm_m"] * row["mm_n"]
+        mxu = row["t_compute_s"]
+        stepped = mxu + row["tile_steps"] * device.tile_step_s
+        one_pass = row["epilogue_elements"] / device.vector_elements_rate
+        # the loop passes XLA charges per element, from its estimate
+        passes = (row["xla_estimate_s"] - stepped + mxu / row["tile_k_steps"]) / one_pass
+        with_pass = stepped + max(one_pass - mxu / row["tile_k_steps"], 0.0)
+        assert passes >= 1.0, (chip, row["name"], passes)
+        assert 0.8 <= with_pass / row["xla_estimate_s"] <= 1.0, (chip, row["name"], with_pass)
+        charged = with_pass if device.epilogue_passes else stepped
+        assert row["t_roofline_s"] == pytest.approx(charged, rel=1e-9), (chip, row["name"])
     # v5e and v5p split K in both products, v6e in the forward one, 7x in neither
     assert len(split) == {"v5e": 2, "v5p": 2, "v6e": 1, "7x": 0}[chip], (chip, split["name"])
 
@@ -144,7 +151,7 @@ def test_windowed_batched_matmuls_on_the_report_set(chip):
     bands = band_shares(windowed)
     assert len(windowed) >= 50, (chip, len(windowed))
     assert bands["within"] >= WINDOWED_IN_BAND_FLOOR[chip] and bands["above"] == 0, (chip, bands)
-    split = matmuls[matmuls["tile_accumulator_elements"] > 0]
+    split = matmuls[matmuls["epilogue_elements"] > 0]
     ratio = split["t_roofline_s"] / split["xla_estimate_s"]
     weight = split["xla_estimate_s"]
     tight = weight[ratio.between(*TIGHT)].sum() / weight.sum()

@@ -16,7 +16,7 @@ DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth", "matmul_stream"},
-    "vpu": {"per", "flops", "elements", "elements_reads", "split_k_words", "fill", "major_reduce"},
+    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "epilogue_passes"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
@@ -149,7 +149,8 @@ def _build(
         major_reduce_rate=major_reduce if profile != "book" else None,
         # XLA:TPU's loop charge for its reads, like its stream, is no part of the book's roofline
         loop_read_bytes=vpu.get("elements_reads") if profile != "book" else None,
-        split_k_words=vpu.get("split_k_words") if profile != "book" else None,
+        # XLA:TPU's pass after a K-split matmul, like its stream, is no part of the book's roofline
+        epilogue_passes=vpu.get("epilogue_passes") if profile != "book" else None,
         op_floor_s=t.get("op_floor"),
         # XLA:TPU's calibrated tile step, like its stream, is no part of the book's roofline
         tile_step_s=t.get("tile_step") if profile != "book" else None,

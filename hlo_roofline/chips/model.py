@@ -211,10 +211,10 @@ class Chip:
     # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
     # reads beyond these on top of its loop time
     loop_read_bytes: float | None = None
-    # 32-bit accumulator words per result element a K-split matmul tile's vector pass finishes
-    # after its last K step, charged after the MXU's time (XLA:TPU's estimates; not where measured
-    # steps run faster than a roofline that adds it)
-    split_k_words: float | None = None
+    # vector loop passes XLA:TPU charges per element of a K-split matmul's result-sized arrays
+    # once a result tile is finished (the accumulator, further results, epilogue-only operands),
+    # after the MXU less one K step (not where measured steps run faster than a roofline with it)
+    epilogue_passes: float | None = None
     op_floor_s: float | None = None  # the least time any op takes (a TPU's per-op overhead)
     # time XLA:TPU's cost model adds per step of a matmul fusion's tiling loop, per device (calibrated)
     tile_step_s: float | None = None

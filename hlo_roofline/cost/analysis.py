@@ -55,11 +55,11 @@ from hlo_roofline.cost.linalg import (
     streamed_operand_words,
 )
 from hlo_roofline.cost.tpu_units import (
+    epilogue_pass,
     lane_reduced_elements,
     major_reduce_results,
     major_reduced_elements,
     no_vector_loop,
-    split_k_accumulator_elements,
     tile_reread_bytes,
     vector_elements,
 )
@@ -104,7 +104,8 @@ _RARE_DEFAULTS = {
     "xla_cycles": math.nan,
     "tile_steps": 0.0,
     "tile_reread_bytes": 0.0,
-    "tile_accumulator_elements": 0.0,
+    "tile_k_steps": 0.0,
+    "epilogue_elements": 0.0,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 # Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
@@ -448,9 +449,10 @@ def rows(
                     reread = tile_reread_bytes(instr, io, walks.geometries, decoded)  # rereads
                     if reread:
                         rare["tile_reread_bytes"][at] = reread * count
-                    summed = split_k_accumulator_elements(instr, walks.geometries, decoded)
-                    if summed:  # a K split: its accumulator's pass
-                        rare["tile_accumulator_elements"][at] = summed * count
+                    k_steps, epilogue = epilogue_pass(instr, walks.geometries, decoded)
+                    if epilogue:  # a K-split tiling's pass over the result-sized arrays
+                        rare["tile_k_steps"][at] = k_steps
+                        rare["epilogue_elements"][at] = epilogue * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put_vmem(vmem * count)

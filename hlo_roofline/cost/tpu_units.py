@@ -24,7 +24,6 @@ from hlo_roofline.cost.linalg import (
     MatmulIO,
     comparison_passes,
     fused_matmul,
-    fused_result,
     words,
 )
 from hlo_roofline.hlo import attrs
@@ -366,41 +365,6 @@ def tile_reread_bytes(
     return best or 0.0
 
 
-def split_k_accumulator_elements(
-    fusion: Instruction, memo: dict | None = None, config: dict | None = None
-) -> float:
-    """Elements of the f32 accumulator a TPU matmul fusion's tiling loop finishes on the vector
-    unit, where the loop splits K: one per element of the matmul's result.
-
-    XLA:TPU's loop (``window_config``) walks the result's tiles (``output_window_bounds``) and,
-    where its steps outnumber them, slices of K within each tile: the MXU's partial products of
-    a tile are summed in an f32 accumulator (one 32-bit word per result element, whatever the
-    result's type) that a vector pass finishes after the tile's last K step. XLA:TPU's
-    estimates charge that pass after the MXU's time, not beside it, so the time model does
-    (:func:`hlo_roofline.compute.matmul_pipeline`). 0 where the loop does not split K, where the
-    fusion writes something other than the matmul's result (a reduce of it, several outputs),
-    or where no tiling is written. ``config``: the fusion's decoded ``backend_config``."""
-    config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
-    if not isinstance(config, dict):
-        return 0.0
-    try:
-        steps = math.prod(int(b) for b in config.get("iteration_bounds", []))
-    except (TypeError, ValueError):
-        return 0.0
-    matmul = fused_matmul(fusion, memo)
-    if matmul is None or steps <= 1:
-        return 0.0
-    written = fused_result(matmul, fusion.called[0])
-    if written is None:
-        return 0.0
-    bounds = config.get("output_window_bounds")
-    # the bounds describe the matmul's result as laid out, or as the fusion writes it (a bitcast)
-    tiles = _windows(matmul.shape, bounds) or _windows(written.shape, bounds)
-    if not tiles or steps <= tiles or steps % tiles:
-        return 0.0
-    return float(matmul.shape.elements)
-
-
 @functools.lru_cache(maxsize=1024)
 def _operand_dims(
     bounds: tuple[int, ...], lhs: int, rhs: int, out: int
@@ -471,3 +435,67 @@ def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
     return bool(large) and all(
         p.shape.layout is not None and p.shape.layout.memory_space == VMEM_SPACE for p in large
     )
+
+
+# K steps per result tile from which the epilogue pass is counted: the fitting set's K-split
+# products it was checked on split K 4 to 16 ways; at 2-3 XLA:TPU hides more of the pass (its
+# one-K-step overlap is then half or a third of the MXU's time), so the count stays within them.
+_FEWEST_K_STEPS = 4
+
+
+def epilogue_pass(
+    fusion: Instruction, memo: dict | None = None, config: dict | None = None
+) -> tuple[float, float]:
+    """(K steps per result tile, epilogue elements) of a TPU matmul fusion whose tiling loop
+    splits K 4 or more ways; (0, 0) for any other op, or where the compiler wrote no tiling.
+
+    XLA:TPU's loop (``window_config``) walks the result's tiles (``output_window_bounds``) and,
+    where its steps outnumber them, slices of K within each tile: the MXU's partial products of
+    a tile are summed in an f32 accumulator finished only at the tile's last K step. The vector
+    unit then passes, once per element, every array of the result's size: the results (the
+    first is the accumulator's own pass: one element per result element, whatever the result's
+    type) and the fused operands only the epilogue reads (SwiGLU backward's gate and up
+    activations), whatever the arithmetic between them. XLA:TPU's estimates charge that pass
+    after the MXU, overlapping it with only one K step of the next tile
+    (:func:`hlo_roofline.compute.matmul_pipeline`; docs/cost-model.md: a plain product's
+    accumulator and 1-4 such arrays alike, no dependence on the number of elementwise ops; with
+    K unsplit the pass hides under the MXU). ``config``: the fusion's decoded
+    ``backend_config``."""
+    config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
+    matmul = fused_matmul(fusion, memo)
+    if not isinstance(config, dict) or matmul is None or not fusion.shape.leaves():
+        return 0.0, 0.0
+    try:
+        steps = math.prod(int(b) for b in config.get("iteration_bounds", []))
+    except (TypeError, ValueError):
+        return 0.0, 0.0
+    bounds = config.get("output_window_bounds")
+    # the bounds describe the matmul's result as laid out, or as the fusion writes it (a bitcast)
+    tiles = _windows(matmul.shape, bounds) or _windows(fusion.shape.leaves()[0], bounds)
+    if not tiles or steps < _FEWEST_K_STEPS * tiles or steps % tiles:
+        return 0.0, 0.0
+    size = matmul.shape.elements
+    fed = _feeds(matmul)
+    results = sum(leaf.elements for leaf in fusion.shape.leaves() if leaf.elements == size)
+    inputs = sum(
+        p.shape.elements for p in fusion.called[0].parameters
+        if p.shape.is_array and p.shape.elements == size and id(p) not in fed
+    )  # fmt: skip
+    return steps / tiles, float(results + inputs)
+
+
+def _feeds(matmul: Instruction) -> set[int]:
+    """Ids of the fused parameters a matmul's operands are computed from (through nested
+    fusions' operands too): a prologue's inputs, not the epilogue's."""
+    params: set[int] = set()
+    stack, seen = list(matmul.operands), set()
+    while stack and len(seen) < 4096:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if item.opcode == "parameter":
+            params.add(id(item))
+        else:
+            stack.extend(item.operands)
+    return params
