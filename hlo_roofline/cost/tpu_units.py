@@ -437,9 +437,9 @@ def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
     )
 
 
-# K steps per result tile from which the epilogue pass is counted: the fitting set's K-split
-# products it was checked on split K 4 to 16 ways; at 2-3 XLA:TPU hides more of the pass (its
-# one-K-step overlap is then half or a third of the MXU's time), so the count stays within them.
+# K steps per result tile from which the epilogue pass is counted: the fitting set's epilogue and
+# expert products split K 4 to 16 ways; at 2 XLA:TPU hides more of the pass than one K step (on
+# v6e ViT's products split 2 ways came out at 1.4x with it), so the count stays within them.
 _FEWEST_K_STEPS = 4
 
 
