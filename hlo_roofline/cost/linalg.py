@@ -458,14 +458,6 @@ def _written_as(value: Instruction, body) -> Instruction:
     return value
 
 
-def fused_result(matmul: Instruction, body) -> Instruction | None:
-    """The fusion's root where it is the fused matmul's result through converts and relayouts
-    (what a tiling's ``output_window_bounds`` then describe); None where the fusion writes
-    something else (a reduce of it, several outputs)."""
-    written = _written_as(matmul, body)
-    return written if written.is_root else None
-
-
 def _split_k(dot: Instruction, lhs: Instruction, rhs: Instruction, fusion) -> int:
     """The slices of K that are ``dot``'s batch, where XLA:GPU split K (split-K): each operand,
     through bitcasts (and out of the fusion ``fusion``), is an array whose contracting dim was
