@@ -201,10 +201,10 @@ def matmul_pipeline(
     time it overlaps, on the chips whose database has that figure (one pass, derived: every
     fixture of the fitting set implies XLA:TPU charges at least that); where the loop keeps K
     whole (``tile_k_steps`` 1) that K step is the whole MXU time, and the vector work (those
-    arrays and a relaid operand's windows) is charged ``Chip.epilogue_passes_k_whole`` passes. None of these is the
-    book's roof: the row's bound, intensity and ridge stay on the published peak and bandwidth;
-    this only holds its time up where XLA's model of the kernel is slower than either roof
-    (docs/validation.md, "Realistic programs")."""
+    arrays and a relaid operand's windows) is charged ``Chip.epilogue_passes_k_whole`` passes.
+    None of these is the book's roof: the row's bound, intensity and ridge stay on the published
+    peak and bandwidth; this only holds its time up where XLA's model of the kernel is slower
+    than either roof (docs/validation.md, "Realistic programs")."""
     pipelined = np.zeros(len(matmul))
     if not matmul.any() or not chip.vector_elements_rate:
         return pipelined
