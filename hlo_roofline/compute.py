@@ -199,10 +199,12 @@ def matmul_pipeline(
     first: :func:`hlo_roofline.cost.tpu_units.epilogue_pass`), also the vector unit's pass over
     those arrays, ``Chip.epilogue_passes`` loop passes per element, less the one K step of MXU
     time it overlaps, on the chips whose database has that figure (one pass, derived: every
-    fixture of the fitting set implies XLA:TPU charges at least that). None of these is the
-    book's roof: the row's bound, intensity and ridge stay on the published peak and bandwidth;
-    this only holds its time up where XLA's model of the kernel is slower than either roof
-    (docs/validation.md, "Realistic programs")."""
+    fixture of the fitting set implies XLA:TPU charges at least that); where the loop keeps K
+    whole (``tile_k_steps`` 1) that K step is the whole MXU time, and the vector work (those
+    arrays and a relaid operand's windows) is charged ``Chip.epilogue_passes_k_whole`` passes.
+    None of these is the book's roof: the row's bound, intensity and ridge stay on the published
+    peak and bandwidth; this only holds its time up where XLA's model of the kernel is slower
+    than either roof (docs/validation.md, "Realistic programs")."""
     pipelined = np.zeros(len(matmul))
     if not matmul.any() or not chip.vector_elements_rate:
         return pipelined
@@ -211,11 +213,14 @@ def matmul_pipeline(
     pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
     if chip.tile_step_s and tile_steps is not None:
         stepped = np.where(matmul & (tile_steps > 0), mxu + tile_steps * chip.tile_step_s, 0.0)
-        if chip.epilogue_passes and epilogue is not None:
+        if (chip.epilogue_passes or chip.epilogue_passes_k_whole) and epilogue is not None:
             k_steps, elements = epilogue
             with np.errstate(divide="ignore", invalid="ignore"):
                 hidden = np.where(k_steps > 0, mxu / k_steps, 0.0)  # the K step it overlaps
-            passed = elements * chip.epilogue_passes / chip.vector_elements_rate
+            passes = np.where(
+                k_steps > 1, chip.epilogue_passes or 0.0, chip.epilogue_passes_k_whole or 0.0
+            )  # K split, or whole: the step's vector work against its whole MXU time
+            passed = elements * passes / chip.vector_elements_rate
             stepped += np.where(
                 matmul & (tile_steps > 0) & (k_steps > 0), np.maximum(passed - hidden, 0.0), 0.0
             )

@@ -124,13 +124,15 @@ COLUMNS: tuple[Column, ...] = (
        "`window_config`'s last dimension innermost; docs/cost-model.md), per step", "cost"),
     _c("tile_k_steps", "float", "steps",
        "steps a TPU matmul fusion's tiling loop takes along K per tile of its result "
-       "(`tile_steps` over the result's windows), where K is split 4 or more ways; 0 otherwise",
+       "(`tile_steps` over the result's windows), where K is split 4 or more ways; 1 where it "
+       "keeps K whole; 0 otherwise",
        "cost"),
     _c("epilogue_elements", "float", "elements",
        "elements of the arrays of a K-split TPU matmul fusion's result size that its vector unit "
        "passes once a result tile is finished: its results (the first is the f32 accumulator's "
-       "pass) and the fused operands only the epilogue reads (docs/cost-model.md), per step; 0 "
-       "otherwise", "cost"),
+       "pass) and the fused operands only the epilogue reads (docs/cost-model.md), per step; "
+       "where K is whole, those arrays and an operand the fusion relays, once per fetch of its "
+       "window; 0 otherwise", "cost"),
     _c("prefetch_for", "text", "",
        "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
        "read is charged to them, the copy row takes no time", "cost"),

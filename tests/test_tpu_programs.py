@@ -31,12 +31,12 @@ STEP_BAND = (0.8, 1.25)  # a whole step's Σ roofline ÷ Σ XLA counted as agree
 
 # Floors a little below what the model reaches today (docs/validation.md, "Realistic programs");
 # raised as the model improves. Shares of XLA's time:
-IN_BAND_FLOOR = {"v5e": 0.93, "v5p": 0.89, "v6e": 0.86, "7x": 0.87}
+IN_BAND_FLOOR = {"v5e": 0.93, "v5p": 0.89, "v6e": 0.86, "7x": 0.91}
 ABOVE_CEILING = {"v5e": 0.004, "v5p": 0.002, "v6e": 0.003, "7x": 0.002}
 # Programs whose whole step is within 0.8–1.25× of XLA's, and the worst program's ratio (sampling:
 # its sorts, gathers and SparseCore offloads are priced, and XLA estimates none of them, so its
 # Σ XLA leaves them out).
-STEPS_IN_BAND_FLOOR = {"v5e": 10, "v5p": 5, "v6e": 12, "7x": 6}
+STEPS_IN_BAND_FLOOR = {"v5e": 10, "v5p": 5, "v6e": 12, "7x": 8}
 # Loops that write an array tiled with fewer than 8 rows (T(1,128), T(2,128)(2,1), T(4,128)(2,1):
 # MaxText's weight slices and copies, ViT's image relayout), counted in whole vector registers: the
 # share of their XLA time within the band, at least, and their largest ratio to XLA, at most (one
@@ -47,9 +47,9 @@ FEW_ROWS_CEILING = 1.3
 # forward+backward and its prefill, a top-2 MoE layer): each one's whole step ÷ XLA's, at least.
 STEP_FLOOR = {
     "llama_decode": {"v5e": 0.93, "v5p": 0.81, "v6e": 1.04, "7x": 0.83},
-    "llama_train": {"v5e": 0.87, "v5p": 0.76, "v6e": 0.94, "7x": 0.80},
+    "llama_train": {"v5e": 0.87, "v5p": 0.76, "v6e": 0.94, "7x": 0.81},
     "llama_prefill": {"v5e": 0.84, "v5p": 0.81, "v6e": 0.92, "7x": 0.95},
-    "moe_train": {"v5e": 0.88, "v5p": 0.79, "v6e": 0.83, "7x": 0.78},
+    "moe_train": {"v5e": 0.88, "v5p": 0.79, "v6e": 0.83, "7x": 0.82},
 }
 # Matmul rows whose time is their HBM bytes at the matmul stream rate (fitted on
 # fixtures/tpu_estimates/lm_head alone): the share of their XLA time within the band, at least.
@@ -233,7 +233,9 @@ def test_the_tile_step_holds_on_the_report_set(chip):
     device = chips.get(chip).per_device()
     matmuls = ops[(ops["mm_k"] > 0) & (ops["tile_steps"] > 0) & ops["xla_estimate_s"].notna()]
     mxu, k_steps = matmuls["t_compute_s"], matmuls["tile_k_steps"].where(matmuls["tile_k_steps"] > 0)
-    passed = matmuls["epilogue_elements"] * (device.epilogue_passes or 0.0)
+    passes = np.where(matmuls["tile_k_steps"] > 1, device.epilogue_passes or 0.0,
+                      device.epilogue_passes_k_whole or 0.0)  # K split, or whole (tile_k_steps 1)
+    passed = matmuls["epilogue_elements"] * passes
     epilogue = (passed / device.vector_elements_rate - mxu / k_steps).clip(lower=0).fillna(0.0)
     stepped = mxu + matmuls["tile_steps"] * device.tile_step_s + epilogue
     held = matmuls[np.isclose(matmuls["t_roofline_s"], stepped, rtol=1e-9)]

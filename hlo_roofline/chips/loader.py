@@ -16,7 +16,8 @@ DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth", "matmul_stream"},
-    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "epilogue_passes"},
+    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "epilogue_passes",
+            "epilogue_passes_k_whole"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
@@ -151,6 +152,7 @@ def _build(
         loop_read_bytes=vpu.get("elements_reads") if profile != "book" else None,
         # XLA:TPU's pass after a K-split matmul, like its stream, is no part of the book's roofline
         epilogue_passes=vpu.get("epilogue_passes") if profile != "book" else None,
+        epilogue_passes_k_whole=vpu.get("epilogue_passes_k_whole") if profile != "book" else None,
         op_floor_s=t.get("op_floor"),
         # XLA:TPU's calibrated tile step, like its stream, is no part of the book's roofline
         tile_step_s=t.get("tile_step") if profile != "book" else None,

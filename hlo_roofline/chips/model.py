@@ -215,6 +215,9 @@ class Chip:
     # once a result tile is finished (the accumulator, further results, epilogue-only operands),
     # after the MXU less one K step (not where measured steps run faster than a roofline with it)
     epilogue_passes: float | None = None
+    # the same where the loop keeps K whole: passes per element of those arrays and of an operand
+    # the fusion relays, per step that reads it, charged where they exceed the MXU's time
+    epilogue_passes_k_whole: float | None = None
     op_floor_s: float | None = None  # the least time any op takes (a TPU's per-op overhead)
     # time XLA:TPU's cost model adds per step of a matmul fusion's tiling loop, per device (calibrated)
     tile_step_s: float | None = None

@@ -447,7 +447,8 @@ def epilogue_pass(
     fusion: Instruction, memo: dict | None = None, config: dict | None = None
 ) -> tuple[float, float]:
     """(K steps per result tile, epilogue elements) of a TPU matmul fusion whose tiling loop
-    splits K 4 or more ways; (0, 0) for any other op, or where the compiler wrote no tiling.
+    splits K 4 or more ways, or keeps K whole (1 step per tile); (0, 0) for any other op, or
+    where the compiler wrote no tiling.
 
     XLA:TPU's loop (``window_config``) walks the result's tiles (``output_window_bounds``) and,
     where its steps outnumber them, slices of K within each tile: the MXU's partial products of
@@ -458,9 +459,11 @@ def epilogue_pass(
     activations), whatever the arithmetic between them. XLA:TPU's estimates charge that pass
     after the MXU, overlapping it with only one K step of the next tile
     (:func:`hlo_roofline.compute.matmul_pipeline`; docs/cost-model.md: a plain product's
-    accumulator and 1-4 such arrays alike, no dependence on the number of elementwise ops; with
-    K unsplit the pass hides under the MXU). ``config``: the fusion's decoded
-    ``backend_config``."""
+    accumulator and 1-4 such arrays alike, no dependence on the number of elementwise ops).
+    With K whole the one K step is the tile's whole MXU time: the vector unit's work per step
+    (those arrays, and an operand the fusion relays into another dimension order, e.g. a GShard
+    MoE's dispatched tokens, relaid again for every step that reads its window) costs only
+    where it exceeds the MXU's. ``config``: the fusion's decoded ``backend_config``."""
     config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
     matmul = fused_matmul(fusion, memo)
     if not isinstance(config, dict) or matmul is None or not fusion.shape.leaves():
@@ -472,7 +475,8 @@ def epilogue_pass(
     bounds = config.get("output_window_bounds")
     # the bounds describe the matmul's result as laid out, or as the fusion writes it (a bitcast)
     tiles = _windows(matmul.shape, bounds) or _windows(fusion.shape.leaves()[0], bounds)
-    if not tiles or steps < _FEWEST_K_STEPS * tiles or steps % tiles:
+    whole = bool(tiles) and steps == tiles
+    if not tiles or (not whole and (steps < _FEWEST_K_STEPS * tiles or steps % tiles)):
         return 0.0, 0.0
     size = matmul.shape.elements
     fed = _feeds(matmul)
@@ -481,7 +485,37 @@ def epilogue_pass(
         p.shape.elements for p in fusion.called[0].parameters
         if p.shape.is_array and p.shape.elements == size and id(p) not in fed
     )  # fmt: skip
-    return steps / tiles, float(results + inputs)
+    relaid = 0.0
+    if whole:  # a relaid operand's window is relaid each time the loop fetches it
+        windows = [_windows(op.shape, config.get(key))
+                   for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)]  # fmt: skip
+        for side, operand in enumerate(matmul.operands[:2]):
+            if not windows[side] or not _relaid(operand):
+                continue
+            fetches = windows[side]
+            if len(windows) == 2 and all(windows):
+                loop = tuple(int(b) for b in config["iteration_bounds"])
+                fetches = max(fetches, min(
+                    math.prod(loop[: max(dims[side]) + 1]) if dims[side] else windows[side]
+                    for dims in _operand_dims(loop, windows[0], windows[1], tiles)
+                ))  # fmt: skip
+            relaid += operand.shape.elements * fetches / windows[side]
+    return steps / tiles, float(results + inputs) + relaid
+
+
+def _relaid(operand: Instruction) -> bool:
+    """Whether a fused matmul's operand is its fusion's parameter copied into another dimension
+    order (same dimensions, another ``minor_to_major``) inside the fusion: a transposing copy the
+    vector unit does, not a bitcast."""
+    item = operand
+    while item.opcode != "parameter" and len(item.operands) == 1:
+        item = item.operands[0]
+    before, after = item.shape.layout, operand.shape.layout
+    return (
+        item is not operand and item.opcode == "parameter" and item.shape.is_array
+        and before is not None and after is not None and item.shape.dims == operand.shape.dims
+        and before.minor_to_major != after.minor_to_major
+    )  # fmt: skip
 
 
 def _feeds(matmul: Instruction) -> set[int]:
