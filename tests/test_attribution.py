@@ -115,11 +115,45 @@ def test_rollups_by_line_function_scope_and_pass(gpt):
         ("jit(f)/jvp(vmap(eqx.nn.Linear))/dot_general", "eqx.nn.Linear", "forward"),
         ("state['params']['w']", "", ""),
         ("", "", ""),
+        # a scan's own slicing and stacking, in the loop's body under no scope of the model's
+        ("jit(train_step)/jvp()/while/body/jit(dynamic_update_index_in_dim)/dynamic_update_slice",
+         "(scan stacking)", "forward"),
+        ("jit(train_step)/transpose(jvp())/while/body/jit(dynamic_index_in_dim)/dynamic_slice",
+         "(scan stacking)", "backward"),
+        ("jit(step)/decoder/while/body/jit(dynamic_index_in_dim)", "decoder/(scan stacking)", ""),
+        # the same helper called by the model's own code stays in the model's scope
+        ("jit(step)/while/body/kv_cache/jit(dynamic_update_index_in_dim)/dynamic_update_slice",
+         "kv_cache", ""),
+        ("jit(step)/jvp()/while/body/add", "", "forward"),  # the loop's counter
     ],
 )  # fmt: skip
 def test_scope_and_pass_of_an_op_name(op_name, scope, pass_):
     assert scope_of(op_name) == scope
     assert pass_of(op_name) == pass_
+
+
+def test_scan_stacking_is_its_own_scope_on_the_gpt_fixture(gpt):
+    """The GPT step scans its layers: the forward pass writes each layer's saved activations into
+    the scan's stacked buffers (dynamic-update-slice), the backward pass reads them back
+    (dynamic-slice) and stacks each layer's weight gradients. Those ops form the ``(scan stacking)`` scope, in both passes, and are the
+    fixture's only ops that update or slice a buffer in a loop's body outside the model's scopes."""
+    ops = gpt.ops
+    scopes = ops["op_name"].map(scope_of)
+    stacking = ops[scopes == attribution.SCAN_STACKING]
+    assert set(stacking["op_name"].map(pass_of)) == {"forward", "backward"}
+    written = stacking[stacking["op_name"].map(pass_of) == "forward"]
+    assert written["op_name"].str.endswith("/dynamic_update_slice").all()
+    read = stacking[stacking["op_name"].map(pass_of) == "backward"]
+    assert read["op_name"].str.contains("jit(dynamic_index_in_dim)", regex=False).any()
+    assert stacking["flops"].sum() < stacking["bytes_accessed"].sum()  # copies, under 1 FLOP/B
+    # every other op in a loop body that slices or updates a buffer has a model scope
+    in_body = ops["op_name"].str.contains("/while/body/", regex=False)
+    indexing = ops["op_name"].str.contains(r"/dynamic_(?:update_)?slice$|dynamic_index_in_dim")
+    assert (scopes[in_body & indexing & (scopes != attribution.SCAN_STACKING)] != "").all()
+    rolled = gpt.rollup(["scope", "pass"])
+    for pass_ in ("forward", "backward"):
+        assert rolled.loc[(attribution.SCAN_STACKING, pass_), "t_roofline_s"] > 0
+    assert rolled.loc[(attribution.SCAN_STACKING, "forward"), "ops"] == len(written)
 
 
 def test_function_of_a_user_line():

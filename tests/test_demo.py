@@ -115,14 +115,16 @@ def test_verdicts_differ_where_the_numbers_say_they_must(demo_run, reports):
 
 def test_parts_table_is_the_rollup_by_scope_and_pass(demo_run, reports):
     """The parts table is each report's rollup by named scope and pass: every part of the model
-    (examples/gpt.py's scopes) forward and backward, the optimizer outside any scope, and the
-    times add up to the step."""
+    (examples/gpt.py's scopes) forward and backward, the layer scan's stacking, the optimizer
+    outside any scope, and the times add up to the step."""
     table = demo.parts_table(reports, {run: run for run in reports})
     for scope in ("attention/qkv", "attention/scores", "attention/context", "attention/out",
                   "mlp/up", "mlp/down", "logits"):  # fmt: skip
         for pass_ in ("forward", "backward"):
             assert f"{scope} ({pass_})" in table.index, (scope, pass_)
     assert "(no named scope)" in table.index  # the AdamW update
+    for pass_ in ("forward", "backward"):  # the layer scan writing and reading its stacked buffers
+        assert f"(scan stacking) ({pass_})" in table.index
     for run, report in reports.items():
         assert table[(run, "ms")].sum() == pytest.approx(report.summary["step_time_lower_s"] * 1e3)
     printed = demo_run[1].split("by part of the model")[1]

@@ -266,17 +266,34 @@ def _scope_part(part: str) -> str:
     return part
 
 
+# ``lax.scan`` reads each iteration's slice of its inputs and writes each iteration's outputs into
+# the stacked buffers with these helpers, named directly in the loop's body: no model scope covers
+# them, yet in a scanned stack of layers they are a large share of the step (each layer's saved
+# activations written in the forward pass and read back in the backward).
+_SCAN_INDEXING = frozenset({"jit(dynamic_index_in_dim)", "jit(dynamic_update_index_in_dim)"})
+SCAN_STACKING = "(scan stacking)"
+
+
 def scope_of(op_name: str) -> str:
     """The named scopes an op ran under: ``jax.named_scope`` names and Flax Linen module paths,
-    without transformations, control flow and the primitive itself.
+    without transformations, control flow and the primitive itself. A scan's own slicing and
+    stacking of its per-iteration inputs and outputs is the scope :data:`SCAN_STACKING`, under the
+    scopes the scan ran in.
 
     ``jit(train_step)/transpose(jvp())/while/body/closed_call/attention/scores/exp`` →
     ``attention/scores``; ``jit(step)/jvp(LM)/Block_0/Dense_1/dot_general`` →
-    ``LM/Block_0/Dense_1``; a parameter's op_name (``params['w']``) → ``""``.
+    ``LM/Block_0/Dense_1``; ``jit(step)/jvp()/while/body/jit(dynamic_update_index_in_dim)/
+    dynamic_update_slice`` → ``(scan stacking)``; a parameter's op_name (``params['w']``) → ``""``.
     """
     parts = _components(op_name)
     if len(parts) < 2:
         return ""
+    stacking = next(
+        (i for i in range(1, len(parts)) if parts[i] in _SCAN_INDEXING and parts[i - 1] == "body"),
+        None,
+    )
+    if stacking is not None:
+        return "/".join(filter(None, [*map(_scope_part, parts[: stacking - 1]), SCAN_STACKING]))
     return "/".join(filter(None, map(_scope_part, parts[:-1])))
 
 
