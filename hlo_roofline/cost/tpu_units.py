@@ -420,17 +420,7 @@ def _windows(shape: Shape, window: object) -> int:
 def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
     """Every array of at least half ``elements`` that ``value`` is computed from within its
     fusion (the fusion's parameters, through nested fusions) sits in VMEM."""
-    params: list[Instruction] = []
-    stack, seen = [value], set()
-    while stack and len(seen) < 256:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if item.opcode == "parameter":
-            params.append(item)
-        else:
-            stack.extend(item.operands)
+    params = _source_parameters([value], limit=256)
     large = [p for p in params if p.shape.is_array and 2 * p.shape.elements >= elements]
     return bool(large) and all(
         p.shape.layout is not None and p.shape.layout.memory_space == VMEM_SPACE for p in large
@@ -521,15 +511,21 @@ def _relaid(operand: Instruction) -> bool:
 def _feeds(matmul: Instruction) -> set[int]:
     """Ids of the fused parameters a matmul's operands are computed from (through nested
     fusions' operands too): a prologue's inputs, not the epilogue's."""
-    params: set[int] = set()
-    stack, seen = list(matmul.operands), set()
-    while stack and len(seen) < 4096:
+    return {id(p) for p in _source_parameters(matmul.operands, limit=4096)}
+
+
+def _source_parameters(values: Iterable[Instruction], limit: int) -> list[Instruction]:
+    """The fused parameters ``values`` are computed from within their fusion (nested fusions'
+    operands followed too), walking at most ``limit`` instructions."""
+    params: list[Instruction] = []
+    stack, seen = list(values), set()
+    while stack and len(seen) < limit:
         item = stack.pop()
         if id(item) in seen:
             continue
         seen.add(id(item))
         if item.opcode == "parameter":
-            params.add(id(item))
+            params.append(item)
         else:
             stack.extend(item.operands)
     return params
