@@ -195,7 +195,7 @@ def matmul_pipeline(
     fixture of the fitting set implies XLA:TPU charges at least that); where the loop keeps K
     whole (``tile_k_steps`` 1) that K step is the whole MXU time, and the vector work (those
     arrays and a relaid operand's windows) is charged ``Chip.epilogue_passes_k_whole`` passes
-    (v5p and 7x). The elementwise chain a fusion computes beside its matmul (SiLU, GELU, softmax
+    (7x). The elementwise chain a fusion computes beside its matmul (SiLU, GELU, softmax
     backward) is not charged: XLA:TPU's estimates price the result-sized arrays, not the chain.
     None of these is the book's roof: the row's bound, intensity and ridge stay on the published
     peak and bandwidth; this only holds its time up where XLA's model of the kernel is slower

@@ -90,7 +90,7 @@ def test_fitted_rates_hold_on_programs_they_were_not_fitted_on(chip):
     held_out = ops[~ops["program"].isin(FITTED_ON)]
     elements = loop_times(held_out, chip)
     set_by_loop = held_out[(elements >= 0.99 * held_out["t_roofline_s"]) & (elements > 2e-6)]
-    assert len(set_by_loop) >= 11, chip  # v5p's K-whole products are set by their arrays' pass
+    assert len(set_by_loop) >= 15, chip
     in_band, above = _shares(set_by_loop)
     figures = (
         f"{chip}: {len(set_by_loop)} held-out ops set by the vector loop: {in_band:.1%} within "
@@ -144,7 +144,6 @@ def test_a_product_with_few_columns_holds_its_rows_in_the_mxu(chip):
 def test_gaps_far_below_xla_are_named():
     """Where XLA's estimate is over twice the roofline, the row names why (a key of XLA_GAPS);
     where it is below the op's own bytes' time, it says below_memory_floor; elsewhere none."""
-    named = 0
     for chip in CHIPS:
         ops = _ops(chip)
         far = ops["xla_estimate_s"] > 2 * ops["t_roofline_s"]
@@ -152,10 +151,8 @@ def test_gaps_far_below_xla_are_named():
         assert (ops.loc[far, "xla_gap"] != "").all() and not (far & floor).any()
         assert (ops.loc[~far & ~floor, "xla_gap"] == "").all()
         assert set(ops["xla_gap"]) - {""} <= set(verdict.XLA_GAPS)
-        depthwise = ops[(ops["program"] == "conv_depthwise_c128") & (ops["mm_k"] > 0) & far]
+        depthwise = ops[(ops["program"] == "conv_depthwise_c128") & (ops["mm_k"] > 0)]
         assert (depthwise["xla_gap"] == "vector_matmul").all()
-        named += len(depthwise)
-    assert named >= 3  # v5e, v6e and 7x (v5p's K-whole pass holds it within 2x)
 
 
 @pytest.mark.parametrize("chip", CHIPS)
