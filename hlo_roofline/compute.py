@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Chip
-from hlo_roofline.cost.linalg import fused_arithmetic
 from hlo_roofline.hlo.ir import DTYPE_BYTES
 from hlo_roofline.hlo.parser import parse_shape
 
@@ -173,7 +172,6 @@ def op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
 def matmul_pipeline(
     chip: Chip,
     matmul: np.ndarray,
-    fused_ops: np.ndarray,
     unit_times: dict[str, np.ndarray],
     hbm_bytes: np.ndarray,
     t_vmem: np.ndarray,
@@ -182,12 +180,7 @@ def matmul_pipeline(
     epilogue: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
-    without its rates): in a fusion with an elementwise chain beside the matmul
-    (:func:`~hlo_roofline.cost.linalg.fused_arithmetic`: softmax, GELU or SwiGLU backward), the
-    MXU's time and the vector unit's pass over the result or the fused prologue
-    (:func:`hlo_roofline.cost.tpu_units.vector_elements`) one after the other, where the MXU is
-    the slower (a plain matmul's result pass overlaps its MXU time in XLA's estimates; where the
-    loop is the slower, XLA's estimate is below the loop's time); its HBM bytes, with the operand
+    without its rates): its HBM bytes, with the operand
     tiles its tiling loop reads again (``reread_bytes``:
     :func:`hlo_roofline.cost.tpu_units.tile_reread_bytes`), at the rate XLA:TPU streams a
     matmul's operands (``hbm.matmul_stream``, calibrated against its ``estimated_cycles``); and,
@@ -201,16 +194,16 @@ def matmul_pipeline(
     time it overlaps, on the chips whose database has that figure (one pass, derived: every
     fixture of the fitting set implies XLA:TPU charges at least that); where the loop keeps K
     whole (``tile_k_steps`` 1) that K step is the whole MXU time, and the vector work (those
-    arrays and a relaid operand's windows) is charged ``Chip.epilogue_passes_k_whole`` passes.
+    arrays and a relaid operand's windows) is charged ``Chip.epilogue_passes_k_whole`` passes
+    (7x). The elementwise chain a fusion computes beside its matmul (SiLU, GELU, softmax
+    backward) is not charged: XLA:TPU's estimates price the result-sized arrays, not the chain.
     None of these is the book's roof: the row's bound, intensity and ridge stay on the published
     peak and bandwidth; this only holds its time up where XLA's model of the kernel is slower
     than either roof (docs/validation.md, "Realistic programs")."""
     pipelined = np.zeros(len(matmul))
     if not matmul.any() or not chip.vector_elements_rate:
         return pipelined
-    mxu, loop = unit_times["mxu"], unit_times["loop"]
-    chain = np.array([isinstance(f, str) and fused_arithmetic(f) for f in fused_ops], dtype=bool)
-    pipelined = np.where(matmul & chain & (mxu >= loop), mxu + loop, 0.0)
+    mxu = unit_times["mxu"]
     if chip.tile_step_s and tile_steps is not None:
         stepped = np.where(matmul & (tile_steps > 0), mxu + tile_steps * chip.tile_step_s, 0.0)
         if (chip.epilogue_passes or chip.epilogue_passes_k_whole) and epilogue is not None:

@@ -246,8 +246,7 @@ def classify(
     floors = op_floors(ops, chip, matmul)
     rows = np.arange(len(ops))
     pipelined = matmul_pipeline(
-        chip, matmul & ~no_rate, ops.get("fused_ops", pd.Series("", index=ops.index)).to_numpy(),
-        unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", rows, 0.0),
+        chip, matmul & ~no_rate, unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", rows, 0.0),
         column(ops, "tile_reread_bytes", rows, 0.0),
         (column(ops, "tile_k_steps", rows, 0.0), column(ops, "epilogue_elements", rows, 0.0)),
     )  # fmt: skip

@@ -1,5 +1,5 @@
-"""XLA:TPU's matmul pipeline: the counts it reads (a fused elementwise chain beside the matmul, a
-result's pass through the vector unit) on real compiled programs, and the time it holds a matmul
+"""XLA:TPU's matmul pipeline: the counts it reads (a result's pass through the vector unit, a
+tiled matmul's operand rereads) on real compiled programs, and the time it holds a matmul
 row to, against analytic counts from the shapes in the HLO text."""
 
 from __future__ import annotations
@@ -12,26 +12,11 @@ import pytest
 from tpu_oracle import priced_ops
 
 from hlo_roofline import chips
-from hlo_roofline.cost.linalg import fused_arithmetic
 from hlo_roofline.cost.tpu_units import result_pass
 from hlo_roofline.hlo.parser import parse_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "fixtures" / "tpu_programs"
-
-
-@pytest.mark.parametrize(
-    ("listing", "chain"),
-    [
-        ("fusion ×2, convolution", False),  # a plain matmul: its operands' relayouts only
-        ("fusion ×2, convolution, convert, copy", False),  # a cast result is no chain
-        ("convert ×4, fusion ×2, convolution, add, multiply, reduce", True),
-        ("broadcast, negate, exponential, divide, fusion ×2, convolution", True),  # SwiGLU bwd
-        ("", False),
-    ],
-)
-def test_a_fused_chain_is_arithmetic_beside_the_matmul(listing, chain):
-    assert fused_arithmetic(listing) is chain
 
 
 @pytest.mark.parametrize(
@@ -84,24 +69,23 @@ def test_the_book_profile_has_no_stream():
     assert np.isclose(chips.get("7x").per_device().matmul_stream_bandwidth, 5.99e12 / 2)
 
 
-@pytest.mark.parametrize("chip", ["v5e", "v6e"])
-def test_a_fused_chain_runs_after_the_mxu_and_a_plain_result_overlaps_it(chip):
-    """The Llama block's backward: where a matmul fusion computes a chain (SwiGLU, softmax
-    backward) and its MXU time is the larger, its time is at least the MXU's plus the vector pass;
-    a plain matmul's is the larger of the two (or its bytes at the stream)."""
-    ops = _ops("llama_train", chip)
-    device = chips.get(chip).per_device()
-    loop = ops["vector_elements"] / device.vector_elements_rate
-    mxu = (ops["mm_k"] > 0) & (ops["compute_unit"] == "mxu") & (ops["bound"] == "compute")
-    chain = ops["fused_ops"].map(fused_arithmetic)
-    summed, plain = ops[mxu & chain], ops[mxu & ~chain]
-    assert len(summed) >= 3 and len(plain) >= 10, (len(summed), len(plain))
-    expected = summed["t_compute_s"] + loop[summed.index]
-    assert (summed["t_roofline_s"] >= expected * (1 - 1e-9)).all()
-    assert (plain["t_roofline_s"] < (plain["t_compute_s"] + loop[plain.index]) * (1 - 1e-6)).any()
-
-
 ESTIMATES = ROOT / "fixtures" / "tpu_estimates"
+
+
+@pytest.mark.parametrize("chip", ["v5e", "v5p", "v6e", "7x"])
+def test_a_fused_chain_is_not_charged_beyond_xla(chip):
+    """The fitting set's MLP training step: its matmul fusions that compute an elementwise chain
+    beside the product (the backward's subtract and multiply) stay at or below XLA's estimate.
+    XLA:TPU prices the result-sized arrays, not the chain: an MXU-then-one-pass-over-the-result
+    rule put v5e's three at 1.11-1.16x and v5p's two at 1.03-1.08x."""
+    ops = priced_ops((ESTIMATES / f"mlp_step.{chip}.hlo.txt").read_text(), chip)
+    chained = ops[(ops["mm_k"] > 0) & ops["xla_estimate_s"].notna()
+                  & ops["fused_ops"].str.contains("subtract")]  # fmt: skip
+    assert len(chained) >= 1, chip
+    ratio = chained["t_roofline_s"] / chained["xla_estimate_s"]
+    assert (ratio <= 1.0).all(), dict(zip(chained["name"], ratio, strict=True))
+
+
 _MATMUL_PAIR = (ESTIMATES / "matmul_pair_b4096.7x.hlo.txt").read_text()
 _WINDOWS = (
     '"kernel_window_bounds":["512","8"],"output_window_bounds":["64","8"],'

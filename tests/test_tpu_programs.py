@@ -36,7 +36,7 @@ ABOVE_CEILING = {"v5e": 0.004, "v5p": 0.002, "v6e": 0.003, "7x": 0.002}
 # Programs whose whole step is within 0.8–1.25× of XLA's, and the worst program's ratio (sampling:
 # its sorts, gathers and SparseCore offloads are priced, and XLA estimates none of them, so its
 # Σ XLA leaves them out).
-STEPS_IN_BAND_FLOOR = {"v5e": 10, "v5p": 5, "v6e": 12, "7x": 8}
+STEPS_IN_BAND_FLOOR = {"v5e": 10, "v5p": 5, "v6e": 11, "7x": 8}
 # Loops that write an array tiled with fewer than 8 rows (T(1,128), T(2,128)(2,1), T(4,128)(2,1):
 # MaxText's weight slices and copies, ViT's image relayout), counted in whole vector registers: the
 # share of their XLA time within the band, at least, and their largest ratio to XLA, at most (one
@@ -47,9 +47,9 @@ FEW_ROWS_CEILING = 1.3
 # forward+backward and its prefill, a top-2 MoE layer): each one's whole step ÷ XLA's, at least.
 STEP_FLOOR = {
     "llama_decode": {"v5e": 0.93, "v5p": 0.81, "v6e": 1.04, "7x": 0.83},
-    "llama_train": {"v5e": 0.87, "v5p": 0.76, "v6e": 0.94, "7x": 0.81},
+    "llama_train": {"v5e": 0.86, "v5p": 0.76, "v6e": 0.94, "7x": 0.81},
     "llama_prefill": {"v5e": 0.84, "v5p": 0.81, "v6e": 0.92, "7x": 0.95},
-    "moe_train": {"v5e": 0.88, "v5p": 0.79, "v6e": 0.83, "7x": 0.82},
+    "moe_train": {"v5e": 0.88, "v5p": 0.78, "v6e": 0.83, "7x": 0.82},
 }
 # Matmul rows whose time is their HBM bytes at the matmul stream rate (fitted on
 # fixtures/tpu_estimates/lm_head alone): the share of their XLA time within the band, at least.
@@ -59,7 +59,7 @@ ESTIMATES = FIXTURES.parent / "tpu_estimates"
 # loop (fitted on fixtures/tpu_estimates/matmul_b8192 alone): the share of their XLA time within
 # the band, at least, and above it, at most (the MoE's N = 8 routing products on v5e and v6e,
 # above before the tile step too: their N padded to the MXU).
-TILE_STEP_IN_BAND_FLOOR = {"v5e": 0.99, "v5p": 0.99, "v6e": 0.97, "7x": 0.95}
+TILE_STEP_IN_BAND_FLOOR = {"v5e": 0.99, "v5p": 0.99, "v6e": 0.93, "7x": 0.94}
 TILE_STEP_ABOVE_CEILING = 0.001
 # Matmul rows whose time is their HBM bytes with the operand windows their tiling loop reads again
 # (tile_reread_bytes) at the matmul stream: the share of their XLA time within the band, at least.

@@ -504,17 +504,6 @@ _NO_LOOP = frozenset(
 )  # fmt: skip
 
 
-def fused_arithmetic(fused_ops: str) -> bool:
-    """Whether a fusion's listing (the report's ``fused_ops``: ``"convert ×4, fusion ×2,
-    convolution, add"``) names an op that computes on the vector unit, beside its matmul: not
-    only views, converts, relayouts, slices and the nested fusions that feed the matmul."""
-    names = (part.strip().split(" ×")[0] for part in fused_ops.split(","))
-    return any(
-        name and name not in _NO_LOOP and name not in MATMUL_OPCODES and name != "fusion"
-        for name in names
-    )
-
-
 # Loop passes a fused matmul's computed operand is counted as. XLA:TPU's estimates of such
 # fusions charge between 0.36 passes (softmax normalisation fused into attention's PV on v5e) and
 # 4.6 (GELU backward on v5e) at the chip's loop rate, over fixtures/inplace and
