@@ -359,10 +359,17 @@ def tile_reread_bytes(
         for dims, tiles, size in ((lhs, windows[0], sizes[0]), (rhs, windows[1], sizes[1])):
             if dims is None:
                 continue
-            reads = math.prod(bounds[: max(dims) + 1]) if dims else 1
+            reads = _fetches(bounds, dims) if dims else 1
             reread += max(reads - tiles, 0) * size / tiles
         best = reread if best is None else min(best, reread)
     return best or 0.0
+
+
+def _fetches(bounds: tuple[int, ...] | list[int], dims: tuple[int, ...]) -> int:
+    """Times a tiling loop (``bounds``, the last innermost) fetches an operand whose windows
+    move with the loop dimensions ``dims``: once each time one of them moves, so the product of
+    the bounds down to the innermost of them."""
+    return math.prod(bounds[: max(dims) + 1])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -486,7 +493,7 @@ def epilogue_pass(
             if len(windows) == 2 and all(windows):
                 loop = tuple(int(b) for b in config["iteration_bounds"])
                 fetches = max(fetches, min(
-                    math.prod(loop[: max(dims[side]) + 1]) if dims[side] else windows[side]
+                    _fetches(loop, dims[side]) if dims[side] else windows[side]
                     for dims in _operand_dims(loop, windows[0], windows[1], tiles)
                 ))  # fmt: skip
             relaid += operand.shape.elements * fetches / windows[side]
