@@ -148,9 +148,7 @@ def passed_through(fusion: Instruction) -> dict[int, int]:
 def is_collective(op: Instruction) -> bool:
     """A collective, or the custom call marking the start or done of a TPU async collective
     (whose operands are the collective and its buffers)."""
-    if op.opcode == "custom-call":
-        return op.attrs.get("custom_call_target", "").strip('"') in attrs.ASYNC_COLLECTIVE_MARKERS
-    return op.opcode in COLLECTIVES
+    return op.opcode in COLLECTIVES or bool(attrs.collective_marker(op))
 
 
 def collective_results(fusion: Instruction) -> dict[int, Instruction]:
@@ -160,7 +158,7 @@ def collective_results(fusion: Instruction) -> dict[int, Instruction]:
     root = fusion.called[0].root if fusion.called else None
     if root is None:
         return {}
-    if root.opcode == "custom-call" and is_collective(root):
+    if attrs.async_marker(fusion):
         return dict.fromkeys(range(len(fusion.shape.leaves())), root)
     values = map(_unviewed, _root_elements(fusion))
     return {i: value for i, value in enumerate(values) if is_collective(value)}

@@ -436,13 +436,20 @@ def _aliasing(instr: Instruction) -> dict[tuple[int, ...], tuple[int, tuple[int,
 ASYNC_COLLECTIVE_MARKERS = ("AsyncCollectiveStart", "AsyncCollectiveDone")
 
 
-def async_marker(fusion: Instruction) -> str:
-    """``AsyncCollectiveStart``/``Done`` for the halves of a TPU async collective, else ``""``."""
-    root = fusion.called[0].root if fusion.called else None
-    if root is None or root.opcode != "custom-call":
+def collective_marker(instr: Instruction) -> str:
+    """``AsyncCollectiveStart``/``Done`` where ``instr`` is the custom call marking a half of a
+    TPU async collective, else ``""``."""
+    if instr.opcode != "custom-call":
         return ""
-    marker = root.attrs.get("custom_call_target", "").strip('"')
+    marker = instr.attrs.get("custom_call_target", "").strip('"')
     return marker if marker in ASYNC_COLLECTIVE_MARKERS else ""
+
+
+def async_marker(fusion: Instruction) -> str:
+    """``AsyncCollectiveStart``/``Done`` for the halves of a TPU async collective (a fusion whose
+    root is the marker), else ``""``."""
+    root = fusion.called[0].root if fusion.called else None
+    return collective_marker(root) if root is not None else ""
 
 
 def in_flight_channels(module: Module) -> frozenset[str]:
@@ -455,9 +462,7 @@ def in_flight_channels(module: Module) -> frozenset[str]:
     channels = set()
     for comp in module.computations.values():
         root = comp.root
-        if root is None or root.opcode != "custom-call":
-            continue
-        if root.attrs.get("custom_call_target", "").strip('"') != ASYNC_COLLECTIVE_MARKERS[0]:
+        if root is None or collective_marker(root) != ASYNC_COLLECTIVE_MARKERS[0]:
             continue
         channels.update(i.attrs["channel_id"] for i in comp.instructions if "channel_id" in i.attrs)
     return frozenset(channels)
