@@ -480,8 +480,10 @@ def lane_title(lane: str, kind: str) -> str:
         return "compute stream"
     if lane == schedule.COPY_ENGINE:
         return "DMA (copies, prefetches)"
-    _, _, group = lane.partition(":")
+    queue, _, group = lane.partition(":")
     links = "ICI" if kind == "tpu" else "NVLink / network" if kind == "gpu" else "interconnect"
+    if queue not in (schedule.COLLECTIVE_ENGINE, schedule.COPY_ENGINE):  # another core's queue
+        return f"{queue} ({links} {group})" if group else queue
     return f"{links} {group}".strip()
 
 

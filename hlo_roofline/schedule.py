@@ -8,7 +8,9 @@ Walking that order, each op occupies the compute stream for its roofline time, e
   DMA engine for copies — which runs it beside the ops scheduled before its done, one transfer at a
   time per engine. Where ``links`` says which links a collective uses (on a TPU torus, its device
   group: collectives over different mesh axes use different links), each set of links is an engine
-  of its own, so an FSDP all-gather does not wait behind a tensor-axis permute;
+  of its own, so an FSDP all-gather does not wait behind a tensor-axis permute. A program
+  offloaded to another core (XLA:TPU's SparseCore: a collective, a gather) runs in that core's
+  queue, beside the TensorCore's transfers;
 - its done waits until the transfer has finished: the wait is the collective's *exposed* time;
 - a synchronous collective waits for the interconnect and blocks the stream for its whole time.
 
@@ -48,12 +50,15 @@ def walk(
     collective: np.ndarray,
     durations: np.ndarray,
     links: np.ndarray | None = None,
+    offload: np.ndarray | None = None,
 ) -> Scheduled:
     """Walk rows in schedule order: ``names``, ``opcodes``, the start each row ``waits_for`` (done
     rows), whether a row is a ``collective``, and its ``durations`` (seconds, per step). A start is
     an op some done waits for, or any ``*-start``, ``send`` or ``recv`` (its done may be in the
     next loop iteration). ``links`` (optional): per row, the links a collective's transfer uses;
     collectives with different links run side by side (None: one interconnect for all).
+    ``offload`` (optional): per row, the core a start's program runs on where not the main one
+    (``""``); its transfers queue there, apart from the main core's engines.
 
     ``least_s`` is the step with perfect overlap between ops too: the largest of the compute
     stream's work (every row but the starts) and each engine's (its transfers, and on the
@@ -79,6 +84,7 @@ def walk(
     elapsed = np.concatenate([[0.0], np.cumsum(between)])  # stream time of the rows before each
     seconds, at = durations.tolist(), elapsed.tolist()
     link_of = links.tolist() if links is not None else None
+    core_of = offload.tolist() if offload is not None else None
     shared = collective.tolist()
     exposed = [0.0] * n
     begin_of: dict[int, float] = {}  # an event's begin (a stream row's follows from its segment)
@@ -94,9 +100,11 @@ def walk(
     per_engine: dict[str, float] = {}  # each engine's transfers, summed in row order
 
     def engine(i: int) -> str:
+        core = core_of[i] if core_of is not None else ""
         if not shared[i]:
-            return COPY_ENGINE
-        return COLLECTIVE_ENGINE if link_of is None else f"{COLLECTIVE_ENGINE}:{link_of[i]}"
+            return core or COPY_ENGINE
+        queue = core or COLLECTIVE_ENGINE
+        return queue if link_of is None else f"{queue}:{link_of[i]}"
 
     starting, waiting = is_start[events].tolist(), is_done[events].tolist()
     for k, i in enumerate(events.tolist()):

@@ -94,6 +94,10 @@ COLUMNS: tuple[Column, ...] = (
        "pairs", "cost"),
     _c("waits_for", "text", "", "an async done's start (the op whose transfer it waits for)",
        "cost"),
+    _c("offload", "text", "",
+       "the core an async op's program runs on where not the TensorCore: `sparsecore` (XLA:TPU's "
+       "SparseCore offload of a collective, gather or scatter, queued apart from the TensorCore's "
+       "transfers)", "cost"),
     _c("mm_batch", "int", "elements",
        "a matmul's batch: the product of the dims both operands batch over", "cost"),
     _c("mm_m", "int", "elements", "a matmul's lhs rows (M) per batch element", "cost"),

@@ -307,7 +307,8 @@ def walk_schedule(ops: pd.DataFrame, kind: str, t_roofline: np.ndarray) -> sched
     """The step as scheduled (:func:`hlo_roofline.schedule.walk`) for ops on a chip of ``kind``.
 
     On a TPU torus a collective's device group names the links it uses (another mesh axis is
-    another ring of links); a GPU's collectives share its NVLink and network ports."""
+    another ring of links); a GPU's collectives share its NVLink and network ports. A SparseCore
+    offload queues on the SparseCore (the ``offload`` column)."""
     waits_for = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
     links = ops["replica_group"].to_numpy() if kind == "tpu" and "replica_group" in ops else None
     return schedule.walk(
@@ -317,6 +318,7 @@ def walk_schedule(ops: pd.DataFrame, kind: str, t_roofline: np.ndarray) -> sched
         ops["collective"].to_numpy() != "",
         t_roofline,
         links,
+        ops["offload"].to_numpy() if "offload" in ops else None,
     )
 
 

@@ -113,9 +113,9 @@ def test_a_k_split_pays_its_accumulator_pass_after_the_mxu(chip):
     time, the tile steps and a vector pass over the f32 accumulator (one element per result
     element) less the one K step it overlaps, one after the other, on every chip: XLA charges at
     least one loop pass (the rule is a lower bound), and with it the products are within
-    0.8-1.0x of XLA (v5e's forward product hides the pass under its K step: 0.82x). The time model adds the pass where the chip's database
-    has ``vpu.epilogue_passes`` (not v5p, where MaxText's published step runs faster than a
-    roofline that adds it, tests/test_published.py). Where the loop does not split K, no pass."""
+    0.8-1.0x of XLA (v5e's forward product hides the pass under its K step: 0.82x). The time
+    model adds the pass where the chip's database has ``vpu.epilogue_passes``. Where the loop
+    does not split K, no pass."""
     device = chips.get(chip).per_device()
     rows = _fitting_rows(chip)
     assert len(rows) == 2, rows  # the forward product and the weight gradient

@@ -32,6 +32,8 @@ from hlo_roofline.cost.base import (
 )
 from hlo_roofline.cost.collectives import (
     COLLECTIVES,
+    MAY_HOLD_ONE,
+    WRAPPERS,
     async_start_of,
     find_collective,
     group_text,
@@ -93,7 +95,7 @@ _GEOMETRY_COLUMNS = (
 # gives one only where it has its own, and each chunk starts from these.
 _RARE_DEFAULTS = {
     **dict.fromkeys(("fusion_kind", "precision", "note", "fused_ops", "collective"), ""),
-    **dict.fromkeys(("replica_group", "waits_for", "prefetch_for"), ""),
+    **dict.fromkeys(("replica_group", "waits_for", "prefetch_for", "offload"), ""),
     **dict.fromkeys(("group_size", "mm_batch", "mm_m", "mm_n", "mm_k", "mm_split_k"), 0),
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
     **dict.fromkeys(
@@ -108,10 +110,6 @@ _RARE_DEFAULTS = {
     "epilogue_elements": 0.0,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
-# Opcodes for which find_collective() can find something: a collective, its start, or a wrapper.
-_COLLECTIVE_OR_WRAPPER = frozenset(
-    {*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), "fusion", "async-start"}
-)
 
 
 class PricedOp(NamedTuple):
@@ -390,8 +388,10 @@ def rows(
                 )
             if own:
                 found = instr
-            elif code == "async-start":
+            elif code in WRAPPERS:
                 found = walks.collective(instr)
+                if code != "fusion" and custom_call.on_sparsecore(instr):
+                    rare["offload"][at] = custom_call.SPARSECORE
             if code in _WITH_GEOMETRY:
                 geometry = walks.geometry(instr)
                 if geometry:
@@ -707,9 +707,9 @@ class _Body:
         has_geometry = "fusion" in counts or not _MATMULS_SET.isdisjoint(counts)
         if not _MATMULS_SET.isdisjoint(counts):
             matmul = next(inner for inner in instructions if inner.opcode in _MATMULS_SET)
-        if not _COLLECTIVE_OR_WRAPPER.isdisjoint(counts):  # the first op that holds one
+        if not MAY_HOLD_ONE.isdisjoint(counts):  # the first op that holds one
             for inner in instructions:
-                if inner.opcode in _COLLECTIVE_OR_WRAPPER:
+                if inner.opcode in MAY_HOLD_ONE:
                     collective = walks.collective(inner)
                     if collective is not None:
                         break

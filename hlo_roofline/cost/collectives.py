@@ -206,10 +206,14 @@ def find_collective(instr: Instruction, memo: dict | None = None) -> Instruction
     """The collective an op performs: itself, the op an async start wraps, or one fused inside.
 
     ``memo`` (id of a called computation -> what it holds) lets callers share the walk: bodies
-    reached along many paths (nested fusions calling one computation) are searched once."""
+    reached along many paths (nested fusions calling one computation) are searched once.
+
+    A custom call that calls a computation runs it elsewhere: XLA:TPU's SparseCore collective
+    offload is a ``custom-call-start`` (an ``async-start`` wrapping a ``custom-call`` in a dump)
+    whose program is the collective, moved over the interconnect like any other."""
     if instr.opcode.removesuffix("-start") in COLLECTIVES:
         return instr
-    if instr.opcode not in ("fusion", "async-start") or not instr.called:
+    if instr.opcode not in WRAPPERS or not instr.called:
         return None
     memo = {} if memo is None else memo
     body = instr.called[0]
@@ -217,17 +221,17 @@ def find_collective(instr: Instruction, memo: dict | None = None) -> Instruction
         memo[id(body)] = next(
             (
                 c for i in body.instructions
-                if i.opcode in _MAY_HOLD_ONE and (c := find_collective(i, memo)) is not None
+                if i.opcode in MAY_HOLD_ONE and (c := find_collective(i, memo)) is not None
             ),
             None,
         )  # fmt: skip
     return memo[id(body)]
 
 
+# The ops that may run a collective of a computation they call.
+WRAPPERS = frozenset({"fusion", "async-start", "custom-call", "custom-call-start"})
 # The opcodes find_collective can find something in (for any other op it returns None).
-_MAY_HOLD_ONE = frozenset(
-    {*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), "fusion", "async-start"}
-)
+MAY_HOLD_ONE = frozenset({*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), *WRAPPERS})
 
 
 def group_text(instr: Instruction, module: Module) -> str:

@@ -313,9 +313,13 @@ def _declared_estimate(instr: Instruction) -> dict | None:
     return None
 
 
-def _on_sparsecore(instr: Instruction) -> bool:
+SPARSECORE = "sparsecore"  # XLA:TPU's execution thread for the SparseCore
+
+
+def on_sparsecore(instr: Instruction) -> bool:
+    """The op runs its program on XLA:TPU's SparseCore (an async offload, or inside one)."""
     thread = instr.attrs.get("async_execution_thread", "").strip('"')
-    return "sparsecore" in (instr.computation.execution_thread, thread)
+    return SPARSECORE in (instr.computation.execution_thread, thread)
 
 
 @rule("custom-call")
@@ -349,7 +353,7 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
     known = attention_cost(instr, name, ctx)  # a JAX attention kernel, from its shapes
     if known is not None:
         return known
-    if instr.called and _on_sparsecore(instr):
+    if instr.called and on_sparsecore(instr):
         # XLA:TPU's SparseCore offload (an embedding gather or scatter): the call names the
         # program it runs, priced as that program (a dump prints it this way inside an
         # async-start; ``as_text()`` as a custom-call-start, see control_flow.async_start).
