@@ -178,6 +178,7 @@ def matmul_pipeline(
     tile_steps: np.ndarray | None = None,
     reread_bytes: np.ndarray | None = None,
     epilogue: tuple[np.ndarray, np.ndarray] | None = None,
+    prologue: np.ndarray | None = None,
 ) -> np.ndarray:
     """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
     without its rates): its HBM bytes, with the operand
@@ -217,6 +218,9 @@ def matmul_pipeline(
             stepped += np.where(
                 matmul & (tile_steps > 0) & (k_steps > 0), np.maximum(passed - hidden, 0.0), 0.0
             )
+        if chip.prologue_passes and prologue is not None:  # a computed lhs, per fetch
+            computed = prologue * chip.prologue_passes / chip.vector_elements_rate
+            stepped += np.where(matmul & (tile_steps > 0), computed, 0.0)
         pipelined = np.maximum(pipelined, stepped)
     if chip.matmul_stream_bandwidth:
         streamed = hbm_bytes if reread_bytes is None else hbm_bytes + reread_bytes

@@ -137,6 +137,10 @@ COLUMNS: tuple[Column, ...] = (
        "pass) and the fused operands only the epilogue reads (docs/cost-model.md), per step; "
        "where K is whole, those arrays and an operand the fusion relays, once per fetch of its "
        "window; 0 otherwise", "cost"),
+    _c("prologue_elements", "float", "elements",
+       "elements of a TPU matmul fusion's left operand that its vector unit computes inside the "
+       "fusion, once per fetch of the operand's window, where the tiling loop splits K 4 or more "
+       "ways (docs/cost-model.md); 0 otherwise", "cost"),
     _c("prefetch_for", "text", "",
        "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
        "read is charged to them, the copy row takes no time", "cost"),

@@ -249,6 +249,7 @@ def classify(
         chip, matmul & ~no_rate, unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", rows, 0.0),
         column(ops, "tile_reread_bytes", rows, 0.0),
         (column(ops, "tile_k_steps", rows, 0.0), column(ops, "epilogue_elements", rows, 0.0)),
+        column(ops, "prologue_elements", rows, 0.0),
     )  # fmt: skip
     pipelined = np.maximum.reduce([
         pipelined, loop_reads(ops, chip, matmul | no_rate, unit_times["loop"], hbm_bytes),

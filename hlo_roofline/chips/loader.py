@@ -17,7 +17,7 @@ DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth", "matmul_stream"},
     "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "epilogue_passes",
-            "epilogue_passes_k_whole"},
+            "epilogue_passes_k_whole", "prologue_passes"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
@@ -153,6 +153,7 @@ def _build(
         # XLA:TPU's pass after a K-split matmul, like its stream, is no part of the book's roofline
         epilogue_passes=vpu.get("epilogue_passes") if profile != "book" else None,
         epilogue_passes_k_whole=vpu.get("epilogue_passes_k_whole") if profile != "book" else None,
+        prologue_passes=vpu.get("prologue_passes") if profile != "book" else None,
         op_floor_s=t.get("op_floor"),
         # XLA:TPU's calibrated tile step, like its stream, is no part of the book's roofline
         tile_step_s=t.get("tile_step") if profile != "book" else None,

@@ -218,6 +218,9 @@ class Chip:
     # the same where the loop keeps K whole: passes per element of those arrays and of an operand
     # the fusion relays, per step that reads it, charged where they exceed the MXU's time
     epilogue_passes_k_whole: float | None = None
+    # vector loop passes XLA:TPU charges per element of a K-split matmul fusion's computed left
+    # operand, once per fetch of its window, after the MXU
+    prologue_passes: float | None = None
     op_floor_s: float | None = None  # the least time any op takes (a TPU's per-op overhead)
     # time XLA:TPU's cost model adds per step of a matmul fusion's tiling loop, per device (calibrated)
     tile_step_s: float | None = None

@@ -62,6 +62,7 @@ from hlo_roofline.cost.tpu_units import (
     major_reduce_results,
     major_reduced_elements,
     no_vector_loop,
+    prologue_elements,
     tile_reread_bytes,
     vector_elements,
 )
@@ -108,6 +109,7 @@ _RARE_DEFAULTS = {
     "tile_reread_bytes": 0.0,
     "tile_k_steps": 0.0,
     "epilogue_elements": 0.0,
+    "prologue_elements": 0.0,
 }
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 
@@ -453,6 +455,9 @@ def rows(
                     if epilogue:  # a K-split tiling's pass over the result-sized arrays
                         rare["tile_k_steps"][at] = k_steps
                         rare["epilogue_elements"][at] = epilogue * count
+                    recomputed = prologue_elements(instr, walks.geometries, decoded)
+                    if recomputed:  # a computed lhs, once per fetch of its window
+                        rare["prologue_elements"][at] = recomputed * count
         if vmem:  # a boundary array in VMEM; capped by what the rule counts (a slice reads less)
             vmem = cost.bytes_accessed if cost.bytes_accessed < vmem else vmem  # min(), inline
         put_vmem(vmem * count)

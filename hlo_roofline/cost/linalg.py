@@ -603,6 +603,12 @@ def fused_operand_words(fusion: Instruction, memo: dict | None = None) -> float:
     return float(PROLOGUE_PASSES * computed)
 
 
+def computed_in_fusion(value: Instruction) -> bool:
+    """Whether ``value`` (a fused matmul's operand) is computed by a vector loop inside its fusion
+    (``_NO_LOOP``: views, slices, converts and relayouts are not), rather than streamed in."""
+    return _does_work(value, {}, 0)
+
+
 def _does_work(value: Instruction, memo: dict[int, bool], depth: int) -> bool:
     """Some op producing ``value`` (inside its fusion, nested fusions included) runs a vector
     loop."""

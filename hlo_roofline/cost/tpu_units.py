@@ -23,6 +23,7 @@ from hlo_roofline.cost.linalg import (
     VMEM_SPACE,
     MatmulIO,
     comparison_passes,
+    computed_in_fusion,
     fused_matmul,
     words,
 )
@@ -463,17 +464,12 @@ def epilogue_pass(
     where it exceeds the MXU's. ``config``: the fusion's decoded ``backend_config``."""
     config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
     matmul = fused_matmul(fusion, memo)
-    if not isinstance(config, dict) or matmul is None or not fusion.shape.leaves():
+    loop, tiles = _tiling(fusion, matmul, config)
+    if not tiles:
         return 0.0, 0.0
-    try:
-        steps = math.prod(int(b) for b in config.get("iteration_bounds", []))
-    except (TypeError, ValueError):
-        return 0.0, 0.0
-    bounds = config.get("output_window_bounds")
-    # the bounds describe the matmul's result as laid out, or as the fusion writes it (a bitcast)
-    tiles = _windows(matmul.shape, bounds) or _windows(fusion.shape.leaves()[0], bounds)
-    whole = bool(tiles) and steps == tiles
-    if not tiles or (not whole and (steps < _FEWEST_K_STEPS * tiles or steps % tiles)):
+    steps = math.prod(loop)
+    whole = steps == tiles
+    if not whole and (steps < _FEWEST_K_STEPS * tiles or steps % tiles):
         return 0.0, 0.0
     size = matmul.shape.elements
     fed = _feeds(matmul)
@@ -489,15 +485,68 @@ def epilogue_pass(
         for side, operand in enumerate(matmul.operands[:2]):
             if not windows[side] or not _relaid(operand):
                 continue
-            fetches = windows[side]
-            if len(windows) == 2 and all(windows):
-                loop = tuple(int(b) for b in config["iteration_bounds"])
-                fetches = max(fetches, min(
-                    _fetches(loop, dims[side]) if dims[side] else windows[side]
-                    for dims in _operand_dims(loop, windows[0], windows[1], tiles)
-                ))  # fmt: skip
-            relaid += operand.shape.elements * fetches / windows[side]
+            relaid += operand.shape.elements * _passes(loop, windows, tiles, side)
     return steps / tiles, float(results + inputs) + relaid
+
+
+def _tiling(
+    fusion: Instruction, matmul: Instruction | None, config: object
+) -> tuple[tuple[int, ...], int]:
+    """(iteration bounds, windows of the result) of a matmul fusion's tiling loop
+    (``config``: its ``window_config``); ((), 0) where the compiler wrote none that describes it."""
+    if not isinstance(config, dict) or matmul is None or not fusion.shape.leaves():
+        return (), 0
+    try:
+        loop = tuple(int(b) for b in config.get("iteration_bounds", []))
+    except (TypeError, ValueError):
+        return (), 0
+    bounds = config.get("output_window_bounds")
+    # the bounds describe the matmul's result as laid out, or as the fusion writes it (a bitcast)
+    tiles = _windows(matmul.shape, bounds) or _windows(fusion.shape.leaves()[0], bounds)
+    return (loop, tiles) if tiles and loop else ((), 0)
+
+
+def prologue_elements(
+    fusion: Instruction, memo: dict | None = None, config: dict | None = None
+) -> float:
+    """Elements a TPU matmul fusion's vector unit computes of its left operand (the M side: the
+    activations of a projection, SwiGLU's ``silu(gate) * up`` feeding the down projection, an
+    RMS-normalised input) where the fusion computes that operand (:func:`linalg.computed_in_fusion`)
+    and its tiling loop splits K 4 or more ways per result tile: every element once per fetch of
+    its window (:func:`_fetches`: once per window of the result's other dimension, N, where N
+    moves outside M), the fewest fetches any reading of the loop's roles gives. 0 for any other
+    op: an operand computed from arrays in VMEM, a right operand (XLA:TPU's estimates charge a
+    computed weight-side operand nothing per refetch: ViT's layer-normalised weight gradients),
+    or a loop that keeps K whole or splits it 2-3 ways (they charge no recompute there either:
+    the vocabulary projection refetching its normalised input 501 times costs the MXU's time).
+    ``config``: the fusion's decoded ``backend_config``."""
+    config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
+    matmul = fused_matmul(fusion, memo)
+    loop, tiles = _tiling(fusion, matmul, config)
+    steps = math.prod(loop) if tiles else 0
+    if not tiles or steps < _FEWEST_K_STEPS * tiles or steps % tiles or len(matmul.operands) < 2:
+        return 0.0
+    lhs = matmul.operands[0]
+    elements = lhs.shape.elements
+    if not computed_in_fusion(lhs) or _reads_vmem(lhs, elements):
+        return 0.0
+    windows = [_windows(op.shape, config.get(key))
+               for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)]  # fmt: skip
+    return float(elements) * _passes(loop, windows, tiles, 0) if windows[0] else float(elements)
+
+
+def _passes(loop: tuple[int, ...], windows: list[int], tiles: int, side: int) -> float:
+    """Times a tiling loop (``loop``: its bounds; the result in ``tiles`` windows) fetches each
+    window of the matmul's operand ``side`` (0: lhs, 1: rhs; ``windows``: each operand's count):
+    the fewest any reading of the loop dimensions' roles gives (:func:`_operand_dims`), at
+    least once; once where the other operand's windows are unknown."""
+    if len(windows) < 2 or not all(windows):
+        return 1.0
+    fetches = min(
+        _fetches(loop, dims[side]) if dims[side] else windows[side]
+        for dims in _operand_dims(loop, windows[0], windows[1], tiles)
+    )  # fmt: skip
+    return max(fetches, windows[side]) / windows[side]
 
 
 def _relaid(operand: Instruction) -> bool:
