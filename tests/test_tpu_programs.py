@@ -227,8 +227,8 @@ def test_the_tile_step_holds_on_the_report_set(chip):
     """The chip's ``tile_step`` (per step of a matmul fusion's tiling loop, which XLA writes in
     its ``window_config``): the matmuls whose time it sets, the MXU's time plus one tile step per
     step (and, where the loop splits K and the chip charges it, the pass over its result-sized
-    arrays at the loop rate less one K step), are within the band for most of their XLA time and
-    almost never above it."""
+    arrays at the loop rate less one K step, and its computed left operand per fetch), are within
+    the band for most of their XLA time and almost never above it."""
     ops = chip_ops(chip)
     device = chips.get(chip).per_device()
     matmuls = ops[(ops["mm_k"] > 0) & (ops["tile_steps"] > 0) & ops["xla_estimate_s"].notna()]
@@ -237,7 +237,9 @@ def test_the_tile_step_holds_on_the_report_set(chip):
                       device.epilogue_passes_k_whole or 0.0)  # K split, or whole (tile_k_steps 1)
     passed = matmuls["epilogue_elements"] * passes
     epilogue = (passed / device.vector_elements_rate - mxu / k_steps).clip(lower=0).fillna(0.0)
-    stepped = mxu + matmuls["tile_steps"] * device.tile_step_s + epilogue
+    prologue = matmuls["prologue_elements"] * (device.prologue_passes or 0.0)
+    stepped = (mxu + matmuls["tile_steps"] * device.tile_step_s + epilogue
+               + prologue / device.vector_elements_rate)  # fmt: skip
     held = matmuls[np.isclose(matmuls["t_roofline_s"], stepped, rtol=1e-9)]
     bands = band_shares(held)
     assert len(held) >= 50, (chip, len(held))

@@ -587,11 +587,11 @@ def fused_operand_words(fusion: Instruction, memo: dict | None = None) -> float:
     result (attention's scaled scores) is charged by XLA:TPU at f32 width on v5e and v5p but at
     the result's on v6e, so a lower bound counts the result's.
 
-    XLA:TPU writes the fusion's tiling into its backend_config (``window_config``: the output,
-    input and kernel window bounds and the iteration bounds), but not whether it keeps a computed
-    operand tile across the output tiles that reuse it; its estimates of such fusions (softmax
-    backward, GELU backward, scanned weight relayouts, compiled for v5e-7x in fixtures/inplace)
-    agree with one pass, so each element is counted once, not once per output tile.
+    This counts each element once, overlapped with the MXU (the vector unit's work beside the
+    matrix unit's): XLA:TPU's estimates of such fusions with K whole (softmax backward, GELU
+    backward, scanned weight relayouts, compiled for v5e-7x in fixtures/inplace) agree with one
+    pass. Where the tiling loop splits K, the left operand is computed again per fetch of its
+    window, after the MXU (:func:`hlo_roofline.cost.tpu_units.prologue_elements`).
     ``memo``: :func:`matmul_geometry`'s."""
     if fusion.opcode != "fusion" or not fusion.called:
         return 0.0
