@@ -4,10 +4,10 @@
 Where a TPU matmul fusion computes its left operand (SwiGLU's ``silu(gate) * up`` feeding the down
 projection, an RMS-scaled input) and its tiling loop splits K 4 or more ways, XLA:TPU's estimate
 grows with the times the loop fetches each window of that operand: once per window of the
-result's other dimension (N) where N moves outside M. The fitting set's products
-(fixtures/tpu_estimates: scaled_matmul, swiglu_down, moe_swiglu_grads, mlp_step) set the
-passes per element (the least they imply); the report set (fixtures/tpu_programs) was not fitted
-on.
+result's other dimension (N) where N moves outside M, none at one fetch. The fitting set's
+products (fixtures/tpu_estimates: scaled_matmul, swiglu_down, swiglu_down_n8192,
+moe_swiglu_grads) set the passes per element (the least they imply); the report set
+(fixtures/tpu_programs) was not fitted on.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ CHIPS = ("v5e", "v5p", "v6e", "7x")
 # least it implies puts report-set products XLA charges no recompute above 1.25x (chips.toml).
 CHARGED = ("v5p", "7x")
 # Report set: the share of the XLA time of the rows with a counted prologue within the band, at
-# least (measured: 100%, 99.6%, 99.1%, 97.9%); none above it.
-IN_BAND_FLOOR = {"v5e": 0.99, "v5p": 0.99, "v6e": 0.98, "7x": 0.97}
+# least (measured: 100% on every chip); none above it.
+IN_BAND_FLOOR = {"v5e": 0.99, "v5p": 0.99, "v6e": 0.99, "7x": 0.99}
 
 
 def _ops(path: Path, chip: str) -> pd.DataFrame:
@@ -52,12 +52,12 @@ def _window_config(path: Path, name: str) -> dict:
 
 
 @pytest.mark.parametrize("chip", CHIPS)
-@pytest.mark.parametrize("program", ["scaled_matmul", "swiglu_down"])
+@pytest.mark.parametrize("program", ["scaled_matmul", "swiglu_down", "swiglu_down_n8192"])
 def test_recompute_count_from_the_window_config(program, chip):
     """The count from XLA's own tiling: the result [4096, N] is walked in windows of
     ``output_window_bounds`` (rows in tiles of 8, columns in lanes of 128), N outermost; where the
-    steps outnumber the result's windows 4 or more times (K split), the computed [4096, K] left
-    operand is counted once per N window, elsewhere not at all."""
+    steps outnumber the result's windows 4 or more times (K split) and N has 2 windows or more,
+    the computed [4096, K] left operand is counted once per N window, elsewhere not at all."""
     path = ROOT / "tpu_estimates" / f"{program}.{chip}.hlo.txt"
     ops = _ops(path, chip)
     row = ops[(ops["mm_m"] == 4096) & (ops["mm_k"] > 0)].iloc[0]
@@ -66,11 +66,30 @@ def test_recompute_count_from_the_window_config(program, chip):
     loop = [int(b) for b in config["iteration_bounds"]]
     m_windows, n_windows = math.ceil(4096 / (8 * rows)), math.ceil(row["mm_n"] / (128 * lanes))
     k_steps = math.prod(loop) / (m_windows * n_windows)
-    if k_steps < 4:
+    if k_steps < 4 or n_windows < 2:
         assert row["prologue_elements"] == 0
         return
     assert loop[0] == n_windows  # N outside M: each M window of the operand fetched per N window
     assert row["prologue_elements"] == 4096 * row["mm_k"] * n_windows
+
+
+@pytest.mark.parametrize("chip", ("v5p", "v6e", "7x"))
+def test_xla_charges_the_recompute_per_fetch(chip):
+    """SwiGLU's down projection at N = 4096 and 8192: the same operand, the same K split, twice
+    the N windows. XLA's time beyond the roofline's other terms, in loop passes over the operand
+    computed once, doubles with the counted fetches (within 10%)."""
+    device = chips.get(chip).per_device()
+    implied = {}
+    for program in ("swiglu_down", "swiglu_down_n8192"):
+        ops = _ops(ROOT / "tpu_estimates" / f"{program}.{chip}.hlo.txt", chip)
+        row = ops[ops["prologue_elements"] > 0].iloc[0]
+        counted = row["prologue_elements"] * (device.prologue_passes or 0.0)
+        rest = row["xla_estimate_s"] - row["t_roofline_s"] + counted / device.vector_elements_rate
+        fetches = row["prologue_elements"] / (4096 * 14336)
+        implied[program] = (fetches, rest / (4096 * 14336 / device.vector_elements_rate))
+    (few, short), (many, long) = implied.values()
+    assert many == 2 * few, implied
+    assert 0.9 * many / few <= long / short <= 1.1 * many / few, implied
 
 
 @pytest.mark.parametrize("chip", CHARGED)
@@ -88,8 +107,9 @@ def test_passes_are_the_least_the_fitting_set_implies(chip):
 
 
 def test_v5e_estimates_charge_no_recompute():
-    """On v5e the SwiGLU down projection's estimate is the roofline's without the recompute:
-    its operand fetched twice costs XLA nothing more, so v5e charges none."""
+    """On v5e the SwiGLU down projection at N = 4096 (its operand fetched twice) costs XLA
+    nothing beyond the roofline's other terms (at N = 8192, 5 fetches, 0.47 passes per fetch):
+    the least the fitting set implies is none, so v5e charges none."""
     ops = _ops(ROOT / "tpu_estimates" / "swiglu_down.v5e.hlo.txt", "v5e")
     row = ops[ops["prologue_elements"] > 0].iloc[0]
     assert row["prologue_elements"] == 2 * 4096 * 14336
@@ -121,7 +141,7 @@ def test_report_set_rows_within_the_band(chip):
         ops = _ops(path, chip)
         frames.append(ops[(ops["prologue_elements"] > 0) & ops["xla_estimate_s"].notna()])
     rows = pd.concat(frames, ignore_index=True)
-    assert len(rows) >= 20, len(rows)
+    assert len(rows) >= 10, len(rows)
     ratio = rows["t_roofline_s"] / rows["xla_estimate_s"]
     weight = rows["xla_estimate_s"] / rows["xla_estimate_s"].sum()
     print(f"{chip}: {len(rows)} rows, within {float(weight[ratio.between(*BAND)].sum()):.1%}")

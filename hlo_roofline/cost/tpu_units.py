@@ -512,13 +512,16 @@ def prologue_elements(
     """Elements a TPU matmul fusion's vector unit computes of its left operand (the M side: the
     activations of a projection, SwiGLU's ``silu(gate) * up`` feeding the down projection, an
     RMS-normalised input) where the fusion computes that operand (:func:`linalg.computed_in_fusion`)
-    and its tiling loop splits K 4 or more ways per result tile: every element once per fetch of
-    its window (:func:`_fetches`: once per window of the result's other dimension, N, where N
-    moves outside M), the fewest fetches any reading of the loop's roles gives. 0 for any other
-    op: an operand computed from arrays in VMEM, a right operand (XLA:TPU's estimates charge a
-    computed weight-side operand nothing per refetch: ViT's layer-normalised weight gradients),
-    or a loop that keeps K whole or splits it 2-3 ways (they charge no recompute there either:
-    the vocabulary projection refetching its normalised input 501 times costs the MXU's time).
+    and its tiling loop splits K 4 or more ways per result tile and fetches each window of it
+    more than once: every element once per fetch (:func:`_fetches`: once per window of the
+    result's other dimension, N, where N moves outside M), the fewest fetches any reading of the
+    loop's roles gives. XLA:TPU's estimates grow with that count (SwiGLU's down projection at
+    N = 1024-16384: 1-10 fetches) and charge none at one fetch (the operand computed once, beside
+    the MXU: :func:`linalg.fused_operand_words`). 0 for any other op: an operand computed from
+    arrays in VMEM, a right operand (XLA:TPU's estimates charge a computed weight-side operand
+    nothing per refetch: ViT's layer-normalised weight gradients), or a loop that keeps K whole or
+    splits it 2-3 ways (none there either: the vocabulary projection refetching its normalised
+    input 501 times costs the MXU's time).
     ``config``: the fusion's decoded ``backend_config``."""
     config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
     matmul = fused_matmul(fusion, memo)
@@ -532,7 +535,8 @@ def prologue_elements(
         return 0.0
     windows = [_windows(op.shape, config.get(key))
                for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)]  # fmt: skip
-    return float(elements) * _passes(loop, windows, tiles, 0) if windows[0] else float(elements)
+    fetches = _passes(loop, windows, tiles, 0) if windows[0] else 1.0
+    return float(elements) * fetches if fetches >= 2 else 0.0
 
 
 def _passes(loop: tuple[int, ...], windows: list[int], tiles: int, side: int) -> float:
