@@ -50,7 +50,7 @@ def test_a_slice_of_a_padded_operand_reads_the_slice():
     window = 4 * 1 * 512 * 2  # the chunk of x the slice takes (its padded row is the constant)
     expected = window + 512 * 256 * 2 + 8 * 256 * 2 + 4  # + w, the result and the index
     assert row["bytes_accessed"] == pytest.approx(expected)
-    assert row["bytes_accessed"] < 4 * 8192 * 2  # far less than x itself
+    assert row["bytes_accessed"] < expected - window + 4 * 8192 * 2  # less than with all of x
 
 
 def test_collective_matmul_chunks_of_a_padded_operand_are_priced_within_the_band():
