@@ -244,9 +244,11 @@ def _parameter_read_bytes_uncached(param: Instruction, ctx: CostContext) -> floa
         elif follow and opcode in VIEWS and not user.is_root:
             size += _parameter_read_bytes(user, ctx)  # read as its view is
         elif follow and opcode == "pad" and user.operands[0] is param and not user.is_root:
-            # read where the padded value is, no more than once: a window sliced out of a
-            # padded operand (a shifted copy, a ring step's chunk) reads only that window
-            size += min(own_size, _parameter_read_bytes(user, ctx))
+            # read where the padded value is, at the operand's share of it (the rest is the
+            # padding value): a window sliced out of a padded operand (a ring step's chunk)
+            # reads only that window
+            padded = _parameter_read_bytes(user, ctx) * own_size / max(ctx.size(user.shape), 1)
+            size += min(own_size, padded)
         elif follow and opcode == "gather" and user.operands[0] is param:
             size += ctx.size(user.shape)  # only the gathered rows (an embedding lookup's tokens)
         elif follow and opcode == "convert" and not user.is_root:
