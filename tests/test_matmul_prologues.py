@@ -120,14 +120,20 @@ def test_v5e_estimates_charge_no_recompute():
 
 @pytest.mark.parametrize(
     ("program", "name"),
-    [("vit_train", "fusion.162"), ("scan_remat_train", "fusion.354"), ("maxtext_llama3_8b", "fusion.296")],
+    [
+        ("tpu_programs/vit_train.v5p", "fusion.162"),
+        ("tpu_programs/scan_remat_train.v5p", "fusion.354"),
+        ("tpu_programs/maxtext_llama3_8b.v5p", "fusion.296"),
+        ("published/v5p_32b", "fusion.696"),
+    ],
 )
 def test_not_counted_where_xla_charges_no_recompute(program, name):
-    """v5p report-set products whose computed operand the loop fetches 8 to 501 times yet whose
-    estimate is the roofline's without it: a computed right operand (ViT's layer-normalised
-    weight gradient), an operand computed from VMEM (a scanned layer's), K whole (the
-    vocabulary projection). None is counted."""
-    ops = _ops(ROOT / "tpu_programs" / f"{program}.v5p.hlo.txt.gz", "v5p")
+    """v5p products whose computed operand the loop fetches 8 to 501 times yet whose estimate is
+    the roofline's without it: a computed right operand (ViT's layer-normalised weight gradient),
+    an operand computed from VMEM (a scanned layer's), K whole (the vocabulary projection), an
+    operand merged from padded windows (a collective matmul's ring chunk in MaxText's 32B step,
+    fetched 8 times). None is counted."""
+    ops = _ops(ROOT / f"{program}.hlo.txt.gz", "v5p")
     row = ops[ops["name"] == name].iloc[0]
     assert row["prologue_elements"] == 0
     assert row["t_roofline_s"] >= 0.95 * row["xla_estimate_s"]
@@ -142,7 +148,7 @@ def test_report_set_rows_within_the_band(chip):
         ops = _ops(path, chip)
         frames.append(ops[(ops["prologue_elements"] > 0) & ops["xla_estimate_s"].notna()])
     rows = pd.concat(frames, ignore_index=True)
-    assert len(rows) >= 10, len(rows)
+    assert len(rows) >= 8, len(rows)
     ratio = rows["t_roofline_s"] / rows["xla_estimate_s"]
     weight = rows["xla_estimate_s"] / rows["xla_estimate_s"].sum()
     print(f"{chip}: {len(rows)} rows, within {float(weight[ratio.between(*BAND)].sum()):.1%}")

@@ -518,7 +518,8 @@ def prologue_elements(
     loop's roles gives. XLA:TPU's estimates grow with that count (SwiGLU's down projection at
     N = 1024-16384: 1-10 fetches) and charge none at one fetch (the operand computed once, beside
     the MXU: :func:`linalg.fused_operand_words`). 0 for any other op: an operand computed from
-    arrays in VMEM, a right operand (XLA:TPU's estimates charge a computed weight-side operand
+    arrays in VMEM or merged from padded windows (:func:`linalg.computed_in_fusion`), a right
+    operand (XLA:TPU's estimates charge a computed weight-side operand
     nothing per refetch: ViT's layer-normalised weight gradients), or a loop that keeps K whole or
     splits it 2-3 ways (none there either: the vocabulary projection refetching its normalised
     input 501 times costs the MXU's time).
