@@ -196,7 +196,10 @@ def matmul_pipeline(
     fixture of the fitting set implies XLA:TPU charges at least that); where the loop keeps K
     whole (``tile_k_steps`` 1) that K step is the whole MXU time, and the vector work (those
     arrays and a relaid operand's windows) is charged ``Chip.epilogue_passes_k_whole`` passes
-    (7x). The elementwise chain a fusion computes beside its matmul (SiLU, GELU, softmax
+    (7x); where the loop splits K and fetches a computed left operand's windows more than once
+    (``prologue``: those elements times the fetches,
+    :func:`hlo_roofline.cost.tpu_units.prologue_elements`), ``Chip.prologue_passes`` loop passes
+    per element after the MXU (calibrated against its ``estimated_cycles``). The elementwise chain a fusion computes beside its matmul (SiLU, GELU, softmax
     backward) is not charged: XLA:TPU's estimates price the result-sized arrays, not the chain.
     None of these is the book's roof: the row's bound, intensity and ridge stay on the published
     peak and bandwidth; this only holds its time up where XLA's model of the kernel is slower

@@ -485,7 +485,7 @@ def epilogue_pass(
         for side, operand in enumerate(matmul.operands[:2]):
             if not windows[side] or not _relaid(operand):
                 continue
-            relaid += operand.shape.elements * _passes(loop, windows, tiles, side)
+            relaid += operand.shape.elements * _fetches_per_window(loop, windows, tiles, side)
     return steps / tiles, float(results + inputs) + relaid
 
 
@@ -519,11 +519,10 @@ def prologue_elements(
     N = 1024-16384: 1-10 fetches) and charge none at one fetch (the operand computed once, beside
     the MXU: :func:`linalg.fused_operand_words`). 0 for any other op: an operand computed from
     arrays in VMEM or merged from padded windows (:func:`linalg.computed_in_fusion`), a right
-    operand (XLA:TPU's estimates charge a computed weight-side operand
-    nothing per refetch: ViT's layer-normalised weight gradients), or a loop that keeps K whole or
-    splits it 2-3 ways (none there either: the vocabulary projection refetching its normalised
-    input 501 times costs the MXU's time).
-    ``config``: the fusion's decoded ``backend_config``."""
+    operand (XLA:TPU's estimates charge a computed weight-side operand nothing per refetch: ViT's
+    layer-normalised weight gradients), or a loop that keeps K whole or splits it 2-3 ways (none
+    there either: the vocabulary projection refetching its normalised input 501 times costs the
+    MXU's time). ``config``: the fusion's decoded ``backend_config``."""
     config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
     matmul = fused_matmul(fusion, memo)
     loop, tiles = _tiling(fusion, matmul, config)
@@ -536,11 +535,11 @@ def prologue_elements(
         return 0.0
     windows = [_windows(op.shape, config.get(key))
                for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)]  # fmt: skip
-    fetches = _passes(loop, windows, tiles, 0) if windows[0] else 1.0
+    fetches = _fetches_per_window(loop, windows, tiles, 0) if windows[0] else 1.0
     return float(elements) * fetches if fetches >= 2 else 0.0
 
 
-def _passes(loop: tuple[int, ...], windows: list[int], tiles: int, side: int) -> float:
+def _fetches_per_window(loop: tuple[int, ...], windows: list[int], tiles: int, side: int) -> float:
     """Times a tiling loop (``loop``: its bounds; the result in ``tiles`` windows) fetches each
     window of the matmul's operand ``side`` (0: lhs, 1: rhs; ``windows``: each operand's count):
     the fewest any reading of the loop dimensions' roles gives (:func:`_operand_dims`), at
