@@ -199,8 +199,9 @@ def matmul_pipeline(
     (7x); where the loop splits K and fetches a computed left operand's windows more than once
     (``prologue``: those elements times the fetches,
     :func:`hlo_roofline.cost.tpu_units.prologue_elements`), ``Chip.prologue_passes`` loop passes
-    per element after the MXU (calibrated against its ``estimated_cycles``). The elementwise chain a fusion computes beside its matmul (SiLU, GELU, softmax
-    backward) is not charged: XLA:TPU's estimates price the result-sized arrays, not the chain.
+    per element after the MXU (calibrated against its ``estimated_cycles``). The elementwise
+    chain a fusion computes beside its matmul (SiLU, GELU, softmax backward) is not charged:
+    XLA:TPU's estimates price the result-sized arrays, not the chain.
     None of these is the book's roof: the row's bound, intensity and ridge stay on the published
     peak and bandwidth; this only holds its time up where XLA's model of the kernel is slower
     than either roof (docs/validation.md, "Realistic programs")."""
