@@ -236,7 +236,9 @@ class CostModel:
     # the view is, and one passed to a nested fusion is followed into it (scaled by the share of the
     # nested result its users slice); XLA stops at the view and looks at the nested fusion's users.
     # A gather reads only the rows it gathers, through a convert too (an embedding lookup reads its
-    # tokens' rows, not the table: measured on an H100); XLA charges the whole operand.
+    # tokens' rows, not the table: measured on an H100); XLA charges the whole operand. A pad is
+    # read where the padded value is, at the parameter's share of it: a window sliced out of a
+    # padded operand (a collective matmul's ring chunk) reads only that window.
     fusion_follow_reads: bool = False
 
 
