@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tpu_oracle import BAND, priced_ops
+from tpu_oracle import BAND, assert_within_band, priced_ops
 
 from hlo_roofline import chips
 
@@ -191,11 +191,7 @@ def test_k_whole_rows_of_the_report_set_within_the_band(chip):
         frames.append(rows[set_by])
     rows = pd.concat(frames, ignore_index=True)
     assert len(rows) >= 10, len(rows)
-    ratio = rows["t_roofline_s"] / rows["xla_estimate_s"]
-    weight = rows["xla_estimate_s"] / rows["xla_estimate_s"].sum()
-    print(f"{chip}: {len(rows)} rows, within {float(weight[ratio.between(*BAND)].sum()):.1%}")
-    assert float(weight[ratio.between(*BAND)].sum()) >= K_WHOLE_IN_BAND_FLOOR[chip]
-    assert (ratio <= BAND[1]).all(), rows.loc[ratio > BAND[1], "name"].tolist()
+    assert_within_band(rows, K_WHOLE_IN_BAND_FLOOR[chip], chip)
 
 
 @pytest.mark.parametrize("chip", ("v5e", "v5p", "v6e"))

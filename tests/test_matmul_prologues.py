@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tpu_oracle import BAND, priced_ops
+from tpu_oracle import assert_within_band, priced_ops
 
 from hlo_roofline import chips
 from hlo_roofline.hlo.parser import parse_module
@@ -149,8 +149,4 @@ def test_report_set_rows_within_the_band(chip):
         frames.append(ops[(ops["prologue_elements"] > 0) & ops["xla_estimate_s"].notna()])
     rows = pd.concat(frames, ignore_index=True)
     assert len(rows) >= 8, len(rows)
-    ratio = rows["t_roofline_s"] / rows["xla_estimate_s"]
-    weight = rows["xla_estimate_s"] / rows["xla_estimate_s"].sum()
-    print(f"{chip}: {len(rows)} rows, within {float(weight[ratio.between(*BAND)].sum()):.1%}")
-    assert float(weight[ratio.between(*BAND)].sum()) >= IN_BAND_FLOOR[chip]
-    assert (ratio <= BAND[1]).all(), rows.loc[ratio > BAND[1], "name"].tolist()
+    assert_within_band(rows, IN_BAND_FLOOR[chip], chip)

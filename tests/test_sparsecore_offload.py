@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES
 
-from hlo_roofline import analyze_hlo, schedule
+from hlo_roofline import Report, analyze_hlo, schedule
 from hlo_roofline.report import lane_title
 
 # MaxText programs XLA:TPU compiled with its SparseCore all-gather offload, and their chip
@@ -33,13 +33,13 @@ OFFLOAD = re.compile(
 
 
 @cache
-def text(path: str) -> str:
+def hlo_text(path: str) -> str:
     return gzip.decompress((FIXTURES / path).read_bytes()).decode()
 
 
 @cache
-def report(path: str):
-    return analyze_hlo(text(path), chip=PROGRAMS[path])
+def report(path: str) -> Report:
+    return analyze_hlo(hlo_text(path), chip=PROGRAMS[path])
 
 
 def root_of(hlo: str, computation: str) -> str:
@@ -50,7 +50,7 @@ def root_of(hlo: str, computation: str) -> str:
 
 @pytest.mark.parametrize("path", PROGRAMS)
 def test_an_offloaded_all_gather_is_a_collective_of_its_group(path):
-    hlo = text(path)
+    hlo = hlo_text(path)
     offloads = OFFLOAD.findall(hlo)
     assert offloads, path
     ops = report(path).ops.set_index("name")
@@ -68,7 +68,7 @@ def test_an_offloaded_all_gather_is_a_collective_of_its_group(path):
 
 def test_the_offload_moves_what_the_same_all_gather_standalone_moves():
     path = "published/v5p_32b.hlo.txt.gz"
-    hlo = text(path)
+    hlo = hlo_text(path)
     name, called = OFFLOAD.findall(hlo)[0]
     root = root_of(hlo, called)
     result = re.search(r"= (\S+) all-gather", root).group(1)
@@ -89,7 +89,7 @@ def test_the_offload_moves_what_the_same_all_gather_standalone_moves():
     assert row["replica_group"] == alone["replica_group"]
 
 
-def walk(rows):
+def walk_rows(rows: list[tuple]) -> schedule.Scheduled:
     """rows: (name, opcode, waits_for, is_collective, seconds, links, offload)."""
     names, codes, waits, coll, secs, links, cores = (np.array(c) for c in zip(*rows, strict=True))
     return schedule.walk(names, codes, waits, coll.astype(bool), secs.astype(float), links, cores)
@@ -104,7 +104,7 @@ def test_the_sparsecore_queue_runs_beside_the_tensorcores_transfers():
         ("mm", "fusion", "", False, 8.0, "", ""),
         ("sc-done", "custom-call-done", "sc", False, 0.0, "", ""),
     ]
-    result = walk(rows)
+    result = walk_rows(rows)
     # the copy and the all-reduce wait for nothing; the offload ends under the matmul
     assert result.exposed_s.tolist() == [0.0, 1.0, 0.0, 2.0, 0.0, 0.0]
     assert result.step_s == 11.0
@@ -115,10 +115,10 @@ def test_the_sparsecore_queue_runs_beside_the_tensorcores_transfers():
         "interconnect:0-3 of 8",
     ]
     # on the TensorCore's queue, the same gather holds the copy and the all-reduce up
-    same = walk([(*r[:6], "") for r in rows])
+    same = walk_rows([(*r[:6], "") for r in rows])
     assert same.step_s > result.step_s
     # two offloads share the SparseCore's queue
-    two = walk([rows[0], ("sc2", "custom-call-start", "", True, 5.0, "0-3 of 8", "sparsecore"),
+    two = walk_rows([rows[0], ("sc2", "custom-call-start", "", True, 5.0, "0-3 of 8", "sparsecore"),
                 ("mm", "fusion", "", False, 1.0, "", ""),
                 ("d1", "custom-call-done", "sc", False, 0.0, "", ""),
                 ("d2", "custom-call-done", "sc2", False, 0.0, "", "")])  # fmt: skip

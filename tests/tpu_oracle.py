@@ -56,6 +56,17 @@ def band_shares(ops: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def assert_within_band(rows: pd.DataFrame, floor: float, label: str) -> None:
+    """Of the XLA time of ``rows`` (each with an estimate, none left out), at least ``floor``
+    within the band, and no row above it."""
+    ratio = rows["t_roofline_s"] / rows["xla_estimate_s"]
+    weight = rows["xla_estimate_s"] / rows["xla_estimate_s"].sum()
+    within = float(weight[ratio.between(*BAND)].sum())
+    print(f"{label}: {len(rows)} rows, within {within:.1%}")
+    assert within >= floor, (label, within)
+    assert (ratio <= BAND[1]).all(), rows.loc[ratio > BAND[1], "name"].tolist()
+
+
 def loop_times(ops: pd.DataFrame, chip: str) -> np.ndarray:
     """Each row's vector loop time on ``chip`` (one device): its elements at the loop rate, or
     that plus the HBM reads XLA:TPU charges on top (compute.loop_reads) where those set it; the

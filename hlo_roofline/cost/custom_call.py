@@ -10,7 +10,14 @@ import re
 
 from hlo_roofline.cost.attention_kernels import attention_cost
 from hlo_roofline.cost.base import ZERO, Cost, CostContext, rule
-from hlo_roofline.cost.linalg import Extent, conv_flops, conv_geometry, dot_flops, dot_geometry
+from hlo_roofline.cost.linalg import (
+    Extent,
+    conv_flops,
+    conv_geometry,
+    dot_flops,
+    dot_geometry,
+    fusion_operand,
+)
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
 
@@ -131,11 +138,9 @@ def _int_groups(text: str, separator: str) -> list[list[int]]:
 
 def _fusion_operand(param: Instruction, calls: tuple[Instruction, ...]) -> Instruction | None:
     """What the innermost fusion entered passes in as ``param`` (None: not a fusion parameter)."""
-    if param.opcode != "parameter" or not calls or not param.computation.is_fusion:
+    if not calls or not param.computation.is_fusion:
         return None
-    number = param.payload.strip()
-    operands = calls[-1].operands
-    return operands[int(number)] if number.isdigit() and int(number) < len(operands) else None
+    return fusion_operand(param, calls[-1])
 
 
 def _is_zero(instr: Instruction, calls: tuple[Instruction, ...]) -> bool:

@@ -479,17 +479,25 @@ def _split_k(dot: Instruction, lhs: Instruction, rhs: Instruction, fusion) -> in
     return slices.pop() if len(slices) == 1 else 1
 
 
-def _unviewed(value: Instruction, fusion) -> Instruction:
+def _unviewed(value: Instruction, fusion: Instruction | None) -> Instruction:
     """``value`` before bitcasts and reshapes, followed out of a fusion's parameter."""
     while True:
         while value.opcode in _REGROUPS and value.operands:
             value = value.operands[0]
-        if value.opcode != "parameter" or fusion is None or not value.payload.isdigit():
+        outer = fusion_operand(value, fusion)
+        if outer is None:
             return value
-        index = int(value.payload)
-        if index >= len(fusion.operands):
-            return value
-        value, fusion = fusion.operands[index], None
+        value, fusion = outer, None
+
+
+def fusion_operand(param: Instruction, fusion: Instruction | None) -> Instruction | None:
+    """The operand ``fusion`` passes in as ``param``, a parameter of its body; None for any
+    other value (or no fusion)."""
+    if fusion is None or param.opcode != "parameter":
+        return None
+    number = param.payload.strip()
+    index = int(number) if number.isdigit() else len(fusion.operands)
+    return fusion.operands[index] if index < len(fusion.operands) else None
 
 
 # Ops that feed a fused matmul without a vector loop of their own: names and views, windows
@@ -610,7 +618,7 @@ def computed_in_fusion(value: Instruction) -> bool:
     return _does_work(value, {}, 0) and not _assembled(value, None, 0)
 
 
-_MERGES = frozenset({"maximum", "minimum"})
+_MERGES = frozenset({"maximum", "minimum"})  # ops that merge padded windows into one array
 
 
 def _assembled(value: Instruction, fusion: Instruction | None, depth: int) -> bool:
@@ -628,9 +636,8 @@ def _assembled(value: Instruction, fusion: Instruction | None, depth: int) -> bo
     if code == "fusion" and value.called:
         return _assembled(value.called[0].root, value, depth + 1)
     if code == "parameter":
-        index = int(value.payload) if value.payload.isdigit() else -1
-        inner = fusion is not None and 0 <= index < len(fusion.operands)
-        return inner and _assembled(fusion.operands[index], None, depth + 1)
+        outer = fusion_operand(value, fusion)
+        return outer is not None and _assembled(outer, None, depth + 1)
     if code in _MERGES:
         return all(_assembled(op, fusion, depth + 1) for op in value.operands)
     if code in _NO_LOOP and value.operands:

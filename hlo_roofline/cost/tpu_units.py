@@ -425,7 +425,7 @@ def _windows(shape: Shape, window: object) -> int:
     return count
 
 
-def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
+def _reads_vmem(value: Instruction, elements: int) -> bool:
     """Every array of at least half ``elements`` that ``value`` is computed from within its
     fusion (the fusion's parameters, through nested fusions) sits in VMEM."""
     params = _source_parameters([value], limit=256)
@@ -435,10 +435,17 @@ def _reads_vmem(value: Instruction, elements: int, depth: int = 0) -> bool:
     )
 
 
-# K steps per result tile from which the epilogue pass is counted: the fitting set's epilogue and
-# expert products split K 4 to 16 ways; at 2 XLA:TPU hides more of the pass than one K step (on
-# v6e ViT's products split 2 ways came out at 1.4x with it), so the count stays within them.
+# K steps per result tile from which the epilogue pass and the prologue's recompute are counted:
+# the fitting set's epilogue and expert products split K 4 to 16 ways; at 2 XLA:TPU hides more of
+# the pass than one K step (on v6e ViT's products split 2 ways came out at 1.4x with it), so the
+# count stays within them.
 _FEWEST_K_STEPS = 4
+
+
+def _splits_k(steps: int, tiles: int) -> bool:
+    """A tiling loop of ``steps`` over ``tiles`` result windows splits K evenly,
+    ``_FEWEST_K_STEPS`` or more ways per window."""
+    return steps >= _FEWEST_K_STEPS * tiles and steps % tiles == 0
 
 
 def epilogue_pass(
@@ -469,7 +476,7 @@ def epilogue_pass(
         return 0.0, 0.0
     steps = math.prod(loop)
     whole = steps == tiles
-    if not whole and (steps < _FEWEST_K_STEPS * tiles or steps % tiles):
+    if not whole and not _splits_k(steps, tiles):
         return 0.0, 0.0
     size = matmul.shape.elements
     fed = _feeds(matmul)
@@ -509,25 +516,24 @@ def _tiling(
 def prologue_elements(
     fusion: Instruction, memo: dict | None = None, config: dict | None = None
 ) -> float:
-    """Elements a TPU matmul fusion's vector unit computes of its left operand (the M side: the
-    activations of a projection, SwiGLU's ``silu(gate) * up`` feeding the down projection, an
-    RMS-normalised input) where the fusion computes that operand (:func:`linalg.computed_in_fusion`)
-    and its tiling loop splits K 4 or more ways per result tile and fetches each window of it
-    more than once: every element once per fetch (:func:`_fetches`: once per window of the
-    result's other dimension, N, where N moves outside M), the fewest fetches any reading of the
-    loop's roles gives. XLA:TPU's estimates grow with that count (SwiGLU's down projection at
-    N = 1024-16384: 1-10 fetches) and charge none at one fetch (the operand computed once, beside
-    the MXU: :func:`linalg.fused_operand_words`). 0 for any other op: an operand computed from
-    arrays in VMEM or merged from padded windows (:func:`linalg.computed_in_fusion`), a right
-    operand (XLA:TPU's estimates charge a computed weight-side operand nothing per refetch: ViT's
-    layer-normalised weight gradients), or a loop that keeps K whole or splits it 2-3 ways (none
-    there either: the vocabulary projection refetching its normalised input 501 times costs the
-    MXU's time). ``config``: the fusion's decoded ``backend_config``."""
+    """Elements of a TPU matmul fusion's left operand (the M side: SwiGLU's ``silu(gate) * up``
+    feeding the down projection, an RMS-normalised input) its vector unit computes again each
+    time the tiling loop fetches a window of it: the operand's elements times the fetches
+    (:func:`_fetches_per_window`), where the fusion computes the operand
+    (:func:`linalg.computed_in_fusion`), the loop splits K (:func:`_splits_k`) and fetches each
+    window twice or more. XLA:TPU's estimates grow with that count (SwiGLU's down projection at
+    N = 1024-16384: 1-10 fetches) and charge none at one fetch (the operand computed once,
+    beside the MXU: :func:`linalg.fused_operand_words`).
+
+    0 otherwise, where XLA:TPU's estimates charge nothing per fetch: an operand computed from
+    arrays in VMEM or merged from padded windows, a right operand (ViT's layer-normalised weight
+    gradients), a loop that keeps K whole or splits it 2-3 ways (the vocabulary projection
+    refetching its normalised input 501 times). ``config``: the fusion's decoded
+    ``backend_config``."""
     config = (attrs.backend_config(fusion) if config is None else config).get("window_config")
     matmul = fused_matmul(fusion, memo)
     loop, tiles = _tiling(fusion, matmul, config)
-    steps = math.prod(loop) if tiles else 0
-    if not tiles or steps < _FEWEST_K_STEPS * tiles or steps % tiles or len(matmul.operands) < 2:
+    if not tiles or not _splits_k(math.prod(loop), tiles) or len(matmul.operands) < 2:
         return 0.0
     lhs = matmul.operands[0]
     elements = lhs.shape.elements
