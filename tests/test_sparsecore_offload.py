@@ -133,3 +133,17 @@ def test_a_copy_no_longer_waits_behind_an_offloaded_gather():
     assert copies["t_exposed_s"].sum() < 1e-4
     assert lane_title("sparsecore:0-3 of 64", "tpu") == "sparsecore (ICI 0-3 of 64)"
     assert lane_title("sparsecore", "tpu") == "sparsecore"
+
+
+@pytest.mark.parametrize("chip", ["v5p", "v6e", "7x"])
+def test_a_sparsecore_gather_started_by_call_start_is_offloaded(chip):
+    """Sampling's ``take_along_axis`` runs on the SparseCore, started by a ``call-start`` on its
+    thread: its row is offloaded (the SparseCore's queue), and no collective."""
+    hlo = hlo_text(f"tpu_programs/sampling.{chip}.hlo.txt.gz")
+    started = re.findall(r"^\s*%(\S+) = .* call-start\(.*async_execution_thread=\"sparsecore\"", hlo, re.M)
+    assert started
+    ops = analyze_hlo(hlo, chip=chip).ops.set_index("name")
+    present = [name for name in started if name in ops.index]
+    assert present
+    assert (ops.loc[present, "offload"] == "sparsecore").all()
+    assert (ops.loc[present, "collective"] == "").all()

@@ -209,8 +209,9 @@ def find_collective(instr: Instruction, memo: dict | None = None) -> Instruction
     reached along many paths (nested fusions calling one computation) are searched once.
 
     A custom call that calls a computation runs it elsewhere: XLA:TPU's SparseCore collective
-    offload is a ``custom-call-start`` (an ``async-start`` wrapping a ``custom-call`` in a dump)
-    whose program is the collective, moved over the interconnect like any other."""
+    offload is a ``custom-call-start`` (an ``async-start`` wrapping a ``custom-call`` in a dump;
+    its gathers a ``call-start``) whose program is the collective, moved over the interconnect
+    like any other."""
     if instr.opcode.removesuffix("-start") in COLLECTIVES:
         return instr
     if instr.opcode not in WRAPPERS or not instr.called:
@@ -229,7 +230,7 @@ def find_collective(instr: Instruction, memo: dict | None = None) -> Instruction
 
 
 # The ops that may run a collective of a computation they call.
-WRAPPERS = frozenset({"fusion", "async-start", "custom-call", "custom-call-start"})
+WRAPPERS = frozenset({"fusion", "async-start", "call-start", "custom-call", "custom-call-start"})
 # The opcodes find_collective can find something in (for any other op it returns None).
 MAY_HOLD_ONE = frozenset({*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), *WRAPPERS})
 
