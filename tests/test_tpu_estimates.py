@@ -194,6 +194,21 @@ def test_estimates_read_at_the_derived_clock():
         assert ratio.between(0.80 if chip == "7x" else 0.85, 1.0).all(), (chip, ratio.tolist())
 
 
+def test_a_saturated_estimate_is_no_estimate():
+    """XLA:TPU writes estimated_cycles 2**63 - 1 where its cost model overflowed (held-out Gemma
+    7B's [16, 8192, 8192] attention scores): that op has no estimate, it does not set the shares."""
+    text = (FIXTURES / "matmul_b8192.v5e.hlo.txt").read_text()
+    cycles = re.findall(r'"estimated_cycles":"(\d+)"', text)
+    saturated = text.replace(f'"estimated_cycles":"{max(cycles, key=int)}"',
+                             f'"estimated_cycles":"{2**63 - 1}"')  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before, after = (analyze_hlo(t).ops.set_index("name")["xla_cycles"] for t in (text, saturated))
+    changed = before[before.fillna(-1) != after.fillna(-1)].index
+    assert len(changed) == 1 and before[changed[0]] == max(int(c) for c in cycles)
+    assert math.isnan(after[changed[0]])
+
+
 def test_prefetch_is_charged_to_its_reader():
     """The weight XLA prefetched into VMEM is HBM traffic of the dot that reads it; the copy row
     stays, says whom it feeds, and adds nothing to the step."""

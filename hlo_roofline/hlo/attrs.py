@@ -182,16 +182,21 @@ def _parse_json(text: str | None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+_SATURATED_CYCLES = float(2**63 - 1)  # XLA:TPU's int64 estimate at its ceiling
+
+
 def estimated_cycles(instr: Instruction) -> float | None:
     """XLA:TPU's own cycle estimate for the op as compiled (``"estimated_cycles"`` in its
-    ``backend_config``, at any depth), or None where the compiler recorded none."""
+    ``backend_config``, at any depth), or None where the compiler recorded none or only its
+    saturated int64 (2**63 - 1: its cost model gave up, e.g. Gemma's [16, 8192, 8192] scores)."""
     if "estimated_cycles" not in instr.attrs.get("backend_config", ""):
         return None
     found = _find_key(backend_config(instr), "estimated_cycles")
     try:
-        return float(found) if found is not None else None
+        cycles = float(found) if found is not None else None
     except (TypeError, ValueError):
         return None
+    return None if cycles is None or cycles >= _SATURATED_CYCLES else cycles
 
 
 def tile_steps(instr: Instruction) -> int:
