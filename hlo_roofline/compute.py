@@ -118,6 +118,12 @@ def compute_times(
         elements = ops["vector_elements"].to_numpy(dtype=float)
         fill = fills(ops) if chip.fill_rate else np.zeros(len(ops), dtype=bool)
         candidates["loop"] = np.where(fill, 0.0, elements) / chip.vector_elements_rate
+        if chip.reduced_stream_rate and "reduced_stream_words" in ops:
+            # the streamed keys of decode's scores fused with their max: XLA:TPU's own rate
+            words = ops["reduced_stream_words"].to_numpy(dtype=float)
+            candidates["loop"] = np.where(
+                words > 0, words / chip.reduced_stream_rate, candidates["loop"]
+            )
         if chip.fill_rate:
             candidates["fill"] = np.where(fill, elements, 0.0) / chip.fill_rate
     if chip.lane_reduce_rate and "lane_reduced_elements" in ops:

@@ -170,6 +170,11 @@ COLUMNS: tuple[Column, ...] = (
        "sublanes: a top-2 dispatch's two slots) where XLA:TPU pipelines its loop deep "
        "(`window_config.buffering_level` ≥ 6), per step; priced at the chip's `vpu.major_reduce` "
        "rate; 0 elsewhere", "cost"),
+    _c("reduced_stream_words", "float", "elements",
+       "32-bit words of a TPU matmul's wide operand streamed through the vector registers "
+       "(`vector_elements` is these) where its fusion also reduces the product (a decode step's "
+       "attention scores fused with their mask and max), per step; priced at the chip's "
+       "`vpu.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "

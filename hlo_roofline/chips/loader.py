@@ -16,7 +16,7 @@ DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth", "matmul_stream"},
-    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "epilogue_passes",
+    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "reduced_stream", "epilogue_passes",
             "epilogue_passes_k_whole", "prologue_passes"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
@@ -113,6 +113,7 @@ def _build(
     )
     eup_rate = _whole_chip(eup, "rate", cores)
     major_reduce = _whole_chip(vpu, "major_reduce", cores)
+    reduced_stream = _whole_chip(vpu, "reduced_stream", cores)
     lane_reduce = _whole_chip(xlu, "lane_reduce", cores)
     ici = None
     if sec := _section(t, "ici", key):
@@ -148,6 +149,8 @@ def _build(
         fill_rate=fill,
         # XLA:TPU's charge per result of a deep-buffered major reduce: no part of the book's roof
         major_reduce_rate=major_reduce if profile != "book" else None,
+        # XLA:TPU's charge per streamed word of decode's scores fused with their max: likewise
+        reduced_stream_rate=reduced_stream if profile != "book" else None,
         # XLA:TPU's loop charge for its reads, like its stream, is no part of the book's roofline
         loop_read_bytes=vpu.get("elements_reads") if profile != "book" else None,
         # XLA:TPU's pass after a K-split matmul, like its stream, is no part of the book's roofline

@@ -208,6 +208,9 @@ class Chip:
     fill_rate: float | None = None  # elements/s a TPU fill (broadcast of a scalar) writes, whole chip
     # results/s XLA:TPU charges a deep-buffered reduce over major dimensions, whole chip (calibrated)
     major_reduce_rate: float | None = None
+    # words/s XLA:TPU streams a matmul's wide operand through the vector registers where the
+    # fusion also reduces the product (decode's scores and their max), whole chip (calibrated)
+    reduced_stream_rate: float | None = None
     # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
     # reads beyond these on top of its loop time
     loop_read_bytes: float | None = None
@@ -363,6 +366,7 @@ class Chip:
             lane_reduce_rate=share(self.lane_reduce_rate),
             fill_rate=share(self.fill_rate),
             major_reduce_rate=share(self.major_reduce_rate),
+            reduced_stream_rate=share(self.reduced_stream_rate),
             dcn_per_chip=share(self.dcn_per_chip),  # the chip's DCN egress, shared
             cores=_frozen(cores),
             memory=_frozen(memory),

@@ -101,7 +101,7 @@ _RARE_DEFAULTS = {
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
     **dict.fromkeys(
         ("vector_elements", "lane_reduced_elements", "major_reduced_elements",
-         "major_reduce_results", "kernel_mxu_flops"),
+         "major_reduce_results", "reduced_stream_words", "kernel_mxu_flops"),
         0.0,
     ),
     "xla_cycles": math.nan,
@@ -488,6 +488,8 @@ def rows(
                     body.prologue_words, body.sliced, body.streamed_words,
                 )  # fmt: skip
                 vector_elements_at[at] = elements * count
+                if body.reduced_stream_words and elements == body.reduced_stream_words:
+                    rare["reduced_stream_words"][at] = elements * count
         if code == "reduce":
             rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
             rare["major_reduced_elements"][at] = major_reduced_elements((instr,)) * count
@@ -699,7 +701,7 @@ class _Body:
     __slots__ = (
         "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced",
         "matmul_dtype", "matmul_precision", "prologue_words", "root_reduces", "runs_collective",
-        "sliced", "streamed_words",
+        "reduced_stream_words", "sliced", "streamed_words",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
@@ -743,6 +745,9 @@ class _Body:
         self.streamed_words = (
             streamed_operand_words(fusion, walks.geometries) if self.geometry else 0.0
         )
+        # the keys of decode's scores streamed where the fusion also reduces them (their max):
+        # XLA:TPU charges those at a rate of their own on some chips (``vpu.reduced_stream``)
+        self.reduced_stream_words = self.streamed_words if "reduce" in counts else 0.0
         self.major_reduced = (
             major_reduced_elements(i for i in instructions if i.opcode == "reduce")
             if "reduce" in counts
