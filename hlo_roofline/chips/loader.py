@@ -16,8 +16,8 @@ DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 
 _SECTIONS = {
     "hbm": {"capacity", "bandwidth", "matmul_stream"},
-    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "reduced_stream", "epilogue_passes",
-            "epilogue_passes_k_whole", "prologue_passes"},
+    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "reduced_stream",
+            "epilogue_passes", "epilogue_passes_k_whole", "prologue_passes"},
     "eup": {"per", "rate"},
     "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}

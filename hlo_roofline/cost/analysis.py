@@ -700,8 +700,8 @@ class _Body:
 
     __slots__ = (
         "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced",
-        "matmul_dtype", "matmul_precision", "prologue_words", "root_reduces", "runs_collective",
-        "reduced_stream_words", "sliced", "streamed_words",
+        "matmul_dtype", "matmul_precision", "prologue_words", "reduced_stream_words",
+        "root_reduces", "runs_collective", "sliced", "streamed_words",
     )  # fmt: skip
 
     def __init__(self, fusion: Instruction, walks: _Walks, in_flight: frozenset[str]) -> None:
