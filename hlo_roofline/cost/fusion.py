@@ -113,7 +113,7 @@ def _body_read_bytes(
         ctx.size(i.shape) for i in constants if i.shape.elements > IMMEDIATE_CONSTANT_MAX_ELEMENTS
     )
     for param in body.parameters:
-        if unread and param.payload.strip().isdigit() and int(param.payload.strip()) in unread:
+        if unread and param.parameter_number in unread:
             continue
         if param.shape.is_tuple:
             leaf_reads = (

@@ -59,10 +59,7 @@ def _unviewed(value: Instruction) -> Instruction:
 
 def _buffer_parameter(value: Instruction) -> int | None:
     """The fusion parameter number ``value`` is (through views), or None."""
-    value = _unviewed(value)
-    if value.opcode == "parameter" and value.payload.strip().isdigit():
-        return int(value.payload.strip())
-    return None
+    return _unviewed(value).parameter_number
 
 
 def _producer_in_place(value: Instruction, depth: int = 0) -> InPlace | None:
@@ -196,7 +193,7 @@ def handed_on(
         return True
 
     return frozenset(
-        int(p.payload.strip()) for p in body.parameters if p.payload.strip().isdigit() and free(p)
+        p.parameter_number for p in body.parameters if p.parameter_number is not None and free(p)
     )
 
 
@@ -247,7 +244,7 @@ def sliced_reads(fusion: Instruction) -> dict[int, int]:
                     listed.append(inner)
     found = {}
     for param in body.parameters:
-        if not param.payload.strip().isdigit() or param.is_root:
+        if param.parameter_number is None or param.is_root:
             continue
         largest, todo, ok = 0, [param], True
         while todo and ok:
@@ -261,5 +258,5 @@ def sliced_reads(fusion: Instruction) -> dict[int, int]:
                     ok = False
                     break
         if ok and largest:
-            found[int(param.payload.strip())] = largest
+            found[param.parameter_number] = largest
     return found

@@ -493,11 +493,8 @@ def _unviewed(value: Instruction, fusion: Instruction | None) -> Instruction:
 def fusion_operand(param: Instruction, fusion: Instruction | None) -> Instruction | None:
     """The operand ``fusion`` passes in as ``param``, a parameter of its body; None for any
     other value (or no fusion)."""
-    if fusion is None or param.opcode != "parameter":
-        return None
-    number = param.payload.strip()
-    index = int(number) if number.isdigit() else len(fusion.operands)
-    return fusion.operands[index] if index < len(fusion.operands) else None
+    number = param.parameter_number if fusion is not None else None
+    return fusion.operands[number] if number is not None and number < len(fusion.operands) else None
 
 
 # Ops that feed a fused matmul without a vector loop of their own: names and views, windows

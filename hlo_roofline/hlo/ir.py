@@ -220,6 +220,13 @@ class Instruction:
         self._cache: dict | None = None  # decoded attributes (hlo.attrs), made on first use
 
     @property
+    def parameter_number(self) -> int | None:
+        """A parameter's number (the operand its caller passes in its place); None for other
+        instructions."""
+        number = self.payload.strip() if self.opcode == "parameter" else ""
+        return int(number) if number.isdigit() else None
+
+    @property
     def line(self) -> int:
         """The (1-based) line of the text the instruction starts on."""
         computation = self.computation
