@@ -63,6 +63,7 @@ from hlo_roofline.cost.tpu_units import (
     major_reduced_elements,
     no_vector_loop,
     prologue_elements,
+    root_reduces,
     tile_reread_bytes,
     vector_elements,
 )
@@ -753,11 +754,7 @@ class _Body:
             if "reduce" in counts
             else 0.0
         )
-        root = fusion.called[0].root
-        self.root_reduces = tuple(
-            r for r in (root.operands if root.opcode == "tuple" else (root,))
-            if r.opcode == "reduce"
-        )  # fmt: skip
+        self.root_reduces = root_reduces(fusion)
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
         )

@@ -228,15 +228,20 @@ def folded_intermediate(instr: Instruction) -> float:
     chip where it buffers the loop shallowly (fixtures/tpu_estimates/dispatch_mask on v5e:
     docs/validation.md). A reduce that also folds the sublanes (the same one-hot summed over
     experts and slots, the combine's gradient) is charged less than that and is not counted."""
-    if instr.opcode != "fusion" or not instr.called:
-        return 0.0
-    root = instr.called[0].root
-    roots = root.operands if root.opcode == "tuple" else (root,)
     folded = [
-        register_elements(r.operands[0].shape) for r in roots
-        if r.opcode == "reduce" and _folds_major_only(r)
+        register_elements(r.operands[0].shape) for r in root_reduces(instr) if _folds_major_only(r)
     ]  # fmt: skip
     return max(folded, default=0.0)
+
+
+def root_reduces(fusion: Instruction) -> tuple[Instruction, ...]:
+    """The reduces a fusion returns: its root, or the elements of its root tuple, that are
+    reduces; none for any other op."""
+    if fusion.opcode != "fusion" or not fusion.called or fusion.called[0].root is None:
+        return ()
+    root = fusion.called[0].root
+    roots = root.operands if root.opcode == "tuple" else (root,)
+    return tuple(r for r in roots if r.opcode == "reduce")
 
 
 DEEP_BUFFERING = 6  # window_config.buffering_level at which XLA:TPU charges a major reduce per result
@@ -307,6 +312,15 @@ def _folds_lanes(reduce: Instruction) -> bool | None:
 
 
 _OPERAND_WINDOWS = ("input_window_bounds", "kernel_window_bounds")  # a matmul's lhs, rhs
+
+
+def _operand_windows(matmul: Instruction, config: dict) -> list[int]:
+    """Windows of each of a fused matmul's operands (lhs, rhs) in its tiling loop (``config``:
+    the fusion's ``window_config``); 0 for one whose bounds do not describe it."""
+    return [
+        _windows(op.shape, config.get(key))
+        for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)
+    ]
 _MOST_ROLES = 6  # moving loop dimensions whose roles are tried together (4**6 ways at most)
 
 
@@ -338,10 +352,7 @@ def tile_reread_bytes(
     if matmul is None or math.prod(bounds) <= 1 or len(matmul.operands) < 2:
         return 0.0
     result = fusion.shape.leaves()[0] if fusion.shape.leaves() else fusion.shape
-    windows = [
-        _windows(op.shape, config.get(key))
-        for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)
-    ]
+    windows = _operand_windows(matmul, config)
     out_windows = _windows(result, config.get("output_window_bounds"))
     if not all(windows):
         return 0.0
@@ -487,8 +498,7 @@ def epilogue_pass(
     )  # fmt: skip
     relaid = 0.0
     if whole:  # a relaid operand's window is relaid each time the loop fetches it
-        windows = [_windows(op.shape, config.get(key))
-                   for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)]  # fmt: skip
+        windows = _operand_windows(matmul, config)
         for side, operand in enumerate(matmul.operands[:2]):
             if not windows[side] or not _relaid(operand):
                 continue
@@ -539,8 +549,7 @@ def prologue_elements(
     elements = lhs.shape.elements
     if not computed_in_fusion(lhs) or _reads_vmem(lhs, elements):
         return 0.0
-    windows = [_windows(op.shape, config.get(key))
-               for op, key in zip(matmul.operands, _OPERAND_WINDOWS, strict=False)]  # fmt: skip
+    windows = _operand_windows(matmul, config)
     fetches = _fetches_per_window(loop, windows, tiles, 0) if windows[0] else 1.0
     return float(elements) * fetches if fetches >= 2 else 0.0
 
