@@ -112,8 +112,6 @@ def _build(
         _whole_chip(vpu, f, cores) for f in ("flops", "elements", "fill")
     )
     eup_rate = _whole_chip(eup, "rate", cores)
-    major_reduce = _whole_chip(vpu, "major_reduce", cores)
-    reduced_stream = _whole_chip(vpu, "reduced_stream", cores)
     lane_reduce = _whole_chip(xlu, "lane_reduce", cores)
     ici = None
     if sec := _section(t, "ici", key):
@@ -125,6 +123,21 @@ def _build(
             wraparound_sizes=tuple(wrap.get("sizes", ())),
         )
     scaleup = ScaleUp(**sec) if (sec := _section(t, "scaleup", key)) else None
+    # XLA:TPU's calibrated charges (its operand stream, the tile step, its loop's further reads,
+    # the passes around a K-split matmul, its deep-buffered reduces and reduced streams): a model
+    # of its cost model, no part of the book's roofline, so the book's profile has none
+    xla_tpu = {
+        "matmul_stream_bandwidth": hbm.get("matmul_stream"),
+        "tile_step_s": t.get("tile_step"),
+        "loop_read_bytes": vpu.get("elements_reads"),
+        "epilogue_passes": vpu.get("epilogue_passes"),
+        "epilogue_passes_k_whole": vpu.get("epilogue_passes_k_whole"),
+        "prologue_passes": vpu.get("prologue_passes"),
+        "major_reduce_rate": _whole_chip(vpu, "major_reduce", cores),
+        "reduced_stream_rate": _whole_chip(vpu, "reduced_stream", cores),
+    }
+    if profile == "book":
+        xla_tpu = dict.fromkeys(xla_tpu)
     return Chip(
         key=key,
         name=t.get("name", key),
@@ -132,8 +145,6 @@ def _build(
         flops=_frozen(flops),
         hbm_bandwidth=hbm.get("bandwidth", 0.0),
         hbm_capacity=hbm.get("capacity"),
-        # XLA:TPU's calibrated stream is no part of the book's roofline
-        matmul_stream_bandwidth=hbm.get("matmul_stream") if profile != "book" else None,
         vendor=t.get("vendor", ""),
         profile=profile,
         status=t.get("status", ""),
@@ -147,19 +158,7 @@ def _build(
         vector_elements_rate=vector_elements,
         lane_reduce_rate=lane_reduce,
         fill_rate=fill,
-        # XLA:TPU's charge per result of a deep-buffered major reduce: no part of the book's roof
-        major_reduce_rate=major_reduce if profile != "book" else None,
-        # XLA:TPU's charge per streamed word of decode's scores fused with their max: likewise
-        reduced_stream_rate=reduced_stream if profile != "book" else None,
-        # XLA:TPU's loop charge for its reads, like its stream, is no part of the book's roofline
-        loop_read_bytes=vpu.get("elements_reads") if profile != "book" else None,
-        # XLA:TPU's pass after a K-split matmul, like its stream, is no part of the book's roofline
-        epilogue_passes=vpu.get("epilogue_passes") if profile != "book" else None,
-        epilogue_passes_k_whole=vpu.get("epilogue_passes_k_whole") if profile != "book" else None,
-        prologue_passes=vpu.get("prologue_passes") if profile != "book" else None,
         op_floor_s=t.get("op_floor"),
-        # XLA:TPU's calibrated tile step, like its stream, is no part of the book's roofline
-        tile_step_s=t.get("tile_step") if profile != "book" else None,
         clock_hz=t.get("clock"),
         ici=ici,
         scaleup=scaleup,
@@ -170,6 +169,7 @@ def _build(
         c2c=host.get("c2c"),
         host_link=host.get("link", ""),
         sources=_frozen(prov),
+        **xla_tpu,
     )
 
 
