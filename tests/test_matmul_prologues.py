@@ -150,3 +150,27 @@ def test_report_set_rows_within_the_band(chip):
     rows = pd.concat(frames, ignore_index=True)
     assert len(rows) >= 8, len(rows)
     assert_within_band(rows, IN_BAND_FLOOR[chip], chip)
+
+
+WINDOW = '"iteration_bounds":["3","6","28"]'  # swiglu_down.v5p's tiling loop, as compiled
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        '"iteration_bounds":["x","6","28"]',  # not numbers
+        '"iteration_bounds":[]',  # no loop
+        '"iteration_bounds":"3,6,28"',  # not a list
+    ],
+)
+def test_an_odd_window_config_counts_nothing_and_breaks_nothing(odd):
+    """A tiling loop the rules cannot read gives no recompute, pass or K steps (the row keeps its
+    MXU time), where the same fusion as compiled has them."""
+    text = (ROOT / "tpu_estimates" / "swiglu_down.v5p.hlo.txt").read_text()
+    assert text.count(WINDOW) == 1
+    columns = ["prologue_elements", "epilogue_elements", "tile_k_steps"]
+    compiled = priced_ops(text, "v5p")
+    assert (compiled[columns].max() > 0).all()
+    ops = priced_ops(text.replace(WINDOW, odd), "v5p")
+    assert (ops[columns] == 0).all().all()
+    assert (ops["t_roofline_s"] >= ops["t_compute_s"]).all()
