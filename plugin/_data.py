@@ -209,6 +209,15 @@ def timeline(report_dir: str, chip: str | None = None) -> dict:
     }
 
 
+def trace_events(report_dir: str, chip: str | None = None) -> str:
+    """The step as scheduled as Chrome trace-event JSON (``Report.to_trace``: what ``--trace-out``
+    writes), for the tab's download and its "Open in Perfetto"."""
+    report = load(report_dir, chip)[2]
+    if not report.chip:
+        raise ReportError("the report is not judged on a chip: choose one above")
+    return report.to_trace()
+
+
 def _derived(report: Report) -> dict[str, pd.Series]:
     """Each op's scope and user function, which the tab groups and filters by: they depend on the
     op's names, not on the chip, so every chip's entry of a run shares them."""

@@ -195,6 +195,13 @@ class RunIndex:
         return path
 
 
+def _download_stem(run: str | None, chip: str | None) -> str:
+    """A download's file name from its run (and the chip a re-judged report is for): safe on
+    every filesystem, never a path."""
+    named = f"{run}.{chip}" if chip else str(run)
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", named).strip("._") or "report"
+
+
 def _chip_param(request) -> str | None:
     chip = request.args.get("chip") or None
     if chip is not None and not _CHIP_RE.match(chip):
@@ -255,6 +262,7 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
                 "/compare": self._serve_compare,
                 "/rollup": self._serve_rollup,
                 "/timeline": self._serve_timeline,
+                "/trace_events": self._serve_trace_events,
                 "/constants": self._serve_constants,
                 "/explorations": self._serve_explorations,
             }
@@ -330,8 +338,7 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
             path = self._index.report_dir(run)
             chip = _chip_param(request)
             body = _data.report_csv(path, chip)
-            named = f"{run}.{chip}" if chip else run  # a re-judged report says for which chip
-            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", named).strip("._") or "report"
+            stem = _download_stem(run, chip)
             return http_util.Respond(
                 request,
                 body,
@@ -374,6 +381,28 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
         def answer(_data):
             path = self._index.report_dir(request.args.get("run"))
             return _json_response(request, _data.timeline(path, _chip_param(request)))
+
+        return self._guarded(request, answer)
+
+    @wrappers.Request.application
+    def _serve_trace_events(self, request):
+        """The run's step as scheduled as a Chrome trace (Perfetto), as a download."""
+
+        def answer(_data):
+            run = request.args.get("run")
+            chip = _chip_param(request)
+            body = _data.trace_events(self._index.report_dir(run), chip)
+            return http_util.Respond(
+                request,
+                body,
+                "application/json",
+                headers=[
+                    (
+                        "Content-Disposition",
+                        f'attachment; filename="{_download_stem(run, chip)}.trace.json"',
+                    )
+                ],
+            )
 
         return self._guarded(request, answer)
 

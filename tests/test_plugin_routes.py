@@ -392,6 +392,23 @@ def test_csv_comes_from_the_report_the_tab_shows(client, logdir):
         (run / "report.csv").write_bytes(written)
 
 
+def test_trace_events_download_is_the_reports_trace(client, logdir):
+    """The timeline's "Download trace" / "Open in Perfetto": the report's Chrome trace
+    (``Report.to_trace``, what ``--trace-out`` writes) for the run and the chip asked for."""
+    response = client.get(PREFIX + "/trace_events?run=random/tpu_v5e&chip=v5p")
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.headers["Content-Type"].startswith("application/json")
+    assert response.headers["Content-Disposition"] == (
+        'attachment; filename="random_tpu_v5e.v5p.trace.json"'
+    )
+    report = Report.read(logdir / "random/tpu_v5e/plugins/hlo_roofline/report.json")
+    assert json.loads(response.get_data(as_text=True)) == json.loads(
+        report.classify("v5p").to_trace()
+    )
+    missing = client.get(PREFIX + "/trace_events?run=nope")
+    assert missing.status_code == 404 and "Traceback" not in missing.get_data(as_text=True)
+
+
 # -- compare -------------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import math
 
 import pytest
 from click.testing import CliRunner
-from tb_helpers import fixture_report
+from tb_helpers import FIXTURES, fixture_report
 
 from hlo_roofline import cli
 
@@ -127,3 +127,46 @@ def test_analyze_trace_out_writes_the_trace(tmp_path, monkeypatch):
     )  # fmt: skip
     assert bad.exit_code == 2 and "Traceback" not in bad.output
     assert bad.output.count("Error:") == 1 and "cannot write" in bad.output
+
+
+def test_hlo_trace_out_writes_the_trace_of_the_text(tmp_path):
+    """``hlo FILE --trace-out`` writes what ``Report.to_trace`` gives for the same text and chip;
+    without a chip there is no schedule to write (exit 2, a message)."""
+    fixture = FIXTURES / "fsdp_train_step" / "tpu_v5p.hlo.txt"
+    out = tmp_path / "step.trace.json"
+    result = CliRunner().invoke(
+        cli.main, ["hlo", str(fixture), "--chip", "v5p", "--trace-out", str(out)],
+        prog_name="hlo-roofline",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert_trace_event_json(out.read_text())
+    assert json.loads(out.read_text()) == json.loads(fixture_report(
+        "fsdp_train_step", "tpu_v5p", "v5p"
+    ).to_trace())  # fmt: skip
+    bare = CliRunner().invoke(
+        cli.main, ["hlo", str(fixture), "--trace-out", str(tmp_path / "x.json")],
+        prog_name="hlo-roofline",
+    )  # fmt: skip
+    assert bare.exit_code == 2 and "Traceback" not in bare.output
+    assert "--trace-out needs a chip" in bare.output
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_hlo_trace_out_names_each_module_of_a_dump(tmp_path):
+    """A dump of several modules writes one trace per module, the module's key before the suffix
+    (as --csv and --json do)."""
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    for program in ("mlp_bf16", "gpt_tiny"):
+        text = (FIXTURES / program / "tpu_v5e.hlo.txt").read_text()
+        (dump / f"module_{program}.after_optimizations.txt").write_text(text)
+    out = tmp_path / "t.json"
+    result = CliRunner().invoke(
+        cli.main, ["hlo", str(dump), "--chip", "v5e", "--trace-out", str(out)],
+        prog_name="hlo-roofline",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    written = sorted(tmp_path.glob("t.*.json"))
+    assert len(written) == 2, result.output
+    for path in written:
+        assert_trace_event_json(path.read_text())

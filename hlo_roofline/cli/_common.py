@@ -261,13 +261,18 @@ def _with_key(path: Path, key: str, many: bool) -> Path:
     return path.with_name(f"{path.stem}.{key}{path.suffix}") if many else path
 
 
-def emit(reports: dict[str, Report], fmt, top, csv_path, json_path, logdir, run, plot_path) -> None:
+def emit(
+    reports: dict[str, Report], fmt, top, csv_path, json_path, logdir, run, plot_path,
+    trace_path: Path | None = None,
+) -> None:  # fmt: skip
     """Save each report where asked (notes on stderr), then print them to stdout."""
     many = len(reports) > 1
     if fmt == "csv" and many:
         raise click.UsageError("--format csv prints one report: pass --module or use --csv")
-    if plot_path is not None and any(r.chip is None for r in reports.values()):
-        raise click.UsageError("--plot needs a chip to judge against: pass --chip")
+    for option, path in (("--plot", plot_path), ("--trace-out", trace_path)):
+        if path is not None and any(r.chip is None for r in reports.values()):
+            what = "judge against" if option == "--plot" else "schedule on"
+            raise click.UsageError(f"{option} needs a chip to {what}: pass --chip")
     for key, report in reports.items():
         if csv_path:
             with output_errors(_with_key(csv_path, key, many)):
@@ -285,6 +290,10 @@ def emit(reports: dict[str, Report], fmt, top, csv_path, json_path, logdir, run,
             with output_errors(_with_key(plot_path, key, many)):
                 chart = report.plot(_with_key(plot_path, key, many))
             note(f"wrote {chart}")
+        if trace_path:
+            with output_errors(_with_key(trace_path, key, many)):
+                report.to_trace(_with_key(trace_path, key, many))
+            note(f"wrote {_with_key(trace_path, key, many)}")
     if fmt == "json":
         data = {k: r.to_dict() for k, r in reports.items()}
         click.echo(json.dumps(data if many else next(iter(data.values())), allow_nan=False))
@@ -295,6 +304,16 @@ def emit(reports: dict[str, Report], fmt, top, csv_path, json_path, logdir, run,
             click.echo(modules_table(reports) + "\n")
         for key, report in sorted(reports.items(), key=step_time, reverse=True):
             click.echo(report_text(report, key if many else "", top))
+
+
+trace_out_option = click.option(
+    "--trace-out",
+    "trace_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="Also write the step as scheduled as Chrome trace-event JSON (open it in Perfetto or "
+    "XProf's trace viewer); with several modules, the module name goes before the suffix.",
+)
 
 
 def note(text: str) -> None:

@@ -21,12 +21,12 @@ from hlo_roofline.cli._common import (
     input_errors,
     model_flops_option,
     no_cache_option,
-    output_errors,
     output_options,
     pyproject_user_packages,
     regex_callback,
     target_option,
     top_option,
+    trace_out_option,
     user_package_option,
 )
 
@@ -56,14 +56,7 @@ from hlo_roofline.cli._common import (
 @no_cache_option
 @user_package_option
 @model_flops_option
-@click.option(
-    "--trace-out",
-    "trace_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="PATH",
-    help="Also write the step as scheduled as Chrome trace-event JSON (open it in Perfetto or "
-    "XProf's trace viewer).",
-)
+@trace_out_option
 def analyze(
     entry,
     chip,
@@ -106,13 +99,7 @@ def analyze(
     if model_flops is not None:
         report = report.with_model_flops(model_flops)
     name = entry.rpartition(":")[2]
-    if trace_path is not None:
-        if report.chip is None:
-            raise click.UsageError("--trace-out needs a chip to schedule on: pass --chip")
-        with output_errors(trace_path):
-            report.to_trace(trace_path)
-        click.echo(f"wrote {trace_path}", err=True)
-    emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path)
+    emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path, trace_path)
 
 
 @click.command(
@@ -128,8 +115,9 @@ def analyze(
 @top_option
 @user_package_option
 @model_flops_option
+@trace_out_option
 def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdir, run, plot_path,
-                fmt, top, user_packages, model_flops):  # fmt: skip
+                fmt, top, user_packages, model_flops, trace_path):  # fmt: skip
     """Analyze optimized HLO text, or every optimized module of an --xla_dump_to directory.
 
     With several modules, --csv/--json/--plot insert the module name before the suffix and
@@ -139,6 +127,7 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
     Example:
       $ hlo-roofline hlo fixtures/mlp_bf16/tpu_v5e.hlo.txt --chip v5e --top 5
       $ hlo-roofline hlo fixtures/mlp_bf16/tpu_v5e.hlo.txt --chip v5e --json mlp.json
+      $ hlo-roofline hlo fixtures/mlp_bf16/tpu_v5e.hlo.txt --chip v5e --trace-out mlp.trace.json
     """
     check_run(logdir, run)
     packages = (*pyproject_user_packages(path if path.is_dir() else path.parent), *user_packages)
@@ -171,4 +160,4 @@ def hlo_command(path, chip, cost_model, module_regex, csv_path, json_path, logdi
             except Exception:
                 with input_errors(current["file"]):
                     raise
-    emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path)
+    emit(reports, fmt, top, csv_path, json_path, logdir, run or path.stem, plot_path, trace_path)
