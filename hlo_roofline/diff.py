@@ -59,6 +59,10 @@ def shape_key(shape: str) -> str:
     return _LAYOUT.sub("", shape)
 
 
+# The ways an op differs between two reports, as ``change`` names them (``same``: not at all).
+CHANGES = ("flipped", "added", "removed", "changed")
+
+
 @dataclass
 class Diff:
     """The matched ops of two reports (``ops``: one row per op on either side) and both steps."""
@@ -101,6 +105,12 @@ class Diff:
     def removed(self) -> pd.DataFrame:
         return self.ops[self.ops["change"] == "removed"]
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many ops changed in each way: the numbers ``diff`` prints and the tab shows."""
+        change = self.ops["change"]
+        return {kind: int((change == kind).sum()) for kind in CHANGES}
+
     def to_dict(self) -> dict:
         ops = self.ops.astype(object).where(self.ops.notna(), None)
         return {
@@ -113,9 +123,7 @@ class Diff:
             "coverage_b": self.coverage_b,
             "unknown_a": list(self.unknown_a),
             "unknown_b": list(self.unknown_b),
-            "flipped": len(self.flipped),
-            "added": len(self.added),
-            "removed": len(self.removed),
+            **self.counts,
             "ops": ops.to_dict(orient="records"),
         }
 
@@ -201,6 +209,8 @@ def compare(a: Report, b: Report) -> Diff:
     ]  # fmt: skip
     rows = rows[columns]
     order = rows["change"].map({"flipped": 0, "added": 1, "removed": 1, "changed": 2, "same": 3})
+    # (the order the CLI prints and the tab lists: flips, then ops on one side, then time changes,
+    # each by the size of its change)
     rows = rows.assign(_order=order, _size=-rows["delta_s"].abs())
     rows = rows.sort_values(["_order", "_size"], kind="stable").drop(columns=["_order", "_size"])
     return Diff(

@@ -570,7 +570,7 @@ def report_csv(report_dir: str, chip: str | None = None) -> bytes:
 
 COMPARE_COLUMNS = (
     "op_name", "source", "opcode", "shape", "shape_other", "name", "name_other", "bound",
-    "bound_other", "t_roofline_s", "t_roofline_s_other", "delta_s", "flipped", "match",
+    "bound_other", "t_roofline_s", "t_roofline_s_other", "delta_s", "flipped", "change",
 )  # fmt: skip
 
 
@@ -599,9 +599,7 @@ def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
             "t_roofline_s_other": ops["t_roofline_s_b"],
             "delta_s": ops["delta_s"],
             "flipped": ops["change"] == "flipped",
-            "match": ops["change"]
-            .map({"added": "only_other", "removed": "only_run"})
-            .fillna("matched"),
+            "change": ops["change"],
         },
         columns=list(COMPARE_COLUMNS),
     )
@@ -618,12 +616,8 @@ def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
         "chip": diff.chip,
         "note": note,
         "summary": {"run": side(report_a, diff.step_a), "other": side(report_b, diff.step_b)},
-        "counts": {
-            "matched": int(matched.sum()),
-            "flipped": len(diff.flipped),
-            "only_run": len(diff.removed),
-            "only_other": len(diff.added),
-        },
+        # the CLI's counts, and its rows in its order (flips, one side only, time changes)
+        "counts": {"matched": int(matched.sum()), **diff.counts},
         "columns": list(COMPARE_COLUMNS),
         "data": data,
     }

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from click.testing import CliRunner
 from tb_helpers import (
     ARTIFACTS,
     HOSTILE,
@@ -33,7 +34,7 @@ from tb_helpers import (
     write_flipping_pair,
 )
 
-from hlo_roofline import Report, analyze
+from hlo_roofline import Report, analyze, cli
 
 pytestmark = [
     NEEDS_BROWSER,
@@ -271,14 +272,26 @@ def test_compare_lists_a_flipped_op(page, server, logdir):
     frame = open_plugin(page, server, run_a)
     frame.locator("#hr-other").select_option(run_b)
     frame.locator(".hr-compare[data-state=ready]").wait_for()
-    frame.locator("#hr-only-flipped").check()
+    # the CLI's lines, word for word (its counts, its rows in its order)
+    files = [logdir / run / "plugins/hlo_roofline/report.json" for run in (run_a, run_b)]
+    printed = CliRunner().invoke(cli.main, ["diff", *map(str, files), "--top", "0"]).output
+    counts_line = frame.locator('[data-testid="compare-counts"]').text_content()
+    assert counts_line in printed.splitlines()
+    listed = CliRunner().invoke(cli.main, ["diff", *map(str, files), "--format", "json"]).output
+    changed = [o for o in json.loads(listed)["ops"] if o["change"] != "same"]
+    shown = frame.locator("#hr-compare-count").text_content()
+    assert shown.startswith(f"{len(changed)} of ")
+    first_row = frame.locator(".hr-compare .hr-body .hr-row").first
+    first_row.wait_for()
+    assert first_row.locator('[data-key="change"]').text_content() == changed[0]["change"]
+    frame.locator("#hr-compare-which").select_option("flipped")
     rows = frame.locator(".hr-compare .hr-body .hr-row")
     rows.first.wait_for()
     assert rows.count() >= 1
     for i in range(rows.count()):
         row = rows.nth(i)
         cell = lambda key, row=row: row.locator(f'[data-key="{key}"]').text_content()  # noqa: E731
-        assert cell("flipped") == "⇄"
+        assert cell("change") == "flipped"
         name_a, name_b = cell("name").split(" → ")
         op_a = a[a["name"] == name_a].iloc[0]
         op_b = b[b["name"] == name_b].iloc[0]

@@ -95,6 +95,10 @@ def test_view_draws_every_candidate_and_opens_its_run(page, server):
     frame.locator(".hr-app[data-state=ready]").wait_for()
     frame.locator("#hr-explore[data-state=ready]").wait_for()
     sweep = frame.locator('.hr-explore-doc[data-dir="sweep"]')
+    # below the run's own view, closed until asked for: the run is what the tab opens on
+    assert sweep.get_attribute("open") is None
+    run_bottom = frame.locator(".hr-content").bounding_box()
+    assert frame.locator("#hr-explore").bounding_box()["y"] >= run_bottom["y"] + run_bottom["height"]
     sweep.locator("summary").click()
     points = sweep.locator("circle.hr-explore-point")
     plotted = [r for r in rows if r["step_s"] is not None and r["hbm_per_device"] is not None]

@@ -420,7 +420,7 @@ def test_compare_with_itself_is_all_matched(client, logdir):
     body = get_json(client, "/compare?run=mlp/v5e&other=mlp/v5e")
     report = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json")
     timed = int((report.ops["t_roofline_s"] > 0).sum())  # ops that take no time are not compared
-    assert body["counts"] == {"matched": timed, "flipped": 0, "only_run": 0, "only_other": 0}
+    assert body["counts"] == {"matched": timed, "flipped": 0, "added": 0, "removed": 0, "changed": 0}
     rows = _compare_rows(body)
     assert len(rows) == timed
     assert all(r["delta_s"] == 0 and r["name"] == r["name_other"] for r in rows)
@@ -468,14 +468,21 @@ def test_the_tab_and_the_cli_compare_alike(client, logdir, pair):
     cli_diff = json.loads(result.output)
     body = get_json(client, f"/compare?run={run_a}&other={run_b}")
     counts = body["counts"]
-    assert (counts["flipped"], counts["only_other"], counts["only_run"]) == (
-        cli_diff["flipped"], cli_diff["added"], cli_diff["removed"],
-    )  # fmt: skip
+    for kind in ("flipped", "added", "removed", "changed"):
+        assert counts[kind] == cli_diff[kind], kind
+    assert sum(o["change"] == "changed" for o in cli_diff["ops"]) == counts["changed"]
     assert len(body["data"]) == len(cli_diff["ops"])
     assert body["summary"]["other"]["step_time_lower_s"] == pytest.approx(cli_diff["step_b_s"])
-    pairs_tab = sorted((r["name"] or "", r["name_other"] or "") for r in _compare_rows(body))
-    pairs_cli = sorted((o["name_a"] or "", o["name_b"] or "") for o in cli_diff["ops"])
-    assert pairs_tab == pairs_cli
+    # the same rows in the same order, each with the CLI's word for its change
+    rows_tab = [(r["name"], r["name_other"], r["change"]) for r in _compare_rows(body)]
+    rows_cli = [(o["name_a"], o["name_b"], o["change"]) for o in cli_diff["ops"]]
+    assert rows_tab == rows_cli
+    # and the table text prints the same counts
+    table = CliRunner().invoke(cli.main, ["diff", *map(str, files)])
+    words = {"flipped": "flipped bound", "added": "added", "removed": "removed"}
+    for kind, n in counts.items():
+        if kind != "matched":
+            assert f"{words.get(kind, kind)}: {n}" in table.output
 
 
 def test_compare_on_one_chip(client):

@@ -94,3 +94,88 @@ def test_screenshot(page, server, logdir, chosen, run):
     assert abs(size[0] - box["width"]) <= 2 and abs(size[1] - box["height"]) <= 2, (size, box)
     assert path.stat().st_size > 20_000  # drawn, not blank
     assert console == []
+
+
+def _timeline_status(page) -> str:
+    return page.locator("#hr-timeline summary .hr-muted").text_content()
+
+
+def test_timeline_header_is_the_selected_runs(page, server, logdir):
+    """Opened on one run, the timeline's header never stays on another: after each switch it says
+    the selected run's scheduled step and lanes (the server's /timeline answer), or nothing while
+    that run's timeline loads. Then the view zooms and pans on the keyboard and the wheel."""
+    import json
+    import urllib.request
+
+    def served(run: str) -> dict:
+        with urllib.request.urlopen(f"{server}/data/plugin/hlo_roofline/timeline?run={run}") as r:
+            return json.load(r)
+
+    page.goto(f"{server}/data/plugin_entry.html?name=hlo_roofline&run=tab_v5p_sharded")
+    page.locator('.hr-app[data-state=ready][data-run="tab_v5p_sharded"]').wait_for()
+    page.locator("#hr-timeline summary").click()
+    page.locator('#hr-timeline[data-state="ready"]').wait_for()
+    for run in ("tab_v5p_sharded", "tab_v5e", "tab_h100", "tab_v5p_sharded"):
+        if page.locator(".hr-app").get_attribute("data-run") != run:
+            page.locator("#hr-run").select_option(run)
+            page.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for()
+            page.locator('#hr-timeline[data-state="ready"]').wait_for()
+        body = served(run)
+        lanes = len(body["lanes"])
+        want = page.evaluate(
+            "async (s) => (await import('./util.js')).fmtTime(s)", body["step_s"]
+        )
+        assert _timeline_status(page) == f"{want}, {lanes} lane{'' if lanes == 1 else 's'}", run
+        summary = Report.read(logdir / run / "plugins/hlo_roofline/report.json").summary
+        assert body["step_s"] == summary["step_time_scheduled_s"]
+    canvas = page.locator("canvas.hr-timeline-canvas")
+    step = served("tab_v5p_sharded")["step_s"]
+    whole = [float(t) for t in canvas.get_attribute("data-view").split()]
+    assert whole == [0.0, step]
+    bars = int(canvas.get_attribute("data-bars"))
+    canvas.focus()
+    for _ in range(8):
+        page.keyboard.press("+")
+    t0, t1 = (float(t) for t in canvas.get_attribute("data-view").split())
+    assert t1 - t0 == pytest.approx(step / 1.25**8, rel=1e-6)
+    assert int(canvas.get_attribute("data-bars")) < bars  # only the bars in view are drawn
+    page.keyboard.press("ArrowRight")
+    u0, u1 = (float(t) for t in canvas.get_attribute("data-view").split())
+    assert u0 == pytest.approx(t0 + 0.1 * (t1 - t0)) and u1 - u0 == pytest.approx(t1 - t0)
+    box = canvas.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 10)
+    page.mouse.wheel(0, 200)  # out, about the pointer
+    w0, w1 = (float(t) for t in canvas.get_attribute("data-view").split())
+    assert w1 - w0 == pytest.approx((u1 - u0) * 1.25, rel=1e-6)
+    page.keyboard.press("0")
+    assert [float(t) for t in canvas.get_attribute("data-view").split()] == [0.0, step]
+    assert int(canvas.get_attribute("data-bars")) == bars
+    link = page.locator('[data-testid="timeline-download"]')
+    assert link.get_attribute("href").startswith("./trace_events?run=tab_v5p_sharded")
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+@pytest.mark.parametrize("run", ["tab_v5e", "tab_h100_measured"])
+def test_first_columns_are_whole(page, server, logdir, width, run):
+    """At 1280 and 1920 px the table's first three columns (name, opcode, bound) show every
+    visible cell whole, none cut or ending in an ellipsis, and the table stays inside the page
+    (a column it has no room for leaves it, and says so in data-hidden-columns)."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.goto(f"{server}/data/plugin_entry.html?name=hlo_roofline&run={run}")
+    page.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for()
+    cut = page.evaluate(
+        """() => {
+          const keys = ["name", "opcode", "bound"];
+          const cells = [...document.querySelectorAll('.hr-ops .hr-body .hr-row')].flatMap((row) =>
+            keys.map((k) => row.querySelector(`[data-key="${k}"]`)).filter(Boolean));
+          const page = document.documentElement.clientWidth;
+          const table = document.querySelector('.hr-ops .hr-table');
+          const spill = [...table.querySelectorAll('.hr-cell')].filter(
+            (c) => c.getBoundingClientRect().right > page + 1).length;
+          return [cells.length, cells.filter((c) => c.scrollWidth > c.clientWidth || c.dataset.tail)
+            .map((c) => c.textContent), spill, table.dataset.hiddenColumns];
+        }"""
+    )
+    assert cut[0] > 30 and cut[1] == [] and cut[2] == 0, cut
+    if width == 1920:
+        assert cut[3] == ""  # room for every column

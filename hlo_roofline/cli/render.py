@@ -330,6 +330,10 @@ def report_text(report: Report, heading: str, top: int) -> str:
     return f"{head}{ops_table(report, top)}\n\n{summary_text(report)}\n"
 
 
+# How ``diff`` names each count (diff.CHANGES), in its order.
+_CHANGE_WORDS = {"flipped": "flipped bound", "added": "added", "removed": "removed", "changed": "changed"}
+
+
 def diff_text(diff: Diff, top: int) -> str:
     changed = diff.ops[diff.ops["change"] != "same"]
     shown = changed.head(top) if top else changed
@@ -352,8 +356,7 @@ def diff_text(diff: Diff, top: int) -> str:
     lines = [
         f"step: {format_seconds(diff.step_a)} → {format_seconds(diff.step_b)} "
         f"({diff.step_change:+.1%}) on {diff.chip}" + (f"; B {diff.note}" if diff.note else ""),
-        f"flipped bound: {len(diff.flipped)}  added: {len(diff.added)}  "
-        f"removed: {len(diff.removed)}  changed: {int((diff.ops['change'] == 'changed').sum())}",
+        "  ".join(f"{_CHANGE_WORDS[k]}: {n}" for k, n in diff.counts.items()),
     ]
     for side, coverage, unknown in (
         ("A", diff.coverage_a, diff.unknown_a), ("B", diff.coverage_b, diff.unknown_b)

@@ -48,34 +48,43 @@ export function renderCompare() {
   const b = c.summary.other;
   const delta = (x, y) =>
     x > 0 && y !== null && y !== undefined ? ` (${y >= x ? "+" : ""}${fmtPct((y - x) / x)})` : "";
+  const order = new Map(c.data.map((_, i) => [i, i])); // the server's (the CLI's) order
+  // What `hlo-roofline diff` prints, in its words and order: the step, the counts, then the ops
+  // that changed (flips, ops on one side only, time changes, each by the size of its change).
   const head = el(
     "div",
     { className: "hr-compare-head" },
     el("h3", { text: `${c.run} → ${c.other}` }),
     el("div", {
+      attrs: { "data-testid": "compare-step" },
       text:
-        `step ≥ ${fmtTime(a.step_time_lower_s)} (${a.chip || "no chip"}) → ` +
-        `${fmtTime(b.step_time_lower_s)} (${b.chip || "no chip"})` +
-        delta(a.step_time_lower_s, b.step_time_lower_s),
+        `step: ${fmtTime(a.step_time_lower_s)} → ${fmtTime(b.step_time_lower_s)}` +
+        `${delta(a.step_time_lower_s, b.step_time_lower_s)} on ${c.chip}`,
+    }),
+    el("div", {
+      attrs: { "data-testid": "compare-counts" },
+      text:
+        `flipped bound: ${c.counts.flipped}  added: ${c.counts.added}  ` +
+        `removed: ${c.counts.removed}  changed: ${c.counts.changed}`,
     }),
     el("div", {
       className: "hr-muted",
       text:
-        `${c.counts.matched} timed ops matched (as hlo-roofline diff matches them) · ` +
-        `${c.counts.flipped} flipped verdict(s) · ${c.counts.only_run} only in ${c.run} · ` +
-        `${c.counts.only_other} only in ${c.other}`,
+        `${c.counts.matched} timed ops matched (as hlo-roofline diff matches them); ` +
+        `“added”: only in ${c.other}, “removed”: only in ${c.run}`,
     }),
     c.note ? el("div", { className: "hr-muted", text: `${c.other} ${c.note}` }) : null,
   );
-  const only = el("input", { attrs: { type: "checkbox", id: "hr-only-flipped" } });
-  only.checked = state.onlyFlipped;
-  const count = el("span", { className: "hr-count", attrs: { id: "hr-compare-count" } });
-  const box = el(
-    "div",
-    { className: "hr-filters" },
-    el("label", {}, only, " only flipped verdicts"),
-    count,
+  const which = el(
+    "select",
+    { attrs: { id: "hr-compare-which", "aria-label": "which ops" } },
+    el("option", { attrs: { value: "changed" }, text: "ops that changed (as the CLI lists)" }),
+    el("option", { attrs: { value: "flipped" }, text: "flipped verdicts only" }),
+    el("option", { attrs: { value: "all" }, text: "every matched op" }),
   );
+  which.value = state.compareWhich || "changed";
+  const count = el("span", { className: "hr-count", attrs: { id: "hr-compare-count" } });
+  const box = el("div", { className: "hr-filters" }, el("label", {}, "show ", which), count);
   const tableBox = el("div", {});
   setChildren(ui.compareBox, head, box, tableBox);
   const text = (col) => (row) => String(get(row, col) ?? "");
@@ -85,13 +94,15 @@ export function renderCompare() {
     tableBox,
     [
       {
-        key: "flipped",
-        label: "⇄",
-        fit: ["⇄"],
-        value: (r) => (get(r, "flipped") ? 0 : 1),
-        text: (r) => (get(r, "flipped") ? "⇄" : ""),
-        title: "verdict flipped",
+        key: "order",
+        label: "#",
+        num: true,
+        value: (r) => order.get(r),
+        text: (r) => String(order.get(r) + 1),
+        fit: [String(c.data.length)],
+        title: "the order hlo-roofline diff lists the ops in",
       },
+      { key: "change", label: "change", text: text("change"), fit: ["flipped", "removed", "changed"] },
       { key: "op_name", label: "op_name", width: "minmax(180px, 2fr)", text: text("op_name") },
       { key: "opcode", label: "opcode", text: text("opcode"), fit: fit(text("opcode")) },
       {
@@ -132,7 +143,6 @@ export function renderCompare() {
         text: time("delta_s"),
         fit: fit(time("delta_s")),
       },
-      { key: "match", label: "match", text: text("match"), fit: ["exact", "shape", "only_run", "only_other"] },
       {
         key: "name",
         label: "names",
@@ -142,7 +152,7 @@ export function renderCompare() {
     ],
     {
       height: 260,
-      sort: { key: "flipped", dir: 1 },
+      sort: { key: "order", dir: 1 },
       label: "Comparison",
       // Clicking a row shows the op of the current run (if it has one) in the chart and panel.
       onSelect: (r) => {
@@ -153,12 +163,17 @@ export function renderCompare() {
     },
   );
   const show = () => {
-    state.onlyFlipped = only.checked;
+    state.compareWhich = which.value;
+    const keep = {
+      changed: (i) => get(i, "change") !== "same",
+      flipped: (i) => get(i, "flipped"),
+      all: () => true,
+    }[which.value];
     const ids = [];
-    for (let i = 0; i < c.data.length; i++) if (!only.checked || get(i, "flipped")) ids.push(i);
+    for (let i = 0; i < c.data.length; i++) if (keep(i)) ids.push(i);
     table.setRows(ids);
     count.textContent = `${ids.length} of ${c.data.length} ops`;
   };
-  only.addEventListener("change", show);
+  which.addEventListener("change", show);
   show();
 }

@@ -150,9 +150,9 @@ export function buildLayout() {
   );
   ui.root = el("div", { className: "hr-app" }, toolbar, ui.runErrors, ui.error, ui.content);
   document.body.append(ui.root);
-  // Layout explorations in the logdir: above the run's own view, opened on demand.
+  // Layout explorations in the logdir: below the run's own view (the run is what the tab opens
+  // on), each closed until asked for.
   ui.explore = new ExploreView(ui.root, { onOpen: (run) => openRun(run) });
-  ui.runErrors.after(ui.explore.box);
 
   ui.chart = new RooflineChart(ui.chartBox, { onSelect: (row) => selectOp(row) });
   ui.timelineBox = el("section", { className: "hr-timeline-box", attrs: { "aria-label": "Timeline" } });
@@ -177,7 +177,11 @@ export function opColumns() {
   };
   const m = state.model;
   return [
-    { key: "name", label: "name", width: "minmax(100px, 1.4fr)", text: text("name"), middle: true },
+    // the name is what a row is found by: measured to show whole (the first three columns never
+    // cut, at 1280 px too); op_name and the hint take the room that is left, and where even their
+    // least widths do not fit, the user line, dtype, roof and hint leave the table (`drop`; the
+    // op's details show them)
+    { key: "name", label: "name", text: text("name"), fit: fitOf("name", text("name")) },
     { key: "opcode", label: "opcode", text: text("opcode"), fit: m ? longest(m.distinct("opcode")) : [] },
     {
       key: "bound",
@@ -186,14 +190,14 @@ export function opColumns() {
       cls: (row) => pill(state.model.get(row, "bound")),
       fit: BOUNDS,
     },
-    { key: "dtype", label: "dtype", text: text("dtype"), fit: m ? longest(m.distinct("dtype")) : [] },
+    { key: "dtype", label: "dtype", text: text("dtype"), fit: m ? longest(m.distinct("dtype")) : [], drop: 3 },
     numeric("flops", "FLOPs", fmtSI),
     numeric("bytes_accessed", "bytes", fmtBytes),
     numeric("intensity", "FLOP/B", fmtSI),
     numeric("t_roofline_s", "time", fmtTime),
     numeric("share", "share", fmtPct),
     ...(m && m.has("roof_unit")
-      ? [{ key: "roof_unit", label: "roof", text: text("roof_unit"), fit: longest(m.distinct("roof_unit")), tip: (row) => ROOF_UNITS[state.model.get(row, "roof_unit")] || "" }]
+      ? [{ key: "roof_unit", label: "roof", text: text("roof_unit"), fit: longest(m.distinct("roof_unit")), tip: (row) => ROOF_UNITS[state.model.get(row, "roof_unit")] || "", drop: 2 }]
       : []),
     ...(m && m.has("t_exposed_s") && m.summary.exposed_comm_s > 0 ? [numeric("t_exposed_s", "exposed", fmtTime)] : []),
     ...(m && m.has("measured_s")
@@ -204,14 +208,15 @@ export function opColumns() {
           {
             key: "user_source",
             label: "user line",
-            width: "minmax(110px, 1.5fr)",
+            width: "minmax(60px, 1.5fr)",
+            drop: 4,
             text: (row) => shortLine(state.model.get(row, "user_source")),
             tip: text("user_source"),
           },
         ]
       : []),
-    { key: "op_name", label: "op_name", width: "minmax(110px, 2fr)", text: text("op_name"), middle: true },
-    { key: "hint", label: "hint", width: "minmax(80px, 1.2fr)", text: text("hint") },
+    { key: "op_name", label: "op_name", width: "minmax(60px, 2fr)", text: text("op_name"), middle: true },
+    { key: "hint", label: "hint", width: "minmax(60px, 1.2fr)", text: text("hint"), middle: true, drop: 1 },
   ];
 }
 

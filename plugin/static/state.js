@@ -156,7 +156,7 @@ export const state = {
   groupBy: "", // "" (one row per op) or a key of GROUPINGS
   other: "",
   compare: null,
-  onlyFlipped: false,
+  compareWhich: "changed", // the compare view's rows: "changed" (as the CLI lists), "flipped" or "all"
   requestId: 0,
   pendingOp: null, // an op named by the URL, selected once its report is shown
 };

@@ -5,7 +5,8 @@
 //            value(id) -> sort value, text(id) -> displayed string, tip(id) -> tooltip (default:
 //            the text), cls(id) -> extra class, middle (a long text is cut in its middle where
 //            the column is too narrow: its end, which tells rows apart, stays; the cell holds
-//            the whole text, shown on hover)}]
+//            the whole text, shown on hover), drop (a column the table may leave out where the
+//            columns' least widths do not fit its box: the highest first; the rest always show)}]
 // Rows are opaque ids (row indices of the report); the caller supplies the filtered id list.
 // Keyboard: the body is focusable; ↑/↓, PgUp/PgDn, Home/End move the selection.
 
@@ -66,13 +67,52 @@ export class VirtualTable {
       this.body,
     );
     container.append(this.root);
+    this._fitColumns(true);
     this.body.addEventListener("scroll", () => this._schedule());
-    new ResizeObserver(() => this._schedule()).observe(this.body);
+    new ResizeObserver(() => {
+      if (this._fitColumns()) this._sort(); // a new header: its sort mark again
+      this._schedule();
+    }).observe(this.root);
   }
 
   /** (Re)build the header: reports differ in columns (a measured report adds some). */
   setColumns(columns) {
+    this.allColumns = columns;
+    this._fitColumns(true);
+  }
+
+  /** The columns that fit the table's width: every column's least width (its measured track, or
+   * its minmax's minimum) summed; where that is wider than the box, columns with `drop` leave,
+   * the highest first, so the others show whole and nothing spills past the page. */
+  _fitColumns(force = false) {
+    const all = this.allColumns;
+    const room = this.root ? this.root.clientWidth : 0;
+    const least = (c) => {
+      const track = this._track(c);
+      const px = /^(?:minmax\()?(\d+(?:\.\d+)?)px/.exec(track);
+      return px ? Number(px[1]) : 80;
+    };
+    let shown = all.slice();
+    if (room > 0) {
+      const droppable = all.filter((c) => c.drop).sort((a, b) => b.drop - a.drop);
+      let width = shown.reduce((sum, c) => sum + least(c), 0);
+      for (const c of droppable) {
+        if (width <= room) break;
+        shown = shown.filter((s) => s !== c);
+        width -= least(c);
+      }
+    }
+    const keys = shown.map((c) => c.key).join("\u0000");
+    if (!force && keys === this.shownKeys) return false;
+    this.shownKeys = keys;
+    this._setShown(shown);
+    return true;
+  }
+
+  _setShown(columns) {
     this.columns = columns;
+    this.root?.setAttribute("data-hidden-columns",
+      this.allColumns.filter((c) => !columns.includes(c)).map((c) => c.key).join(" "));
     this.template = columns.map((c) => this._track(c)).join(" ");
     this.header.style.gridTemplateColumns = this.template;
     this.header.replaceChildren(
