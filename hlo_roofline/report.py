@@ -400,7 +400,8 @@ class Report:
         (the stream's wait for its transfer, ending at ``end_s``; ``wait_from_s`` where that
         wait began, ``exposed_from_s`` where it overlaps the op's own bar) and its row in
         :attr:`ops`.
-        Ops without time are left out. Needs a judged report."""
+        Ops without time are left out, unless the stream waits for them (a zero-time copy-start
+        whose transfer is exposed: its wait is drawn). Needs a judged report."""
         if not self.chip:
             raise ValueError("the report is not judged on a chip: classify it first")
         t = self.ops["t_roofline_s"].to_numpy(dtype=float)
@@ -417,7 +418,7 @@ class Report:
                 "exposed_from_s": np.maximum(walked.begin_s, walked.end_s - walked.exposed_s),
             }
         )
-        return frame[t > 0].reset_index(drop=True)
+        return frame[(t > 0) | (walked.exposed_s > 0)].reset_index(drop=True)
 
     def to_trace(self, path: str | os.PathLike | None = None) -> str:
         """The step as scheduled as Chrome trace-event JSON (opens in Perfetto, ``chrome://tracing``

@@ -119,6 +119,12 @@ def _stamp(path: str) -> tuple:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+def _size(path: str) -> int:
+    """A file's length in bytes: local, or remote through TensorBoard's gfile."""
+    stamp = _stamp(path)
+    return stamp[0] if _remote(path) else stamp[1]
+
+
 def _text(path: str) -> str:
     """A file's text: local, or remote through TensorBoard's gfile."""
     if _remote(path):
@@ -321,6 +327,36 @@ def warm(report_dir: str) -> None:
     the first paint nor the first chip switch waits for them."""
     load(report_dir)
     _base_columns(report_dir, _join(report_dir, REPORT_JSON))
+
+
+# What the plugin reads as it starts (warm_runs): the runs whose first paint would wait longest,
+# whatever their names' order, within a budget that keeps a logdir of many big runs from holding
+# them all in memory before anyone asks.
+WARM_RUNS = 8
+WARM_BYTES = 512 * 2**20
+
+
+def warm_runs(report_dirs: list[str]) -> list[str]:
+    """Warm the runs with the biggest reports first (a 20k-op run's parse is what a first paint
+    waits for; a small run's takes no time), up to WARM_RUNS runs or WARM_BYTES of report text.
+    Returns the directories warmed, in order. Best effort: a run that fails is skipped."""
+    sized = []
+    for report_dir in report_dirs:
+        try:
+            sized.append((_size(_join(report_dir, REPORT_JSON)), report_dir))
+        except OSError:
+            continue
+    warmed, total = [], 0
+    for size, report_dir in sorted(sized, key=lambda s: -s[0]):
+        if len(warmed) >= WARM_RUNS or (warmed and total + size > WARM_BYTES):
+            break
+        try:
+            warm(report_dir)
+        except Exception:  # the first request for it reports the failure
+            continue
+        warmed.append(report_dir)
+        total += size
+    return warmed
 
 
 # A run's report as written, with each column's JSON text (see _columns_text) and its version's

@@ -460,15 +460,14 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
 
 
 def _warm(index: RunIndex) -> None:
-    """Import the report reader and read the first run's report (the one the tab opens on) into
-    its cache, and its columns' texts (what a chip switch reuses). Best effort: any failure is
-    the first request's to report."""
+    """Import the report reader and read the biggest runs' reports into its cache, with their
+    columns' texts (what a chip switch reuses), so a run's first paint does not depend on where
+    its name sorts (``_data.warm_runs``). Best effort: any failure is the first request's to
+    report."""
     try:
         from hlo_roofline_tensorboard import _data
 
-        first = next(iter(index.runs()), None)
-        if first is not None:
-            _data.warm(index.report_dir(first))
+        _data.warm_runs([index.report_dir(run) for run in index.runs()])
     except Exception:
         logger.debug("hlo_roofline: warming the report reader failed", exc_info=True)
 

@@ -67,20 +67,26 @@ def make_plugin(logdir, warm: bool = False) -> tb_plugin.HloRooflinePlugin:
     return tb_plugin.HloRooflinePlugin(base_plugin.TBContext(logdir=str(logdir)), warm=warm)
 
 
-def test_the_first_run_is_read_as_the_plugin_starts(tmp_path):
-    """TensorBoard's loader starts the plugin warm: the first run's report is in the cache before
-    any request asks for it (a cold first paint does not wait for its parse)."""
+def test_the_biggest_runs_are_read_as_the_plugin_starts(tmp_path, monkeypatch):
+    """TensorBoard's loader starts the plugin warm: the biggest runs' reports are in the cache
+    before any request asks for them, wherever their names sort (a cold first paint of a big run
+    does not wait for its parse), within the warm budget's count of runs."""
     from hlo_roofline_tensorboard import _data
 
-    for run in ("a_first", "b_second"):
-        fixture_report("mlp_bf16", "tpu_v5e", "v5e").write_tensorboard(tmp_path, run)
+    monkeypatch.setattr(_data, "WARM_RUNS", 2)
+    small = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
+    big = fixture_report("gpt_tiny", "tpu_v5e", "v5e")
+    for run, report in (("a_small", small), ("b_small", small), ("y_big", big), ("z_big", big)):
+        report.write_tensorboard(tmp_path, run)
     plugin = tb_plugin.HloRooflineLoader().load(base_plugin.TBContext(logdir=str(tmp_path)))
     plugin.warmed.join(60)
-    cached = {key[0] for key in _data._cache}
-    first = str(tmp_path / "a_first" / "plugins" / "hlo_roofline" / "report.json")
-    second = str(tmp_path / "b_second" / "plugins" / "hlo_roofline" / "report.json")
-    assert os.path.realpath(first) in {os.path.realpath(k) for k in cached}
-    assert os.path.realpath(second) not in {os.path.realpath(k) for k in cached}
+    cached = {os.path.realpath(key[0]) for key in _data._cache}
+
+    def path(run: str) -> str:
+        return os.path.realpath(tmp_path / run / "plugins" / "hlo_roofline" / "report.json")
+
+    assert {path("y_big"), path("z_big")} <= cached
+    assert not {path("a_small"), path("b_small")} & cached
 
 
 @pytest.fixture(scope="module")

@@ -59,9 +59,12 @@ def test_trace_is_the_step_as_scheduled(tmp_path, program, target, chip, links):
     assert threads[1] == "compute stream"
     if links:
         assert any(name.startswith(links) for name in threads.values()), threads
-    ops = [e for e in events if e["ph"] == "X" and e.get("cat") not in ("exposed",)]
-    # every op with time, once, at its roofline time (µs)
-    timed = report.ops[report.ops["t_roofline_s"] > 0]
+    ops = [
+        e for e in events
+        if e["ph"] == "X" and e["name"] != "exposed" and not e["name"].startswith("waits for ")
+    ]  # fmt: skip
+    # every op with time (or whose transfer the stream waits for), once, at its roofline time (µs)
+    timed = report.ops[(report.ops["t_roofline_s"] > 0) | (report.ops["t_exposed_s"] > 0)]
     assert sorted(e["name"] for e in ops) == sorted(timed["name"])
     want = dict(zip(timed["name"], timed["t_roofline_s"], strict=True))
     for e in ops:
@@ -87,6 +90,22 @@ def test_trace_is_the_step_as_scheduled(tmp_path, program, target, chip, links):
     assert waits + synchronous == pytest.approx(report.summary["exposed_comm_s"] * 1e6, abs=1e-6)
     if links:
         assert report.summary["exposed_comm_s"] > 0 and waits > 0
+
+
+def test_a_zero_time_transfer_the_stream_waits_for_is_drawn():
+    """gpt_tiny on v5e has copy-starts priced at no time whose transfer the stream still waits
+    for (``t_exposed_s`` > 0): the timeline keeps them, with that wait, so the table's exposed
+    time has a hatched bar."""
+    report = fixture_report("gpt_tiny", "tpu_v5e", "v5e")
+    ops = report.ops
+    waited = ops[(ops["t_roofline_s"] == 0) & (ops["t_exposed_s"] > 0)]
+    assert len(waited) >= 1
+    frame = report.timeline()
+    exposed = frame[frame["exposed_s"] > 0]
+    assert set(exposed["row"]) == set(ops.index[ops["t_exposed_s"] > 0])
+    by_row = frame.set_index("row")
+    for row, op in waited.iterrows():
+        assert by_row.loc[row, "exposed_s"] == pytest.approx(op["t_exposed_s"], rel=1e-9)
 
 
 def test_an_unjudged_report_has_no_schedule():
