@@ -47,8 +47,15 @@ browser: $(CHROMIUM)
 demo: install
 	$(VENV)/bin/python -m hlo_roofline.demo
 
+# ESLint for the tab's ES modules (plugin/eslint.config.mjs), run by npx from the npm registry: no
+# node_modules in the tree. Skipped, with a note, where no Node.js is installed.
+ESLINT := eslint@9.39.5
+
 lint: install
 	$(VENV)/bin/python -m ruff check hlo_roofline plugin tests fixtures benchmarks
+	@if command -v npx >/dev/null 2>&1; then \
+		cd plugin && npx --yes $(ESLINT) --config eslint.config.mjs static; \
+	else echo "lint: no npx (Node.js): the tab's JavaScript is not linted" >&2; fi
 
 test-newest: install browser
 	@echo "== tests: $$($(VENV)/bin/python -c 'import sys, jax, jaxlib; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, jaxlib {jaxlib.__version__}")')"

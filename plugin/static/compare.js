@@ -2,8 +2,7 @@
 // prints it.
 
 import { pill } from "./cells.js";
-import { selectOp } from "./index.js";
-import { state, ui } from "./state.js";
+import { actions, state, ui } from "./state.js";
 import { VirtualTable } from "./table.js";
 import { BOUNDS, el, fmtPct, fmtTime, getJSON, longest, route, setChildren } from "./util.js";
 
@@ -158,7 +157,7 @@ export function renderCompare() {
       onSelect: (r) => {
         const name = get(r, "name");
         const row = name === null ? -1 : (state.model.byName.get(name) ?? -1);
-        if (row >= 0) selectOp(row);
+        if (row >= 0) actions.selectOp(row);
       },
     },
   );

@@ -2,8 +2,7 @@
 // between groups, Enter or a click opens one; the opened group is a filter with a way back.
 
 import { pill, shortLine } from "./cells.js";
-import { applyFilter } from "./index.js";
-import { state, ui } from "./state.js";
+import { actions, state, ui } from "./state.js";
 import { VirtualTable } from "./table.js";
 import { writeURL } from "./url.js";
 import { BOUNDS, el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, GROUPINGS, longest, route, setChildren } from "./util.js";
@@ -98,7 +97,7 @@ export function openGroup(row) {
   const { by, get } = state.groups;
   state.filter.group = { key: by, value: String(get(row, by)) };
   setGroupBy("");
-  applyFilter();
+  actions.applyFilter();
   writeURL();
 }
 
@@ -119,7 +118,7 @@ export function showGroupFilter() {
       on: {
         click: () => {
           state.filter.group = null;
-          applyFilter();
+          actions.applyFilter();
           writeURL();
         },
       },

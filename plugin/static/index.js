@@ -17,7 +17,7 @@ import { ExploreView } from "./explore.js";
 import { loadCompare } from "./compare.js";
 import { renderDetails } from "./details.js";
 import { parseGroup, setGroupBy, showGroupFilter, UNATTRIBUTED } from "./groups.js";
-import { fitOf, Model, state, ui } from "./state.js";
+import { actions, fitOf, Model, state, ui } from "./state.js";
 import { linkTrace, renderSummary } from "./summary.js";
 import { VirtualTable } from "./table.js";
 import { Timeline } from "./timeline.js";
@@ -37,6 +37,8 @@ export function css() {
 }
 
 export function buildLayout() {
+  actions.selectOp = selectOp;
+  actions.applyFilter = applyFilter;
   ui.run = el("select", { attrs: { id: "hr-run", "aria-label": "Run" } });
   ui.chip = el("select", { attrs: { id: "hr-chip", "aria-label": "Chip" } });
   ui.other = el("select", { attrs: { id: "hr-other", "aria-label": "Compare with" } });

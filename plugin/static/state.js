@@ -163,6 +163,15 @@ export const state = {
 
 export const ui = {};
 
+// What the views call on the page (index.js sets them as it starts): a view never imports the
+// page, so the modules' imports have no cycle (tests/test_layering.py checks).
+export const actions = {
+  /** Select an op (a row of the run's report) everywhere it shows. */
+  selectOp: (_row) => {},
+  /** Filter the op table and the chart by state.filter. */
+  applyFilter: () => {},
+};
+
 /** The longest texts column `key` shows over the report's rows (its width is measured from
  * them): made once per report, and a chip's report takes the run's for the columns it left. */
 export function fitOf(key, format) {

@@ -114,9 +114,9 @@ export class Timeline {
   setView(view) {
     const step = this._step();
     if (view) {
-      let [t0, t1] = view;
-      const span = Math.min(step, Math.max(MIN_SPAN, t1 - t0));
-      t0 = Math.min(Math.max(0, t0), step - span);
+      const [from, to] = view;
+      const span = Math.min(step, Math.max(MIN_SPAN, to - from));
+      const t0 = Math.min(Math.max(0, from), step - span);
       view = span >= step ? null : [t0, t0 + span];
     }
     this.view = view;
