@@ -585,8 +585,8 @@ def check_knobs(parameters: list[_Parameter] | None, knobs: Mapping[str, Iterabl
         for value in values:
             if kind is not None and not _is_kind(value, kind, by_name[name]):
                 raise ValueError(
-                    f"knob {name}={value!r} is a {type(value).__name__}; {what}'s {name} is a "
-                    f"{kind.__name__}"
+                    f"knob {name}={value!r} is a {type(value).__name__}, not the "
+                    f"{kind.__name__} {what}'s {name} takes"
                     + (f" (default {by_name[name].default!r})" if by_name[name].has_default else "")
                 )
     missing = [p.name for p in parameters if not p.has_default and p.name not in knobs]
@@ -834,6 +834,9 @@ def _worker_main(job_fd: int, result_fd: int, parent: int) -> None:
 
     threading.Thread(target=watch, daemon=True).start()
     results = os.fdopen(result_fd, "wb")
+    from hlo_roofline import api  # noqa: F401  (JAX started before the first candidate's clock)
+
+    _write_message(results, None)  # ready: a candidate's --timeout counts from here
     while True:
         try:
             size = int.from_bytes(_read_exactly(job_fd, 8), "little")
@@ -869,6 +872,7 @@ class _Worker:
             os.close(result_w)
         self.jobs = os.fdopen(job_w, "wb")
         self.results = result_r
+        self.ready = False  # it has imported JAX (its first message)
 
     def send(self, job: dict) -> None:
         _write_message(self.jobs, job)
@@ -941,7 +945,8 @@ def _run_pool(jobs_list, workers, timeout, flags, on_result) -> None:
                 except OSError:  # it died before it read the job
                     _died(i, worker, tries, pending, on_result)
                     continue
-                running[worker] = (i, time.monotonic() + timeout if timeout else math.inf)
+                started = worker.ready and timeout
+                running[worker] = (i, time.monotonic() + timeout if started else math.inf)
             wait = min(deadline for _, deadline in running.values()) - time.monotonic()
             ready, _, _ = select.select(
                 [w.results for w in running], [], [], max(0.0, min(wait, 3600.0))
@@ -952,6 +957,10 @@ def _run_pool(jobs_list, workers, timeout, flags, on_result) -> None:
                     result = worker.receive()
                 except (EOFError, OSError, pickle.UnpicklingError):
                     _died(i, worker, tries, pending, on_result)
+                    continue
+                if result is None:  # the worker started: its candidate's clock starts now
+                    worker.ready = True
+                    running[worker] = (i, time.monotonic() + timeout if timeout else math.inf)
                     continue
                 if result.pop("retry", False):  # out of host memory: a fresh worker, once
                     worker.close(kill=True)
@@ -1661,6 +1670,13 @@ def _parameters(make_step, reference: tuple) -> list[_Parameter] | None:
     if not callable(value):
         raise ValueError(f"{where}:{qualname} is a {type(value).__name__}, not a function")
     return _parameters_of(value)
+
+
+def parameter_kinds(make_step) -> dict[str, type]:
+    """The type of each of make_step's knobs that its signature tells (``batch: int``,
+    ``policy="full"``): how the CLI reads a knob's text. A ValueError where it is not found."""
+    parameters = _parameters(make_step, _reference(make_step)) or []
+    return {p.name: kind for p in parameters if (kind := _kind(p)) is not None}
 
 
 def default_name(make_step, target: str) -> str:

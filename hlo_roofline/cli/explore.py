@@ -34,8 +34,9 @@ def _value(text: str):
     return text
 
 
-def parse_knobs(specs: tuple[str, ...]) -> dict[str, list]:
-    """``("batch=8,16", "adam=False")`` → ``{"batch": [8, 16], "adam": [False]}``."""
+def parse_knobs(specs: tuple[str, ...], kinds: dict[str, type] | None = None) -> dict[str, list]:
+    """``("batch=8,16", "adam=False")`` → ``{"batch": [8, 16], "adam": [False]}``; a knob
+    whose parameter is a ``str`` (``kinds``, from make_step's signature) keeps its text."""
     knobs: dict[str, list] = {}
     for spec in specs:
         name, sep, values = spec.partition("=")
@@ -43,7 +44,8 @@ def parse_knobs(specs: tuple[str, ...]) -> dict[str, list]:
             raise InputError(f"--knob {spec!r} is not NAME=V1,V2,... (e.g. batch=8,16,32)")
         if name in knobs:
             raise InputError(f"--knob {name} is given twice: list its values once (NAME=V1,V2)")
-        knobs[name] = [_value(v) for v in values.split(",")]
+        text = (kinds or {}).get(name) is str
+        knobs[name] = [v if text else _value(v) for v in values.split(",")]
     return knobs
 
 
@@ -265,7 +267,11 @@ def explore_command(
     except targets.TargetError as exc:
         raise InputError(one_line(exc)) from None
     names = tuple(a.strip() for a in axes.split(",") if a.strip())
-    knobs = parse_knobs(knob_specs)
+    try:
+        kinds = explorer.parameter_kinds(entry)
+    except ValueError as exc:
+        raise InputError(one_line(exc)) from None
+    knobs = parse_knobs(knob_specs, kinds)
     constraints = {
         "limit": limit,
         "fixed": parse_sizes("--fixed", fixed_specs, names),
