@@ -368,7 +368,9 @@ class KnobExpression:
         left, right = self._value(node.left, knobs), self._value(node.right, knobs)
         try:
             return self._OPERATORS[type(node.op)](left, right)
-        except (ZeroDivisionError, OverflowError) as exc:
+        except OverflowError:
+            return math.inf  # refused as no finite number
+        except ZeroDivisionError as exc:
             raise ValueError(f"{self.what} {self.text!r}: {exc}") from None
 
     def __call__(self, **knobs) -> float:
