@@ -887,7 +887,11 @@ class _Worker:
         """How it ended and the end of what it printed."""
         import signal
 
-        code = self.process.wait(timeout=30)
+        try:
+            code = self.process.wait(timeout=30)
+        except Exception:  # it closed its pipe but lives on: it is of no use any more
+            self.process.kill()
+            code = self.process.wait()
         how = f"exit status {code}"
         if code < 0:
             with contextlib.suppress(ValueError):
