@@ -779,7 +779,7 @@ def _evaluate(job: dict) -> dict:
     except MemoryError as exc:
         return _failed(STATUS_CRASHED, f"MemoryError: {one_line(exc)} (out of host memory)",
                        start, traceback.format_exc(), retry=True)  # fmt: skip
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in make_step is its error too
         return _failed(STATUS_ERROR, f"{type(exc).__name__}: {one_line(exc)}", start,
                        traceback.format_exc())  # fmt: skip
     return {

@@ -45,6 +45,8 @@ FAULTY = textwrap.dedent(f'''
             raise ValueError("injected: the user's own bug")
         if fault == "memory":
             raise MemoryError("injected")
+        if fault == "exit":
+            sys.exit(3)
         if fault == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if fault == "kill_once":
@@ -81,7 +83,7 @@ def faults(faulty, cache, tmp_path_factory):
     try:
         result = explorer.explore(
             f"{faulty}:make_step", TARGET, axes=AXES, constraints=ONE_LAYOUT, jobs=2, cache=cache,
-            knobs={"fault": ["none", "raise", "memory", "kill", "kill_once", "hang", "refuse"]},
+            knobs={"fault": ["none", "raise", "memory", "kill", "kill_once", "hang", "refuse", "exit"]},
             timeout=30, progress=False,
         )  # fmt: skip
     finally:
@@ -102,6 +104,8 @@ def test_each_fault_is_its_own_row(faults):
     assert raised["status"] == explorer.STATUS_ERROR
     assert raised["error"] == "ValueError: injected: the user's own bug"
     assert 'raise ValueError("injected' in raised["traceback"]  # the user's line, in the row
+    exited = _row(faults, "exit")  # sys.exit() in make_step: its error, the worker lives on
+    assert exited["status"] == explorer.STATUS_ERROR and exited["error"] == "SystemExit: 3"
     memory = _row(faults, "memory")
     assert memory["status"] == explorer.STATUS_CRASHED
     assert "MemoryError" in memory["error"] and "again on a fresh worker" in memory["error"]
@@ -116,7 +120,7 @@ def test_each_fault_is_its_own_row(faults):
     assert refused["status"] == explorer.STATUS_REFUSED and pd.isna(refused["step_s"])
     assert pd.isna(refused["rank"]) and refused["why"] == "refused: heads do not split that way"
     assert not faults.complete
-    assert set(faults.failed["fault"]) == {"raise", "memory", "kill", "hang"}
+    assert set(faults.failed["fault"]) == {"raise", "memory", "kill", "hang", "exit"}
     assert faults.best()["fault"] in ("none", "kill_once")
 
 
@@ -126,13 +130,13 @@ def test_the_gate_fails_an_incomplete_exploration(faults, tmp_path):
     path = tmp_path / "faults.json"
     faults.to_json(path)
     doc = json.loads(path.read_text())
-    assert doc["complete"] is False and len(doc["failed"]) == 4
+    assert doc["complete"] is False and len(doc["failed"]) == 5
     table = explorer.read_table(path)
     result = gate.explore_gate(table, "fault=none", 100)
     assert not result.passed
     assert {v.op for v in result.violations} == set(doc["failed"])
     assert all(v.rule == gate.COMPLETE_RULE for v in result.violations)
-    allowed = ["fault=raise", "fault=memory", "fault=kill", "fault=hang"]
+    allowed = ["fault=raise", "fault=memory", "fault=kill", "fault=hang", "fault=exit"]
     assert gate.explore_gate(table, "fault=none", 100, allowed).passed
     assert gate.explore_gate(table, "fault=none", 100, ["any"]).passed
     runner = CliRunner()
