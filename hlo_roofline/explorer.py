@@ -10,8 +10,14 @@ compiled compile-only (in worker processes, through the on-disk HLO cache) and j
 then says where it stands and what the book's rule predicts for it.
 
 ``make_step(mesh, **knobs)`` returns ``(fn, args, jit_kwargs)`` (the convention of
-:mod:`hlo_roofline.examples`, with the mesh handed in). Workers import it by module path, by file
-path, or receive it pickled by value with cloudpickle (closures, ``__main__``).
+:mod:`hlo_roofline.examples`, with the mesh handed in), or ``(fn, args, jit_kwargs, work)`` with
+the step's tokens and model FLOPs, which the ranking counts throughput in. Workers import it by
+module path, by file path, or receive it pickled by value with cloudpickle (closures,
+``__main__``: a script needs no ``__main__`` guard, the workers never import it).
+
+Only complete evidence ranks and gates: each row's status is an answer about its layout (ok, does
+not fit, refused) or a failure (an error with its traceback, a worker that died twice, a time-out),
+and an exploration with failures says so (:attr:`Exploration.complete`).
 """
 
 from __future__ import annotations
@@ -44,10 +50,14 @@ __all__ = [
     "BookConstants",
     "Constraints",
     "Exploration",
+    "KnobExpression",
+    "Refused",
     "book_constants",
     "candidates",
     "explore",
     "factorizations",
+    "rank",
+    "read_table",
 ]
 
 # A candidate's status: a code (a table cell a script compares), worded by status_text for faces.
