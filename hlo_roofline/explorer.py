@@ -483,10 +483,7 @@ def _parameters_of(function) -> list[_Parameter] | None:
 def _parameters_in_file(path: str, qualname: str) -> list[_Parameter] | None:
     """The parameters of ``qualname`` in the file at ``path``, read from its syntax tree (the
     file is not run); a ValueError when the file does not define that name."""
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
-    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
-        raise ValueError(f"cannot read {path}: {one_line(exc)}") from None
+    tree = _syntax_tree(path)
     _refuse_unguarded_explore(tree, path)
     top = qualname.split(".")[0]
     defined: dict[str, ast.AST] = {}
@@ -559,7 +556,7 @@ def _top_level_names(node: ast.AST) -> list[tuple[str, ast.AST]]:
     return []
 
 
-def _refuse_unguarded_explore(tree: ast.Module, path: str) -> None:
+def _refuse_unguarded_explore(tree: ast.Module, path: str, otherwise: str = "") -> None:
     """A worker runs the top level of the file it loads ``make_step`` from: a call to explore
     there (not under ``if __name__ == "__main__":``) would start an exploration in every worker."""
     for node in tree.body:
@@ -574,8 +571,9 @@ def _refuse_unguarded_explore(tree: ast.Module, path: str) -> None:
                     raise ValueError(
                         f"{path}:{call.lineno} calls explore() at the top level: each worker "
                         "loads this file to find make_step and would run it again. Put the call "
-                        'under `if __name__ == "__main__":` (or pass make_step itself, not '
-                        "FILE.py:NAME: it is then sent to the workers by value)"
+                        'under `if __name__ == "__main__":` (or '
+                        + (otherwise or "pass make_step itself, not FILE.py:NAME")
+                        + ": make_step then goes to the workers by value)"
                     )
 
 
@@ -656,15 +654,31 @@ def _reference(make_step) -> tuple:
         if _importable(module.__name__):
             return ("module", module.__name__, qualname)
         if file:
-            return ("file", str(Path(file).resolve()), qualname)
+            path = str(Path(file).resolve())
+            _refuse_unguarded_explore(_syntax_tree(path), path)
+            return ("file", path, qualname)
     try:
         import cloudpickle
     except ImportError:
+        script = getattr(module, "__file__", None) if module is not None else None
+        if "<" not in qualname and script and Path(script).is_file():
+            # a script's function without cloudpickle: the worker loads the script by path (its
+            # top level runs there, under another __name__), so an unguarded explore() is refused
+            path = str(Path(script).resolve())
+            _refuse_unguarded_explore(_syntax_tree(path), path, "install cloudpickle")
+            return ("file", path, qualname)
         raise ValueError(
             f"{qualname or make_step!r} cannot be imported by a worker (a closure, a lambda or "
             "in __main__) and cloudpickle is not installed: define it at module level in a file"
         ) from None
     return ("pickle", cloudpickle.dumps(make_step))
+
+
+def _syntax_tree(path: str) -> ast.Module:
+    try:
+        return ast.parse(Path(path).read_text(encoding="utf-8"), path)
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        raise ValueError(f"cannot read {path}: {one_line(exc)}") from None
 
 
 def _importable(name: str) -> bool:

@@ -347,3 +347,42 @@ def test_best_of_an_empty_exploration_says_why():
     with pytest.raises(ValueError, match="no candidate compiled and fits: 0 candidates; 1 layouts"):
         empty.best()
     assert empty.complete and explorer.rank(empty.table).empty
+
+
+def test_show_reads_the_written_exploration_without_entry(faults, tmp_path):
+    """``explore --show CANDIDATE --json x.json`` (or ``--logdir DIR``): no step named, no compile."""
+    faults.write_tensorboard(tmp_path / "logs")
+    label = _row(faults, "raise")["candidate"]
+    by_logdir = CliRunner().invoke(cli.main, ["explore", "--show", label, "--logdir",
+                                              str(tmp_path / "logs")])  # fmt: skip
+    assert by_logdir.exit_code == 0, by_logdir.output
+    assert "ValueError: injected: the user's own bug" in by_logdir.output
+    nothing = CliRunner().invoke(cli.main, ["explore", "--show", label])
+    assert nothing.exit_code == 2 and "reads a written exploration" in nothing.output
+
+
+def test_a_script_without_cloudpickle_is_loaded_by_path_once_guarded(tmp_path, monkeypatch):
+    """Without cloudpickle a script's make_step is loaded by path in the workers (its top level
+    runs there): an unguarded explore() in it is refused before any worker starts, with the fix;
+    a guarded one is loaded by path."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)  # import cloudpickle: ImportError
+    for guarded in (False, True):
+        script = tmp_path / f"script_{guarded}.py"
+        call = "explore(make_step, 'v5e:2x2')"
+        body = f'if __name__ == "__main__":\n    {call}\n' if guarded else f"{call}\n"
+        script.write_text(f"from hlo_roofline import explore\n\ndef make_step(mesh):\n    pass\n\n{body}")
+        main = types.ModuleType("__main__")
+        main.__file__ = str(script)
+        monkeypatch.setitem(sys.modules, "__main__", main)
+
+        def make_step(mesh):
+            return None
+
+        make_step.__module__, make_step.__qualname__ = "__main__", "make_step"  # as a script's
+        if guarded:
+            assert explorer._reference(make_step) == ("file", str(script), "make_step")
+        else:
+            with pytest.raises(ValueError, match=r"calls explore\(\) at the top level.*install cloudpickle"):
+                explorer._reference(make_step)

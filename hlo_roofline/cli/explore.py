@@ -190,7 +190,7 @@ def _looks_like_result(entry: str) -> bool:
     context_settings=CONTEXT,
     short_help="Compile every sharding layout of a step for a target; rank them.",
 )
-@click.argument("entry", metavar="FILE.py:NAME")
+@click.argument("entry", metavar="FILE.py:NAME", required=False)
 @click.option("--target", help="Compile-only target, e.g. v5p:4x4x4.")
 @click.option(
     "--axes", default="data,fsdp,tensor", show_default=True, help="Mesh axis names, comma-separated."
@@ -246,15 +246,21 @@ def explore_command(
       $ hlo-roofline explore steps.py:make_step --target v5p:4x4x4 \\
           --axes data,fsdp,tensor --knob batch=8,16,32 --tokens-per-step 'batch*2048' \\
           --timeout 600 --logdir runs/explore
-      $ hlo-roofline explore --show data4_fsdp1_tensor16_batch=8 runs/explore
+      $ hlo-roofline explore --show data4_fsdp1_tensor16_batch=8 runs/explore/make_step@v5p-4x4x4
     """
-    if show_name is not None and _looks_like_result(entry):
+    output = next((p for p in (json_path, csv_path, logdir) if p is not None), None)
+    if show_name is not None and (entry is None or _looks_like_result(entry)):
+        source = entry if entry is not None else output  # explore --show NAME --json x.json
+        if source is None:
+            raise InputError("--show CANDIDATE reads a written exploration: name it (RESULT)")
         try:
-            table = explorer.read_table(entry)
+            table = explorer.read_table(source)
         except explorer.ExplorationError as exc:
             raise InputError(one_line(exc)) from None
         click.echo(show_text(table, show_name))
         return
+    if entry is None:
+        raise InputError("give the step to explore, FILE.py:NAME (or package.module:NAME)")
     if target is None:
         raise InputError("--target is required to explore a step (e.g. --target v5p:4x4x4)")
     file, sep, function = entry.rpartition(":")
@@ -315,17 +321,17 @@ def explore_command(
             + (_pruned_text(result, 5) if result.pruned else "none")
         )
     click.echo(table_text(result))
+    folder = None
     if logdir is not None:
-        written = result.write_tensorboard(logdir)
-        click.echo(f"wrote {len(result.reports)} reports and the table to {written[-1].parent}",
-                   err=True)  # fmt: skip
+        folder = result.write_tensorboard(logdir)[-1].parent
+        click.echo(f"wrote {len(result.reports)} reports and the table to {folder}", err=True)
     if csv_path is not None:
         result.to_csv(csv_path)
     if json_path is not None:
         result.to_json(json_path)
     if show_name is not None:
         click.echo("\n" + show_text(result.table, show_name))
-    _exit(result, json_path or csv_path or logdir)
+    _exit(result, json_path or csv_path or folder)
 
 
 def _number_or_expression(text: str | None):
