@@ -1226,7 +1226,8 @@ SPAN_PREFIXES = ("n_axes_", "nodes_")  # per-axis span columns: torus axes (TPU)
 ROW_COLUMNS = frozenset({
     "candidate", "status", "error", "traceback", "compile_s", "flags", "step_s", "lower_s",
     "upper_s", "compute_s", "memory_s", "comm_s", "exposed_comm_s", "exposed_comm_share",
-    "matmul_fwd_s", "collective_fwd_s", "matmul_bwd_s", "collective_bwd_s", "mfu_upper_bound",
+    "matmul_fwd_s", "collective_fwd_s", "exposed_fwd_s", "matmul_bwd_s", "collective_bwd_s",
+    "exposed_bwd_s", "mfu_upper_bound",
     "mfu_model", "tokens_per_step", "model_flops", "tokens_per_s_per_chip",
     "model_flops_per_s_per_chip", "flops_per_s_per_chip", "hbm_per_device", "fit", "bound",
     "why", "rank", "gap_to_best",
@@ -1306,6 +1307,7 @@ def step_seconds(summary: Mapping) -> float | None:
 
 
 PASSES = {"forward": "fwd", "backward": "bwd"}  # attribution.pass_of's passes, as column suffixes
+PASS_KINDS = ("matmul", "collective", "exposed")  # the per-pass columns: <kind>_<pass>_s
 
 
 def pass_times(ops: pd.DataFrame) -> dict[str, float]:
@@ -1313,12 +1315,14 @@ def pass_times(ops: pd.DataFrame) -> dict[str, float]:
     op's ``op_name``): ``matmul_<pass>_s``, Σ ``t_compute_s`` of the pass's matmuls (ops with a
     matmul shape, ``mm_m``), against ``collective_<pass>_s``, Σ ``t_comm_s`` of its collectives:
     the time the collective occupies its links, on the path its data takes, hidden or not. The
-    book's T1–T3 compare exactly these two per layer: compute-bound iff the matmuls take longer."""
+    book's T1–T3 compare exactly these two per layer: compute-bound iff the matmuls take longer.
+    ``exposed_<pass>_s``, Σ ``t_exposed_s`` of its collectives, is the part of that time on the
+    scheduled step's critical path (the compute stream waited for it)."""
     from hlo_roofline.hlo.attribution import pass_of
 
     out = {f"{kind}_{short}_s": math.nan for short in PASSES.values()
-           for kind in ("matmul", "collective")}  # fmt: skip
-    needed = {"op_name", "t_compute_s", "t_comm_s", "mm_m", "collective"}
+           for kind in PASS_KINDS}  # fmt: skip
+    needed = {"op_name", "t_compute_s", "t_comm_s", "t_exposed_s", "mm_m", "collective"}
     if ops.empty or not needed <= set(ops.columns):
         return out
     passes = ops["op_name"].fillna("").astype(str).map(pass_of)
@@ -1328,6 +1332,7 @@ def pass_times(ops: pd.DataFrame) -> dict[str, float]:
         here = passes == name
         out[f"matmul_{short}_s"] = float(ops.loc[here & matmul, "t_compute_s"].sum())
         out[f"collective_{short}_s"] = float(ops.loc[here & collective, "t_comm_s"].sum())
+        out[f"exposed_{short}_s"] = float(ops.loc[here & collective, "t_exposed_s"].sum())
     return out
 
 
@@ -1341,8 +1346,12 @@ def _pass_words(out: dict) -> str:
         if not _is_number(mm) or not math.isfinite(mm) or (mm == 0 and not comm):
             continue
         side = "compute" if mm >= comm else "communication"
+        exposed = out.get(f"exposed_{short}_s")
+        hidden = (
+            f" ({format_seconds(exposed)} exposed)" if comm and _is_number(exposed) else ""
+        )  # fmt: skip
         parts.append(
-            f"{name} matmuls {format_seconds(mm)} vs collectives {format_seconds(comm)} "
+            f"{name} matmuls {format_seconds(mm)} vs collectives {format_seconds(comm)}{hidden} "
             f"⇒ {side}-bound"
         )
     return "per pass: " + "; ".join(parts) if parts else ""

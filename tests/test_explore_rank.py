@@ -188,6 +188,10 @@ def test_the_book_line_agrees_with_the_per_pass_columns(varying):
     for _, row in result.table.iterrows():
         report = result.reports[row["candidate"]]
         assert row["matmul_bwd_s"] + row["matmul_fwd_s"] <= report.ops["t_compute_s"].sum()
+        for short in explorer.PASSES.values():  # the exposed part of a pass's collective time
+            assert 0 <= row[f"exposed_{short}_s"] <= row[f"collective_{short}_s"] + 1e-15
+        exposed = row["exposed_fwd_s"] + row["exposed_bwd_s"]
+        assert exposed <= report.summary["exposed_comm_s"] * (1 + 1e-9)
         for name, short in explorer.PASSES.items():
             mm, comm = row[f"matmul_{short}_s"], row[f"collective_{short}_s"]
             if mm > 0:
