@@ -869,7 +869,12 @@ def _worker_main(job_fd: int, result_fd: int, parent: int) -> None:
             job = pickle.loads(_read_exactly(job_fd, size))
         except EOFError:
             return
-        _write_message(results, _evaluate(job))
+        result = _evaluate(job)
+        try:
+            _write_message(results, result)
+        except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as exc:
+            _write_message(results, _failed(STATUS_ERROR, f"its result cannot be sent back: "
+                                            f"{type(exc).__name__}: {one_line(exc)}", None))  # fmt: skip
 
 
 class _Worker:
@@ -977,6 +982,8 @@ def _run_pool(jobs_list, workers, timeout, flags, on_result) -> None:
                     continue
                 started = worker.ready and timeout
                 running[worker] = (i, time.monotonic() + timeout if started else math.inf)
+            if not running:  # every send failed: the candidates are retried or rows already
+                continue
             wait = min(deadline for _, deadline in running.values()) - time.monotonic()
             ready, _, _ = select.select(
                 [w.results for w in running], [], [], max(0.0, min(wait, 3600.0))
