@@ -655,6 +655,9 @@ def explore_gate(
     unexplained = table[missing & ~allowed]
     label = str(row["candidate"])
     ranked = table[pd.to_numeric(table["rank"], errors="coerce") == 1]
+    if "flags" in table:  # the explorer ranks each set of compiler flags apart: the layout's own
+        own = row["flags"] if isinstance(row["flags"], str) else ""
+        ranked = ranked[ranked["flags"].fillna("").astype(str) == own]
     best = str(ranked.iloc[0]["candidate"]) if len(ranked) else None
     gap = pd.to_numeric(pd.Series([row["gap_to_best"]]), errors="coerce").iloc[0]
     gap = None if pd.isna(gap) else float(gap)

@@ -296,3 +296,16 @@ def test_a_refused_program_has_no_step(tmp_path):
     assert math.isnan(row["step_s"]) and math.isnan(row["exposed_comm_share"])
     assert "refused by the compiler" in row["why"]
     assert Path(here).is_dir()
+
+
+def test_the_gate_compares_a_layout_with_the_best_under_its_own_flags():
+    from hlo_roofline import check as gate
+
+    rows = [
+        {"candidate": "a", "data": 1, "step_s": 1.0, "flags": ""},
+        {"candidate": "b", "data": 2, "step_s": 2.0, "flags": ""},
+        {"candidate": "c", "data": 1, "step_s": 0.5, "flags": "XLA_FLAGS=--x"},
+    ]
+    table = explorer.rank(_table(rows))
+    result = gate.explore_gate(table, "b", 150)
+    assert result.best == "a" and result.gap == pytest.approx(1.0) and result.passed
