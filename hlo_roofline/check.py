@@ -24,7 +24,9 @@ rule with the compiler's reason: it has no program to pass them with (:func:`ref
 
 The explorer's gate is separate, over an exploration's ranked table rather than a report:
 :func:`explore_gate` fails a configured layout more than ``max_gap_to_best`` percent slower than
-the best explored one (the row's ``gap_to_best``), or one that did not compile or fit.
+the best explored one (the row's ``gap_to_best``), or one that did not compile or fit, and an
+exploration that is incomplete (a candidate crashed, timed out or raised: it may have been the best)
+unless the candidates that may be missing are named.
 """
 
 from __future__ import annotations
@@ -607,22 +609,60 @@ def _same_value(cell, text: str) -> bool:
         return False
 
 
-def explore_gate(table: pd.DataFrame, layout: str, max_gap_to_best: float) -> ExploreGateResult:
+COMPLETE_RULE = "complete-exploration"
+
+
+def matching_rows(table: pd.DataFrame, selector: str) -> pd.Series:
+    """Which rows ``selector`` names: ``any``, a candidate label, or ``NAME=VALUE`` pairs over
+    the axis and knob columns (any number of rows); a selector of unknown columns is a RuleError."""
+    labels = table["candidate"].astype(str)
+    if selector == "any":
+        return pd.Series(True, index=table.index)
+    if (labels == selector).any():
+        return labels == selector
+    hit = pd.Series(True, index=table.index)
+    for pair in (p.strip() for p in selector.split(",") if p.strip()):
+        name, sep, value = pair.partition("=")
+        if not sep or not name or not value:
+            raise RuleError(
+                f"--allow-missing {selector!r} is neither a candidate nor NAME=VALUE pairs "
+                "(e.g. tensor=4) nor 'any'"
+            )
+        if name not in table.columns:
+            raise RuleError(f"--allow-missing {selector!r}: the exploration has no column {name!r}")
+        hit &= table[name].map(lambda cell, value=value: _same_value(cell, value))
+    return hit
+
+
+def explore_gate(
+    table: pd.DataFrame, layout: str, max_gap_to_best: float, allow_missing: Sequence[str] = ()
+) -> ExploreGateResult:
     """Fail when the configured ``layout`` is more than ``max_gap_to_best`` percent slower than
     the best layout explored (the row's own ``gap_to_best``, which the explorer ranked on), or
-    did not compile or fit at all."""
+    did not compile or fit at all, or when the exploration is incomplete: a candidate without an
+    answer (it crashed, timed out, raised) might have been the best. ``allow_missing`` names the
+    candidates that may be missing (labels, ``NAME=VALUE`` pairs, ``any``)."""
     if isinstance(max_gap_to_best, bool) or not isinstance(max_gap_to_best, int | float):
         raise RuleError(f"{GAP_RULE} must be a number of percent, not {max_gap_to_best!r}")
     if not (math.isfinite(max_gap_to_best) and max_gap_to_best >= 0):
         raise RuleError(f"{GAP_RULE} must be a finite percent >= 0, not {max_gap_to_best:g}")
     row = match_layout(table, layout)
+    status = table["status"].map(lambda s: schema.EXPLORE_FORMER_STATUSES.get(s, s))
+    missing = ~status.isin(schema.EXPLORE_ANSWERS)
+    allowed = pd.Series(False, index=table.index)
+    for selector in allow_missing:
+        allowed |= matching_rows(table, selector)
+    unexplained = table[missing & ~allowed]
     label = str(row["candidate"])
     ranked = table[pd.to_numeric(table["rank"], errors="coerce") == 1]
+    if "flags" in table:  # the explorer ranks each set of compiler flags apart: the layout's own
+        own = row["flags"] if isinstance(row["flags"], str) else ""
+        ranked = ranked[ranked["flags"].fillna("").astype(str) == own]
     best = str(ranked.iloc[0]["candidate"]) if len(ranked) else None
     gap = pd.to_numeric(pd.Series([row["gap_to_best"]]), errors="coerce").iloc[0]
     gap = None if pd.isna(gap) else float(gap)
     violations = []
-    if row["status"] != "ok" or gap is None:
+    if status[row.name] != "ok" or gap is None:
         why = row.get("why")  # the explorer's words, its status first where it is not ok
         detail = why if isinstance(why, str) and why else str(row["status"])
         violations.append(Violation(GAP_RULE, label, detail=detail))
@@ -633,6 +673,17 @@ def explore_gate(table: pd.DataFrame, layout: str, max_gap_to_best: float) -> Ex
                 label,
                 detail=f"{gap:.1%} slower than the best explored, {best} "
                 f"(max {max_gap_to_best:g}%)",
+            )
+        )
+    for _, lost in unexplained.iterrows():
+        error = lost.get("error")
+        violations.append(
+            Violation(
+                COMPLETE_RULE,
+                str(lost["candidate"]),
+                detail=f"no answer ({status[lost.name]}"
+                + (f": {error}" if isinstance(error, str) and error else "")
+                + "): it may be the best; explore again, or name it with --allow-missing",
             )
         )
     return ExploreGateResult(label, best, gap, float(max_gap_to_best), violations)

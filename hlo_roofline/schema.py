@@ -368,6 +368,15 @@ FIT_VERDICTS = ("fits", "tight", "does_not_fit", "unknown")
 FitVerdict = Literal["fits", "tight", "does_not_fit", "unknown"]
 # Its remedies' codes (``memory.advice_text`` words each, with its numbers).
 ADVICE_CODES = ("donate", "shard_over", "shard_to_room", "shard_not_enough", "no_slice", "remat")
+# An explorer row's status (``explorer.row``; ``check.explore_gate`` reads them): an answer about
+# the layout, or a failure that leaves the exploration incomplete; and the codes of tables
+# written before these (words, one "compile_error" for every failure).
+EXPLORE_ANSWERS = ("ok", "does_not_fit", "refused")
+EXPLORE_FAILURES = ("error", "crashed", "timed_out", "not_run")
+EXPLORE_FORMER_STATUSES = {
+    "compile_error": "error", "compile error": "error", "does not fit": "does_not_fit",
+    "timed out": "timed_out", "not run": "not_run",
+}  # fmt: skip
 
 
 class Advice(TypedDict, total=False):
@@ -405,6 +414,7 @@ class MemorySummary(TypedDict, total=False):
     memory_fit: MemoryFit | None  # None without a chip or figures
     compiled_for: str  # the target, or "local" (api.labelled)
     how: str  # a sentence: what was compiled for what, and why
+    compiler_flags: dict[str, str]  # XLA_FLAGS / LIBTPU_INIT_ARGS it compiled under (explorer)
     ops_before_optimization: bool  # a refused program's ops, as lowered (api._refused)
 
 

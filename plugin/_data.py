@@ -673,25 +673,20 @@ _EXPLORE_ROW_KEYS = (
 )  # fmt: skip
 
 
-def exploration(path: str, runs: set[str], prefix: str = "") -> dict:
+def exploration(
+    path: str, runs: set[str], prefix: str = "", offset: int = 0, limit: int | None = None
+) -> dict:
     """An exploration written by ``Exploration.write_tensorboard`` (``<dir>/EXPLORE_JSON``) as the
     tab's exploration view draws it: the document's own numbers, each row's ``run`` the tab's run
-    name (``prefix`` + the document's) where that run is in the logdir, else null. A file that is
-    not an exploration of the version this reads is a ReportError saying so."""
-    import json
+    name (``prefix`` + the document's) where that run is in the logdir, else null. Rows
+    ``offset`` to ``offset + limit`` (all: ``limit`` None), with ``rows_total``; the document is
+    parsed once per version of the file (:func:`_exploration_document`). A file that is not an
+    exploration of the version this reads is a ReportError saying so."""
     import math
 
     from hlo_roofline import explorer
 
-    try:
-        doc = json.loads(_text(path))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ReportError(f"cannot read the exploration: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != explorer.FORMAT:
-        raise ReportError(f'not an exploration (no "format": "{explorer.FORMAT}")')
-    if doc.get("version") != explorer.VERSION or not isinstance(doc.get("rows"), list):
-        raise ReportError(f"exploration version {doc.get('version')!r}; this reads {explorer.VERSION}")
-
+    doc = _exploration_document(path)
     def number(value):
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         return value if ok else None
@@ -702,7 +697,9 @@ def exploration(path: str, runs: set[str], prefix: str = "") -> dict:
     axes = [a for a in doc.get("axes") or [] if isinstance(a, str)]
     knobs = [k for k in doc.get("knobs") or [] if isinstance(k, str)]
     rows = []
-    for raw in doc["rows"]:
+    total = len(doc["rows"])
+    page = doc["rows"][offset : None if limit is None else offset + limit]
+    for raw in page:
         if not isinstance(raw, dict):
             raise ReportError("an exploration row is not an object")
         row = {k: raw.get(k) for k in _EXPLORE_ROW_KEYS}
@@ -727,6 +724,48 @@ def exploration(path: str, runs: set[str], prefix: str = "") -> dict:
         "knobs": knobs,
         "rank_by": text(doc.get("rank_by")),
         "hbm_capacity": number(doc.get("hbm_capacity")),
+        "complete": doc.get("complete") is not False,
+        "failed": len(doc.get("failed") or []),
+        "rows_total": total,
+        "offset": offset,
         "rows": rows,
         "pruned": len(doc.get("pruned") or []),
     }
+
+
+# The last explorations parsed, by path: (mtime_ns, size, document). A page of a large one does
+# not parse its tens of MB again.
+_EXPLORATIONS: dict[str, tuple[int, int, dict]] = {}
+_EXPLORATIONS_KEPT = 4
+_EXPLORATIONS_LOCK = threading.Lock()
+
+
+def _exploration_document(path: str) -> dict:
+    """The exploration document at ``path``, checked; parsed again only when the file changed."""
+    import json
+
+    from hlo_roofline import explorer
+
+    try:
+        stat = os.stat(path)
+        version = (stat.st_mtime_ns, stat.st_size)
+    except OSError:  # remote paths: no stat, no cache
+        version = None
+    with _EXPLORATIONS_LOCK:
+        kept = _EXPLORATIONS.get(path)
+    if version is not None and kept is not None and kept[:2] == version:
+        return kept[2]
+    try:
+        doc = json.loads(_text(path))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ReportError(f"cannot read the exploration: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != explorer.FORMAT:
+        raise ReportError(f'not an exploration (no "format": "{explorer.FORMAT}")')
+    if doc.get("version") != explorer.VERSION or not isinstance(doc.get("rows"), list):
+        raise ReportError(f"exploration version {doc.get('version')!r}; this reads {explorer.VERSION}")
+    if version is not None:
+        with _EXPLORATIONS_LOCK:
+            while len(_EXPLORATIONS) >= _EXPLORATIONS_KEPT:
+                _EXPLORATIONS.pop(next(iter(_EXPLORATIONS)))
+            _EXPLORATIONS[path] = (*version, doc)
+    return doc

@@ -415,17 +415,29 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
     def _serve_explorations(self, request):
         """Every layout exploration in the logdir (``explore`` writes one beside its runs), as
         the exploration view draws it: ``[{"dir", ...}]``, a file that cannot be read as
-        ``{"dir", "error"}``; its rows' ``run`` names the candidate's run where it is here."""
+        ``{"dir", "error"}``; its rows' ``run`` names the candidate's run where it is here.
+
+        Rows come a page at a time (an exploration of 100k candidates is tens of MB): ``limit``
+        rows (default ``EXPLORE_PAGE``, at most ``EXPLORE_PAGE_MAX``) from ``offset`` (default 0),
+        best-ranked first, with ``rows_total``; ``dir`` asks for one exploration's page alone."""
 
         def answer(_data):
+            offset = _count_arg(request, "offset", 0)
+            limit = min(_count_arg(request, "limit", EXPLORE_PAGE), EXPLORE_PAGE_MAX)
+            wanted = request.args.get("dir")
             runs = set(self._index.runs())
             out = []
             for where, path in self._index.explorations():
+                if wanted is not None and where != wanted:
+                    continue
                 prefix = "" if where == TOP_RUN else f"{where}/"
                 try:
-                    out.append({"dir": where, **_data.exploration(path, runs, prefix)})
+                    page = _data.exploration(path, runs, prefix, offset=offset, limit=limit)
+                    out.append({"dir": where, **page})
                 except _data.ReportError as exc:
                     out.append({"dir": where, "error": self._redact(exc)})
+            if wanted is not None and not out:
+                raise NotFound(f"no exploration in {wanted!r}")
             return _json_response(request, out)
 
         return self._guarded(request, answer)
@@ -457,6 +469,19 @@ class HloRooflinePlugin(base_plugin.TBPlugin):
             if path:
                 text = text.replace(path, "<logdir>")
         return text
+
+
+EXPLORE_PAGE, EXPLORE_PAGE_MAX = 500, 5000  # rows of an exploration per response
+
+
+def _count_arg(request, name: str, default: int) -> int:
+    """A query argument that is a count (0 or more); BadRequest for anything else."""
+    text = request.args.get(name)
+    if text is None or text == "":
+        return default
+    if not text.isdigit() or len(text) > 12:
+        raise BadRequest(f"{name} must be a whole number >= 0, not {text[:20]!r}")
+    return int(text)
 
 
 def _warm(index: RunIndex) -> None:

@@ -190,13 +190,16 @@ def test_a_failing_candidate_is_a_row_not_an_exception():
             make, TARGET, axes=AXES, knobs=KNOBS, executor=pool, cache=False, progress=False
         )
     bad = result.table[result.table["tensor"] == 4].iloc[0]
-    assert bad["status"] == explorer.STATUS_ERROR == "compile_error"
+    assert bad["status"] == explorer.STATUS_ERROR == "error"
     assert bad["error"] == "RuntimeError: no layout for tensor=4"
+    assert "no layout for tensor=4\nsecond line" in bad["traceback"]  # the user's, kept whole
+    assert "in make" in bad["traceback"]
+    assert not result.complete and list(result.failed["candidate"]) == [bad["candidate"]]
     assert pd.isna(bad["rank"])
     assert result.reports[bad["candidate"]] is None
     assert (result.table["status"] == "ok").sum() == 2
     text = cli_explore.table_text(result)  # the CLI prints it: dashes where nothing is known
-    assert "compile error" in text and "RuntimeError: no layout for tensor=4" in text
+    assert "error: RuntimeError: no layout for tensor=4" in text
 
 
 def test_progress_bar_and_eta():
@@ -229,8 +232,10 @@ def test_cli_explore(pool_run, tmp_path, monkeypatch):
     for row in doc["rows"]:  # --model-flops is the whole step's: each device does a quarter
         assert row["mfu_model"] == pytest.approx(3.84e8 / 4 / (row["step_s"] * c))
     assert csv.read_text().count("\n") == 4
-    runs = sorted(p.name for p in (tmp_path / "logs").iterdir())
-    assert len(runs) == 4 and "hlo_roofline_explore.json" in runs  # 3 runs and the table
+    # the exploration keeps to its own directory of the logdir: 3 runs and the table
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == ["tiny@v5e-2x2"]
+    runs = sorted(p.name for p in (tmp_path / "logs" / "tiny@v5e-2x2").iterdir())
+    assert len(runs) == 4 and "hlo_roofline_explore.json" in runs
     assert "vs best" in result.stdout and "best" in result.stdout.split("vs best")[1]
 
 

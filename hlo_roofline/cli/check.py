@@ -9,6 +9,7 @@ import jax
 
 from hlo_roofline._json import dumps
 from hlo_roofline.check import (
+    COMPLETE_RULE,
     GAP_RULE,
     KINDS,
     REQUIRABLE,
@@ -92,6 +93,10 @@ _KIND_HELP = ", ".join(KINDS)
                    "(data=16,tensor=4).")  # fmt: skip
 @click.option("--max-gap-to-best", type=float, metavar="PCT",
               help="The configured layout may be at most PCT% slower than the best explored.")  # fmt: skip
+@click.option("--allow-missing", "allow_missing", multiple=True, metavar="LAYOUT",
+              help="In --explore, candidates that may lack an answer (crashed, timed out, "
+                   "raised): a label, NAME=VALUE pairs, or 'any' (repeatable). Without it an "
+                   "incomplete exploration fails.")  # fmt: skip
 @no_cache_option
 @format_option("table", "json")
 def check_command(report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags):
@@ -115,8 +120,9 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
       $ hlo-roofline check --explore fixtures/explore/h100_gate --layout data=8 --max-gap-to-best 10  # exit 1
     """
     gate = {k: flags.pop(k) for k in ("explore_path", "layout", "max_gap_to_best")}
-    if any(v is not None for v in gate.values()):
-        _explore_gate(report_path, entry, rules_path, flags, fmt, **gate)
+    allow_missing = flags.pop("allow_missing")
+    if any(v is not None for v in gate.values()) or allow_missing:
+        _explore_gate(report_path, entry, rules_path, flags, fmt, allow_missing=allow_missing, **gate)
         return
     if (report_path is None) == (entry is None):
         raise click.UsageError("give a REPORT or --from FILE.py:NAME (exactly one)")
@@ -149,9 +155,12 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
     _print_result(result, fmt, f"{len(result.selected)} ops selected")
 
 
-def _explore_gate(report_path, entry, rules_path, flags, fmt, explore_path, layout, max_gap_to_best):
+def _explore_gate(
+    report_path, entry, rules_path, flags, fmt, explore_path, layout, max_gap_to_best, allow_missing
+):
     """``check --explore RESULT --layout L --max-gap-to-best X``: the configured layout against
-    the best the explorer found (exit 1 when more than X% slower, or not compiled or fitting)."""
+    the best the explorer found (exit 1 when more than X% slower, not compiled or fitting, or
+    when the exploration is incomplete past what ``--allow-missing`` names)."""
     from hlo_roofline import explorer  # a face too: reads the explorer's own files
 
     if explore_path is None or layout is None or max_gap_to_best is None:
@@ -163,7 +172,7 @@ def _explore_gate(report_path, entry, rules_path, flags, fmt, explore_path, layo
         raise click.UsageError(f"--explore gates an exploration alone: drop {', '.join(given)}")
     try:
         table = explorer.read_table(explore_path)
-        result = explore_gate(table, layout, max_gap_to_best)
+        result = explore_gate(table, layout, max_gap_to_best, allow_missing)
     except explorer.ExplorationError as exc:
         raise InputError(one_line(exc)) from None
     except RuleError as exc:
@@ -190,7 +199,10 @@ def _print_gate(result: ExploreGateResult, fmt: str) -> None:
         click.echo(f"passed: {result.describe()} ({result.layout} is {where})")
     else:
         click.echo(result.table())
-        click.echo(f"\nfailed: {result.layout} breaks {GAP_RULE} {result.max_gap_to_best:g}%")
+        broken = sorted({v.rule for v in result.violations})
+        words = {GAP_RULE: f"{GAP_RULE} {result.max_gap_to_best:g}%",
+                 COMPLETE_RULE: f"{COMPLETE_RULE} (the exploration lacks answers)"}  # fmt: skip
+        click.echo(f"\nfailed: {result.layout} breaks {', '.join(words[r] for r in broken)}")
     if not result.passed:
         raise SystemExit(1)
 
