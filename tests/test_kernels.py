@@ -113,9 +113,14 @@ def test_kernel_flops_match_the_analytic_attention_count(case):
             assert cost.flops == flops, instr.name
             assert cost.bytes_accessed > 0
             unseen = c["kernel"] != "triton_decode" and not c.get("lengths")  # all in the text
-            if unseen and "attention" in "; ".join(cost.notes):  # (nor the delta kernel)
+            # a splash full mask is a broadcast scalar, printed; a causal or local one is elided
+            full = c["kernel"] == "splash" and not (c.get("causal") or c.get("window"))
+            if unseen and not full and "attention" in "; ".join(cost.notes):  # (not delta)
                 bound = "upper bound" in "; ".join(cost.notes)
                 assert bound, "a mask or lengths the text does not show makes it an upper bound"
+                assert cost.upper_bound, "and says so in its flag"
+            elif full:
+                assert not cost.upper_bound, "a mask read is no upper bound"
 
 
 def test_shape_price_agrees_with_the_kernels_own_estimate():
