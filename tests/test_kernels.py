@@ -57,13 +57,31 @@ def kernels(module) -> list:
 BLOCK = 128  # splash attention's default block sizes, which its cases run with
 
 
+def kept_blocks(s: int, block: int, window: int) -> int:
+    """The blocks of ``block × block`` (query, key) pairs of one head that hold a pair its mask
+    keeps: key j ≤ query i (causal), and j ≥ i − window where there is a window."""
+    kept = 0
+    for rows in range(0, s, block):
+        for columns in range(0, s, block):
+            seen = columns <= rows + block - 1  # some key at or before some query
+            near = not window or columns + block - 1 + window >= rows
+            kept += seen and near
+    return kept
+
+
 def pairs(c: dict) -> int:
-    """(query, key) pairs of one attention: batch × heads × Sq × Skv; for splash attention with a
-    local window, those of the blocks its grid visits: each block row of queries reaches back
-    window/BLOCK blocks and its own."""
+    """(query, key) pairs of one attention: batch × heads × Sq × Skv; for splash attention whose
+    block mask is printed (``printed``), those of the blocks its mask keeps (a partial block is
+    computed whole); with a local window and the mask elided, those of the blocks its grid visits:
+    each block row of queries reaches back window/BLOCK blocks and its own."""
+    if c.get("printed"):
+        block = c.get("block") or BLOCK
+        windows = c.get("windows") or [c.get("window", 0)] * c["h"]
+        per_head = [kept_blocks(c["s"], block, windows[i % len(windows)]) for i in range(c["h"])]
+        return (c.get("b") or 1) * sum(per_head) * block * block
     if c.get("window"):
         return c["h"] * (c["s"] // BLOCK) * (c["window"] // BLOCK + 1) * BLOCK * BLOCK
-    return c.get("b", 1) * c["h"] * c["s"] * c["s"]
+    return (c.get("b") or 1) * c["h"] * c["s"] * c["s"]
 
 
 def expected(c: dict) -> list[float]:
@@ -114,7 +132,9 @@ def test_kernel_flops_match_the_analytic_attention_count(case):
             assert cost.bytes_accessed > 0
             unseen = c["kernel"] != "triton_decode" and not c.get("lengths")  # all in the text
             # a splash full mask is a broadcast scalar, printed; a causal or local one is elided
+            # unless the case prints its constants
             full = c["kernel"] == "splash" and not (c.get("causal") or c.get("window"))
+            full = full or bool(c.get("printed"))
             if unseen and not full and "attention" in "; ".join(cost.notes):  # (not delta)
                 bound = "upper bound" in "; ".join(cost.notes)
                 assert bound, "a mask or lengths the text does not show makes it an upper bound"
