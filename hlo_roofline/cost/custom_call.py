@@ -354,14 +354,18 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
     if grouped is not None:
         return grouped
     estimate = _declared_estimate(instr)
+    known = attention_cost(instr, name, ctx)  # a JAX attention kernel, from its shapes
     if estimate is not None:
-        return Cost(
+        declared = Cost(
             flops=float(estimate.get("flops", 0)),
             transcendentals=float(estimate.get("transcendentals", 0)),
             bytes_accessed=float(estimate.get("bytes_accessed", 0)),
             notes=(f"custom call '{name}': kernel's declared cost estimate",),
         )
-    known = attention_cost(instr, name, ctx)  # a JAX attention kernel, from its shapes
+        if known is not None:  # an attention kernel's products are matrix-unit work
+            mxu = min(known.mxu_flops, declared.flops)
+            return declared.replace(mxu_flops=mxu, upper_bound=known.upper_bound)
+        return declared
     if known is not None:
         return known
     if instr.called and on_sparsecore(instr):
