@@ -244,3 +244,47 @@ def test_attention_kernels_run_on_the_matrix_unit_in_the_verdict():
         assert op.kernel_mxu_flops == op.flops
         assert op.compute_unit == "mxu"
         assert op.t_compute_s == pytest.approx(op.kernel_mxu_flops / peak, rel=1e-9)
+
+
+LOOP = """HloModule loop
+
+%body (p: (s32[], s8[1,2,2])) -> (s32[], s8[1,2,2]) {
+  %p = (s32[], s8[1,2,2]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %mask = s8[1,2,2] get-tuple-element(%p), index=1
+  %copy = s8[1,2,2] copy(%mask)
+  %kept = s8[1,2,2] STATE
+  ROOT %t = (s32[], s8[1,2,2]) tuple(%next, %kept)
+}
+
+%cond (q: (s32[], s8[1,2,2])) -> pred[] {
+  %q = (s32[], s8[1,2,2]) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main () -> (s32[], s8[1,2,2]) {
+  %zero = s32[] constant(0)
+  %blocks = s8[1,2,2] constant({ { { 1, 0 }, { 2, 1 } } })
+  %init = (s32[], s8[1,2,2]) tuple(%zero, %blocks)
+  ROOT %w = (s32[], s8[1,2,2]) while(%init), condition=%cond, body=%body
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("state", "read"),
+    [("copy(%mask)", [1, 0, 2, 1]), ("negate(%mask)", None)],
+    ids=["handed-on", "changed"],
+)
+def test_a_mask_in_loop_state_is_read_only_if_the_body_hands_it_on(state, read):
+    """A constant carried in a while loop's state is the value inside the loop only if the body
+    passes it on unchanged; one the body changes is not read (its values differ by iteration)."""
+    from hlo_roofline.cost.attention_kernels import _constant_source, _int_values
+
+    module = parse(LOOP.replace("STATE", state))
+    mask = next(i for i in module.instructions() if i.name == "copy")
+    assert _int_values(_constant_source(mask, CostContext(module))) == read
