@@ -12,7 +12,7 @@ import json
 import re
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, SLOW
 
 from hlo_roofline.cost import walk
 from hlo_roofline.cost.attention_kernels import price, recognise
@@ -288,3 +288,25 @@ def test_a_mask_in_loop_state_is_read_only_if_the_body_hands_it_on(state, read):
     module = parse(LOOP.replace("STATE", state))
     mask = next(i for i in module.instructions() if i.name == "copy")
     assert _int_values(_constant_source(mask, CostContext(module))) == read
+
+
+@SLOW
+@pytest.mark.filterwarnings("ignore::hlo_roofline.api.UnshardedProgramWarning")
+def test_analyze_reads_a_splash_mask():
+    """``hlo_roofline.analyze`` keeps the constants a Pallas kernel reads (``as_text()`` elides
+    them): a causal splash attention is priced at the blocks its mask keeps."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    import hlo_roofline as hr
+
+    h, s, d = 2, 1024, 128
+    mask = sm.MultiHeadMask([sm.CausalMask((s, s))] * h)
+    kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
+    q = jax.ShapeDtypeStruct((h, s, d), jnp.bfloat16)
+    report = hr.analyze(kernel, q, q, q, target="v5e:2x2", cache=False)
+    rows = report.ops[report.ops["name"].str.startswith("splash_mha_fwd")]
+    assert len(rows) == 1
+    assert rows["flops"].iloc[0] == 4 * d * h * kept_blocks(s, BLOCK, 0) * BLOCK * BLOCK
