@@ -309,9 +309,9 @@ def _visited_share(
     bq, bkv = sizes
     mask_heads, rows, columns = masks[1].shape.dims
     values = _int_values(_constant_source(masks[1], ctx))
-    if values is not None and mask_heads and heads % mask_heads == 0:
-        computed = sum(1 for v in values if v) * (heads // mask_heads)
-        share = computed * bq * bkv / (heads * sq * skv)
+    computed = sum(1 for v in values if v) * (heads // mask_heads) if values and mask_heads else 0
+    share = computed * bq * bkv / (heads * sq * skv)
+    if values is not None and mask_heads and heads % mask_heads == 0 and share <= 1:
         return Visited(share, (
             f"its block mask read: {computed / heads:g} blocks of {bq}×{bkv} a head computed "
             f"({share:.1%} of the pairs; partial blocks whole)"
