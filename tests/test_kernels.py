@@ -270,7 +270,10 @@ ENTRY %main () -> (s32[], s8[1,2,2]) {
   %zero = s32[] constant(0)
   %blocks = s8[1,2,2] constant({ { { 1, 0 }, { 2, 1 } } })
   %init = (s32[], s8[1,2,2]) tuple(%zero, %blocks)
-  ROOT %w = (s32[], s8[1,2,2]) while(%init), condition=%cond, body=%body
+  %w = (s32[], s8[1,2,2]) while(%init), condition=%cond, body=%body
+  %after = s8[1,2,2] get-tuple-element(%w), index=1
+  %i = s32[] get-tuple-element(%w), index=0
+  ROOT %out = (s32[], s8[1,2,2]) tuple(%i, %after)
 }
 """
 
@@ -281,13 +284,16 @@ ENTRY %main () -> (s32[], s8[1,2,2]) {
     ids=["handed-on", "changed"],
 )
 def test_a_mask_in_loop_state_is_read_only_if_the_body_hands_it_on(state, read):
-    """A constant carried in a while loop's state is the value inside the loop only if the body
-    passes it on unchanged; one the body changes is not read (its values differ by iteration)."""
+    """A constant carried in a while loop's state is the value inside the loop, and after it (a
+    later loop's kernel reads it there), only if the body passes it on unchanged; one the body
+    changes is not read (its values differ by iteration)."""
     from hlo_roofline.cost.attention_kernels import _constant_source, _int_values
 
     module = parse(LOOP.replace("STATE", state))
-    mask = next(i for i in module.instructions() if i.name == "copy")
-    assert _int_values(_constant_source(mask, CostContext(module))) == read
+    ctx = CostContext(module)
+    for name in ("copy", "after"):
+        mask = next(i for i in module.instructions() if i.name == name)
+        assert _int_values(_constant_source(mask, ctx)) == read, name
 
 
 @SLOW

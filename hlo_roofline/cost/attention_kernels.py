@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from hlo_roofline.cost.base import Cost, CostContext, element_bytes
+from hlo_roofline.cost.base import Cost, CostContext, callee, element_bytes
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Computation, Instruction, Shape
 
@@ -333,7 +333,8 @@ _MAX_HOPS = 64
 def _constant_source(value: Instruction, ctx: CostContext) -> Instruction | None:
     """The ``constant`` (or ``broadcast``) whose values ``value`` holds, if it is one: followed
     through copies and views, tuples, and out of a called computation's parameter into its
-    caller's operand (a while loop's state element only if the body hands it on unchanged)."""
+    caller's operand; a while loop's state element, in the loop or out of it, only if the body
+    hands it on unchanged."""
     wanted: list[int] = []  # the tuple elements to take, innermost last
     for _ in range(_MAX_HOPS):
         opcode = value.opcode
@@ -346,6 +347,8 @@ def _constant_source(value: Instruction, ctx: CostContext) -> Instruction | None
             value = value.operands[0]
         elif opcode == "tuple" and wanted and wanted[-1] < len(value.operands):
             value = value.operands[wanted.pop()]
+        elif opcode == "while" and value.operands and _hands_on(callee(value, ctx, "body"), wanted):
+            value = value.operands[0]  # a loop-invariant element leaves the loop as it entered
         elif opcode == "parameter" and value.parameter_number is not None:
             caller = _callers(ctx).get(id(value.computation))
             if caller is None or value.parameter_number >= len(caller.operands):
