@@ -280,20 +280,20 @@ ENTRY %main () -> (s32[], s8[1,2,2]) {
 
 @pytest.mark.parametrize(
     ("state", "read"),
-    [("copy(%mask)", [1, 0, 2, 1]), ("negate(%mask)", None)],
+    [("copy(%mask)", [3]), ("negate(%mask)", None)],  # the blocks {1, 0, 2, 1}: 3 nonzero
     ids=["handed-on", "changed"],
 )
 def test_a_mask_in_loop_state_is_read_only_if_the_body_hands_it_on(state, read):
     """A constant carried in a while loop's state is the value inside the loop, and after it (a
     later loop's kernel reads it there), only if the body passes it on unchanged; one the body
     changes is not read (its values differ by iteration)."""
-    from hlo_roofline.cost.attention_kernels import _constant_source, _int_values
+    from hlo_roofline.cost.attention_kernels import _nonzero_counts
 
     module = parse(LOOP.replace("STATE", state))
     ctx = CostContext(module)
     for name in ("copy", "after"):
         mask = next(i for i in module.instructions() if i.name == name)
-        assert _int_values(_constant_source(mask, ctx)) == read, name
+        assert _nonzero_counts(mask, ctx) == read, name
 
 
 @SLOW
@@ -316,3 +316,50 @@ def test_analyze_reads_a_splash_mask():
     rows = report.ops[report.ops["name"].str.startswith("splash_mha_fwd")]
     assert len(rows) == 1
     assert rows["flops"].iloc[0] == 4 * d * h * kept_blocks(s, BLOCK, 0) * BLOCK * BLOCK
+
+
+MAXTEXT = FIXTURES / "maxtext"
+MAXTEXT_BLOCK = 512  # MaxText's default splash block sizes (sa_block_q, sa_block_kv, ...: 512)
+
+
+@pytest.mark.parametrize("name", ["default_v5p8", "llama2_7b_v5e16", "mixtral_8x7b_v5p8"])
+def test_maxtext_splash_is_priced_at_its_causal_blocks(name):
+    """MaxText's own step (fixtures/maxtext, its constants printed): each splash kernel reads its
+    block mask through the scanned layers' loop state (and the forward loop's result, in the
+    backward loop), and is priced at the causal mask's blocks: 10 of 16 at 2048 positions in
+    blocks of 512, per (batch row, head), times 4·D forward, 6·D dq, 8·D dkv."""
+    config = json.loads((MAXTEXT / f"{name}.json").read_text())["config"]
+    with gzip.open(MAXTEXT / f"{name}.hlo.txt.gz", "rt") as f:
+        module = parse_text(f.read())
+    found = [(i, c) for i, c in kernels(module) if i.name.startswith("splash")]
+    assert len(found) == 4  # forward, its rematerialized copy, dq, dkv
+    s, d = config["max_target_length"], config["head_dim"]
+    for instr, cost in found:
+        q = instr.operands[2].shape  # [batch, heads, S, D] of this device
+        assert q.dims[-2:] == (s, d)
+        rows_heads = q.elements // (s * d)
+        pairs = rows_heads * kept_blocks(s, MAXTEXT_BLOCK, 0) * MAXTEXT_BLOCK**2
+        phase = re.search(r"splash_mha_(fwd|dq|dkv)", instr.name).group(1)
+        assert cost.flops == {"fwd": 4, "dq": 6, "dkv": 8}[phase] * d * pairs, instr.name
+        assert not cost.upper_bound
+
+
+SLICED = """HloModule sliced
+
+ENTRY %main (i: s32[]) -> s8[1,2,2] {
+  %i = s32[] parameter(0)
+  %zero = s32[] constant(0)
+  %all = s8[2,2,2] constant({ { { 1, 0 }, { 2, 1 } }, { { 2, 2 }, { 2, 2 } } })
+  ROOT %one = s8[1,2,2] dynamic-slice(%all, %i, %zero, %zero), dynamic_slice_sizes={1,2,2}
+}
+"""
+
+
+def test_a_shards_mask_taken_at_a_runtime_index_counts_every_shards():
+    """A head-sharded splash takes its shard's mask out of every shard's at a runtime index: each
+    window the slice may take is counted (the pricing takes the largest: an upper bound where they
+    differ)."""
+    from hlo_roofline.cost.attention_kernels import _nonzero_counts
+
+    module = parse(SLICED)
+    assert _nonzero_counts(module.entry.root, CostContext(module)) == [3, 4]

@@ -35,6 +35,8 @@ names, not the whole cache it is handed.
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -308,14 +310,16 @@ def _visited_share(
         return _UNREAD
     bq, bkv = sizes
     mask_heads, rows, columns = masks[1].shape.dims
-    values = _int_values(_constant_source(masks[1], ctx))
-    computed = sum(1 for v in values if v) * (heads // mask_heads) if values and mask_heads else 0
+    counts = _nonzero_counts(masks[1], ctx)
+    computed = max(counts) * (heads // mask_heads) if counts and mask_heads else 0
     share = computed * bq * bkv / (heads * sq * skv)
-    if values is not None and mask_heads and heads % mask_heads == 0 and share <= 1:
+    if counts is not None and mask_heads and heads % mask_heads == 0 and share <= 1:
+        varies = len(set(counts)) > 1  # a shard's mask, taken at a runtime index: the largest
         return Visited(share, (
             f"its block mask read: {computed / heads:g} blocks of {bq}×{bkv} a head computed "
-            f"({share:.1%} of the pairs; partial blocks whole)"
-        ), False)  # fmt: skip
+            f"({share:.1%} of the pairs; partial blocks whole"
+            + ("; the most of any shard's mask: upper bound)" if varies else ")")
+        ), varies)  # fmt: skip
     share = min(1.0, rows * columns * bq * bkv / (sq * skv))
     if share == 1.0:
         return _UNREAD
@@ -330,16 +334,26 @@ _VALUE_KEEPING = ("copy", "copy-done", "copy-start", "bitcast", "reshape", "conv
 _MAX_HOPS = 64
 
 
-def _constant_source(value: Instruction, ctx: CostContext) -> Instruction | None:
+class _Source(NamedTuple):
+    """Where a value comes from: a ``constant`` or ``broadcast``, and the ``dynamic-slice`` (at a
+    runtime index) that takes the value out of it, if one does."""
+
+    origin: Instruction
+    sliced: Instruction | None
+
+
+def _constant_source(value: Instruction, ctx: CostContext) -> _Source | None:
     """The ``constant`` (or ``broadcast``) whose values ``value`` holds, if it is one: followed
-    through copies and views, tuples, and out of a called computation's parameter into its
-    caller's operand; a while loop's state element, in the loop or out of it, only if the body
-    hands it on unchanged."""
+    through copies and views, tuples, into a fusion's root and out of a called computation's
+    parameter into its caller's operand, through one ``dynamic-slice`` (a head shard's mask taken
+    out of every shard's at the shard's index); a while loop's state element, in the loop or out
+    of it, only if the body hands it on unchanged."""
     wanted: list[int] = []  # the tuple elements to take, innermost last
+    sliced = None
     for _ in range(_MAX_HOPS):
         opcode = value.opcode
         if opcode in ("constant", "broadcast") and not wanted:
-            return value
+            return _Source(value, sliced)
         if opcode in _VALUE_KEEPING and value.operands:
             value = value.operands[0]
         elif opcode == "get-tuple-element" and value.operands:
@@ -347,6 +361,10 @@ def _constant_source(value: Instruction, ctx: CostContext) -> Instruction | None
             value = value.operands[0]
         elif opcode == "tuple" and wanted and wanted[-1] < len(value.operands):
             value = value.operands[wanted.pop()]
+        elif opcode == "fusion" and not wanted and value.called and value.called[0].root:
+            value = value.called[0].root
+        elif opcode == "dynamic-slice" and sliced is None and not wanted and value.operands:
+            sliced, value = value, value.operands[0]
         elif opcode == "while" and value.operands and _hands_on(callee(value, ctx, "body"), wanted):
             value = value.operands[0]  # a loop-invariant element leaves the loop as it entered
         elif opcode == "parameter" and value.parameter_number is not None:
@@ -359,6 +377,39 @@ def _constant_source(value: Instruction, ctx: CostContext) -> Instruction | None
         else:
             return None
     return None
+
+
+_MAX_WINDOWS = 4096  # the start positions of a dynamic slice tried, at most
+
+
+def _nonzero_counts(value: Instruction, ctx: CostContext) -> list[int] | None:
+    """The nonzero entries of each array ``value`` may hold: one where it is a constant the text
+    prints, one a start position where a runtime ``dynamic-slice`` takes it out of one."""
+    source = _constant_source(value, ctx)
+    values = _int_values(source.origin) if source is not None else None
+    if values is None:
+        return None
+    if source.sliced is None:
+        return [sum(1 for v in values if v)]
+    whole = source.origin.shape.dims
+    sizes = attrs.ints(source.sliced, "dynamic_slice_sizes")
+    if source.sliced.operands[0].shape.dims != whole or len(sizes) != len(whole):
+        return None
+    starts = [range(n - k + 1) for n, k in zip(whole, sizes, strict=True)]
+    if any(not r for r in starts) or math.prod(len(r) for r in starts) > _MAX_WINDOWS:
+        return None
+    strides = [math.prod(whole[d + 1 :]) for d in range(len(whole))]
+    window = [
+        sum(i * stride for i, stride in zip(index, strides, strict=True))
+        for index in itertools.product(*(range(k) for k in sizes))
+    ]  # the offsets of a window's entries from its first
+    return [
+        sum(1 for offset in window if values[first + offset])
+        for first in (
+            sum(i * stride for i, stride in zip(start, strides, strict=True))
+            for start in itertools.product(*starts)
+        )
+    ]
 
 
 def _callers(ctx: CostContext) -> dict[int, Instruction]:
@@ -441,7 +492,8 @@ def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None
     context = pages_per_sequence * page
     known = None
     if kernel.family == "paged":
-        known = _int_values(_constant_source(_int_operands(instr)[0], ctx))
+        source = _constant_source(_int_operands(instr)[0], ctx)
+        known = _int_values(source.origin) if source and source.sliced is None else None
     guessed = known is None or len(known) != sequences
     if not guessed:  # lengths fixed in the program
         positions = sum(min(max(n, 0), context) for n in known)
