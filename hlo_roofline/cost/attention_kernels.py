@@ -24,13 +24,14 @@ follow a fixed order, so their work follows from the shapes:
 A cuDNN call says its pairs and mask in its backend_config (``intermediate_tensor_shape``
 ``[B, N, Sq, Skv]``, ``mask_type``, ``sliding_window_length``): a causal mask keeps the pairs at or
 below the diagonal, Sq·(Sq + 1)/2 of Sq² (the least work the kernel can do: it skips the tiles above
-the diagonal and computes its diagonal tiles whole). What a Pallas kernel's text does not say is
-assumed, and said in the row's note: its mask (a causal kernel skips about half of the pairs, a
-splash kernel the blocks its block mask marks empty; neither is visible in the compiled text, whose
-constants are elided) is taken as full, so FLOPs are an upper bound; a paged kernel's lengths are
-runtime values, so every sequence is taken as long as its page table allows (another upper bound).
-Bytes are the operands and results, except that a paged kernel reads only the pages its page table
-names, not the whole cache it is handed.
+the diagonal and computes its diagonal tiles whole). A splash kernel computes the blocks its block
+mask marks nonzero: where the text prints the mask (a constant ``as_text()`` elides, printed with
+``print_large_constants``, as ``hlo_roofline.analyze`` keeps a Pallas program) those blocks are
+counted. What a Pallas kernel's text does not say is never guessed smaller: an elided splash mask, a
+flash kernel's ``causal`` flag (in its body) are taken as every block the grid visits; a paged
+kernel's runtime lengths as long as its page table allows. Such a cost is flagged ``upper_bound``
+and its note says so. Bytes are the operands and results, except that a paged kernel reads only the
+pages its page table names, not the whole cache it is handed.
 """
 
 from __future__ import annotations
