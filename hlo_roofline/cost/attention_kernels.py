@@ -176,7 +176,9 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
         mxu_flops=flops,  # every one of them is in a QKᵀ or PV product: matrix-unit work
         transcendentals=exps * pairs,
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
-        notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {visited.note}",),
+        notes=(
+            f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {visited.note}",
+        ),
         upper_bound=visited.upper_bound,
     )
 
