@@ -60,7 +60,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "HLO_ROOFLINE_CACHE_DIR"
-FORMAT = "3"  # bump when what is stored changes (3: a checksummed metadata file per entry)
+# bump when what is stored changes (3: a checksummed metadata file per entry; 4: a Pallas TPU
+# kernel's constants printed)
+FORMAT = "4"
 _VERSIONED = ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt")
 HLO_SUFFIX = ".hlo.txt"
 META_SUFFIX = ".meta.json"
@@ -138,7 +140,24 @@ def _compile(lowered) -> Program:
     memory = None
     if stats is not None:
         memory = {f: int(getattr(stats, f, 0) or 0) for f in MEMORY_FIELDS}
-    return Program(compiled.as_text(), memory)
+    return Program(optimized_text(compiled), memory)
+
+
+def optimized_text(compiled) -> str:
+    """``compiled.as_text()``, with the constants it elides (``{...}``: over 10 elements) printed
+    where a Pallas TPU kernel may read them: splash attention's block mask says which blocks it
+    computes (cost/attention_kernels.py). Other programs' text stays as ``as_text()`` writes it."""
+    text = compiled.as_text()
+    if "tpu_custom_call" not in text or "{...}" not in text:
+        return text
+    try:
+        from jaxlib import _hlo
+
+        options = _hlo.HloPrintOptions()
+        options.print_large_constants = True
+        return compiled.runtime_executable().hlo_modules()[0].to_string(options)
+    except (ImportError, AttributeError, IndexError, RuntimeError):  # a jaxlib without them
+        return text
 
 
 def key(lowered, target: str | None) -> str:

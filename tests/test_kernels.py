@@ -12,7 +12,7 @@ import json
 import re
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, SLOW
 
 from hlo_roofline.cost import walk
 from hlo_roofline.cost.attention_kernels import price, recognise
@@ -57,13 +57,31 @@ def kernels(module) -> list:
 BLOCK = 128  # splash attention's default block sizes, which its cases run with
 
 
+def kept_blocks(s: int, block: int, window: int) -> int:
+    """The blocks of ``block × block`` (query, key) pairs of one head that hold a pair its mask
+    keeps: key j ≤ query i (causal), and j ≥ i − window where there is a window."""
+    kept = 0
+    for rows in range(0, s, block):
+        for columns in range(0, s, block):
+            seen = columns <= rows + block - 1  # some key at or before some query
+            near = not window or columns + block - 1 + window >= rows
+            kept += seen and near
+    return kept
+
+
 def pairs(c: dict) -> int:
-    """(query, key) pairs of one attention: batch × heads × Sq × Skv; for splash attention with a
-    local window, those of the blocks its grid visits: each block row of queries reaches back
-    window/BLOCK blocks and its own."""
+    """(query, key) pairs of one attention: batch × heads × Sq × Skv; for splash attention whose
+    block mask is printed (``printed``), those of the blocks its mask keeps (a partial block is
+    computed whole); with a local window and the mask elided, those of the blocks its grid visits:
+    each block row of queries reaches back window/BLOCK blocks and its own."""
+    if c.get("printed"):
+        block = c.get("block") or BLOCK
+        windows = c.get("windows") or [c.get("window", 0)] * c["h"]
+        per_head = [kept_blocks(c["s"], block, windows[i % len(windows)]) for i in range(c["h"])]
+        return (c.get("b") or 1) * sum(per_head) * block * block
     if c.get("window"):
         return c["h"] * (c["s"] // BLOCK) * (c["window"] // BLOCK + 1) * BLOCK * BLOCK
-    return c.get("b", 1) * c["h"] * c["s"] * c["s"]
+    return (c.get("b") or 1) * c["h"] * c["s"] * c["s"]
 
 
 def expected(c: dict) -> list[float]:
@@ -109,13 +127,22 @@ def test_kernel_flops_match_the_analytic_attention_count(case):
         if own is not None:  # the kernel's own estimate is what the row says
             assert cost.flops == own
             assert cost.flops == pytest.approx(flops, rel=SOFTMAX / c["d"])
+            # its products on the matrix unit, the softmax's few elementwise FLOPs off it
+            assert cost.mxu_flops == min(flops, own)
         else:
             assert cost.flops == flops, instr.name
             assert cost.bytes_accessed > 0
             unseen = c["kernel"] != "triton_decode" and not c.get("lengths")  # all in the text
-            if unseen and "attention" in "; ".join(cost.notes):  # (nor the delta kernel)
+            # a splash full mask is a broadcast scalar, printed; a causal or local one is elided
+            # unless the case prints its constants
+            full = c["kernel"] == "splash" and not (c.get("causal") or c.get("window"))
+            full = full or bool(c.get("printed"))
+            if unseen and not full and "attention" in "; ".join(cost.notes):  # (not delta)
                 bound = "upper bound" in "; ".join(cost.notes)
                 assert bound, "a mask or lengths the text does not show makes it an upper bound"
+                assert cost.upper_bound, "and says so in its flag"
+            elif full:
+                assert not cost.upper_bound, "a mask read is no upper bound"
 
 
 def test_shape_price_agrees_with_the_kernels_own_estimate():
@@ -217,3 +244,122 @@ def test_attention_kernels_run_on_the_matrix_unit_in_the_verdict():
         assert op.kernel_mxu_flops == op.flops
         assert op.compute_unit == "mxu"
         assert op.t_compute_s == pytest.approx(op.kernel_mxu_flops / peak, rel=1e-9)
+
+
+LOOP = """HloModule loop
+
+%body (p: (s32[], s8[1,2,2])) -> (s32[], s8[1,2,2]) {
+  %p = (s32[], s8[1,2,2]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %mask = s8[1,2,2] get-tuple-element(%p), index=1
+  %copy = s8[1,2,2] copy(%mask)
+  %kept = s8[1,2,2] STATE
+  ROOT %t = (s32[], s8[1,2,2]) tuple(%next, %kept)
+}
+
+%cond (q: (s32[], s8[1,2,2])) -> pred[] {
+  %q = (s32[], s8[1,2,2]) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main () -> (s32[], s8[1,2,2]) {
+  %zero = s32[] constant(0)
+  %blocks = s8[1,2,2] constant({ { { 1, 0 }, { 2, 1 } } })
+  %init = (s32[], s8[1,2,2]) tuple(%zero, %blocks)
+  %w = (s32[], s8[1,2,2]) while(%init), condition=%cond, body=%body
+  %after = s8[1,2,2] get-tuple-element(%w), index=1
+  %i = s32[] get-tuple-element(%w), index=0
+  ROOT %out = (s32[], s8[1,2,2]) tuple(%i, %after)
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("state", "read"),
+    [("copy(%mask)", [3]), ("negate(%mask)", None)],  # the blocks {1, 0, 2, 1}: 3 nonzero
+    ids=["handed-on", "changed"],
+)
+def test_a_mask_in_loop_state_is_read_only_if_the_body_hands_it_on(state, read):
+    """A constant carried in a while loop's state is the value inside the loop, and after it (a
+    later loop's kernel reads it there), only if the body passes it on unchanged; one the body
+    changes is not read (its values differ by iteration)."""
+    from hlo_roofline.cost.attention_kernels import _nonzero_counts
+
+    module = parse(LOOP.replace("STATE", state))
+    ctx = CostContext(module)
+    for name in ("copy", "after"):
+        mask = next(i for i in module.instructions() if i.name == name)
+        assert _nonzero_counts(mask, ctx) == read, name
+
+
+@SLOW
+@pytest.mark.filterwarnings("ignore::hlo_roofline.api.UnshardedProgramWarning")
+def test_analyze_reads_a_splash_mask():
+    """``hlo_roofline.analyze`` keeps the constants a Pallas kernel reads (``as_text()`` elides
+    them): a causal splash attention is priced at the blocks its mask keeps."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    import hlo_roofline as hr
+
+    h, s, d = 2, 1024, 128
+    mask = sm.MultiHeadMask([sm.CausalMask((s, s))] * h)
+    kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
+    q = jax.ShapeDtypeStruct((h, s, d), jnp.bfloat16)
+    report = hr.analyze(kernel, q, q, q, target="v5e:2x2", cache=False)
+    rows = report.ops[report.ops["name"].str.startswith("splash_mha_fwd")]
+    assert len(rows) == 1
+    assert rows["flops"].iloc[0] == 4 * d * h * kept_blocks(s, BLOCK, 0) * BLOCK * BLOCK
+
+
+MAXTEXT = FIXTURES / "maxtext"
+MAXTEXT_BLOCK = 512  # MaxText's default splash block sizes (sa_block_q, sa_block_kv, ...: 512)
+
+
+@pytest.mark.parametrize("name", ["default_v5p8", "llama2_7b_v5e16", "mixtral_8x7b_v5p8"])
+def test_maxtext_splash_is_priced_at_its_causal_blocks(name):
+    """MaxText's own step (fixtures/maxtext, its constants printed): each splash kernel reads its
+    block mask through the scanned layers' loop state (and the forward loop's result, in the
+    backward loop), and is priced at the causal mask's blocks: 10 of 16 at 2048 positions in
+    blocks of 512, per (batch row, head), times 4·D forward, 6·D dq, 8·D dkv."""
+    config = json.loads((MAXTEXT / f"{name}.json").read_text())["config"]
+    with gzip.open(MAXTEXT / f"{name}.hlo.txt.gz", "rt") as f:
+        module = parse_text(f.read())
+    found = [(i, c) for i, c in kernels(module) if i.name.startswith("splash")]
+    assert len(found) == 4  # forward, its rematerialized copy, dq, dkv
+    s, d = config["max_target_length"], config["head_dim"]
+    for instr, cost in found:
+        q = instr.operands[2].shape  # [batch, heads, S, D] of this device
+        assert q.dims[-2:] == (s, d)
+        rows_heads = q.elements // (s * d)
+        pairs = rows_heads * kept_blocks(s, MAXTEXT_BLOCK, 0) * MAXTEXT_BLOCK**2
+        phase = re.search(r"splash_mha_(fwd|dq|dkv)", instr.name).group(1)
+        assert cost.flops == {"fwd": 4, "dq": 6, "dkv": 8}[phase] * d * pairs, instr.name
+        assert not cost.upper_bound
+
+
+SLICED = """HloModule sliced
+
+ENTRY %main (i: s32[]) -> s8[1,2,2] {
+  %i = s32[] parameter(0)
+  %zero = s32[] constant(0)
+  %all = s8[2,2,2] constant({ { { 1, 0 }, { 2, 1 } }, { { 2, 2 }, { 2, 2 } } })
+  ROOT %one = s8[1,2,2] dynamic-slice(%all, %i, %zero, %zero), dynamic_slice_sizes={1,2,2}
+}
+"""
+
+
+def test_a_shards_mask_taken_at_a_runtime_index_counts_every_shards():
+    """A head-sharded splash takes its shard's mask out of every shard's at a runtime index: each
+    window the slice may take is counted (the pricing takes the largest: an upper bound where they
+    differ)."""
+    from hlo_roofline.cost.attention_kernels import _nonzero_counts
+
+    module = parse(SLICED)
+    assert _nonzero_counts(module.entry.root, CostContext(module)) == [3, 4]

@@ -24,23 +24,27 @@ follow a fixed order, so their work follows from the shapes:
 A cuDNN call says its pairs and mask in its backend_config (``intermediate_tensor_shape``
 ``[B, N, Sq, Skv]``, ``mask_type``, ``sliding_window_length``): a causal mask keeps the pairs at or
 below the diagonal, Sq·(Sq + 1)/2 of Sq² (the least work the kernel can do: it skips the tiles above
-the diagonal and computes its diagonal tiles whole). What a Pallas kernel's text does not say is
-assumed, and said in the row's note: its mask (a causal kernel skips about half of the pairs, a
-splash kernel the blocks its block mask marks empty; neither is visible in the compiled text, whose
-constants are elided) is taken as full, so FLOPs are an upper bound; a paged kernel's lengths are
-runtime values, so every sequence is taken as long as its page table allows (another upper bound).
-Bytes are the operands and results, except that a paged kernel reads only the pages its page table
-names, not the whole cache it is handed.
+the diagonal and computes its diagonal tiles whole). A splash kernel computes the blocks its block
+mask marks nonzero: where the text prints the mask (a constant ``as_text()`` elides, printed with
+``print_large_constants``, as ``hlo_roofline.analyze`` keeps a Pallas program) those blocks are
+counted. What a Pallas kernel's text does not say is never guessed smaller: an elided splash mask, a
+flash kernel's ``causal`` flag (in its body) are taken as every block the grid visits; a paged
+kernel's runtime lengths as long as its page table allows. Such a cost is flagged ``upper_bound``
+and its note says so. Bytes are the operands and results, except that a paged kernel reads only the
+pages its page table names, not the whole cache it is handed.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from hlo_roofline.cost.base import Cost, CostContext, element_bytes
+from hlo_roofline.cost.base import Cost, CostContext, callee, element_bytes
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Instruction, Shape
+from hlo_roofline.hlo.ir import Computation, Instruction, Shape
 
 # Per (q, kv) pair: (matmuls contracting or producing head_dim D, those over Dv, exps). Forward:
 # q·kᵀ (D), p·v (Dv). dq: q·kᵀ, do·vᵀ (Dv), ds·k (D). dkv: q·kᵀ, do·vᵀ, pᵀ·do (Dv), dsᵀ·q (D).
@@ -164,15 +168,18 @@ def price(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
         return None
     heads = q.elements // (sq * d)  # batch × query heads
     with_d, with_dv, exps = _PHASES[kernel.phase]
-    share, mask_note = _visited_share(kernel, instr, sq, skv)
-    pairs = heads * sq * skv * share
+    visited = _visited_share(kernel, instr, sq, skv, heads, ctx)
+    pairs = heads * sq * skv * visited.share
     flops = 2 * (with_d * d + with_dv * dv) * pairs
     return Cost(
         flops=flops,
         mxu_flops=flops,  # every one of them is in a QKᵀ or PV product: matrix-unit work
         transcendentals=exps * pairs,
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
-        notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),
+        notes=(
+            f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {visited.note}",
+        ),
+        upper_bound=visited.upper_bound,
     )
 
 
@@ -203,6 +210,7 @@ def _cudnn(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None:
         transcendentals=exps * pairs,
         bytes_accessed=ctx.read_and_written(instr, instr.shape),
         notes=(f"kernel '{kernel.name}': {kernel.phase} attention from its shapes; {mask_note}",),
+        upper_bound="PADDING" in mask,  # its padding lengths are runtime values
     )
 
 
@@ -249,6 +257,7 @@ def _triton_decode(
             f"kernel '{kernel.name}': decode attention from its shapes; every cached position "
             + ("counted (its lengths are runtime values: upper bound)" if _ints(instr) else "read"),
         ),
+        upper_bound=bool(_ints(instr)),
     )
 
 
@@ -259,29 +268,193 @@ _SPLASH_BLOCKS = {
 }  # fmt: skip
 
 
-def _visited_share(kernel: Kernel, instr: Instruction, sq: int, skv: int) -> tuple[float, str]:
-    """The share of the (q, kv) pairs the kernel's grid visits, and the note saying so.
+class Visited(NamedTuple):
+    """The share of a kernel's (q, kv) pairs it computes, the note saying how that is known, and
+    whether it may be high (a mask the text does not show: every candidate pair counted)."""
 
-    Splash attention compresses its block mask: its grid runs over the first mask array
-    (``data_next``, ``[heads, rows, columns]``, one block of ``block_q × block_kv`` pairs a step),
+    share: float
+    note: str
+    upper_bound: bool
+
+
+_UNREAD = Visited(1.0, _FULL_MASK, True)
+
+
+def _visited_share(
+    kernel: Kernel, instr: Instruction, sq: int, skv: int, heads: int, ctx: CostContext
+) -> Visited:
+    """The share of the (q, kv) pairs the kernel computes, read from its block mask where the
+    text holds it.
+
+    Splash attention skips work the way its ``MaskInfo`` says: its first two operands (before q)
+    are ``data_next`` and ``block_mask``, ``[mask heads, rows, columns]``, one block of
+    ``block_q × block_kv`` pairs an entry (``block_kv × block_q`` for dkv, whose rows are kv
+    blocks); a grid step runs only where ``block_mask`` is nonzero (1: partial, 2: full; a partial
+    block is computed whole and masked after). The mask is a constant of the program: read when the
+    text prints it (``print_large_constants``; also a scalar broadcast, the full mask), the block
+    mask's nonzero blocks are counted. A causal, local-window or chunked mask is thus counted as the
+    kernel runs it; segment ids are runtime values that mask pairs inside the blocks the kernel
+    computes anyway, so they remove no work. Without the two arrays the kernel computes every block.
+    Where ``compiled.as_text()`` elides the constant (``{...}``), the grid's blocks are counted,
     whose columns are only as many as the most blocks any row keeps (3 of 16 for a window of 256
-    over 2048 positions in blocks of 128). Which of those blocks are empty is in the array's values,
-    which the compiled text elides: the visited blocks are counted in full (an upper bound)."""
+    over 2048 positions in blocks of 128): an upper bound, and flagged so."""
     if kernel.family != "splash":
-        return 1.0, _FULL_MASK
-    masks = [s for s in _ints(instr) if len(s.dims) == 3]
+        return _UNREAD
+    before_q = []  # the scalar-prefetch operands: data_next, block_mask[, mask_next]
+    for op in instr.operands:
+        if not op.shape.is_array or op.shape.dtype not in _INTS:
+            break
+        before_q.append(op)
+    masks = [op for op in before_q if len(op.shape.dims) == 3]
+    if not masks:
+        return Visited(1.0, "no block mask: every (q, kv) block computed", False)
     sizes = [_metadata_int(instr, key) for key in _SPLASH_BLOCKS[kernel.phase]]
-    if not masks or None in sizes:
-        return 1.0, _FULL_MASK
+    if None in sizes or len(masks) < 2:
+        return _UNREAD
     bq, bkv = sizes
-    blocks = masks[0].dims[1] * masks[0].dims[2]
-    share = min(1.0, blocks * bq * bkv / (sq * skv))
+    mask_heads, rows, columns = masks[1].shape.dims
+    counts = _nonzero_counts(masks[1], ctx)
+    computed = max(counts) * (heads // mask_heads) if counts and mask_heads else 0
+    share = computed * bq * bkv / (heads * sq * skv)
+    if counts is not None and mask_heads and heads % mask_heads == 0 and share <= 1:
+        varies = len(set(counts)) > 1  # a shard's mask, taken at a runtime index: the largest
+        return Visited(share, (
+            f"its block mask read: {computed / heads:g} blocks of {bq}×{bkv} a head computed "
+            f"({share:.1%} of the pairs; partial blocks whole"
+            + ("; the most of any shard's mask: upper bound)" if varies else ")")
+        ), varies)  # fmt: skip
+    share = min(1.0, rows * columns * bq * bkv / (sq * skv))
     if share == 1.0:
-        return 1.0, _FULL_MASK
-    return share, (
-        f"its grid visits {blocks} blocks of {bq}×{bkv} a head ({share:.1%} of the pairs), counted "
-        "in full: which are empty or partial is not in the text (upper bound)"
+        return _UNREAD
+    return Visited(share, (
+        f"its grid visits {rows * columns} blocks of {bq}×{bkv} a head ({share:.1%} of the pairs), "
+        "counted in full: which are empty or partial is not in the text (upper bound)"
+    ), True)  # fmt: skip
+
+
+# Ops that hand on their operand's values unchanged (a copy into another memory space, a view).
+_VALUE_KEEPING = ("copy", "copy-done", "copy-start", "bitcast", "reshape", "convert")
+_MAX_HOPS = 64
+
+
+class _Source(NamedTuple):
+    """Where a value comes from: a ``constant`` or ``broadcast``, and the ``dynamic-slice`` (at a
+    runtime index) that takes the value out of it, if one does."""
+
+    origin: Instruction
+    sliced: Instruction | None
+
+
+def _constant_source(value: Instruction, ctx: CostContext) -> _Source | None:
+    """The ``constant`` (or ``broadcast``) whose values ``value`` holds, if it is one: followed
+    through copies and views, tuples, into a fusion's root and out of a called computation's
+    parameter into its caller's operand, through one ``dynamic-slice`` (a head shard's mask taken
+    out of every shard's at the shard's index); a while loop's state element, in the loop or out
+    of it, only if the body hands it on unchanged."""
+    wanted: list[int] = []  # the tuple elements to take, innermost last
+    sliced = None
+    for _ in range(_MAX_HOPS):
+        opcode = value.opcode
+        if opcode in ("constant", "broadcast") and not wanted:
+            return _Source(value, sliced)
+        if opcode in _VALUE_KEEPING and value.operands:
+            value = value.operands[0]
+        elif opcode == "get-tuple-element" and value.operands:
+            wanted.append(attrs.int_attr(value, "index", 0))
+            value = value.operands[0]
+        elif opcode == "tuple" and wanted and wanted[-1] < len(value.operands):
+            value = value.operands[wanted.pop()]
+        elif opcode == "fusion" and not wanted and value.called and value.called[0].root:
+            value = value.called[0].root
+        elif opcode == "dynamic-slice" and sliced is None and not wanted and value.operands:
+            sliced, value = value, value.operands[0]
+        elif opcode == "while" and value.operands and _hands_on(callee(value, ctx, "body"), wanted):
+            value = value.operands[0]  # a loop-invariant element leaves the loop as it entered
+        elif opcode == "parameter" and value.parameter_number is not None:
+            caller = _callers(ctx).get(id(value.computation))
+            if caller is None or value.parameter_number >= len(caller.operands):
+                return None
+            if caller.opcode == "while" and not _hands_on(value.computation, wanted):
+                return None
+            value = caller.operands[value.parameter_number]
+        else:
+            return None
+    return None
+
+
+_MAX_WINDOWS = 4096  # the start positions of a dynamic slice tried, at most
+
+
+def _nonzero_counts(value: Instruction, ctx: CostContext) -> list[int] | None:
+    """The nonzero entries of each array ``value`` may hold: one where it is a constant the text
+    prints, one a start position where a runtime ``dynamic-slice`` takes it out of one."""
+    source = _constant_source(value, ctx)
+    values = _int_values(source.origin) if source is not None else None
+    if values is None:
+        return None
+    if source.sliced is None:
+        return [sum(1 for v in values if v)]
+    whole = source.origin.shape.dims
+    sizes = attrs.ints(source.sliced, "dynamic_slice_sizes")
+    if source.sliced.operands[0].shape.dims != whole or len(sizes) != len(whole):
+        return None
+    starts = [range(n - k + 1) for n, k in zip(whole, sizes, strict=True)]
+    if any(not r for r in starts) or math.prod(len(r) for r in starts) > _MAX_WINDOWS:
+        return None
+    strides = [math.prod(whole[d + 1 :]) for d in range(len(whole))]
+    window = [
+        sum(i * stride for i, stride in zip(index, strides, strict=True))
+        for index in itertools.product(*(range(k) for k in sizes))
+    ]  # the offsets of a window's entries from its first
+    return [
+        sum(1 for offset in window if values[first + offset])
+        for first in (
+            sum(i * stride for i, stride in zip(start, strides, strict=True))
+            for start in itertools.product(*starts)
+        )
+    ]
+
+
+def _callers(ctx: CostContext) -> dict[int, Instruction]:
+    """Each computation's one caller (a computation called from several places is left out:
+    its parameters hold no one value)."""
+    key = ("computation_callers",)
+    found = ctx.memo.get(key)
+    if found is None:
+        callers: dict[int, Instruction | None] = {}
+        for instr in ctx.module.instructions():
+            for called in instr.called:
+                callers[id(called)] = None if id(called) in callers else instr
+        found = ctx.memo[key] = {k: v for k, v in callers.items() if v is not None}
+    return found  # type: ignore[return-value]
+
+
+def _hands_on(body: Computation, wanted: list[int]) -> bool:
+    """A while body hands its state's element ``wanted[-1]`` on unchanged to the next iteration
+    (a loop invariant: its value in the loop is the one the loop starts with)."""
+    root = body.root
+    if not wanted or root is None or root.opcode != "tuple" or wanted[-1] >= len(root.operands):
+        return False
+    out = root.operands[wanted[-1]]
+    while out.opcode in _VALUE_KEEPING and out.operands:
+        out = out.operands[0]
+    return (
+        out.opcode == "get-tuple-element"
+        and out.operands[0].opcode == "parameter"
+        and attrs.int_attr(out, "index", -1) == wanted[-1]
     )
+
+
+def _int_values(value: Instruction | None) -> list[int] | None:
+    """The integers of a constant array, or of a scalar constant broadcast, if the text prints
+    them (``compiled.as_text()`` elides a constant of more than 10 elements as ``{...}``)."""
+    if value is not None and value.opcode == "broadcast" and value.operands:
+        scalar = value.operands[0]
+        if scalar.opcode == "constant" and not scalar.shape.dims:
+            numbers = _constant_ints(scalar)
+            return numbers * value.shape.elements if numbers else None
+        return None
+    return _constant_ints(value) if value is not None and value.opcode == "constant" else None
 
 
 def _metadata_int(instr: Instruction, key: str) -> int | None:
@@ -320,8 +493,12 @@ def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None
         caches = 1  # K and V interleaved in one array of 2·kv_heads
         kv_heads *= 2
     context = pages_per_sequence * page
-    known = _constant_ints(_int_operands(instr)[0]) if kernel.family == "paged" else None
-    if known is not None and len(known) == sequences:  # lengths fixed in the program
+    known = None
+    if kernel.family == "paged":
+        source = _constant_source(_int_operands(instr)[0], ctx)
+        known = _int_values(source.origin) if source and source.sliced is None else None
+    guessed = known is None or len(known) != sequences
+    if not guessed:  # lengths fixed in the program
         positions = sum(min(max(n, 0), context) for n in known)
         how = f"its lengths are constants ({positions} positions in all)"
     else:
@@ -338,10 +515,8 @@ def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None
         transcendentals=pairs,
         bytes_accessed=others + read,
         notes=(f"kernel '{kernel.name}': decode attention from its shapes; {how}",),
+        upper_bound=guessed,
     )
-
-
-_SAME_VALUES = ("copy", "copy-done", "copy-start", "bitcast", "reshape")
 
 
 def _int_operands(instr: Instruction) -> list[Instruction]:
@@ -349,12 +524,8 @@ def _int_operands(instr: Instruction) -> list[Instruction]:
 
 
 def _constant_ints(value: Instruction) -> list[int] | None:
-    """The integers of a constant array ``value`` holds (through copies and reshapes), if the
-    text prints them (XLA elides all but small constants as ``{...}``)."""
-    for _ in range(8):
-        if value.opcode not in _SAME_VALUES or not value.operands:
-            break
-        value = value.operands[0]
+    """The integers of a ``constant``, if the text prints them (XLA elides all but small
+    constants as ``{...}``)."""
     if value.opcode != "constant" or "..." in value.payload:
         return None
     numbers = [int(n) for n in re.findall(r"-?\d+", value.payload)]

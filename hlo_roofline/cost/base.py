@@ -43,7 +43,10 @@ class Cost(NamedTuple):
     device sends over its links. ``unknown`` marks a cost that could not be priced (an opaque
     kernel): its FLOPs are not claimed, and its bytes are at most a lower bound. ``lower_bound``
     marks a cost counted short on purpose (a loop whose trip count is unknown, its body counted
-    once): the flag, not its note's words, is what the summary reads. An immutable named tuple: an
+    once): the flag, not its note's words, is what the summary reads. ``upper_bound`` marks the
+    opposite: a count that may be high because a value the work depends on is not in the text (an
+    attention kernel's mask or lengths, a grouped matmul's group sizes), every candidate counted.
+    An immutable named tuple: an
     analysis builds tens of thousands, and a frozen dataclass is slower to build.
     """
 
@@ -58,6 +61,7 @@ class Cost(NamedTuple):
     # PV): it has no matmul geometry of its own, so the verdict needs to be told. A dot or
     # convolution carries its geometry instead (the report's mm_* columns).
     mxu_flops: float = 0.0
+    upper_bound: bool = False
 
     def __add__(self, other: Cost) -> Cost:  # type: ignore[override]
         return Cost(
@@ -69,6 +73,7 @@ class Cost(NamedTuple):
             _merge_notes(self.notes, other.notes),
             self.lower_bound or other.lower_bound,
             self.mxu_flops + other.mxu_flops,
+            self.upper_bound or other.upper_bound,
         )
 
     def scaled(self, factor: float) -> Cost:
@@ -82,6 +87,7 @@ class Cost(NamedTuple):
             self.notes,
             self.lower_bound,
             self.mxu_flops * factor,
+            self.upper_bound,
         )
 
     def maximum(self, other: Cost) -> Cost:
@@ -95,6 +101,7 @@ class Cost(NamedTuple):
             _merge_notes(self.notes, other.notes),
             self.lower_bound or other.lower_bound,
             max(self.mxu_flops, other.mxu_flops),
+            self.upper_bound or other.upper_bound,
         )
 
     def with_note(self, note: str) -> Cost:
@@ -121,14 +128,14 @@ _SIMPLE_REST = ZERO[3:]  # the defaults of the fields after bytes_accessed
 def total(costs: list[Cost]) -> Cost:
     """The sum of ``costs``: the same as adding them one by one, without the intermediate sums."""
     flops = transcendentals = bytes_accessed = comm_bytes = mxu_flops = 0.0
-    unknown = lower_bound = False
+    unknown = lower_bound = upper_bound = False
     notes: dict[str, None] = {}  # in order, each once (a tuple's `in` would make this quadratic)
     # Unpacked rather than read field by field (a fused body sums one cost per op); a zero cost
     # (a name or a view) adds nothing: every sum starts at +0.0, and x + 0.0 is x for any other x.
     for cost in costs:
         if cost is ZERO:
             continue
-        f, t, b, c, u, n, lb, m = cost  # Cost's eight fields, in their order
+        f, t, b, c, u, n, lb, m, ub = cost  # Cost's nine fields, in their order
         flops += f
         transcendentals += t
         bytes_accessed += b
@@ -136,11 +143,12 @@ def total(costs: list[Cost]) -> Cost:
         mxu_flops += m
         unknown = unknown or u
         lower_bound = lower_bound or lb
+        upper_bound = upper_bound or ub
         if n:
             notes.update(dict.fromkeys(n))
     return _new_cost(Cost, (
         flops, transcendentals, bytes_accessed, comm_bytes, unknown, _at_most(notes), lower_bound,
-        mxu_flops,
+        mxu_flops, upper_bound,
     ))  # fmt: skip
 
 

@@ -2,7 +2,9 @@
 calls whose work follows from their shapes (cuBLAS gemms, cuDNN convolutions), takes a kernel's own
 cost estimate when it carries one (Pallas ``cost_estimate``), prices the attention kernels JAX
 ships and cuDNN's fused flash attention (``__cudnn$fmha*``) from their shapes
-(:mod:`hlo_roofline.cost.attention_kernels`) and flags the rest as opaque."""
+(:mod:`hlo_roofline.cost.attention_kernels`), grouped matmuls (megablox ``gmm``/``tgmm``, XLA:TPU's
+``ragged-dot`` kernels) from theirs on the matrix unit (:mod:`hlo_roofline.cost.grouped_matmuls`)
+and flags the rest as opaque."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import re
 
 from hlo_roofline.cost.attention_kernels import attention_cost
 from hlo_roofline.cost.base import ZERO, Cost, CostContext, rule
+from hlo_roofline.cost.grouped_matmuls import grouped_matmul_cost
 from hlo_roofline.cost.linalg import (
     Extent,
     conv_flops,
@@ -336,8 +339,8 @@ def xla_custom_call(instr: Instruction, ctx: CostContext) -> Cost:
 @rule("custom-call", model="roofline")
 def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
     """Library calls priced from their shapes (cuBLAS gemms, cuDNN convolutions and fused
-    attention, JAX's attention kernels), a kernel's declared cost estimate used, the rest opaque
-    (flagged unknown)."""
+    attention, JAX's attention kernels, grouped matmuls on the matrix unit), a kernel's declared
+    cost estimate used, the rest opaque (flagged unknown)."""
     name = target(instr)
     if name in NO_WORK_TARGETS:
         return ZERO
@@ -347,15 +350,22 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
         return _gemm(instr, ctx)
     if name in CONV_TARGETS:
         return _cudnn_conv(instr, ctx)
+    grouped = grouped_matmul_cost(instr, name, ctx)  # its estimate does not say: matrix unit
+    if grouped is not None:
+        return grouped
     estimate = _declared_estimate(instr)
+    known = attention_cost(instr, name, ctx)  # a JAX attention kernel, from its shapes
     if estimate is not None:
-        return Cost(
+        declared = Cost(
             flops=float(estimate.get("flops", 0)),
             transcendentals=float(estimate.get("transcendentals", 0)),
             bytes_accessed=float(estimate.get("bytes_accessed", 0)),
             notes=(f"custom call '{name}': kernel's declared cost estimate",),
         )
-    known = attention_cost(instr, name, ctx)  # a JAX attention kernel, from its shapes
+        if known is not None:  # an attention kernel's products are matrix-unit work
+            mxu = min(known.mxu_flops, declared.flops)
+            return declared.replace(mxu_flops=mxu, upper_bound=known.upper_bound)
+        return declared
     if known is not None:
         return known
     if instr.called and on_sparsecore(instr):
