@@ -280,7 +280,32 @@ def place_args(args, target: str | None, by_jit: bool = False):
             return jax.ShapeDtypeStruct(x.shape, x.dtype)
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if placed else default)
 
-    return jax.tree_util.tree_map(place, args)
+    return _map_arrays(place, args)
+
+
+def _map_arrays(place, args):
+    """``place`` applied to every array leaf of ``args``, keeping each framework's own view of its
+    objects: Flax NNX modules and optimizers go through ``nnx.split`` and ``nnx.merge`` together,
+    so a variable two of them share (tied weights, an optimizer's model) stays one variable."""
+    nnx = _loaded("flax.nnx")
+    is_node = getattr(getattr(nnx, "graph", None), "is_graph_node", None)
+    if is_node is None:
+        return jax.tree_util.tree_map(place, args)
+    leaves, tree = jax.tree_util.tree_flatten(args, is_leaf=is_node)
+    nodes = [i for i, leaf in enumerate(leaves) if is_node(leaf)]
+    if nodes:
+        graphdef, state = nnx.split(tuple(leaves[i] for i in nodes))
+        merged = nnx.merge(graphdef, jax.tree_util.tree_map(place, state))
+        for i, node in zip(nodes, merged, strict=True):
+            leaves[i] = node
+    leaves = [leaf if is_node(leaf) else jax.tree_util.tree_map(place, leaf) for leaf in leaves]
+    return jax.tree_util.tree_unflatten(tree, leaves)
+
+
+def _loaded(name: str):
+    """The module ``name`` if the user's program has imported it, else None: a framework the
+    step does not use is never imported here."""
+    return sys.modules.get(name)
 
 
 def jitted(fn, jit_kwargs: dict):
@@ -472,8 +497,64 @@ def _keyword_parameters(fn) -> frozenset[str] | None:
 def _lower(step, args: tuple, kwargs: dict):
     """``step.lower`` of arguments already placed, on the caller's thread (so in the caller's JAX
     context: its mesh, axis rules, config), with the caller's own frames kept out of the HLO."""
-    with _callers_hidden(sys._getframe()):  # this frame and every one above it
-        return step.lower(*args, **kwargs)
+    with _callers_hidden(sys._getframe()), _abstract_arrays_seen_as_arrays(step):
+        lowered = step.lower(*args, **kwargs)  # this frame and every one above it hidden
+    return _jax_lowered(step, lowered)
+
+
+def _jax_lowered(step, lowered) -> jax.stages.Lowered:
+    """The ``jax.stages.Lowered`` a framework's wrapper returns inside its own (Flax NNX's
+    ``nnx.jit``, Equinox's ``filter_jit``: both keep it as ``.lowered``)."""
+    if isinstance(lowered, jax.stages.Lowered):
+        return lowered
+    inner = getattr(lowered, "lowered", None)
+    if isinstance(inner, jax.stages.Lowered):
+        return inner
+    raise TypeError(
+        f"{_wrapper_name(step)}.lower() returned a {type(lowered).__module__}."
+        f"{type(lowered).__qualname__}, not a jax.stages.Lowered (nor one holding it as "
+        "`.lowered`), so its program cannot be read. Analyze the function it wraps, jitted with "
+        "jax.jit (or pass the plain function: analyze jits it), or its optimized HLO with "
+        "analyze_hlo(lowered.compile().as_text())"
+    )
+
+
+def _wrapper_name(step) -> str:
+    kind = type(step)
+    name = getattr(step, "__name__", None) or getattr(step, "fn", None) or "step"
+    return f"{name} ({kind.__module__}.{kind.__qualname__})"
+
+
+_EQUINOX_FILTER = threading.Lock()
+
+
+@contextlib.contextmanager
+def _abstract_arrays_seen_as_arrays(step) -> Iterator[None]:
+    """While ``step`` (an Equinox ``filter_jit``) is lowered, its filter takes an abstract array
+    (``jax.ShapeDtypeStruct``) for the array it stands for: traced, not static. Equinox's filter
+    sees only concrete arrays, and the arguments placed for a compile-only target, or given as
+    shapes, are abstract; without this they would be closed over as constants and fail."""
+    equinox_jit = _loaded("equinox._jit")
+    if equinox_jit is None or not isinstance(step, getattr(equinox_jit, "_JitWrapper", ())):
+        yield
+        return
+    concrete = getattr(equinox_jit, "is_array", None)
+    if not callable(concrete):
+        raise TypeError(
+            f"this Equinox ({getattr(_loaded('equinox'), '__version__', '?')}) filters "
+            f"{_wrapper_name(step)}'s arguments in a way hlo_roofline does not know: analyze "
+            "the function it wraps (step.__wrapped__) with jax.jit, its arrays as arguments"
+        )
+
+    def is_array(x) -> bool:
+        return isinstance(x, jax.ShapeDtypeStruct) or concrete(x)
+
+    with _EQUINOX_FILTER:
+        equinox_jit.is_array = is_array
+        try:
+            yield
+        finally:
+            equinox_jit.is_array = concrete
 
 
 # Code objects that were on the stack when a step was lowered: what called the analysis (a script,
@@ -637,18 +718,36 @@ def _mesh(*placed) -> jax.sharding.Mesh | None:
 
 def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     """The step's array inputs per device, named by their place in the arguments, and the bytes
-    of those an output could reuse if they were donated (same shape and type, not donated)."""
+    of those an output could reuse if they were donated (same shape and type, not donated).
+
+    The program's own inputs (``args_info``) are the truth; they are named after the caller's
+    arguments where those line up with them one for one. A framework's wrapper (``nnx.jit``,
+    Equinox's ``filter_jit``) passes jit its own split of them: then each is named by its place
+    in what the wrapper passed."""
     names = _parameter_names(step)
-    leaves = [
+    given = [
         (_argument_name(path, names), x)
         for path, x in jax.tree_util.tree_flatten_with_path(placed)[0]
         if hasattr(x, "shape") and hasattr(x, "dtype")
     ]
-    donated = [info.donated for info in jax.tree_util.tree_leaves(lowered.args_info)]
-    if len(donated) != len(leaves):  # static arguments and the like: no donation known
-        donated = [False] * len(leaves)
-    outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree_util.tree_leaves(lowered.out_info)]
-    signatures = [(tuple(x.shape), str(x.dtype)) for _, x in leaves]
+    compiled = [
+        (path, info)
+        for path, info in jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
+        if hasattr(info, "donated")
+    ]
+    donated = [info.donated for _, info in compiled]
+    if _signatures([x for _, x in given]) == _signatures([info for _, info in compiled]):
+        leaves = given
+    elif compiled:
+        wrapper = getattr(step, "__name__", "step")
+        leaves = [
+            (f"{wrapper}{jax.tree_util.keystr(path)}", jax.ShapeDtypeStruct(info.shape, info.dtype))
+            for path, info in compiled
+        ]
+    else:  # this jax does not say: the caller's arrays, none known donated
+        leaves, donated = given, [False] * len(given)
+    outputs = _signatures(jax.tree_util.tree_leaves(lowered.out_info))
+    signatures = _signatures([x for _, x in leaves])
     for signature, was_donated in zip(signatures, donated, strict=True):
         if was_donated and signature in outputs:  # that output already reuses this input
             outputs.remove(signature)
@@ -670,6 +769,10 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
             outputs.remove(signature)
             donatable += size
     return buffers, donatable
+
+
+def _signatures(arrays) -> list[tuple[tuple[int, ...], str]]:
+    return [(tuple(x.shape), str(x.dtype)) for x in arrays]
 
 
 def _in_shardings(lowered, count: int) -> list:

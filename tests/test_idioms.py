@@ -1,0 +1,112 @@
+"""Every way a framework's users write a training step, as that framework's docs write it
+(tests/framework_models/idioms.py): ``@nnx.jit`` with ``nnx.Optimizer`` (also donated, with a
+static argument, and abstract), ``@eqx.filter_jit`` with ``filter_value_and_grad`` and optax (real
+and abstract), ``jax.jit`` with static arguments and donation, Linen's ``TrainState``, a
+``shard_map`` step. Each is compiled for the CPU here and compile-only for TPU v5e and H100.
+
+The oracles: the step's FLOPs are the model's analytic count (its matmuls, 5 × 2·B·D·H, plus at
+most 3% of elementwise work: biases, ReLU, the loss, the optimizer); the arguments' bytes are what
+XLA's ``memory_analysis`` says the program takes, and both are the model's state and batch counted
+from their shapes; the state the step returns updated without donating it is the donatable bytes,
+and none once donated: so the wrapper's own split of the arguments was seen through.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import pytest
+from conftest import SLOW, shared_cache_dir
+from framework_models import idioms
+
+import hlo_roofline as hr
+from hlo_roofline import targets
+from hlo_roofline.testing import assert_roofline
+
+# the shard_map step shards its batch over these: one CPU device here, a 2x2 v5e, two H100s
+TARGETS = {"cpu": None, "v5e": "v5e:2x2", "h100": "h100:1x1x2"}
+CASES = [
+    pytest.param(name, target, marks=() if target == "cpu" else SLOW, id=f"{name}-{target}")
+    for name in idioms.CASES
+    for target in TARGETS
+]
+
+
+def devices(target: str) -> list:
+    spec = TARGETS[target]
+    return jax.devices()[:1] if spec is None else targets.devices(spec)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return shared_cache_dir(tmp_path_factory)
+
+
+def analyzed(name: str, target: str, cache) -> tuple[idioms.Case, hr.Report]:
+    case = idioms.CASES[name](devices(target))
+    spec = TARGETS[target]
+    if name != "shard_map" and spec is not None:
+        spec = target  # one device of the chip: nothing to shard
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hr.chips.RateFallbackWarning)
+        report = hr.analyze(
+            case.step, *case.args, target=spec or "local", chip=None if spec else "h100",
+            cache=cache, **case.kwargs,
+        )  # fmt: skip
+    return case, report
+
+
+@pytest.mark.parametrize(("name", "target"), CASES)
+def test_each_idiom_costs_what_its_model_does(name, target, cache):
+    case, report = analyzed(name, target, cache)
+    assert report.summary["coverage"] == 1.0, report.summary["unknown_ops"]
+    assert 1.0 <= report.summary["flops"] / case.flops < 1.03
+    fit = report.summary["memory"]
+    assert fit["source"] == "compiler"
+    # TPU pads a small array to its tile (a bias, a step count): within 1%
+    assert fit["arguments_bytes"] == pytest.approx(case.arguments_bytes, rel=0.01)
+    assert fit["donatable_bytes"] == pytest.approx(case.donatable_bytes, rel=0.01, abs=64)
+
+
+def test_wrap_step_and_assert_roofline_take_an_nnx_step(cache):
+    """The wrapped ``@nnx.jit`` step runs (its model updated in place, as nnx.jit does) and its
+    report is the analyze's; ``assert_roofline`` takes the step, and the report itself."""
+    case = idioms.nnx_jit()
+    model = case.args[0]
+    before = model.linear1.kernel[...].copy()
+    step = hr.wrap_step(case.step, chip="h100", target="local", cache=cache)
+    loss = step(*case.args)
+    assert step.analysis_error is None and loss.shape == ()
+    assert not (model.linear1.kernel[...] == before).all()  # the real step ran on the real model
+    assert 1.0 <= step.report.summary["flops"] / case.flops < 1.03
+    report = assert_roofline(
+        case.step, *case.args, chip="h100", target="local", cache=cache, min_coverage=1.0
+    )
+    assert assert_roofline(report, min_coverage=1.0) is report
+    with pytest.raises(AssertionError, match="TPU v5e"):  # judged against the chip it names
+        assert_roofline(report, chip="v5e", max_memory_share=0.0)
+    with pytest.raises(TypeError, match="already compiled"):
+        assert_roofline(report, *case.args, min_coverage=1.0)
+
+
+class OpaqueLowered:
+    def as_text(self):
+        return ""
+
+
+class OpaqueJit:
+    """A wrapper whose ``lower`` gives something that holds no jax lowering."""
+
+    __name__ = "opaque_step"
+
+    def __call__(self, x):
+        return x
+
+    def lower(self, *args, **kwargs):
+        return OpaqueLowered()
+
+
+def test_a_wrapper_it_cannot_see_through_is_named_with_the_way_out():
+    with pytest.raises(TypeError, match=r"opaque_step \(.*OpaqueJit\).*jax\.jit"):
+        hr.analyze(OpaqueJit(), jax.ShapeDtypeStruct((4,), "float32"), target="local", cache=False)
