@@ -110,3 +110,30 @@ class OpaqueJit:
 def test_a_wrapper_it_cannot_see_through_is_named_with_the_way_out():
     with pytest.raises(TypeError, match=r"opaque_step \(.*OpaqueJit\).*jax\.jit"):
         hr.analyze(OpaqueJit(), jax.ShapeDtypeStruct((4,), "float32"), target="local", cache=False)
+
+
+def test_a_variable_two_nnx_modules_share_is_placed_once(cache):
+    """Tied weights: one ``nnx.Param`` held by two layers is one input of the program compiled
+    for a compile-only target, as it is of the one nnx.jit compiles here."""
+    from flax import nnx
+
+    class Tied(nnx.Module):
+        def __init__(self, rngs):
+            self.encode = nnx.Linear(idioms.D, idioms.H, use_bias=False, rngs=rngs)
+            self.decode = nnx.Linear(idioms.H, idioms.D, use_bias=False, rngs=rngs)
+            self.decode.kernel = self.encode.kernel  # the same variable, used transposed below
+
+        def __call__(self, x):
+            return jax.nn.relu(x @ self.encode.kernel[...]) @ self.decode.kernel[...].T
+
+    @nnx.jit
+    def forward(model, x):
+        return model(x)
+
+    model, (x, _) = Tied(nnx.Rngs(0)), idioms.batch()
+    kernel = idioms.D * idioms.H * 4
+    for target in ("local", "v5e"):
+        report = hr.analyze(forward, model, x, target=target, chip="v5e", cache=cache)
+        assert report.summary["memory"]["arguments_bytes"] == pytest.approx(
+            kernel + idioms.nbytes(x), rel=0.01
+        ), target
