@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from hlo_roofline import api
-from hlo_roofline.check import Rules, check
+from hlo_roofline.check import Rules, check, violation_table
 from hlo_roofline.report import Report
 
 __all__ = ["assert_roofline"]
@@ -73,9 +73,12 @@ def assert_roofline(
     base = Report.read(baseline) if isinstance(baseline, str | Path) else baseline
     result = check(report, rule_set, base)
     if not result.passed:
+        what, table = "failed", result.table()
+        if result.undecided:  # a lower bound under the limit: not a pass either
+            what, table = "could not be decided", violation_table(result.unknown)
         raise AssertionError(
-            f"roofline check failed on {report.summary.get('chip_name', report.chip)} "
-            f"({rule_set.describe()}):\n{result.table()}"
+            f"roofline check {what} on {report.summary.get('chip_name', report.chip)} "
+            f"({rule_set.describe()}):\n{table}"
         )
     return report
 
