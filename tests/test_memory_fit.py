@@ -376,6 +376,19 @@ def test_a_tpu_dump_gives_arguments_and_outputs_exactly_and_temporaries_as_a_low
     assert mem["complete"] is False
 
 
+def test_a_gpu_dump_counts_the_temporaries_xla_puts_in_their_own_memory_space():
+    """XLA:GPU may put temporaries in a memory space of their own (a color other than 0):
+    still device memory, still the step's need (the dump's usage report calls it ``smem``)."""
+    directory = DUMPS / "gpu_h100"
+    assert "color 2" in next(directory.glob(f"*{memory.ASSIGNMENT_SUFFIX}")).read_text()
+    mem, oracle = dump_figures(directory)
+    for ours, theirs in ORACLE_KEYS.items():
+        assert mem[ours] == oracle[theirs], ours
+    assert mem["complete"] and mem["allocated_bytes"] >= mem["need_bytes"]
+    ((_, report),) = analyze_dump(directory, chip="h100").items()
+    assert report.summary["memory_fit"]["need_bytes"] == mem["need_bytes"]
+
+
 def test_a_fresh_dump_matches_memory_analysis_of_the_same_compile(tmp_path):
     """The fixture's script, run now: whatever this jax's XLA assigns, the dump says the same."""
     import subprocess
