@@ -24,7 +24,7 @@ from hlo_roofline import chips, cost, memory, targets
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.cache import compile_program
 from hlo_roofline.hlo import Module, parse_file, parse_module
-from hlo_roofline.report import Report
+from hlo_roofline.report import Report, missing, missing_text
 
 log = logging.getLogger(__name__)
 DUMP_SUFFIX = "after_optimizations.txt"
@@ -74,6 +74,14 @@ def analyze_hlo(
                 text, cost_model, chip, user_packages=user_packages
             ).items()
         }
+    report = _analyze_hlo(text, cost_model, chip, user_packages, model_flops)
+    _warn_if_missing(report)
+    return report
+
+
+def _analyze_hlo(text, cost_model, chip, user_packages, model_flops) -> Report:
+    """:func:`analyze_hlo` without its warning: for the entry points that learn more before they
+    return (a dump's buffer assignment, the compiler's own figures)."""
     if isinstance(text, Path):
         module = parse_file(text)  # its errors name the file
     elif isinstance(text, str):
@@ -94,10 +102,43 @@ def analyze_hlo(
         ops = cost.tallied(cost.priced(module, cost_model, pad_to_tiles=pad), cost_model, totals)
         columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages)
         summary = {**totals, "memory": memory.from_module(module)}
+        summary["missing"] = ["tiling"] if _lacks_tiling(module) else []
+        summary["missing"] = missing(summary)
         report = Report.from_columns(columns, summary, module.name)
     if chip is not None:
         return report.classify(chip, model_flops=model_flops)
     return report.with_model_flops(model_flops) if model_flops is not None else report
+
+
+class IncompleteHloWarning(UserWarning):
+    """The HLO did not say something its compile knew (``report.summary["missing"]``), and a
+    figure of the report leans one way for it."""
+
+
+def _warn_if_missing(report: Report, stacklevel: int = 3) -> None:
+    """Warn of what changes the report's times (tiling, device coordinates); missing temporaries
+    are said by the memory fit itself ("unknown") and recorded in the summary."""
+    codes = [c for c in report.summary.get("missing") or () if c != "temporaries"]
+    if codes:
+        warnings.warn(
+            f"module {report.module!r}: the HLO lacks " + "; and ".join(map(missing_text, codes)),
+            IncompleteHloWarning,
+            stacklevel=stacklevel,
+        )
+
+
+def _lacks_tiling(module: Module) -> bool:
+    """An XLA:TPU module (tiled layouts) none of whose fusions carries the tiling code
+    generation writes in its ``backend_config`` (``window_config``): a dump's
+    ``after_optimizations`` module, read where its ``after_codegen`` one was not."""
+    fusions = [
+        i for i in module.instructions()
+        if i.opcode == "fusion" and i.attrs.get("kind") in ("kLoop", "kInput", "kOutput")
+    ]  # fmt: skip
+    if not any(":T(" in i.attrs.get("backend_config", "") or ":T(" in str(i.shape)
+               for i in fusions):  # fmt: skip
+        return False
+    return not any("window_config" in i.attrs.get("backend_config", "") for i in fusions)
 
 
 class UnoptimizedHloWarning(UserWarning):
@@ -166,9 +207,8 @@ def analyze_dump(
     for f in files:
         if before_each is not None:
             before_each(f)
-        reports[module_key(f)] = analyze_file(
-            f, cost_model, chip, user_packages=user_packages, model_flops=model_flops
-        )
+        reports[module_key(f)] = _analyze_file(f, cost_model, chip, user_packages, model_flops)
+        _warn_if_missing(reports[module_key(f)])
     return reports
 
 
@@ -184,10 +224,19 @@ def analyze_file(
     assignment beside it (a dump's ``*-buffer-assignment.txt``), the memory figures are the
     compiler's (:func:`memory.from_dump`), so the fit is known, not only a lower bound from the
     text. A directory is :func:`analyze_dump`'s (IsADirectoryError here)."""
+    report = _analyze_file(path, cost_model, chip, user_packages, model_flops)
+    _warn_if_missing(report)
+    return report
+
+
+def _analyze_file(path, cost_model, chip, user_packages, model_flops) -> Report:
+    """:func:`analyze_file` without its warning. A dump's ``*after_optimizations.txt`` is read
+    from its ``*after_codegen.txt`` where XLA:TPU wrote one beside it: the same module with the
+    tiling code generation chose (``window_config``), as ``compiled.as_text()`` has it."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory: analyze_dump({str(path)!r}) reads a dump")
-    report = analyze_hlo(path, cost_model, user_packages=user_packages)
+    report = _analyze_hlo(_as_compiled(path), cost_model, None, user_packages, None)
     stem = path.name.removesuffix(".txt")
     assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
     if assignment.is_file():
@@ -197,9 +246,21 @@ def analyze_file(
             usage.read_text(encoding="utf-8") if usage.is_file() else None,
             report.summary["memory"],
         )
+        report.summary["missing"] = missing(report.summary)
     if chip is not None:
         return report.classify(chip, model_flops=model_flops)
     return report.with_model_flops(model_flops) if model_flops is not None else report
+
+
+CODEGEN_SUFFIX = "after_codegen.txt"  # XLA:TPU's module after code generation, in a dump
+
+
+def _as_compiled(path: Path) -> Path:
+    """The dump's module as compiled: its ``after_codegen`` file where there is one."""
+    if not path.name.endswith(DUMP_SUFFIX):
+        return path
+    codegen = path.with_name(path.name.removesuffix(DUMP_SUFFIX) + CODEGEN_SUFFIX)
+    return codegen if codegen.is_file() else path
 
 
 analyze_dump_file = analyze_file  # the name the CLI used before analyze_file
@@ -636,7 +697,7 @@ def _analyze_step(
         report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity, target)
         how += "; the compiler refused it: out of memory"
     else:
-        report = analyze_hlo(program.text, cost_model, user_packages=user_packages)
+        report = _analyze_hlo(program.text, cost_model, None, user_packages, None)
         if warn_unsharded:
             _warn_if_unsharded(report, program.text, target, inputs, lowered)
         if program.memory is not None:
@@ -644,6 +705,7 @@ def _analyze_step(
             report.summary["memory"] = memory.from_stats(
                 program.memory, inputs, donatable, temporaries
             )
+        report.summary["missing"] = missing(report.summary)
     report = labelled(report, target, how)
     if chip is None:
         return report

@@ -398,6 +398,20 @@ class MemoryFit(TypedDict):
     advice: list[Advice]
 
 
+# What an HLO text or dump may not say that its compile knew (``report.missing``), as codes, and
+# which figure each leaves off and which way: XLA:TPU's per-fusion tiling (``window_config``,
+# written in code generation: a dump's ``after_optimizations`` module lacks it) leaves the step
+# time low; the devices' places in a TPU torus (inferred as the chip's usual slice, in id order)
+# leave the communication time high; the temporaries (HLO text alone; a TPU dump's lack those
+# code generation adds) leave the need low. The faces word them (``report.missing_text``).
+MISSING_FACTS = ("tiling", "device_coordinates", "temporaries")
+MISSING_LEANS: dict[str, tuple[str, str]] = {
+    "tiling": ("step_time", "low"),
+    "device_coordinates": ("comm_time", "high"),
+    "temporaries": ("need", "low"),
+}
+
+
 class MemorySummary(TypedDict, total=False):
     """What the memory layer and the API add (``memory``, ``api``)."""
 
@@ -406,6 +420,7 @@ class MemorySummary(TypedDict, total=False):
     compiled_for: str  # the target, or "local" (api.labelled)
     how: str  # a sentence: what was compiled for what, and why
     ops_before_optimization: bool  # a refused program's ops, as lowered (api._refused)
+    missing: list[str]  # MISSING_FACTS codes: what the HLO did not say (report.missing)
 
 
 class MeasuredSummary(TypedDict, total=False):

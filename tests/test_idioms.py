@@ -67,6 +67,7 @@ def test_each_idiom_costs_what_its_model_does(name, target, cache):
     # TPU pads a small array to its tile (a bias, a step count): within 1%
     assert fit["arguments_bytes"] == pytest.approx(case.arguments_bytes, rel=0.01)
     assert fit["donatable_bytes"] == pytest.approx(case.donatable_bytes, rel=0.01, abs=64)
+    assert report.summary["missing"] == []  # compiled here: the tiling, mesh and memory known
 
 
 def test_wrap_step_and_assert_roofline_take_an_nnx_step(cache):
