@@ -341,13 +341,14 @@ def place_args(args, target: str | None, by_jit: bool = False):
             return jax.ShapeDtypeStruct(x.shape, x.dtype)
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if placed else default)
 
-    return _map_arrays(place, args)
+    return map_arrays(place, args)
 
 
-def _map_arrays(place, args):
+def map_arrays(place, args):
     """``place`` applied to every array leaf of ``args``, keeping each framework's own view of its
     objects: Flax NNX modules and optimizers go through ``nnx.split`` and ``nnx.merge`` together,
-    so a variable two of them share (tied weights, an optimizer's model) stays one variable."""
+    so a variable two of them share (tied weights, an optimizer's model) stays one variable. The
+    arguments themselves are left as they are: their copies carry the new leaves."""
     nnx = _loaded("flax.nnx")
     is_node = getattr(getattr(nnx, "graph", None), "is_graph_node", None)
     if is_node is None:

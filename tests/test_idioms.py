@@ -138,3 +138,46 @@ def test_a_variable_two_nnx_modules_share_is_placed_once(cache):
         assert report.summary["memory"]["arguments_bytes"] == pytest.approx(
             kernel + idioms.nbytes(x), rel=0.01
         ), target
+
+
+ENTRIES = """
+import sys
+sys.path.insert(0, {tests!r})
+from framework_models import idioms
+
+
+def nnx_step():
+    case = idioms.nnx_jit()
+    return case.step, case.args
+
+
+def eqx_step():
+    case = idioms.eqx_filter_jit()
+    return case.step, case.args
+"""
+
+
+@pytest.mark.parametrize("name", ["nnx_step", "eqx_step"])
+def test_the_cli_takes_the_step_as_written(name, tmp_path):
+    """``hlo-roofline analyze FILE.py:NAME`` with NAME returning an ``@nnx.jit`` or
+    ``@eqx.filter_jit`` step: compiled (here, compile-only for an H100) and measured here."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from hlo_roofline import cli
+
+    entry = tmp_path / "steps.py"
+    entry.write_text(ENTRIES.format(tests=str(Path(__file__).resolve().parent)))
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        cli.main, ["analyze", f"{entry}:{name}", "--chip", "h100", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    flops = json.loads(out.read_text())["summary"]["flops"]
+    assert 1.0 <= flops / idioms.matmul_flops() < 1.03
+    measured = CliRunner().invoke(
+        cli.main, ["analyze", f"{entry}:{name}", "--measure", "--steps", "2"]
+    )
+    assert measured.exit_code == 0, measured.output
