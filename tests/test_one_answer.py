@@ -118,3 +118,26 @@ def test_the_cli_says_what_the_dump_lacks(tmp_path):
     shown = CliRunner().invoke(cli.main, ["hlo", str(tmp_path), "--chip", "v5p"])
     assert shown.exit_code == 0, shown.output
     assert "warning: the HLO lacks XLA:TPU's per-fusion tiling" in shown.output
+
+
+def test_the_hbm_gate_on_dump_reports(tmp_path):
+    """A TPU dump's need is a lower bound (code generation adds temporaries): under the limit
+    the gate is undecided (exit 2), over it a fail; a GPU dump's is the compiler's: decided."""
+    from click.testing import CliRunner
+
+    from hlo_roofline import cli
+
+    runner = CliRunner()
+    for name, chip, verdict in (("tpu_v5p", "v5p", 2), ("gpu_h100", "h100", 0)):
+        saved = tmp_path / f"{name}.json"
+        made = runner.invoke(
+            cli.main, ["hlo", str(FIXTURES / "memory_dump" / name), "--chip", chip,
+                       "--json", str(saved)],  # fmt: skip
+        )
+        assert made.exit_code == 0, made.output
+        gate = runner.invoke(cli.main, ["check", str(saved), "--max-hbm", "90"])
+        assert gate.exit_code == verdict, gate.output
+        if verdict == 2:
+            assert "unknown" in gate.output and "XLA:TPU's dump" in gate.output
+        over = runner.invoke(cli.main, ["check", str(saved), "--max-hbm", "1e-9"])
+        assert over.exit_code == 1, over.output
