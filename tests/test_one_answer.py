@@ -130,10 +130,8 @@ def test_the_hbm_gate_on_dump_reports(tmp_path):
     runner = CliRunner()
     for name, chip, verdict in (("tpu_v5p", "v5p", 2), ("gpu_h100", "h100", 0)):
         saved = tmp_path / f"{name}.json"
-        made = runner.invoke(
-            cli.main, ["hlo", str(FIXTURES / "memory_dump" / name), "--chip", chip,
-                       "--json", str(saved)],  # fmt: skip
-        )
+        dump = str(FIXTURES / "memory_dump" / name)
+        made = runner.invoke(cli.main, ["hlo", dump, "--chip", chip, "--json", str(saved)])
         assert made.exit_code == 0, made.output
         gate = runner.invoke(cli.main, ["check", str(saved), "--max-hbm", "90"])
         assert gate.exit_code == verdict, gate.output
