@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hlo_roofline import memory
 from hlo_roofline.diff import Diff
-from hlo_roofline.report import Report, missing_text
+from hlo_roofline.report import Report
 from hlo_roofline.text import format_seconds, format_table
 
 
@@ -234,11 +234,6 @@ def summary_text(report: Report) -> str:
             f"FLOPs per device: {_count(s, 'flops')}  bytes: {_count(s, 'bytes_accessed')}"
         )
     lines += memory.describe(s)
-    lines += [  # the temporaries are said by the memory fit above
-        f"warning: the HLO lacks {missing_text(code)}"
-        for code in s.get("missing") or ()
-        if code != "temporaries"
-    ]
     lines.append(_coverage_line(s, "coverage"))
     return "\n".join(lines)
 
