@@ -90,7 +90,8 @@ _MISSING_WORDS = {
     "time reads low. Read the dump's *after_codegen.txt (analyze_dump does, where XLA wrote it) "
     "or compiled.as_text()",
     "device_coordinates": "where the devices sit in the TPU torus (inferred as the chip's usual "
-    "slice, in device-id order): communication reads high. Analyze the step itself, or "
+    "slice, in device-id order): communication may read high or low. Analyze the step itself, "
+    "keep the dump's module folder (its compile_options and topology), or "
     "report.classify(chip, topology=mesh) with the mesh it was compiled on",
     "temporaries": "the temporaries (HLO text alone, or a TPU dump's without those code "
     "generation adds): the memory need reads low and the fit is unknown. Analyze the step "

@@ -401,13 +401,15 @@ class MemoryFit(TypedDict):
 # What an HLO text or dump may not say that its compile knew (``report.missing``), as codes, and
 # which figure each leaves off and which way: XLA:TPU's per-fusion tiling (``window_config``,
 # written in code generation: a dump's ``after_optimizations`` module lacks it) leaves the step
-# time low; the devices' places in a TPU torus (inferred as the chip's usual slice, in id order)
-# leave the communication time high; the temporaries (HLO text alone; a TPU dump's lack those
-# code generation adds) leave the need low. The faces word them (``report.missing_text``).
+# time low; the devices' places in a TPU torus (inferred as the chip's usual slice, in id order,
+# where neither a mesh nor the dump's device assignment gives them) leave the communication time
+# off either way (which links a group spans depends on the order); the temporaries (HLO text
+# alone; a TPU dump's lack those code generation adds) leave the need low. The faces word them
+# (``report.missing_text``).
 MISSING_FACTS = ("tiling", "device_coordinates", "temporaries")
 MISSING_LEANS: dict[str, tuple[str, str]] = {
     "tiling": ("step_time", "low"),
-    "device_coordinates": ("comm_time", "high"),
+    "device_coordinates": ("comm_time", "either"),
     "temporaries": ("need", "low"),
 }
 

@@ -47,7 +47,7 @@ def test_a_tpu_dump_is_read_from_its_codegen_module_as_compiled():
 
 def test_a_tpu_dump_without_its_codegen_module_says_the_tiling_is_missing(tmp_path):
     for path in TPU_DUMP.glob("module_*"):
-        if "after_codegen" not in path.name:
+        if path.is_file() and "after_codegen" not in path.name:
             shutil.copy(path, tmp_path / path.name)
     with pytest.warns(IncompleteHloWarning, match=r"tiling \(window_config.*reads low"):
         report = only_report(analyze_dump(tmp_path, chip="v5p"))
@@ -113,7 +113,7 @@ def test_the_cli_says_what_the_dump_lacks(tmp_path):
     from hlo_roofline import cli
 
     for path in TPU_DUMP.glob("module_*"):
-        if "after_codegen" not in path.name:
+        if path.is_file() and "after_codegen" not in path.name:
             shutil.copy(path, tmp_path / path.name)
     shown = CliRunner().invoke(cli.main, ["hlo", str(tmp_path), "--chip", "v5p"])
     assert shown.exit_code == 0, shown.output
@@ -139,3 +139,37 @@ def test_the_hbm_gate_on_dump_reports(tmp_path):
             assert "unknown" in gate.output and "XLA:TPU's dump" in gate.output
         over = runner.invoke(cli.main, ["check", str(saved), "--max-hbm", "1e-9"])
         assert over.exit_code == 1, over.output
+
+
+TORUS_DUMP = FIXTURES / "memory_dump" / "tpu_v5e16"  # a 4x4 mesh of v5e:4x4's devices reversed
+
+
+def test_a_tpu_dump_places_its_devices_from_its_module_folder():
+    """XLA:TPU writes the device assignment (compile_options.textproto) and the slice
+    (topology.textproto) beside the module: the dump's communication is the API's, whose mesh
+    (the oracle: the same devices in the same order) places them; the text alone infers them in
+    id order and differs."""
+    mesh_order = targets.devices("v5e:4x4")[::-1]  # make_dump.py's mesh, flattened
+    text = (TORUS_DUMP / "compiled.hlo.txt").read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IncompleteHloWarning)
+        dump = only_report(analyze_dump(TORUS_DUMP, chip="v5e"))
+        inferred = analyze_hlo(text, chip="v5e")
+    placed = analyze_hlo(text).classify(
+        "v5e", topology=interconnect.from_devices(mesh_order, chip_named("v5e"))
+    )
+    assert "device_coordinates" not in dump.summary["missing"]
+    assert dump.summary["topology"]["source"] == "devices"
+    assert dump.summary["comm_time_s"] == placed.summary["comm_time_s"]
+    assert dump.summary["step_time_lower_s"] == placed.summary["step_time_lower_s"]
+    assert "device_coordinates" in inferred.summary["missing"]
+    assert inferred.summary["comm_time_s"] != placed.summary["comm_time_s"]
+
+
+def test_a_dump_without_its_module_folder_infers_the_places(tmp_path):
+    for path in TORUS_DUMP.glob("module_*"):
+        if path.is_file():
+            shutil.copy(path, tmp_path / path.name)
+    with pytest.warns(IncompleteHloWarning, match="where the devices sit"):
+        report = only_report(analyze_dump(tmp_path, chip="v5e"))
+    assert "device_coordinates" in report.summary["missing"]
