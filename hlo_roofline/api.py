@@ -551,8 +551,11 @@ def analyze(
     """Compile ``fn(*args, **fn_kwargs)`` and return its classified :class:`Report`.
 
     As ``jax.eval_shape(fn, *args, **kwargs)``: ``args`` and ``fn_kwargs`` are ``fn``'s (arrays,
-    ``jax.ShapeDtypeStruct`` with or without shardings, or pytrees of them); ``fn`` may be plain
-    or jitted, and ``jit_kwargs`` (``static_argnums``, ``in_shardings``, …) go to ``jax.jit``.
+    ``jax.ShapeDtypeStruct`` with or without shardings, or pytrees of them: Flax NNX modules,
+    Equinox modules, optax states); ``fn`` may be plain or jitted as its framework's docs write it
+    (``jax.jit``, ``nnx.jit``, ``eqx.filter_jit``: the jax lowering inside is read, and abstract
+    arguments keep the framework's split of array and static leaves), and ``jit_kwargs``
+    (``static_argnums``, ``in_shardings``, …) go to ``jax.jit`` for a plain ``fn``.
     ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that accelerator;
     ``chip`` defaults to the target's chip (or the local device's). Naming an accelerator ``chip``
     without a target compiles for that chip, not for the local CPU.
