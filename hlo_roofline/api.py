@@ -877,15 +877,16 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     """The step's array inputs per device, named by their place in the arguments, and the bytes
     of those an output could reuse if they were donated (same shape and type, not donated).
 
-    The program's own inputs (``args_info``) are the truth; they are named after the caller's
-    arguments where those line up with them one for one. A framework's wrapper (``nnx.jit``,
-    Equinox's ``filter_jit``) passes jit its own split of them: then each is named by its place
-    in what the wrapper passed."""
+    The program's own inputs (``args_info``) are the truth; each is named after the caller's
+    argument it is, matched in order (:func:`_matched`): static arguments are skipped, a Python
+    number is an input too. A framework's wrapper that passes jit its own split of them, in
+    another order (Equinox's ``filter_jit`` with arrays in the function), has each named by its
+    place in what the wrapper passed."""
     names = _parameter_names(step)
     given = [
         (_argument_name(path, names), x)
         for path, x in jax.tree_util.tree_flatten_with_path(placed)[0]
-        if hasattr(x, "shape") and hasattr(x, "dtype")
+        if (hasattr(x, "shape") and hasattr(x, "dtype")) or _is_number(x)
     ]
     compiled = [
         (path, info)
@@ -893,16 +894,16 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
         if hasattr(info, "donated")
     ]
     donated = [info.donated for _, info in compiled]
-    if _signatures([x for _, x in given]) == _signatures([info for _, info in compiled]):
-        leaves = given
-    elif compiled:
+    leaves = _matched(given, [info for _, info in compiled])
+    if leaves is None and compiled:
         wrapper = getattr(step, "__name__", "step")
         leaves = [
             (f"{wrapper}{jax.tree_util.keystr(path)}", jax.ShapeDtypeStruct(info.shape, info.dtype))
             for path, info in compiled
         ]
-    else:  # this jax does not say: the caller's arrays, none known donated
-        leaves, donated = given, [False] * len(given)
+    elif leaves is None:  # this jax does not say: the caller's arrays, none known donated
+        leaves = [(name, x) for name, x in given if not _is_number(x)]
+        donated = [False] * len(leaves)
     outputs = _signatures(jax.tree_util.tree_leaves(lowered.out_info))
     signatures = _signatures([x for _, x in leaves])
     for signature, was_donated in zip(signatures, donated, strict=True):
@@ -930,6 +931,30 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
 
 def _signatures(arrays) -> list[tuple[tuple[int, ...], str]]:
     return [(tuple(x.shape), str(x.dtype)) for x in arrays]
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float | complex) and not isinstance(x, bool | jax.Array)
+
+
+def _matched(given: list, compiled: list) -> list | None:
+    """Each of the program's inputs paired, in order, with the caller's argument of its shape and
+    type (a Python number as the array jit makes of it); the arguments left over are static.
+    None where they do not line up."""
+    matched, at = [], 0
+    for info in compiled:
+        wanted = (tuple(info.shape), str(info.dtype))
+        while at < len(given):
+            name, x = given[at]
+            at += 1
+            if _is_number(x):
+                x = jax.ShapeDtypeStruct((), jnp.result_type(x))
+            if (tuple(x.shape), str(x.dtype)) == wanted:
+                matched.append((name, x))
+                break
+        else:
+            return None
+    return matched
 
 
 def _in_shardings(lowered, count: int) -> list:
