@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import inspect
@@ -20,11 +21,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from hlo_roofline import chips, cost, memory, targets
+from hlo_roofline import chips, cost, interconnect, memory, targets
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.cache import compile_program
 from hlo_roofline.hlo import Module, parse_file, parse_module
-from hlo_roofline.report import Report
+from hlo_roofline.report import Report, missing, missing_text
 
 log = logging.getLogger(__name__)
 DUMP_SUFFIX = "after_optimizations.txt"
@@ -74,6 +75,14 @@ def analyze_hlo(
                 text, cost_model, chip, user_packages=user_packages
             ).items()
         }
+    report = _analyze_hlo(text, cost_model, chip, user_packages, model_flops)
+    _warn_if_missing(report)
+    return report
+
+
+def _analyze_hlo(text, cost_model, chip, user_packages, model_flops) -> Report:
+    """:func:`analyze_hlo` without its warning: for the entry points that learn more before they
+    return (a dump's buffer assignment, the compiler's own figures)."""
     if isinstance(text, Path):
         module = parse_file(text)  # its errors name the file
     elif isinstance(text, str):
@@ -94,10 +103,43 @@ def analyze_hlo(
         ops = cost.tallied(cost.priced(module, cost_model, pad_to_tiles=pad), cost_model, totals)
         columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages)
         summary = {**totals, "memory": memory.from_module(module)}
+        summary["missing"] = ["tiling"] if _lacks_tiling(module) else []
+        summary["missing"] = missing(summary)
         report = Report.from_columns(columns, summary, module.name)
     if chip is not None:
         return report.classify(chip, model_flops=model_flops)
     return report.with_model_flops(model_flops) if model_flops is not None else report
+
+
+class IncompleteHloWarning(UserWarning):
+    """The HLO did not say something its compile knew (``report.summary["missing"]``), and a
+    figure of the report leans one way for it."""
+
+
+def _warn_if_missing(report: Report, stacklevel: int = 3) -> None:
+    """Warn of what changes the report's times (tiling, device coordinates); missing temporaries
+    are said by the memory fit itself ("unknown") and recorded in the summary."""
+    codes = [c for c in report.summary.get("missing") or () if c != "temporaries"]
+    if codes:
+        warnings.warn(
+            f"module {report.module!r}: the HLO lacks " + "; and ".join(map(missing_text, codes)),
+            IncompleteHloWarning,
+            stacklevel=stacklevel,
+        )
+
+
+def _lacks_tiling(module: Module) -> bool:
+    """An XLA:TPU module (tiled layouts) none of whose fusions carries the tiling code
+    generation writes in its ``backend_config`` (``window_config``): a dump's
+    ``after_optimizations`` module, read where its ``after_codegen`` one was not."""
+    fusions = [
+        i for i in module.instructions()
+        if i.opcode == "fusion" and i.attrs.get("kind") in ("kLoop", "kInput", "kOutput")
+    ]  # fmt: skip
+    if not any(":T(" in i.attrs.get("backend_config", "") or ":T(" in str(i.shape)
+               for i in fusions):  # fmt: skip
+        return False
+    return not any("window_config" in i.attrs.get("backend_config", "") for i in fusions)
 
 
 class UnoptimizedHloWarning(UserWarning):
@@ -166,9 +208,8 @@ def analyze_dump(
     for f in files:
         if before_each is not None:
             before_each(f)
-        reports[module_key(f)] = analyze_file(
-            f, cost_model, chip, user_packages=user_packages, model_flops=model_flops
-        )
+        reports[module_key(f)] = _analyze_file(f, cost_model, chip, user_packages, model_flops)
+        _warn_if_missing(reports[module_key(f)])
     return reports
 
 
@@ -184,10 +225,19 @@ def analyze_file(
     assignment beside it (a dump's ``*-buffer-assignment.txt``), the memory figures are the
     compiler's (:func:`memory.from_dump`), so the fit is known, not only a lower bound from the
     text. A directory is :func:`analyze_dump`'s (IsADirectoryError here)."""
+    report = _analyze_file(path, cost_model, chip, user_packages, model_flops)
+    _warn_if_missing(report)
+    return report
+
+
+def _analyze_file(path, cost_model, chip, user_packages, model_flops) -> Report:
+    """:func:`analyze_file` without its warning. A dump's ``*after_optimizations.txt`` is read
+    from its ``*after_codegen.txt`` where XLA:TPU wrote one beside it: the same module with the
+    tiling code generation chose (``window_config``), as ``compiled.as_text()`` has it."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory: analyze_dump({str(path)!r}) reads a dump")
-    report = analyze_hlo(path, cost_model, user_packages=user_packages)
+    report = _analyze_hlo(_as_compiled(path), cost_model, None, user_packages, None)
     stem = path.name.removesuffix(".txt")
     assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
     if assignment.is_file():
@@ -197,9 +247,111 @@ def analyze_file(
             usage.read_text(encoding="utf-8") if usage.is_file() else None,
             report.summary["memory"],
         )
+        report.summary["missing"] = missing(report.summary)
     if chip is not None:
-        return report.classify(chip, model_flops=model_flops)
+        return report.classify(chip, topology=dump_topology(path, chip), model_flops=model_flops)
     return report.with_model_flops(model_flops) if model_flops is not None else report
+
+
+def dump_topology(path: Path, chip) -> interconnect.Topology | None:
+    """Where the devices of a dump's TPU module sit, from what XLA:TPU writes in the folder named
+    after the module: its compile options (the device assignment: each partition's, or replica's,
+    device id) and its topology (the slice's chips per host and hosts). The devices are those of
+    the same compile-only topology, in the program's order. None where the folder, either file,
+    or a device the assignment names is not there: the places are then inferred."""
+    folder = path.with_name(path.name.removesuffix(DUMP_SUFFIX).rstrip("._"))
+    options, topology = folder / "compile_options.textproto", folder / "topology.textproto"
+    if not (options.is_file() and topology.is_file()):
+        return None
+    ids = _assigned_devices(options.read_text(encoding="utf-8", errors="replace"))
+    bounds = _slice_bounds(topology.read_text(encoding="utf-8", errors="replace"))
+    chip = as_chip(chip)
+    if not ids or bounds is None or chip is None:
+        return None
+    shapes = ["x".join(map(str, bounds))]  # a 2D chip's slice is named by its two axes
+    if bounds[2] == 1:
+        shapes.append("x".join(map(str, bounds[:2])))
+    for shape in shapes:
+        try:
+            devices = {d.id: d for d in targets.devices(f"{chip.key}:{shape}")}
+        except Exception:  # not this chip's form of slice, or no compile-only topology here
+            continue
+        if all(i in devices for i in ids):
+            return interconnect.from_devices([devices[i] for i in ids], chip)
+    return None
+
+
+def _assigned_devices(options: str) -> list[int]:
+    """The device ids of a ``CompileOptions`` text's ``device_assignment``, in the program's
+    order: one computation (replicas), or one replica of each computation (partitions)."""
+    found = re.search(r"device_assignment \{(.*?)\n  \}", options, re.DOTALL)
+    if found is None:
+        return []
+    computations = [
+        [int(i) for i in re.findall(r"replica_device_ids: (\d+)", block)]
+        for block in re.findall(r"computation_devices \{(.*?)\}", found.group(1), re.DOTALL)
+    ]
+    if len(computations) == 1:
+        return computations[0]
+    if all(len(c) == 1 for c in computations):
+        return [c[0] for c in computations]
+    return []  # replicas of several partitions: their order is not needed so far
+
+
+def _slice_bounds(topology: str) -> tuple[int, int, int] | None:
+    """The slice's chips along each axis, from a ``topology.textproto``'s TPU topology (a
+    ``TpuPjRtTopologyDescriptionProto``: chips per host × hosts, fields 5 and 6 of field 1)."""
+    found = re.search(r'value: "((?:[^"\\]|\\.)*)"', topology)
+    if found is None or "TpuPjRtTopologyDescriptionProto" not in topology:
+        return None
+    try:
+        data = codecs.escape_decode(found.group(1).encode("latin-1"))[0]
+        inner = _proto_fields(_proto_fields(data)[1][0])
+        per_host, hosts = (_proto_fields(inner[n][0]) for n in (5, 6))
+        return tuple(per_host[k][0] * hosts[k][0] for k in (1, 2, 3))  # type: ignore[return-value]
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
+
+
+def _proto_fields(data: bytes) -> dict[int, list]:
+    """A protobuf message's fields by number: varints as ints, length-delimited as bytes."""
+    fields: dict[int, list] = {}
+    at = 0
+
+    def varint() -> int:
+        nonlocal at
+        value = shift = 0
+        while True:
+            byte = data[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    while at < len(data):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            fields.setdefault(number, []).append(varint())
+        elif wire == 2:
+            size = varint()
+            fields.setdefault(number, []).append(data[at : at + size])
+            at += size
+        else:
+            raise ValueError(f"wire type {wire}")
+    return fields
+
+
+CODEGEN_SUFFIX = "after_codegen.txt"  # XLA:TPU's module after code generation, in a dump
+
+
+def _as_compiled(path: Path) -> Path:
+    """The dump's module as compiled: its ``after_codegen`` file where there is one."""
+    if not path.name.endswith(DUMP_SUFFIX):
+        return path
+    codegen = path.with_name(path.name.removesuffix(DUMP_SUFFIX) + CODEGEN_SUFFIX)
+    return codegen if codegen.is_file() else path
 
 
 analyze_dump_file = analyze_file  # the name the CLI used before analyze_file
@@ -280,7 +432,33 @@ def place_args(args, target: str | None, by_jit: bool = False):
             return jax.ShapeDtypeStruct(x.shape, x.dtype)
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if placed else default)
 
-    return jax.tree_util.tree_map(place, args)
+    return map_arrays(place, args)
+
+
+def map_arrays(place, args):
+    """``place`` applied to every array leaf of ``args``, keeping each framework's own view of its
+    objects: Flax NNX modules and optimizers go through ``nnx.split`` and ``nnx.merge`` together,
+    so a variable two of them share (tied weights, an optimizer's model) stays one variable. The
+    arguments themselves are left as they are: their copies carry the new leaves."""
+    nnx = _loaded("flax.nnx")
+    is_node = getattr(getattr(nnx, "graph", None), "is_graph_node", None)
+    if is_node is None:
+        return jax.tree_util.tree_map(place, args)
+    leaves, tree = jax.tree_util.tree_flatten(args, is_leaf=is_node)
+    nodes = [i for i, leaf in enumerate(leaves) if is_node(leaf)]
+    if nodes:
+        graphdef, state = nnx.split(tuple(leaves[i] for i in nodes))
+        merged = nnx.merge(graphdef, jax.tree_util.tree_map(place, state))
+        for i, node in zip(nodes, merged, strict=True):
+            leaves[i] = node
+    leaves = [leaf if is_node(leaf) else jax.tree_util.tree_map(place, leaf) for leaf in leaves]
+    return jax.tree_util.tree_unflatten(tree, leaves)
+
+
+def _loaded(name: str):
+    """The module ``name`` if the user's program has imported it, else None: a framework the
+    step does not use is never imported here."""
+    return sys.modules.get(name)
 
 
 def jitted(fn, jit_kwargs: dict):
@@ -373,8 +551,11 @@ def analyze(
     """Compile ``fn(*args, **fn_kwargs)`` and return its classified :class:`Report`.
 
     As ``jax.eval_shape(fn, *args, **kwargs)``: ``args`` and ``fn_kwargs`` are ``fn``'s (arrays,
-    ``jax.ShapeDtypeStruct`` with or without shardings, or pytrees of them); ``fn`` may be plain
-    or jitted, and ``jit_kwargs`` (``static_argnums``, ``in_shardings``, …) go to ``jax.jit``.
+    ``jax.ShapeDtypeStruct`` with or without shardings, or pytrees of them: Flax NNX modules,
+    Equinox modules, optax states); ``fn`` may be plain or jitted as its framework's docs write it
+    (``jax.jit``, ``nnx.jit``, ``eqx.filter_jit``: the jax lowering inside is read, and abstract
+    arguments keep the framework's split of array and static leaves), and ``jit_kwargs``
+    (``static_argnums``, ``in_shardings``, …) go to ``jax.jit`` for a plain ``fn``.
     ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that accelerator;
     ``chip`` defaults to the target's chip (or the local device's). Naming an accelerator ``chip``
     without a target compiles for that chip, not for the local CPU.
@@ -472,8 +653,64 @@ def _keyword_parameters(fn) -> frozenset[str] | None:
 def _lower(step, args: tuple, kwargs: dict):
     """``step.lower`` of arguments already placed, on the caller's thread (so in the caller's JAX
     context: its mesh, axis rules, config), with the caller's own frames kept out of the HLO."""
-    with _callers_hidden(sys._getframe()):  # this frame and every one above it
-        return step.lower(*args, **kwargs)
+    with _callers_hidden(sys._getframe()), _abstract_arrays_seen_as_arrays(step):
+        lowered = step.lower(*args, **kwargs)  # this frame and every one above it hidden
+    return _jax_lowered(step, lowered)
+
+
+def _jax_lowered(step, lowered) -> jax.stages.Lowered:
+    """The ``jax.stages.Lowered`` a framework's wrapper returns inside its own (Flax NNX's
+    ``nnx.jit``, Equinox's ``filter_jit``: both keep it as ``.lowered``)."""
+    if isinstance(lowered, jax.stages.Lowered):
+        return lowered
+    inner = getattr(lowered, "lowered", None)
+    if isinstance(inner, jax.stages.Lowered):
+        return inner
+    raise TypeError(
+        f"{_wrapper_name(step)}.lower() returned a {type(lowered).__module__}."
+        f"{type(lowered).__qualname__}, not a jax.stages.Lowered (nor one holding it as "
+        "`.lowered`), so its program cannot be read. Analyze the function it wraps, jitted with "
+        "jax.jit (or pass the plain function: analyze jits it), or its optimized HLO with "
+        "analyze_hlo(lowered.compile().as_text())"
+    )
+
+
+def _wrapper_name(step) -> str:
+    kind = type(step)
+    name = getattr(step, "__name__", None) or getattr(step, "fn", None) or "step"
+    return f"{name} ({kind.__module__}.{kind.__qualname__})"
+
+
+_EQUINOX_FILTER = threading.Lock()
+
+
+@contextlib.contextmanager
+def _abstract_arrays_seen_as_arrays(step) -> Iterator[None]:
+    """While ``step`` (an Equinox ``filter_jit``) is lowered, its filter takes an abstract array
+    (``jax.ShapeDtypeStruct``) for the array it stands for: traced, not static. Equinox's filter
+    sees only concrete arrays, and the arguments placed for a compile-only target, or given as
+    shapes, are abstract; without this they would be closed over as constants and fail."""
+    equinox_jit = _loaded("equinox._jit")
+    if equinox_jit is None or not isinstance(step, getattr(equinox_jit, "_JitWrapper", ())):
+        yield
+        return
+    concrete = getattr(equinox_jit, "is_array", None)
+    if not callable(concrete):
+        raise TypeError(
+            f"this Equinox ({getattr(_loaded('equinox'), '__version__', '?')}) filters "
+            f"{_wrapper_name(step)}'s arguments in a way hlo_roofline does not know: analyze "
+            "the function it wraps (step.__wrapped__) with jax.jit, its arrays as arguments"
+        )
+
+    def is_array(x) -> bool:
+        return isinstance(x, jax.ShapeDtypeStruct) or concrete(x)
+
+    with _EQUINOX_FILTER:
+        equinox_jit.is_array = is_array
+        try:
+            yield
+        finally:
+            equinox_jit.is_array = concrete
 
 
 # Code objects that were on the stack when a step was lowered: what called the analysis (a script,
@@ -555,7 +792,7 @@ def _analyze_step(
         report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity, target)
         how += "; the compiler refused it: out of memory"
     else:
-        report = analyze_hlo(program.text, cost_model, user_packages=user_packages)
+        report = _analyze_hlo(program.text, cost_model, None, user_packages, None)
         if warn_unsharded:
             _warn_if_unsharded(report, program.text, target, inputs, lowered)
         if program.memory is not None:
@@ -563,6 +800,7 @@ def _analyze_step(
             report.summary["memory"] = memory.from_stats(
                 program.memory, inputs, donatable, temporaries
             )
+        report.summary["missing"] = missing(report.summary)
     report = labelled(report, target, how)
     if chip is None:
         return report
@@ -637,18 +875,37 @@ def _mesh(*placed) -> jax.sharding.Mesh | None:
 
 def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
     """The step's array inputs per device, named by their place in the arguments, and the bytes
-    of those an output could reuse if they were donated (same shape and type, not donated)."""
+    of those an output could reuse if they were donated (same shape and type, not donated).
+
+    The program's own inputs (``args_info``) are the truth; each is named after the caller's
+    argument it is, matched in order (:func:`_matched`): static arguments are skipped, a Python
+    number is an input too. A framework's wrapper that passes jit its own split of them, in
+    another order (Equinox's ``filter_jit`` with arrays in the function), has each named by its
+    place in what the wrapper passed."""
     names = _parameter_names(step)
-    leaves = [
+    given = [
         (_argument_name(path, names), x)
         for path, x in jax.tree_util.tree_flatten_with_path(placed)[0]
-        if hasattr(x, "shape") and hasattr(x, "dtype")
+        if (hasattr(x, "shape") and hasattr(x, "dtype")) or _is_number(x)
     ]
-    donated = [info.donated for info in jax.tree_util.tree_leaves(lowered.args_info)]
-    if len(donated) != len(leaves):  # static arguments and the like: no donation known
+    compiled = [
+        (path, info)
+        for path, info in jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
+        if hasattr(info, "donated")
+    ]
+    donated = [info.donated for _, info in compiled]
+    leaves = _matched(given, [info for _, info in compiled])
+    if leaves is None and compiled:
+        wrapper = getattr(step, "__name__", "step")
+        leaves = [
+            (f"{wrapper}{jax.tree_util.keystr(path)}", jax.ShapeDtypeStruct(info.shape, info.dtype))
+            for path, info in compiled
+        ]
+    elif leaves is None:  # this jax does not say: the caller's arrays, none known donated
+        leaves = [(name, x) for name, x in given if not _is_number(x)]
         donated = [False] * len(leaves)
-    outputs = [(tuple(o.shape), str(o.dtype)) for o in jax.tree_util.tree_leaves(lowered.out_info)]
-    signatures = [(tuple(x.shape), str(x.dtype)) for _, x in leaves]
+    outputs = _signatures(jax.tree_util.tree_leaves(lowered.out_info))
+    signatures = _signatures([x for _, x in leaves])
     for signature, was_donated in zip(signatures, donated, strict=True):
         if was_donated and signature in outputs:  # that output already reuses this input
             outputs.remove(signature)
@@ -670,6 +927,34 @@ def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
             outputs.remove(signature)
             donatable += size
     return buffers, donatable
+
+
+def _signatures(arrays) -> list[tuple[tuple[int, ...], str]]:
+    return [(tuple(x.shape), str(x.dtype)) for x in arrays]
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float | complex) and not isinstance(x, bool | jax.Array)
+
+
+def _matched(given: list, compiled: list) -> list | None:
+    """Each of the program's inputs paired, in order, with the caller's argument of its shape and
+    type (a Python number as the array jit makes of it); the arguments left over are static.
+    None where they do not line up."""
+    matched, at = [], 0
+    for info in compiled:
+        wanted = (tuple(info.shape), str(info.dtype))
+        while at < len(given):
+            name, x = given[at]
+            at += 1
+            if _is_number(x):
+                x = jax.ShapeDtypeStruct((), jnp.result_type(x))
+            if (tuple(x.shape), str(x.dtype)) == wanted:
+                matched.append((name, x))
+                break
+        else:
+            return None
+    return matched
 
 
 def _in_shardings(lowered, count: int) -> list:

@@ -15,7 +15,9 @@ A rule set selects ops and states what must hold. All percentages are of the pre
 ``max_exposed_comm``  communication not hidden behind compute takes at most this percent of the
                       step as scheduled (``exposed_comm_s / step_time_scheduled_s``)
 ``max_regression``    the step is predicted at most this percent slower than ``baseline``
-``max_hbm``           the step needs at most this percent of one device's HBM (the memory fit)
+``max_hbm``           the step needs at most this percent of one device's HBM (the memory fit);
+                      a need known only as a lower bound (temporaries unknown) that is under the
+                      limit, or no fit at all, is neither a pass nor a fail: ``unknown``
 
 Ops that take no time (parameters, constants, tuples) are never selected. A selection (``select``,
 ``exclude``, ``kind``, ``exclude_kind``) that leaves no op is itself a violation, so a rename cannot
@@ -309,10 +311,18 @@ class CheckResult:
     rules: Rules
     violations: list[Violation]
     selected: pd.DataFrame
+    # rules the report cannot decide (max-hbm on a need known only as a lower bound under the
+    # limit): not a pass, and not a fail either
+    unknown: list[Violation] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return not self.violations
+        return not self.violations and not self.unknown
+
+    @property
+    def undecided(self) -> bool:
+        """Nothing failed, but a rule could not be decided (the CLI exits 2)."""
+        return not self.violations and bool(self.unknown)
 
     def table(self) -> str:
         return violation_table(self.violations)
@@ -406,14 +416,17 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
         violations += coverage_violations(report, rules.min_coverage)
     if rules.max_exposed_comm is not None:
         violations += _exposed_comm(report, rules.max_exposed_comm)
+    unknown: list[Violation] = []
     if rules.max_hbm is not None:
-        violations += _hbm(report, rules.max_hbm)
+        fit = _hbm(report, rules.max_hbm)
+        unknown = [v for v in fit if v.rule == HBM_UNKNOWN]
+        violations += [v for v in fit if v.rule != HBM_UNKNOWN]
     if rules.max_regression is not None:
         base = baseline if baseline is not None else rules.baseline
         if isinstance(base, str | Path):
             base = Report.read(base)
         violations += _regression(base, report, rules.max_regression)
-    return CheckResult(rules, violations, selected)
+    return CheckResult(rules, violations, selected, unknown)
 
 
 def _unjudgeable(report: Report) -> list[Violation]:
@@ -478,13 +491,18 @@ def _exposed_comm(report: Report, limit: float) -> list[Violation]:
     return [Violation("max-exposed-comm", "(step)", "", "communication", share / 100, detail)]
 
 
+# The rule name of a max-hbm the report cannot decide (CheckResult.unknown).
+HBM_UNKNOWN = "max-hbm unknown"
+
+
 def _hbm(report: Report, limit: float) -> list[Violation]:
     """The memory fit against a limit: a need that is only a lower bound still fails when the
-    bound alone is over it; one that cannot be told at all is a violation, not a pass."""
+    bound alone is over it; under the limit, or with no fit at all, it is undecided
+    (:data:`HBM_UNKNOWN`): neither a pass nor a fail."""
     fit = report.summary.get("memory_fit")
     if not fit:
         why = "no chip to judge against" if report.chip is None else "no memory figures"
-        return [Violation("max-hbm", "(step)", detail=f"memory fit unknown: {why}")]
+        return [Violation(HBM_UNKNOWN, "(step)", detail=f"memory fit unknown: {why}")]
     used = fit["used_fraction"] * 100
     need, capacity = fit["need_bytes"] / 1e9, fit["capacity_bytes"] / 1e9
     detail = f"needs {need:.2f} GB of {capacity:.2f} GB per device ({used:.0f}%, max {limit:g}%)"
@@ -496,8 +514,13 @@ def _hbm(report: Report, limit: float) -> list[Violation]:
             )
         return [Violation("max-hbm", "(step)", detail=detail)]
     if fit["verdict"] == "unknown":
-        detail += "; temporaries unknown (HLO text only): compile the step to know"
-        return [Violation("max-hbm", "(step)", detail=detail)]
+        source = (report.summary.get("memory") or {}).get("source")
+        where = "XLA:TPU's dump omits code generation's" if source == "dump" else "HLO text only"
+        detail += (
+            f"; temporaries unknown ({where}): a lower bound under the limit decides nothing. "
+            "Analyze the step itself (analyze, hlo-roofline analyze FILE.py:NAME) to know"
+        )
+        return [Violation(HBM_UNKNOWN, "(step)", detail=detail)]
     return []
 
 

@@ -137,7 +137,8 @@ def from_error(
 
 _ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*):\s*$", re.MULTILINE)
 _COLOR = re.compile(r"\bcolor (\d+)\b")
-_TOTAL = re.compile(r"Memory Space: \S+ \(color=0\)\s*\nTotal bytes: (\d+)")
+_SPACE = re.compile(r"Memory Space: (\S+) \(color=(\d+)\)")
+_TOTAL = re.compile(r"Memory Space: (\S+) \(color=(\d+)\)\s*\nTotal bytes: (\d+)")
 ASSIGNMENT_SUFFIX = "-buffer-assignment.txt"  # beside *after_optimizations.txt in a dump
 USAGE_SUFFIX = "-memory-usage-report.txt"
 
@@ -146,20 +147,23 @@ def from_dump(assignment: str, usage_report: str | None, hlo: dict) -> dict:
     """The need from the buffer assignment XLA writes beside an optimized module in an
     ``--xla_dump_to`` directory (``*-buffer-assignment.txt``), as ``memory_analysis()`` counts it:
     arguments (``parameter`` allocations), outputs (``maybe-live-out``, the aliased ones too),
-    aliased (both), temporaries (``preallocated-temp``), in device memory (color 0) only;
-    thread-local and constant allocations are not counted. ``usage_report`` is the dump's
-    ``*-memory-usage-report.txt``: its color-0 total is kept. ``hlo`` is :func:`from_module` of the
-    same module (its largest buffers, what could be donated).
+    aliased (both), temporaries (``preallocated-temp``), in every memory space of the device's
+    own memory (:func:`_in_device_memory`); thread-local and constant allocations are not counted.
+    ``usage_report`` is the dump's ``*-memory-usage-report.txt``: the total of those memory spaces
+    is kept. ``hlo`` is :func:`from_module` of the same module (its largest buffers, what could be
+    donated).
 
     XLA:TPU assigns more temporaries after this dump (in code generation), so for a TPU module
     (tiled layouts) the need is a lower bound; on CPU and GPU it is the compiler's figure."""
     arguments = outputs = aliased = temp = counted = 0
     found = False
+    tpu = ":T(" in assignment
+    spaces = {int(color): name for name, color in _SPACE.findall(usage_report or "")}
     for match in _ALLOCATION.finditer(assignment):
         found = True
         size, flags = int(match[1]), match[2]
         color = _COLOR.search(flags)
-        if color is not None and color[1] != "0":
+        if color is not None and not _in_device_memory(int(color[1]), tpu, spaces):
             continue
         counted += size
         parameter = re.search(r"\bparameter \d+", flags) is not None
@@ -170,8 +174,11 @@ def from_dump(assignment: str, usage_report: str | None, hlo: dict) -> dict:
         temp += size if "preallocated-temp" in flags else 0
     if not found:
         raise ValueError("no 'allocation N: size S, ...' lines: not an XLA buffer assignment")
-    total = _TOTAL.search(usage_report or "")
-    tpu = ":T(" in assignment
+    totals = [
+        int(total)
+        for name, color, total in _TOTAL.findall(usage_report or "")
+        if _in_device_memory(int(color), tpu, spaces)
+    ]
     return {
         "source": "dump",
         "arguments_bytes": arguments,
@@ -186,8 +193,24 @@ def from_dump(assignment: str, usage_report: str | None, hlo: dict) -> dict:
         "largest": hlo.get("largest", []),
         "donatable_bytes": hlo.get("donatable_bytes", 0),
         "compiler_error": None,
-        "allocated_bytes": int(total[1]) if total else counted,
+        "allocated_bytes": sum(totals) if totals else counted,
     }
+
+
+# Layout::kHostMemorySpace: an array XLA:GPU or XLA:CPU keeps in pinned host memory (S(5)).
+HOST_MEMORY_SPACE = 5
+
+
+def _in_device_memory(color: int, tpu: bool, spaces: dict[int, str]) -> bool:
+    """Whether a buffer assignment's memory space (its color) is the device's own memory, the
+    one a step must fit in. XLA:TPU: only the default space (0, HBM); its others are on-chip
+    (1 ``vmem``, 2 ``smem``) or the host. XLA:GPU and XLA:CPU: every space but the host's. On GPU
+    the others are device memory set apart: NCCL's collective memory (1), the temporaries with
+    ``--xla_gpu_temp_buffer_use_separate_color`` (2, which the usage report still names
+    ``smem``, TPU's word), and the spaces newer XLA numbers further (MaxText's temporaries in 7)."""
+    if tpu:
+        return color == 0
+    return color != HOST_MEMORY_SPACE and spaces.get(color) != "host"
 
 
 def _global_bytes(buffer: Buffer) -> float:

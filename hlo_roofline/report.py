@@ -69,6 +69,42 @@ class ReportMissingError(ReportError):
     """The report file is not there (never written, or deleted since it was listed)."""
 
 
+def missing(summary: dict) -> list[str]:
+    """What the report's HLO did not say that its compile knew (:data:`schema.MISSING_FACTS`),
+    from the summary's own facts: the tiling as the HLO was read (``api`` records it), the
+    temporaries where the need is only a lower bound, the device coordinates where a TPU torus's
+    were inferred for a program that communicates."""
+    found = {c for c in summary.get("missing") or () if c == "tiling"}
+    fit = summary.get("memory") or {}
+    if fit and not fit.get("complete", True) and fit.get("source") != "compiler error":
+        found.add("temporaries")
+    topology = summary.get("topology") or {}
+    inferred = str(topology.get("source", "")).startswith("inferred")
+    if inferred and topology.get("kind") == "torus" and summary.get("comm_bytes"):
+        found.add("device_coordinates")
+    return [c for c in schema.MISSING_FACTS if c in found]
+
+
+_MISSING_WORDS = {
+    "tiling": "XLA:TPU's per-fusion tiling (window_config, written in code generation): the step "
+    "time reads low. Read the dump's *after_codegen.txt (analyze_dump does, where XLA wrote it) "
+    "or compiled.as_text()",
+    "device_coordinates": "where the devices sit in the TPU torus (inferred as the chip's usual "
+    "slice, in device-id order): communication may read high or low. Analyze the step itself, "
+    "keep the dump's module folder (its compile_options and topology), or "
+    "report.classify(chip, topology=mesh) with the mesh it was compiled on",
+    "temporaries": "the temporaries (HLO text alone, or a TPU dump's without those code "
+    "generation adds): the memory need reads low and the fit is unknown. Analyze the step "
+    "itself (compiled.memory_analysis()) to know",
+}
+
+
+def missing_text(code: str) -> str:
+    """One :data:`schema.MISSING_FACTS` code in words: what is missing, which way it leans, and
+    where to get it."""
+    return _MISSING_WORDS.get(code, code)
+
+
 @dataclass
 class Report:
     """Per-op costs of one compiled module.
@@ -127,7 +163,9 @@ class Report:
             summary_update["measured_problems"] = efficiency.problem_count(ops)
         # the verdict always sets every one of its keys, so it replaces an earlier chip's wholesale
         fit = memory.judge(self.summary.get("memory"), chips.get(chip))
-        return Report(ops, {**self.summary, **summary_update, **fit}, self.module)
+        summary = {**self.summary, **summary_update, **fit}
+        summary["missing"] = missing(summary)
+        return Report(ops, summary, self.module)
 
     def with_model_flops(self, model_flops: float | None) -> Report:
         """The same report with the user's FLOP count per device and step (see :meth:`classify`);

@@ -407,6 +407,22 @@ class MemoryFit(TypedDict):
     advice: list[Advice]
 
 
+# What an HLO text or dump may not say that its compile knew (``report.missing``), as codes, and
+# which figure each leaves off and which way: XLA:TPU's per-fusion tiling (``window_config``,
+# written in code generation: a dump's ``after_optimizations`` module lacks it) leaves the step
+# time low; the devices' places in a TPU torus (inferred as the chip's usual slice, in id order,
+# where neither a mesh nor the dump's device assignment gives them) leave the communication time
+# off either way (which links a group spans depends on the order); the temporaries (HLO text
+# alone; a TPU dump's lack those code generation adds) leave the need low. The faces word them
+# (``report.missing_text``).
+MISSING_FACTS = ("tiling", "device_coordinates", "temporaries")
+MISSING_LEANS: dict[str, tuple[str, str]] = {
+    "tiling": ("step_time", "low"),
+    "device_coordinates": ("comm_time", "either"),
+    "temporaries": ("need", "low"),
+}
+
+
 class MemorySummary(TypedDict, total=False):
     """What the memory layer and the API add (``memory``, ``api``)."""
 
@@ -416,6 +432,7 @@ class MemorySummary(TypedDict, total=False):
     how: str  # a sentence: what was compiled for what, and why
     compiler_flags: dict[str, str]  # XLA_FLAGS / LIBTPU_INIT_ARGS it compiled under (explorer)
     ops_before_optimization: bool  # a refused program's ops, as lowered (api._refused)
+    missing: list[str]  # MISSING_FACTS codes: what the HLO did not say (report.missing)
 
 
 class MeasuredSummary(TypedDict, total=False):

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from hlo_roofline import api
-from hlo_roofline.check import Rules, check
+from hlo_roofline.check import Rules, check, violation_table
 from hlo_roofline.report import Report
 
 __all__ = ["assert_roofline"]
@@ -36,7 +36,9 @@ def assert_roofline(
     cache: bool | str | os.PathLike = True,
     **rules,
 ) -> Report:
-    """Compile ``fn(*args)`` as :func:`hlo_roofline.analyze` does and apply ``rules``.
+    """Compile ``fn(*args)`` as :func:`hlo_roofline.analyze` does and apply ``rules``; or, given a
+    :class:`Report` in place of ``fn`` (from ``analyze_hlo``, ``analyze_dump``, ``Report.read``),
+    apply them to it (judged against ``chip`` if one is named).
 
     ``chip`` and ``target`` mean what they mean there: ``target="h100"`` compiles for an H100 and
     judges against it, ``chip="v5e"`` compiles compile-only for a v5e. The optimized HLO is cached
@@ -51,15 +53,18 @@ def assert_roofline(
         raise TypeError(
             "assert_roofline needs at least one rule (require=, max_memory_share=, ...)"
         )
-    report = api.analyze(
-        fn,
-        *args,
-        chip=chip,
-        target=target,
-        cost_model=cost_model,
-        cache=cache,
-        jit_kwargs=jit_kwargs,
-    )
+    if isinstance(fn, Report):
+        report = _judged(fn, args, chip, target, jit_kwargs)
+    else:
+        report = api.analyze(
+            fn,
+            *args,
+            chip=chip,
+            target=target,
+            cost_model=cost_model,
+            cache=cache,
+            jit_kwargs=jit_kwargs,
+        )
     if report.chip is None:
         raise TypeError(
             "assert_roofline needs a chip to judge against: pass chip= or target= "
@@ -68,8 +73,24 @@ def assert_roofline(
     base = Report.read(baseline) if isinstance(baseline, str | Path) else baseline
     result = check(report, rule_set, base)
     if not result.passed:
+        what, table = "failed", result.table()
+        if result.undecided:  # a lower bound under the limit: not a pass either
+            what, table = "could not be decided", violation_table(result.unknown)
         raise AssertionError(
-            f"roofline check failed on {report.summary.get('chip_name', report.chip)} "
-            f"({rule_set.describe()}):\n{result.table()}"
+            f"roofline check {what} on {report.summary.get('chip_name', report.chip)} "
+            f"({rule_set.describe()}):\n{table}"
         )
     return report
+
+
+def _judged(report: Report, args: tuple, chip, target, jit_kwargs) -> Report:
+    """A report given to assert_roofline: nothing to compile, so no arguments, target or jit
+    keywords; judged against ``chip`` where one is named, else as it is."""
+    extra = [name for name, given in (("arguments", args), ("target=", target),
+                                      ("jit_kwargs=", jit_kwargs)) if given]  # fmt: skip
+    if extra:
+        raise TypeError(
+            f"assert_roofline(report, ...) checks a report already compiled: {', '.join(extra)} "
+            "would compile a step (pass the step itself to compile it)"
+        )
+    return report.classify(chip) if chip is not None else report

@@ -24,8 +24,8 @@ from hlo_roofline import analyze
 from hlo_roofline.report import UNATTRIBUTED
 
 TARGETS = ("cpu", "v5e", "h100")
-MODELS = {"nnx": nnx_lm, "linen": linen_lm, "equinox": equinox_mlp}
-CASES = [(m, t) for m in ("equinox", "nnx") for t in TARGETS] + [
+MODELS = {"nnx": nnx_lm, "linen": linen_lm, "equinox": equinox_mlp, "nnx.jit": nnx_lm}
+CASES = [(m, t) for m in ("equinox", "nnx", "nnx.jit") for t in TARGETS] + [
     ("linen", "cpu"),
     ("linen", "h100"),
 ]
@@ -39,7 +39,8 @@ def analyzed(tmp_path_factory):
 
     def get(model: str, target: str):
         if (model, target) not in reports:
-            step, args = MODELS[model].build()
+            build = nnx_lm.build_jit if model == "nnx.jit" else MODELS[model].build
+            step, args = build()
             reports[model, target] = analyze(
                 step,
                 *args,
@@ -94,13 +95,14 @@ def matmul_flops_by_line(report) -> dict[str, float]:
 def test_flops_are_the_models(analyzed, model, target):
     """6·N·T (+ attention) within 3%: the rest is the elementwise work of norms, softmax, AdamW."""
     report = analyzed(model, "cpu" if target == "cpu" else target)
-    expected = analytic_flops("nnx" if model == "linen" else model)
+    expected = analytic_flops("nnx" if model in ("linen", "nnx.jit") else model)
     assert report.summary["coverage"] == 1.0, report.summary["unknown_ops"]
     assert 1.0 <= report.summary["flops"] / expected < 1.03
 
 
+@pytest.mark.parametrize("model", ["nnx", "nnx.jit"])
 @pytest.mark.parametrize("target", TARGETS)
-def test_each_nnx_projection_names_the_model_line_that_calls_it(analyzed, target):
+def test_each_nnx_projection_names_the_model_line_that_calls_it(analyzed, target, model):
     """The matmuls of q, k, v, out, up, down and head (forward and both gradients, every layer) are
     attributed to the model's own line that calls the layer, not to flax/nnx/nn/linear.py.
 
@@ -108,7 +110,7 @@ def test_each_nnx_projection_names_the_model_line_that_calls_it(analyzed, target
     each line is within 2%. XLA may merge dots that share an input (on H100 the forward q, k and v are one matmul, named
     after q's line), so q, k and v are checked together; attention's two matmuls likewise share
     lines with the softmax between them (a backward fusion rooted there)."""
-    report = analyzed("nnx", target)
+    report = analyzed(model, target)  # the pure step over nnx.split state, or @nnx.jit
     lines = marked_lines(nnx_lm)
     by_line = matmul_flops_by_line(report)
     want = nnx_lm.matmul_flops()

@@ -216,7 +216,7 @@ def test_cli_summary_and_gate(tmp_path):
     assert gate.exit_code == 1 and "max-hbm" in gate.output
 
 
-def test_hlo_text_alone_knows_arguments_and_outputs_but_not_temporaries():
+def test_hlo_text_alone_knows_arguments_and_outputs_but_not_temporaries(tmp_path):
     text = """HloModule m, is_scheduled=true, input_output_alias={ {0}: (0, {}, may-alias) }
 
 ENTRY e {
@@ -235,8 +235,21 @@ ENTRY e {
     assert mem["aliased_bytes"] == mib4 and mem["need_bytes"] == 3 * mib4
     assert fit["verdict"] == "unknown"  # temporaries unknown: a lower bound cannot say "fits"
     assert [b["kind"] for b in mem["largest"]] == ["parameter", "parameter", "output", "output"]
-    assert not check(report, Rules(max_hbm=90)).passed  # unknown is not a pass
+    undecided = check(report, Rules(max_hbm=90))
+    assert not undecided.passed and undecided.undecided  # unknown is not a pass, nor a fail
+    assert not undecided.violations and undecided.unknown[0].rule == "max-hbm unknown"
+    # the lower bound alone over the limit decides it: a fail
+    over = check(report, Rules(max_hbm=0.01))
+    assert not over.passed and not over.undecided and over.violations[0].rule == "max-hbm"
     assert "temporaries unknown" in memory.describe(report.summary)[0]
+    path = tmp_path / "text.json"
+    report.to_json(path)
+    shown = CliRunner().invoke(cli.main, ["check", str(path), "--max-hbm", "90"])
+    assert shown.exit_code == 2 and "unknown: the report cannot decide" in shown.output
+    assert "temporaries unknown (HLO text only)" in shown.output
+    assert CliRunner().invoke(cli.main, ["check", str(path), "--max-hbm", "0.01"]).exit_code == 1
+    with pytest.raises(AssertionError, match="could not be decided"):
+        assert_roofline(report, max_hbm=90)
 
 
 def test_diff_reports_the_change_in_memory(refused):
@@ -361,6 +374,19 @@ def test_a_tpu_dump_gives_arguments_and_outputs_exactly_and_temporaries_as_a_low
     # XLA:TPU assigns more temporaries in code generation, after the dump's buffer assignment
     assert 0 < mem["temporaries_bytes"] <= oracle["temp_size_in_bytes"]
     assert mem["complete"] is False
+
+
+def test_a_gpu_dump_counts_the_temporaries_xla_puts_in_their_own_memory_space():
+    """XLA:GPU may put temporaries in a memory space of their own (a color other than 0):
+    still device memory, still the step's need (the dump's usage report calls it ``smem``)."""
+    directory = DUMPS / "gpu_h100"
+    assert "color 2" in next(directory.glob(f"*{memory.ASSIGNMENT_SUFFIX}")).read_text()
+    mem, oracle = dump_figures(directory)
+    for ours, theirs in ORACLE_KEYS.items():
+        assert mem[ours] == oracle[theirs], ours
+    assert mem["complete"] and mem["allocated_bytes"] >= mem["need_bytes"]
+    ((_, report),) = analyze_dump(directory, chip="h100").items()
+    assert report.summary["memory_fit"]["need_bytes"] == mem["need_bytes"]
 
 
 def test_a_fresh_dump_matches_memory_analysis_of_the_same_compile(tmp_path):

@@ -22,6 +22,7 @@ from hlo_roofline.check import (
     pyproject_rules,
     read_rules,
     refused,
+    violation_table,
 )
 from hlo_roofline.cli._common import (
     CONTEXT,
@@ -100,7 +101,8 @@ _KIND_HELP = ", ".join(KINDS)
 @no_cache_option
 @format_option("table", "json")
 def check_command(report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags):
-    """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input.
+    """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input or a rule
+    the report cannot decide (--max-hbm on a need known only as a lower bound: "unknown").
 
     A step the compiler refuses (out of memory, or any compiler error with --from) fails every
     rule with the compiler's reason: exit 1.
@@ -250,15 +252,22 @@ def _print_result(result: CheckResult, fmt: str, passed_note: str) -> None:
             dumps(
                 {
                     "passed": result.passed,
+                    "unknown": result.undecided,
                     "rules": result.rules.describe(),
                     "violations": [v.__dict__ for v in result.violations],
+                    "undecided": [v.__dict__ for v in result.unknown],
                 }
             )
         )
     elif result.passed:
         click.echo(f"passed: {result.rules.describe()} ({passed_note})")
+    elif result.undecided:
+        click.echo(violation_table(result.unknown))
+        click.echo(f"\nunknown: the report cannot decide {result.rules.describe()}")
     else:
         click.echo(result.table())
         click.echo(f"\nfailed: {len(result.violations)} violation(s) of {result.rules.describe()}")
+    if result.undecided:
+        raise SystemExit(2)
     if not result.passed:
         raise SystemExit(1)

@@ -12,6 +12,7 @@ import re
 
 from hlo_roofline.cost.attention_kernels import attention_cost
 from hlo_roofline.cost.base import ZERO, Cost, CostContext, rule
+from hlo_roofline.cost.custom_targets import TARGET_RULES
 from hlo_roofline.cost.grouped_matmuls import grouped_matmul_cost
 from hlo_roofline.cost.linalg import (
     Extent,
@@ -342,6 +343,8 @@ def custom_call(instr: Instruction, ctx: CostContext) -> Cost:
     attention, JAX's attention kernels, grouped matmuls on the matrix unit), a kernel's declared
     cost estimate used, the rest opaque (flagged unknown)."""
     name = target(instr)
+    if name in TARGET_RULES:  # priced by its target name (cost/custom_targets.py)
+        return TARGET_RULES[name](instr, ctx)
     if name in NO_WORK_TARGETS:
         return ZERO
     if name in SELECTION_TARGETS:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hlo_roofline.api import jitted, local_chip
+from hlo_roofline.api import jitted, local_chip, map_arrays
 from hlo_roofline.host import host_chip
 from hlo_roofline.measured.join import joined_reports, resolve_chip
 from hlo_roofline.report import Report
@@ -45,9 +45,9 @@ def measure(
 
     if steps < 1:
         raise ValueError(f"steps must be ≥ 1, not {steps}")
-    args = jax.tree.map(
+    args = map_arrays(
         lambda x: jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x, args
-    )
+    )  # through each framework's own view of its objects (nnx.split / merge)
     jitted_step = jitted(fn, {})
     for _ in range(max(warmup, 0)):
         jax.block_until_ready(jitted_step(*args))

@@ -126,6 +126,27 @@ def build(c: Config = CONFIG):
     return pure_train_step, (state, batch, batch)
 
 
+def build_jit(c: Config = CONFIG):
+    """(step, (model, optimizer, tokens, targets)): the step as Flax's docs write it, ``@nnx.jit``
+    over the model and its ``nnx.Optimizer`` (updated in place), both abstract (``nnx.eval_shape``)."""
+    tx = optax.adamw(3e-4, weight_decay=0.1)
+
+    def create():
+        model = DecoderLM(c, nnx.Rngs(0))
+        return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+    model, optimizer = nnx.eval_shape(create)
+
+    @nnx.jit
+    def train_step(model, optimizer, tokens, targets):
+        loss, grads = nnx.value_and_grad(loss_fn)(model, tokens, targets)
+        optimizer.update(model, grads)  # <- jit_optimizer
+        return loss
+
+    batch = jax.ShapeDtypeStruct((c.batch, c.seq), jnp.int32)
+    return train_step, (model, optimizer, batch, batch)
+
+
 def matmul_flops(c: Config = CONFIG) -> dict[str, float]:
     """Training FLOPs of each marked matmul line (forward, input and weight gradients: 3 × 2 × MNK),
     summed over the layers. The masked half of the causal scores is computed too, so it counts."""
