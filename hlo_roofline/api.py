@@ -24,6 +24,7 @@ from hlo_roofline import chips, cost, memory, targets
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.cache import compile_program
 from hlo_roofline.hlo import Module, parse_file, parse_module
+from hlo_roofline.hlo.files import GZIP_SUFFIX, read_text
 from hlo_roofline.report import Report
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,8 @@ def _names_a_path(text: str) -> bool:
 def dump_files(directory: str | Path, module: str | None = None) -> list[Path]:
     """The optimized modules of an ``--xla_dump_to`` directory (``*after_optimizations.txt``),
     those whose file name matches the regex ``module`` if given."""
-    files = sorted(p for p in Path(directory).rglob(f"*{DUMP_SUFFIX}") if p.is_file())
+    found = (*Path(directory).rglob(f"*{DUMP_SUFFIX}"), *Path(directory).rglob(f"*{DUMP_SUFFIX}.gz"))
+    files = sorted(p for p in found if p.is_file())
     return [f for f in files if re.search(module, f.name)] if module else files
 
 
@@ -188,13 +190,13 @@ def analyze_file(
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory: analyze_dump({str(path)!r}) reads a dump")
     report = analyze_hlo(path, cost_model, user_packages=user_packages)
-    stem = path.name.removesuffix(".txt")
-    assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
-    if assignment.is_file():
-        usage = path.with_name(stem + memory.USAGE_SUFFIX)
+    stem = path.name.removesuffix(GZIP_SUFFIX).removesuffix(".txt")
+    assignment = _beside(path, stem + memory.ASSIGNMENT_SUFFIX)
+    if assignment is not None:
+        usage = _beside(path, stem + memory.USAGE_SUFFIX)
         report.summary["memory"] = memory.from_dump(
-            assignment.read_text(encoding="utf-8"),
-            usage.read_text(encoding="utf-8") if usage.is_file() else None,
+            read_text(assignment),
+            read_text(usage) if usage is not None else None,
             report.summary["memory"],
         )
     if chip is not None:
@@ -202,12 +204,20 @@ def analyze_file(
     return report.with_model_flops(model_flops) if model_flops is not None else report
 
 
+def _beside(path: Path, name: str) -> Path | None:
+    """The file ``name`` (or ``name.gz``) in ``path``'s folder, if there is one."""
+    for candidate in (path.with_name(name), path.with_name(name + GZIP_SUFFIX)):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 analyze_dump_file = analyze_file  # the name the CLI used before analyze_file
 
 
 def module_key(path: Path) -> str:
     """``module_0000.jit_f.cpu_after_optimizations.txt`` → ``module_0000.jit_f.cpu``; ``a.txt`` → ``a``."""
-    return re.sub(r"[._]?after_optimizations\.txt$|\.txt$", "", path.name)
+    return re.sub(r"[._]?after_optimizations\.txt$|\.txt$", "", path.name.removesuffix(GZIP_SUFFIX))
 
 
 # -- JAX functions ------------------------------------------------------------------------------

@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, efficiency, memory, schedule, schema, verdict
+from hlo_roofline import chips, efficiency, evidence, memory, schedule, schema, verdict
 from hlo_roofline._atomic import write_atomic
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
+from hlo_roofline.hlo.files import read_text
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
 
@@ -252,6 +253,7 @@ class Report:
             "module": self.module,
             "summary": json_safe(self.summary),
             "columns": list(ops.columns),
+            "rows": len(ops),
             "data": [list(row) for row in zip(*columns, strict=True)],
         }
         if "call_stack" in self.ops:
@@ -259,7 +261,8 @@ class Report:
         return payload
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
-        text = json.dumps(self.to_dict(), allow_nan=False)
+        """The report as JSON, its checksum first (:mod:`hlo_roofline.evidence`)."""
+        text = evidence.sign(json.dumps(self.to_dict(), allow_nan=False))
         if path is not None:
             write_atomic(Path(path), text)
         return text
@@ -274,28 +277,59 @@ class Report:
         return text
 
     @classmethod
-    def read(cls, path: str | os.PathLike) -> Report:
+    def read(cls, path: str | os.PathLike, *, trust_unsigned: bool = False) -> Report:
         """Read a report written by :meth:`to_json` or :meth:`to_csv` (the CSV with the
         ``.meta.json`` beside it, or a CSV of the older form that carried it as a first comment
-        line), or a TensorBoard run directory."""
+        line), or a TensorBoard run directory.
+
+        The one reader every face uses: the rows are held to the schema and the summary to the
+        rows, and the file to its checksum (:mod:`hlo_roofline.evidence`); a report without one
+        (written by hand, or before reports carried one), or whose bytes changed since, is a
+        :class:`ReportError` unless ``trust_unsigned`` (its rows and summary are checked still).
+        """
         path = Path(path)
         if path.is_dir():
             path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
         text = _read_text(path)
+        meta_text = None
+        if not text.startswith(CSV_MAGIC) and (
+            path.suffix.lower() == ".csv" or meta_path(path).is_file()
+        ):
+            meta_text = _read_text(meta_path(path), what="the summary of")
+        try:
+            return cls.from_text(text, meta_text, trust_unsigned=trust_unsigned)
+        except ReportError as exc:
+            said = str(exc)
+            joined = f"{path} is {said}" if said.startswith("not a readable") else f"{path}: {said}"
+            raise type(exc)(joined) from None
+
+    @classmethod
+    def from_text(
+        cls, text: str, meta_text: str | None = None, *, trust_unsigned: bool = False
+    ) -> Report:
+        """A report from a file's text (a CSV's with ``meta_text``, its ``.meta.json``'s), checked
+        as :meth:`read` checks it; every error is a :class:`ReportError`."""
         try:
             if text.startswith(CSV_MAGIC):
-                return cls._from_old_csv(text)
-            if path.suffix.lower() == ".csv" or meta_path(path).is_file():
-                return cls._from_csv(text, _read_text(meta_path(path), what="the summary of"))
-            return cls.from_dict(json.loads(text))
-        except ReportError as exc:
-            raise type(exc)(f"{path}: {exc}") from None
+                report, seal = cls._from_old_csv(text), evidence.UNSIGNED
+            elif meta_text is not None:
+                report, seal = cls._from_csv(text, meta_text), evidence.verify(meta_text, text)
+            else:
+                report, seal = cls.from_dict(json.loads(text)), evidence.verify(text)
+        except ReportError:
+            raise
         except RecursionError:
-            raise ReportError(
-                f"{path} is not a readable hlo_roofline report (nested too deep)"
-            ) from None
+            raise ReportError("not a readable hlo_roofline report (nested too deep)") from None
         except (ValueError, TypeError, KeyError, AttributeError, pd.errors.ParserError) as exc:
-            raise ReportError(f"{path} is not a readable hlo_roofline report ({exc})") from None
+            raise ReportError(f"not a readable hlo_roofline report ({exc})") from None
+        if seal is not None and not trust_unsigned:
+            raise ReportError(
+                "unsigned: it carries no checksum (written by hand, or by an older version); "
+                "read it with --trust-unsigned (trust_unsigned=True) if you trust it"
+                if seal == evidence.UNSIGNED
+                else f"{seal}; read it with --trust-unsigned (trust_unsigned=True) if you trust it"
+            )
+        return report
 
     @classmethod
     def from_dict(cls, data: dict) -> Report:
@@ -304,6 +338,9 @@ class Report:
         if data.get("version") != VERSION:
             raise ReportError(f"report version {data.get('version')} is not {VERSION}")
         ops = pd.DataFrame(data["data"], columns=data["columns"])
+        rows = data.get("rows", len(ops))
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows != len(ops):
+            raise ReportError(f"it says it has {rows!r} rows but holds {len(ops)}")
         if "call_stacks" in data and "call_stack" in ops:
             stacks = data["call_stacks"]
             if not isinstance(stacks, list) or not all(isinstance(t, str) for t in stacks):
@@ -320,7 +357,7 @@ class Report:
             raise ReportError("its .meta.json is not an hlo_roofline report's")
         if meta.get("version") != VERSION:
             raise ReportError(f"report version {meta.get('version')} is not {VERSION}")
-        digest = meta.get("csv_sha256")
+        digest = meta.get("csv_sha256")  # older sidecars: the CSV's alone
         if digest is not None and digest != hashlib.sha256(text.encode()).hexdigest():
             raise ReportError("the CSV is not the one its .meta.json was written with")
         return cls._csv_body(text, meta)
@@ -517,10 +554,9 @@ def _write_csv(report: Report, path: Path, text: str, mode: int | None = None) -
         "version": VERSION,
         "module": report.module,
         "rows": len(report.ops),
-        "csv_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "summary": json_safe(report.summary),
-    }
-    write_atomic(meta_path(path), json.dumps(meta, allow_nan=False), mode=mode)
+    }  # its checksum covers the CSV too (evidence.sign)
+    write_atomic(meta_path(path), evidence.sign(json.dumps(meta, allow_nan=False), text), mode=mode)
     write_atomic(path, text, mode=mode)
 
 
@@ -536,7 +572,7 @@ def _read_text(path: Path, what: str = "") -> str:
     """A report file's text; missing, unreadable or not UTF-8 is a :class:`ReportError`."""
     named = f"{what or 'report'} {path}"
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text(path)  # a FIFO or a device refused at once; gzip read through
     except FileNotFoundError:
         raise ReportMissingError(f"cannot read {named}: No such file or directory") from None
     except OSError as exc:
@@ -602,6 +638,9 @@ def validate(report: Report) -> Report:
         known = ops["hint_reason"].isin(("", *schema.HINT_REASONS))
         _refuse_cells(ops, ~known, "hint_reason", "is not a known hint")
     _validate_summary(report.summary)
+    contradicted = evidence.contradictions(ops, report.summary)
+    if contradicted:
+        raise ReportError("its summary contradicts its rows: " + "; ".join(contradicted[:3]))
     return report
 
 

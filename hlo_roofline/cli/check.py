@@ -37,6 +37,7 @@ from hlo_roofline.cli._common import (
     percent_option,
     regex_callback,
     target_option,
+    trust_option,
 )
 
 
@@ -94,7 +95,11 @@ _KIND_HELP = ", ".join(KINDS)
               help="The configured layout may be at most PCT% slower than the best explored.")  # fmt: skip
 @no_cache_option
 @format_option("table", "json")
-def check_command(report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags):
+@trust_option
+def check_command(
+    report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, trust_unsigned,
+    **flags,
+):
     """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input.
 
     A step the compiler refuses (out of memory, or any compiler error with --from) fails every
@@ -140,10 +145,10 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
             _print_result(refused(rules, reason), fmt, "")
             return
     else:
-        report = load_report(report_path, chip)
+        report = load_report(report_path, chip, trust_unsigned)
     baseline = None
     if rules.baseline is not None:
-        baseline = load_report(Path(rules.baseline), None)
+        baseline = load_report(Path(rules.baseline), None, trust_unsigned)
     with input_errors():
         result = check(report, rules, baseline)
     _print_result(result, fmt, f"{len(result.selected)} ops selected")
