@@ -685,7 +685,9 @@ def _stack_texts(stacks: list[str], indexes: pd.Series) -> list[str] | np.ndarra
     """Each op's call stack from its index into ``stacks``: at once where the column is all
     integers in range, else one by one (saying which cell is not an index)."""
     codes = indexes.to_numpy()
-    if codes.dtype.kind in "iu" and (not len(codes) or (codes.min() >= 0 and codes.max() < len(stacks))):
+    if codes.dtype.kind in "iu" and (
+        not len(codes) or (codes.min() >= 0 and codes.max() < len(stacks))
+    ):
         return np.array(stacks, dtype=object)[codes] if stacks else np.array([], dtype=object)
     return [_stack_text(stacks, i) for i in indexes]
 
