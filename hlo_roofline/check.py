@@ -373,10 +373,6 @@ def refused(rules: Rules, reason: str, selected: pd.DataFrame | None = None) -> 
 
 def check(report: Report, rules: Rules, baseline: Report | None = None) -> CheckResult:
     """Apply ``rules`` to a classified ``report``; ``baseline`` overrides ``rules.baseline``."""
-    if report.ops.empty:  # no evidence passes no gate
-        detail = "the report has no rows: there is nothing to judge"
-        violations = [Violation(rule, "(step)", detail=detail) for rule in rules.gates]
-        return CheckResult(rules, violations, report.ops)
     reason = refusal(report)
     if reason is not None:
         result = refused(rules, reason, report.ops)
@@ -386,6 +382,10 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
             else v for v in result.violations
         ]  # fmt: skip
         return result
+    if report.ops.empty:  # no evidence passes no gate
+        detail = "the report has no rows: there is nothing to judge"
+        violations = [Violation(rule, "(step)", detail=detail) for rule in rules.gates]
+        return CheckResult(rules, violations, report.ops)
     if rules.needs_verdicts:
         require_verdicts(report)
     violations: list[Violation] = _unjudgeable(report) if rules.needs_verdicts else []

@@ -49,7 +49,9 @@ def verify(text: str, *covered: str) -> str | None:
     match = _SIGNED.match(text)
     if match is None:
         return UNSIGNED
-    body = "{" + text[match.end() :]
+    body = "{" + text[match.end() :].rstrip(
+        "\r\n"
+    )  # a line end after it (a shell's echo) is none of it
     if _digest(body, covered) != match.group(1):
         what = " or the CSV beside it" if covered else ""
         return f"its checksum does not match: the file{what} changed after it was written"

@@ -392,11 +392,11 @@ class Exploration:
         """Every candidate's report into ``logdir``, one run per candidate label, and the ranked
         table beside them (``logdir.EXPLORE_JSON``, :meth:`document`): what the tab's
         exploration view reads."""
-        from hlo_roofline._atomic import write_atomic
+        from hlo_roofline._atomic import join, write_atomic
         from hlo_roofline.logdir import EXPLORE_JSON
 
         written = [r.write_tensorboard(logdir, label) for label, r in self.reports.items() if r]
-        path = Path(logdir) / EXPLORE_JSON
+        path = join(logdir, EXPLORE_JSON)  # a URL logdir stays one
         write_atomic(path, self.to_json(), mode=0o644)
         return [*written, path]
 

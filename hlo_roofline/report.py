@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, efficiency, evidence, memory, schedule, schema, verdict
-from hlo_roofline._atomic import write_atomic
+from hlo_roofline._atomic import is_remote, join, write_atomic
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
 from hlo_roofline.hlo.files import read_text
@@ -264,7 +264,7 @@ class Report:
         """The report as JSON, its checksum first (:mod:`hlo_roofline.evidence`)."""
         text = evidence.sign(json.dumps(self.to_dict(), allow_nan=False))
         if path is not None:
-            write_atomic(Path(path), text)
+            write_atomic(path if is_remote(path) else Path(path), text)
         return text
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
@@ -273,7 +273,7 @@ class Report:
         which :meth:`read` needs to read the CSV back as a report. Returns the CSV text."""
         text = self.ops.to_csv(index=False)
         if path is not None:
-            _write_csv(self, Path(path), text)
+            _write_csv(self, path if is_remote(path) else Path(path), text)
         return text
 
     @classmethod
@@ -389,8 +389,17 @@ class Report:
         atomically).
 
         ``run`` must stay inside ``logdir`` (ValueError otherwise). The files are 0644: a
-        TensorBoard running as another user must be able to read them.
+        TensorBoard running as another user must be able to read them. A URL logdir
+        (``gs://bucket/logs``) is written through its filesystem (``_atomic.write_remote``).
         """
+        if is_remote(logdir):
+            if any(part in ("..", "") for part in str(run).split("/") if part != "."):
+                raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
+            parts = [p for p in str(run).split("/") if p not in ("", ".")]
+            remote = join(logdir, *parts, "plugins", PLUGIN_NAME)
+            _write_csv(self, join(remote, REPORT_CSV), self.ops.to_csv(index=False))
+            write_atomic(join(remote, REPORT_JSON), self.to_json())
+            return remote
         root = Path(logdir).resolve()
         inside = (root / run).resolve()
         if inside != root and root not in inside.parents:
@@ -427,7 +436,7 @@ class Report:
 
     def plot(self, path: str | os.PathLike, title: str | None = None) -> Path:
         """A log-log roofline chart (PNG or SVG by extension) of a classified report."""
-        return roofline_chart(self, Path(path), title)
+        return roofline_chart(self, path if is_remote(path) else Path(path), title)
 
     # -- the step as scheduled -----------------------------------------------------------------
     def timeline(self) -> pd.DataFrame:
@@ -546,7 +555,7 @@ def _json_column(column: pd.Series) -> list:
     return [json_safe(v) for v in cells.tolist()]
 
 
-def _write_csv(report: Report, path: Path, text: str, mode: int | None = None) -> None:
+def _write_csv(report: Report, path: Path | str, text: str, mode: int | None = None) -> None:
     """The CSV and its metadata, each atomically; the metadata first, so a CSV is never newer
     than the summary that goes with it (a reader also checks the CSV's hash)."""
     meta = {
@@ -562,7 +571,10 @@ def _write_csv(report: Report, path: Path, text: str, mode: int | None = None) -
 
 def meta_path(csv_path: str | os.PathLike) -> Path:
     """Where :meth:`Report.to_csv` keeps a CSV's module name and summary: ``x.csv`` →
-    ``x.meta.json`` (any other name: the name + ``.meta.json``)."""
+    ``x.meta.json`` (any other name: the name + ``.meta.json``); beside a URL, a URL."""
+    if is_remote(csv_path):
+        url = str(csv_path)
+        return url.removesuffix(".csv") + META_SUFFIX  # type: ignore[return-value]
     path = Path(csv_path)
     stem = path.name.removesuffix(".csv") if path.suffix == ".csv" else path.name
     return path.with_name(stem + META_SUFFIX)
@@ -587,6 +599,10 @@ REQUIRED_COLUMNS = (
 )  # fmt: skip
 
 
+# The verdict's free text a judged report may lack and still be shown and gated (no verdict rests
+# on it; faces print it beside a violation): read back as empty. (The hint's and roof's fields
+# stay absent: faces tell an older report by them.)
+_OPTIONAL_VERDICT_TEXT = ("hint",)
 _TRUE, _FALSE = (True, "True", "true", 1, 1.0), (False, "False", "false", 0, 0.0)
 
 
@@ -596,6 +612,10 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in REQUIRED_COLUMNS if c not in ops.columns]
     if missing:
         raise ReportError(f"not a report: missing columns {missing}")
+    if "bound" in ops.columns:  # judged: text a verdict may lack (older or edited files) is empty
+        for column in _OPTIONAL_VERDICT_TEXT:
+            if column not in ops.columns:
+                ops[column] = ""
     for column in ops.columns:
         values = ops[column]
         if column in _TEXT_COLUMNS:

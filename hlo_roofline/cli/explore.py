@@ -9,7 +9,15 @@ import click
 import pandas as pd
 
 from hlo_roofline import explorer, targets
-from hlo_roofline.cli._common import CONTEXT, InputError, no_cache_option, one_line
+from hlo_roofline._atomic import unwritable
+from hlo_roofline.cli._common import (
+    CONTEXT,
+    InputError,
+    OutputPath,
+    no_cache_option,
+    one_line,
+    output_errors,
+)
 from hlo_roofline.text import format_seconds, format_table
 
 
@@ -77,7 +85,16 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
         row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
         row["status"] = explorer.status_text(r["status"])
         rows.append(row)
-    right = {"rank", "step", "tok/s/chip", "vs best", "exposed", mfu_header, "HBM/dev", *exploration.axes}
+    right = {
+        "rank",
+        "step",
+        "tok/s/chip",
+        "vs best",
+        "exposed",
+        mfu_header,
+        "HBM/dev",
+        *exploration.axes,
+    }
     lines = [format_table(rows, right=right), ""]
     for _, r in exploration.table.iterrows():
         lines.append(f"{r['candidate']}: {r['why']}")
@@ -130,7 +147,10 @@ def _client(address: str):
 @click.argument("entry", metavar="FILE.py:NAME")
 @click.option("--target", required=True, help="Compile-only target, e.g. v5p:4x4x4.")
 @click.option(
-    "--axes", default="data,fsdp,tensor", show_default=True, help="Mesh axis names, comma-separated."
+    "--axes",
+    default="data,fsdp,tensor",
+    show_default=True,
+    help="Mesh axis names, comma-separated.",
 )
 @click.option("--knob", "knob_specs", multiple=True, metavar="NAME=V1,V2",
               help="A keyword of NAME and the values to try (repeatable).")  # fmt: skip
@@ -147,9 +167,12 @@ def _client(address: str):
 @click.option("--hidden", type=click.IntRange(min=1), help="The MLP's F, for the book's TP rules.")
 @click.option("--model-flops", type=click.FloatRange(min=0, min_open=True), metavar="FLOPS",
               help="The model's FLOPs a step, all chips together: MFU against them.")  # fmt: skip
-@click.option("--logdir", type=click.Path(path_type=Path), help="Write every report here.")
-@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the table as CSV.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="... as JSON.")
+@click.option("--logdir", type=OutputPath(file_okay=False, path_type=Path),
+              help="Write every report here.")  # fmt: skip
+@click.option("--csv", "csv_path", type=OutputPath(dir_okay=False, path_type=Path),
+              help="Write the table as CSV.")  # fmt: skip
+@click.option("--json", "json_path", type=OutputPath(dir_okay=False, path_type=Path),
+              help="... as JSON.")  # fmt: skip
 @no_cache_option
 def explore_command(
     entry, target, axes, knob_specs, jobs, scheduler, limit, fixed_specs, maximum_specs,
@@ -172,6 +195,7 @@ def explore_command(
         target = targets.parse_target(target).spec
     except targets.TargetError as exc:
         raise InputError(one_line(exc)) from None
+    _writable(logdir, csv_path, json_path)  # asked before minutes of compiling, not after
     names = tuple(a.strip() for a in axes.split(",") if a.strip())
     knobs = parse_knobs(knob_specs)
     constraints = {
@@ -204,9 +228,24 @@ def explore_command(
         raise InputError(f"no layout of {target} over {', '.join(names)} passes the constraints")
     click.echo(table_text(result))
     if logdir is not None:
-        result.write_tensorboard(logdir)
+        with output_errors(logdir):
+            result.write_tensorboard(logdir)
         click.echo(f"wrote {len(result.reports)} reports to {logdir}", err=True)
     if csv_path is not None:
-        result.to_csv(csv_path)
+        with output_errors(csv_path):
+            result.to_csv(csv_path)
     if json_path is not None:
-        result.to_json(json_path)
+        with output_errors(json_path):
+            result.to_json(json_path)
+
+
+def _writable(logdir, csv_path, json_path) -> None:
+    """Each output's folder takes files (a URL: its filesystem is installed), or exit 2 now."""
+    for path, folder in ((logdir, logdir), (csv_path, None), (json_path, None)):
+        if path is None:
+            continue
+        if folder is None:
+            folder = path if isinstance(path, str) else Path(path).parent
+        problem = unwritable(folder)
+        if problem is not None:
+            raise InputError(f"cannot write {path}: {problem}")
