@@ -27,6 +27,15 @@ from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# A temporary file of this writer: ``.<name>.<pid>.<hex>.tmp`` (see _open_temporary).
+_TEMPORARY = re.compile(rf"\..+\.(\d+)\.[0-9a-f]+{re.escape(TMP_SUFFIX)}")
+
+
+def is_temporary(name: str) -> bool:
+    """``name`` is one of this writer's temporary files (no other tool's ``.tmp``)."""
+    return _TEMPORARY.fullmatch(name) is not None
+
+
 STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died or hung
 
 
@@ -151,12 +160,12 @@ def remove_stale_temporaries(directory: Path) -> None:
     """Remove the temporary files of writers that are gone (killed mid-write) or an hour old."""
     now = time.time()
     try:
-        candidates = list(directory.glob(f".*{TMP_SUFFIX}"))
+        candidates = [directory / n for n in os.listdir(directory) if is_temporary(n)]
     except OSError:
         return
     for tmp in candidates:
         with contextlib.suppress(OSError, ValueError, IndexError):
-            pid = int(tmp.name.removesuffix(TMP_SUFFIX).rsplit(".", 2)[1])
+            pid = int(_TEMPORARY.fullmatch(tmp.name).group(1))
             info = os.lstat(tmp)
             stale = now - info.st_mtime > STALE_TMP_S or not _alive(pid)
             if stale and stat.S_ISREG(info.st_mode):
