@@ -204,7 +204,8 @@ def check_shapes(computations, text: str) -> None:
     """Every instruction whose shapes the cost model reads agrees with its operands, as XLA's shape
     inference has it: dot and convolution dimension numbers, elementwise operands, reduce
     dimensions, slice, pad and concatenate bounds, gather and scatter dimension numbers, tuple
-    indices. The first that does not is an :class:`HloParseError` at its line and attribute."""
+    indices, transposes, broadcasts, reshapes, dynamic slices and reduce windows. The first that
+    does not is an :class:`HloParseError` at its line and attribute."""
     rules = _SHAPE_RULES
     for computation in computations.values():
         for instr in computation.instructions:
@@ -572,7 +573,90 @@ def _get_tuple_element(instr: Instruction) -> None:
         raise _Refused(f"element {index} is {element}, its result {instr.shape}", "index")
 
 
+def _transpose(instr: Instruction) -> None:
+    source, out = _operand_dims(instr, 0), _array(instr, "result")
+    if source is None or out is None:
+        return
+    perm = ints(instr, "dimensions")
+    if sorted(perm) != list(range(len(source))):
+        raise _Refused(f"dimensions={{{_spelled(perm)}}} is not a permutation of its operand's "
+                       f"{len(source)} dimensions", "dimensions")  # fmt: skip
+    _result_is(instr, tuple(source[d] for d in perm), "dimensions")
+
+
+def _broadcast(instr: Instruction) -> None:
+    source, out = _operand_dims(instr, 0), _array(instr, "result")
+    if source is None or out is None:
+        return
+    dims = ints(instr, "dimensions")
+    if len(dims) != len(source):
+        raise _Refused(f"dimensions={{{_spelled(dims)}}} maps {len(dims)} dimensions, its operand "
+                       f"has {len(source)}", "dimensions")  # fmt: skip
+    _in_range(dims, len(out), "dimensions", f"its {len(out)}-dimensional result")
+    for k, d in enumerate(dims):
+        if out[d] != source[k]:
+            raise _Refused(f"operand dimension {k} ({source[k]}) broadcast to result dimension "
+                           f"{d} ({out[d]})", "dimensions")  # fmt: skip
+
+
+def _reshape(instr: Instruction) -> None:
+    source = instr.operands[0].shape if instr.operands else None
+    if source is None or not source.is_array or not instr.shape.is_array:
+        return
+    if source.elements != instr.shape.elements:
+        raise _Refused(f"reshape of [{_spelled(source.dims)}] ({source.elements} elements) to "
+                       f"[{_spelled(instr.shape.dims)}] ({instr.shape.elements})")  # fmt: skip
+
+
+def _dynamic_slice(instr: Instruction) -> None:
+    source = _operand_dims(instr, 0)
+    if source is None:
+        return
+    sizes = ints(instr, "dynamic_slice_sizes")
+    if len(sizes) != len(source):
+        raise _Refused(f"dynamic_slice_sizes has {len(sizes)} sizes for a {len(source)}-"
+                       "dimensional operand", "dynamic_slice_sizes")  # fmt: skip
+    for k, (size, bound) in enumerate(zip(sizes, source, strict=True)):
+        if not 0 <= size <= bound:
+            raise _Refused(f"slice size {size} is outside dimension {k} of {bound}",
+                           "dynamic_slice_sizes")  # fmt: skip
+    _result_is(instr, tuple(sizes), "dynamic_slice_sizes")
+
+
+def _dynamic_update_slice(instr: Instruction) -> None:
+    source, update = _operand_dims(instr, 0), _operand_dims(instr, 1)
+    if source is None or update is None:
+        return
+    if len(update) != len(source) or any(u > o for u, o in zip(update, source, strict=True)):
+        raise _Refused(f"its update [{_spelled(update)}] does not fit its operand "
+                       f"[{_spelled(source)}]")  # fmt: skip
+    _result_is(instr, tuple(source))
+
+
+def _reduce_window(instr: Instruction) -> None:
+    half = len(instr.operands) // 2
+    source = _operand_dims(instr, 0) if half else None
+    if source is None:
+        return
+    spatial = window(instr)
+    if len(spatial) != len(source):
+        raise _Refused(f"window has {len(spatial)} dimensions, its operand {len(source)}",
+                       "window")  # fmt: skip
+    want = tuple(_windowed(n, w) for n, w in zip(source, spatial, strict=True))
+    results = instr.shape.tuple_shapes if instr.shape.is_tuple else (instr.shape,)
+    for result in results:
+        if result.is_array and tuple(result.dims) != want:
+            raise _Refused(f"its window over [{_spelled(source)}] gives [{_spelled(want)}], not "
+                           f"[{_spelled(result.dims)}]", "window")  # fmt: skip
+
+
 _SHAPE_RULES = {
+    "transpose": _transpose,
+    "broadcast": _broadcast,
+    "reshape": _reshape,
+    "dynamic-slice": _dynamic_slice,
+    "dynamic-update-slice": _dynamic_update_slice,
+    "reduce-window": _reduce_window,
     "dot": _dot,
     "convolution": _convolution,
     "reduce": _reduce,
