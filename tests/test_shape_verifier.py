@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import SLOW
 
 from hlo_roofline import analyze_hlo
 from hlo_roofline.hlo import HloParseError, parse_module
@@ -366,3 +367,76 @@ def test_consistent_mutations_are_priced_as_before(texts):
     print(f"{len(mutations)} consistent mutations of {len(kinds)} kinds: {dict(kinds)}")
     assert len(mutations) >= 50 and len(kinds) >= 5, kinds
     assert not wrong, wrong[:8]
+
+
+# -- XLA's own verifier as the oracle -------------------------------------------------------------
+
+# XLA's tooling in jaxlib: its HLO parser, then StableHLO's verifier on the module it imports. Its
+# parser aborts the process (a CHECK) on some malformed text, so it runs in a child, restarted past
+# the text it died on (that text counts as refused).
+_XLA_WORKER = """
+import pickle, sys
+from jaxlib import _hlo
+from jax._src.interpreters import mlir
+from jax._src.lib import xla_client as xc
+from jax._src.lib.mlir import ir
+ctx = mlir.make_ir_context()
+texts = pickle.load(open(sys.argv[1], "rb"))
+for i in range(int(sys.argv[2]), len(texts)):
+    print("start", i, flush=True)
+    try:
+        proto = _hlo.hlo_module_from_text(texts[i]).as_serialized_hlo_module_proto()
+        with ctx:
+            ok = ir.Module.parse(xc._xla.mlir.hlo_to_stablehlo(proto)).operation.verify()
+    except Exception:
+        ok = False
+    print("done", i, int(bool(ok)), flush=True)
+"""
+
+
+def _xla_accepts(texts: list[str], tmp_path: Path) -> list[bool]:
+    import pickle
+    import sys
+
+    worker, items = tmp_path / "xla_worker.py", tmp_path / "texts.pkl"
+    worker.write_text(_XLA_WORKER)
+    items.write_bytes(pickle.dumps(texts))
+    verdicts: dict[int, bool] = {}
+    start = 0
+    while start < len(texts):
+        done = subprocess.run([sys.executable, str(worker), str(items), str(start)],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        began = None
+        for line in done.stdout.splitlines():
+            word, index, *ok = line.split()
+            if word == "start":
+                began = int(index)
+            else:
+                verdicts[int(index)] = ok == ["1"]
+        if began is None:
+            raise AssertionError(done.stderr[-2000:])
+        verdicts.setdefault(began, False)  # it died on this one
+        start = max(verdicts) + 1
+    return [verdicts[i] for i in range(len(texts))]
+
+
+# Kinds XLA's StableHLO import takes as they are: a get-tuple-element's declared shape is replaced
+# by the element's there (XLA's HloVerifier refuses the mismatch; this route does not run it).
+_XLA_IMPORT_IGNORES = {"tuple index onto another shape"}
+
+
+@SLOW  # XLA's parser and StableHLO's verifier in a child process (a minute or two)
+def test_xla_refuses_the_mutations_we_refuse_and_accepts_the_fixtures_we_accept(texts, tmp_path):
+    sample: dict[str, str] = {}
+    for name, kind, _, mutated in _mutations(texts, _broken):
+        if kind not in _XLA_IMPORT_IGNORES and "cpu" in name:
+            sample.setdefault(kind, mutated)
+    small = {n: t for n, t in texts.items() if len(t) < 200_000 and "parser_syntax" not in n}
+    fixtures = sorted(small)[::8]
+    verdicts = _xla_accepts([*sample.values(), *(small[n] for n in fixtures)], tmp_path)
+    accepted = [k for k, ok in zip(sample, verdicts, strict=False) if ok]
+    assert len(sample) >= 10 and not accepted, accepted
+    xla_fine = [n for n, ok in zip(fixtures, verdicts[len(sample) :], strict=True) if ok]
+    assert len(xla_fine) > len(fixtures) / 2
+    for name in xla_fine:
+        parse_module(small[name])  # ours accepts what XLA accepts
