@@ -25,6 +25,7 @@ from hlo_roofline import chips, cost, interconnect, memory, targets
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.cache import compile_program
 from hlo_roofline.hlo import Module, parse_file, parse_module
+from hlo_roofline.hlo.files import GZIP_SUFFIX, read_text
 from hlo_roofline.report import Report, missing, missing_text
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,8 @@ def _names_a_path(text: str) -> bool:
 def dump_files(directory: str | Path, module: str | None = None) -> list[Path]:
     """The optimized modules of an ``--xla_dump_to`` directory (``*after_optimizations.txt``),
     those whose file name matches the regex ``module`` if given."""
-    files = sorted(p for p in Path(directory).rglob(f"*{DUMP_SUFFIX}") if p.is_file())
+    found = (*Path(directory).rglob(f"*{DUMP_SUFFIX}"), *Path(directory).rglob(f"*{DUMP_SUFFIX}.gz"))
+    files = sorted(p for p in found if p.is_file())
     return [f for f in files if re.search(module, f.name)] if module else files
 
 
@@ -238,13 +240,13 @@ def _analyze_file(path, cost_model, chip, user_packages, model_flops) -> Report:
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory: analyze_dump({str(path)!r}) reads a dump")
     report = _analyze_hlo(_as_compiled(path), cost_model, None, user_packages, None)
-    stem = path.name.removesuffix(".txt")
-    assignment = path.with_name(stem + memory.ASSIGNMENT_SUFFIX)
-    if assignment.is_file():
-        usage = path.with_name(stem + memory.USAGE_SUFFIX)
+    stem = path.name.removesuffix(GZIP_SUFFIX).removesuffix(".txt")
+    assignment = _beside(path, stem + memory.ASSIGNMENT_SUFFIX)
+    if assignment is not None:
+        usage = _beside(path, stem + memory.USAGE_SUFFIX)
         report.summary["memory"] = memory.from_dump(
-            assignment.read_text(encoding="utf-8"),
-            usage.read_text(encoding="utf-8") if usage.is_file() else None,
+            read_text(assignment),
+            read_text(usage) if usage is not None else None,
             report.summary["memory"],
         )
         report.summary["missing"] = missing(report.summary)
@@ -259,7 +261,7 @@ def dump_topology(path: Path, chip) -> interconnect.Topology | None:
     device id) and its topology (the slice's chips per host and hosts). The devices are those of
     the same compile-only topology, in the program's order. None where the folder, either file,
     or a device the assignment names is not there: the places are then inferred."""
-    folder = path.with_name(path.name.removesuffix(DUMP_SUFFIX).rstrip("._"))
+    folder = path.with_name(path.name.removesuffix(GZIP_SUFFIX).removesuffix(DUMP_SUFFIX).rstrip("._"))
     options, topology = folder / "compile_options.textproto", folder / "topology.textproto"
     if not (options.is_file() and topology.is_file()):
         return None
@@ -347,11 +349,20 @@ CODEGEN_SUFFIX = "after_codegen.txt"  # XLA:TPU's module after code generation, 
 
 
 def _as_compiled(path: Path) -> Path:
-    """The dump's module as compiled: its ``after_codegen`` file where there is one."""
-    if not path.name.endswith(DUMP_SUFFIX):
+    """The dump's module as compiled: its ``after_codegen`` file (or ``.gz``) where there is one."""
+    name = path.name.removesuffix(GZIP_SUFFIX)
+    if not name.endswith(DUMP_SUFFIX):
         return path
-    codegen = path.with_name(path.name.removesuffix(DUMP_SUFFIX) + CODEGEN_SUFFIX)
-    return codegen if codegen.is_file() else path
+    return _beside(path, name.removesuffix(DUMP_SUFFIX) + CODEGEN_SUFFIX) or path
+
+
+
+def _beside(path: Path, name: str) -> Path | None:
+    """The file ``name`` (or ``name.gz``) in ``path``'s folder, if there is one."""
+    for candidate in (path.with_name(name), path.with_name(name + GZIP_SUFFIX)):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 analyze_dump_file = analyze_file  # the name the CLI used before analyze_file
@@ -359,7 +370,7 @@ analyze_dump_file = analyze_file  # the name the CLI used before analyze_file
 
 def module_key(path: Path) -> str:
     """``module_0000.jit_f.cpu_after_optimizations.txt`` → ``module_0000.jit_f.cpu``; ``a.txt`` → ``a``."""
-    return re.sub(r"[._]?after_optimizations\.txt$|\.txt$", "", path.name)
+    return re.sub(r"[._]?after_optimizations\.txt$|\.txt$", "", path.name.removesuffix(GZIP_SUFFIX))
 
 
 # -- JAX functions ------------------------------------------------------------------------------

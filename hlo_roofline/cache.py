@@ -33,6 +33,8 @@ import importlib.metadata
 import json
 import logging
 import os
+import re
+import shutil
 import stat
 import time
 import warnings
@@ -42,7 +44,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hlo_roofline import targets
-from hlo_roofline._atomic import TMP_SUFFIX, remove_stale_temporaries, write_atomic
+from hlo_roofline._atomic import is_temporary, remove_stale_temporaries, write_atomic
 
 __all__ = [
     "CACHE_ENV",
@@ -67,6 +69,10 @@ _VERSIONED = ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt")
 HLO_SUFFIX = ".hlo.txt"
 META_SUFFIX = ".meta.json"
 LOCK_SUFFIX = ".lock"
+KEY_LENGTH = 32  # hex digits of a key (see key): an entry's files are named <key><suffix>
+_ENTRY_NAME = re.compile(
+    rf"([0-9a-f]{{{KEY_LENGTH}}})({re.escape(HLO_SUFFIX)}|{re.escape(META_SUFFIX)}|{re.escape(LOCK_SUFFIX)})"
+)
 DEFAULT_MAX_BYTES = 4 << 30  # a few hundred real training steps
 LOCK_TIMEOUT_S = 1800.0  # longer than any compile we have seen on a small machine
 _LOCK_POLL_S = 0.2
@@ -177,7 +183,7 @@ def key(lowered, target: str | None) -> str:
         if spec.platform == "cuda":
             digest.update(targets.gpu_target_config(spec.chip).encode())
         digest.update(repr([(d.id, str(d)) for d in targets.devices(spec)]).encode())
-    return digest.hexdigest()[:32]
+    return digest.hexdigest()[:KEY_LENGTH]
 
 
 # -- an entry: written with its checksum, read back only if everything agrees ---------------------
@@ -397,12 +403,35 @@ class Usage:
     leftovers: int  # lock and temporary files without an entry
 
 
+def entry_key_of(name: str) -> str | None:
+    """The key of a file named as an entry's (``<key>.hlo.txt``, ``.meta.json``, ``.lock``), else
+    None: the cache commands touch no other file (a user's ``model.hlo.txt`` in ``--dir``)."""
+    match = _ENTRY_NAME.fullmatch(name)
+    return match.group(1) if match else None
+
+
+def _entry_files(directory: Path) -> dict[str, list[Path]]:
+    """Each key's files in ``directory``, by name alone (an unreadable folder: none)."""
+    found: dict[str, list[Path]] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
+        entry_key = entry_key_of(name)
+        if entry_key is not None:
+            found.setdefault(entry_key, []).append(directory / name)
+    return found
+
+
 def _entries(directory: Path) -> list[tuple[float, int, str]]:
-    """(last use, bytes, key) of every entry, the least recently used first."""
+    """(last use, bytes, key) of every entry (its HLO or its metadata there), the least recently
+    used first."""
     found = []
-    for hlo in directory.glob(f"*{HLO_SUFFIX}"):
-        entry_key = hlo.name.removesuffix(HLO_SUFFIX)
-        files = [hlo, directory / f"{entry_key}{META_SUFFIX}"]
+    for entry_key, paths in _entry_files(directory).items():
+        files = [f for f in paths if not f.name.endswith(LOCK_SUFFIX)]
+        if not files:
+            continue
         with contextlib.suppress(OSError):
             infos = [os.lstat(f) for f in files if os.path.lexists(f)]
             found.append((max(i.st_mtime for i in infos), sum(i.st_size for i in infos), entry_key))
@@ -415,13 +444,12 @@ def usage(directory: str | os.PathLike | None = None) -> Usage:
         return Usage(directory, 0, 0, 0)
     entries = _entries(directory)
     keys = {k for _, _, k in entries}
-    leftovers = [
-        p
-        for p in directory.iterdir()
-        if p.name.endswith((LOCK_SUFFIX, TMP_SUFFIX, META_SUFFIX))
-        and p.name.split(".", 1)[0] not in keys
-    ]
-    return Usage(directory, len(entries), sum(b for _, b, _ in entries), len(leftovers))
+    locks = [k for k in _entry_files(directory) if k not in keys]
+    with contextlib.suppress(OSError):
+        temporaries = [n for n in os.listdir(directory) if is_temporary(n)]
+    return Usage(
+        directory, len(entries), sum(b for _, b, _ in entries), len(locks) + len(temporaries)
+    )
 
 
 def prune(directory: str | os.PathLike | None, max_bytes: int, keep: str | None = None) -> int:
@@ -439,32 +467,54 @@ def prune(directory: str | os.PathLike | None, max_bytes: int, keep: str | None 
         if entry_key != keep and _drop(directory, entry_key):
             total -= size
             dropped += 1
-    for lock in directory.glob(f"*{LOCK_SUFFIX}"):  # locks of entries gone (a killed compile)
-        entry_key = lock.name.removesuffix(LOCK_SUFFIX)
-        if not os.path.lexists(directory / f"{entry_key}{HLO_SUFFIX}"):
+    for entry_key, files in _entry_files(directory).items():  # what is left of entries gone
+        if not any(f.name.endswith(HLO_SUFFIX) for f in files):  # (a killed compile's lock)
             _drop(directory, entry_key)
     remove_stale_temporaries(directory)
     return dropped
 
 
 def clear(directory: str | os.PathLike | None = None) -> int:
-    """Drop every entry nobody holds; returns how many were dropped."""
+    """Drop every entry nobody holds, damaged ones too (a folder or a link where a file should
+    be); returns how many were dropped. Only files named as entries are touched."""
     return prune(directory, 0)
 
 
 def _drop(directory: Path, entry_key: str) -> bool:
     """Remove an entry and its lock file, if no other process holds that lock now."""
     lock = directory / f"{entry_key}{LOCK_SUFFIX}"
+    if not os.path.lexists(lock) or _is_regular_quietly(lock):
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)
+        except OSError:
+            return False
+        with os.fdopen(fd, "r+b", buffering=0) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held by a compile now (or a lock this system cannot take)
+                return False
+            _remove_entry(directory, entry_key)
+        return True
+    _remove_entry(directory, entry_key)  # the lock itself is damaged (a folder, a FIFO, a link)
+    return True
+
+
+def _is_regular_quietly(path: Path) -> bool:
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)
+        return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
-    with os.fdopen(fd, "r+b", buffering=0) as handle:
+
+
+def _remove_entry(directory: Path, entry_key: str) -> None:
+    """An entry's files, whatever they are: a folder named as one is removed with what it holds
+    (the name is the cache's), a link without its target; an error leaves that file."""
+    for suffix in (META_SUFFIX, HLO_SUFFIX, LOCK_SUFFIX):
+        path = directory / f"{entry_key}{suffix}"
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        for suffix in (META_SUFFIX, HLO_SUFFIX, LOCK_SUFFIX):
-            with contextlib.suppress(FileNotFoundError):
-                (directory / f"{entry_key}{suffix}").unlink()
-    return True
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+        except OSError:
+            continue

@@ -47,6 +47,7 @@ from hlo_roofline import schema, verdict
 from hlo_roofline.cost.elementwise import ARITHMETIC, TRANSCENDENTAL
 from hlo_roofline.diff import compare, judged_alike, require_verdicts
 from hlo_roofline.diff import coverage as diff_coverage
+from hlo_roofline.hlo.files import read_text
 from hlo_roofline.report import Report
 from hlo_roofline.text import format_seconds, format_table
 
@@ -251,7 +252,7 @@ def read_toml(path: Path) -> dict:
     """A TOML file (a rules file, a ``pyproject.toml``) as a dict; a file that cannot be read,
     is not UTF-8 or is not TOML is a :class:`RuleError` naming it."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_text(path))  # a FIFO or a device refused, not waited on
     except OSError as exc:
         raise RuleError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -264,7 +265,7 @@ def read_rules(path: str | Path) -> Rules:
     """Rules from a TOML file: top-level keys, or a ``[tool.hlo-roofline.check]`` table."""
     path = Path(path)
     data = read_toml(path)
-    table = _table(data, PYPROJECT_TABLE)
+    table = _table(data, PYPROJECT_TABLE, path)
     return Rules.from_mapping(data if table is None else table, str(path), path.parent)
 
 
@@ -274,18 +275,23 @@ def pyproject_rules(start: str | Path = ".") -> tuple[Rules, Path] | None:
     for directory in (here, *here.parents):
         path = directory / "pyproject.toml"
         if path.is_file():
-            table = _table(read_toml(path), PYPROJECT_TABLE)
+            table = _table(read_toml(path), PYPROJECT_TABLE, path)
             if table is None:
                 return None
             return Rules.from_mapping(table, f"{path} [tool.hlo-roofline.check]", directory), path
     return None
 
 
-def _table(data: Mapping, keys: Sequence[str]) -> Mapping | None:
+def _table(data: Mapping, keys: Sequence[str], where: object = "") -> Mapping | None:
+    """The table at ``keys`` (None where there is none); a value there that is not a table (a
+    ``check = 5`` under ``[tool.hlo-roofline]``) is a :class:`RuleError`."""
     for key in keys:
         if not isinstance(data, Mapping) or key not in data:
             return None
         data = data[key]
+    if not isinstance(data, Mapping):
+        said = f"{where}: " if where else ""
+        raise RuleError(f"{said}[{'.'.join(keys)}] must be a table of rules, not {data!r}")
     return data
 
 
@@ -388,6 +394,10 @@ def check(report: Report, rules: Rules, baseline: Report | None = None) -> Check
             else v for v in result.violations
         ]  # fmt: skip
         return result
+    if report.ops.empty:  # no evidence passes no gate
+        detail = "the report has no rows: there is nothing to judge"
+        violations = [Violation(rule, "(step)", detail=detail) for rule in rules.gates]
+        return CheckResult(rules, violations, report.ops)
     if rules.needs_verdicts:
         require_verdicts(report)
     violations: list[Violation] = _unjudgeable(report) if rules.needs_verdicts else []

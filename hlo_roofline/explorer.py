@@ -1126,26 +1126,28 @@ class Exploration:
         without a name), one run per candidate label, and the ranked table beside them
         (``logdir.EXPLORE_JSON``, :meth:`document`): what the tab's exploration view reads. Each
         exploration keeps to its own directory: the runs of an earlier exploration written there
-        under the same name that this one lacks are removed, so no row reads another's report."""
+        under the same name that this one lacks are removed, so no row reads another's report.
+        A URL logdir stays one (its earlier runs are left as they are)."""
         import shutil
 
-        from hlo_roofline._atomic import write_atomic
+        from hlo_roofline._atomic import is_remote, join, write_atomic
         from hlo_roofline.logdir import EXPLORE_JSON
 
-        folder = Path(logdir) / self.name if self.name else Path(logdir)
-        old = folder / EXPLORE_JSON
-        if old.is_file():
+        folder = join(logdir, self.name) if self.name else logdir
+        old = join(folder, EXPLORE_JSON)
+        if not is_remote(folder) and Path(old).is_file():
             import json
 
+            folder = Path(folder)
             with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-                before = json.loads(old.read_text(encoding="utf-8"))
+                before = json.loads(Path(old).read_text(encoding="utf-8"))
                 runs = {r.get("run") for r in before.get("rows", []) if isinstance(r, dict)}
                 for run in runs - set(self.reports):
                     stale = folder / str(run)
                     if isinstance(run, str) and run and stale.parent == folder and stale.is_dir():
                         shutil.rmtree(stale, ignore_errors=True)
         written = [r.write_tensorboard(folder, label) for label, r in self.reports.items() if r]
-        path = folder / EXPLORE_JSON
+        path = join(folder, EXPLORE_JSON)
         write_atomic(path, self.to_json(), mode=0o644)
         return [*written, path]
 

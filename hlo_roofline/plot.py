@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
+
+from hlo_roofline._atomic import is_remote, write_atomic
 
 # The tab's palette (plugin/static/util.js BOUND_COLORS), so a chart reads the same everywhere.
 COLORS = {
@@ -31,12 +34,14 @@ def roof_lines(roofs: dict[str, dict[str, float]]) -> list[tuple[str, dict[str, 
     return [(" = ".join(names), roof) for names, roof in lines]
 
 
-def roofline_chart(report, path: Path, title: str | None = None) -> Path:
-    """Draw a classified report to ``path`` (.png or .svg); ops are sized by their share of the step."""
+def roofline_chart(report, path: Path | str, title: str | None = None) -> Path | str:
+    """Draw a classified report to ``path`` (.png or .svg, or a URL ending so); ops are sized by
+    their share of the step."""
     if "t_roofline_s" not in report.ops:
         raise ValueError("plot needs a classified report: call report.classify(chip) first")
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ValueError(f"plot writes .png or .svg, not {path.suffix!r}")
+    suffix = "." + str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else ""
+    if suffix not in (".png", ".svg"):
+        raise ValueError(f"plot writes .png or .svg, not {suffix!r}")
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -73,6 +78,12 @@ def roofline_chart(report, path: Path, title: str | None = None) -> Path:
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(True, which="major", ls="-", lw=0.3)
     fig.tight_layout()
+    if is_remote(path):  # drawn here, written through the URL's filesystem
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=suffix[1:])
+        plt.close(fig)
+        write_atomic(path, buffer.getvalue())
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, efficiency, memory, schedule, schema, verdict
-from hlo_roofline._atomic import write_atomic
+from hlo_roofline import chips, efficiency, evidence, memory, schedule, schema, verdict
+from hlo_roofline._atomic import is_remote, join, write_atomic
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
+from hlo_roofline.hlo.files import read_text
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
 
@@ -290,6 +291,7 @@ class Report:
             "module": self.module,
             "summary": json_safe(self.summary),
             "columns": list(ops.columns),
+            "rows": len(ops),
             "data": [list(row) for row in zip(*columns, strict=True)],
         }
         if "call_stack" in self.ops:
@@ -297,9 +299,10 @@ class Report:
         return payload
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
-        text = json.dumps(self.to_dict(), allow_nan=False)
+        """The report as JSON, its checksum first (:mod:`hlo_roofline.evidence`)."""
+        text = evidence.sign(json.dumps(self.to_dict(), allow_nan=False))
         if path is not None:
-            write_atomic(Path(path), text)
+            write_atomic(path if is_remote(path) else Path(path), text)
         return text
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
@@ -308,32 +311,63 @@ class Report:
         which :meth:`read` needs to read the CSV back as a report. Returns the CSV text."""
         text = self.ops.to_csv(index=False)
         if path is not None:
-            _write_csv(self, Path(path), text)
+            _write_csv(self, path if is_remote(path) else Path(path), text)
         return text
 
     @classmethod
-    def read(cls, path: str | os.PathLike) -> Report:
+    def read(cls, path: str | os.PathLike, *, trust_unsigned: bool = False) -> Report:
         """Read a report written by :meth:`to_json` or :meth:`to_csv` (the CSV with the
         ``.meta.json`` beside it, or a CSV of the older form that carried it as a first comment
-        line), or a TensorBoard run directory."""
+        line), or a TensorBoard run directory.
+
+        The one reader every face uses: the rows are held to the schema and the summary to the
+        rows, and the file to its checksum (:mod:`hlo_roofline.evidence`); a report without one
+        (written by hand, or before reports carried one), or whose bytes changed since, is a
+        :class:`ReportError` unless ``trust_unsigned`` (its rows and summary are checked still).
+        """
         path = Path(path)
         if path.is_dir():
             path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
         text = _read_text(path)
+        meta_text = None
+        if not text.startswith(CSV_MAGIC) and (
+            path.suffix.lower() == ".csv" or meta_path(path).is_file()
+        ):
+            meta_text = _read_text(meta_path(path), what="the summary of")
+        try:
+            return cls.from_text(text, meta_text, trust_unsigned=trust_unsigned)
+        except ReportError as exc:
+            said = str(exc)
+            joined = f"{path} is {said}" if said.startswith("not a readable") else f"{path}: {said}"
+            raise type(exc)(joined) from None
+
+    @classmethod
+    def from_text(
+        cls, text: str, meta_text: str | None = None, *, trust_unsigned: bool = False
+    ) -> Report:
+        """A report from a file's text (a CSV's with ``meta_text``, its ``.meta.json``'s), checked
+        as :meth:`read` checks it; every error is a :class:`ReportError`."""
         try:
             if text.startswith(CSV_MAGIC):
-                return cls._from_old_csv(text)
-            if path.suffix.lower() == ".csv" or meta_path(path).is_file():
-                return cls._from_csv(text, _read_text(meta_path(path), what="the summary of"))
-            return cls.from_dict(json.loads(text))
-        except ReportError as exc:
-            raise type(exc)(f"{path}: {exc}") from None
+                report, seal = cls._from_old_csv(text), evidence.UNSIGNED
+            elif meta_text is not None:
+                report, seal = cls._from_csv(text, meta_text), evidence.verify(meta_text, text)
+            else:
+                report, seal = cls.from_dict(json.loads(text)), evidence.verify(text)
+        except ReportError:
+            raise
         except RecursionError:
-            raise ReportError(
-                f"{path} is not a readable hlo_roofline report (nested too deep)"
-            ) from None
+            raise ReportError("not a readable hlo_roofline report (nested too deep)") from None
         except (ValueError, TypeError, KeyError, AttributeError, pd.errors.ParserError) as exc:
-            raise ReportError(f"{path} is not a readable hlo_roofline report ({exc})") from None
+            raise ReportError(f"not a readable hlo_roofline report ({exc})") from None
+        if seal is not None and not trust_unsigned:
+            raise ReportError(
+                "unsigned: it carries no checksum (written by hand, or by an older version); "
+                "read it with --trust-unsigned (trust_unsigned=True) if you trust it"
+                if seal == evidence.UNSIGNED
+                else f"{seal}; read it with --trust-unsigned (trust_unsigned=True) if you trust it"
+            )
+        return report
 
     @classmethod
     def from_dict(cls, data: dict) -> Report:
@@ -342,6 +376,9 @@ class Report:
         if data.get("version") != VERSION:
             raise ReportError(f"report version {data.get('version')} is not {VERSION}")
         ops = pd.DataFrame(data["data"], columns=data["columns"])
+        rows = data.get("rows", len(ops))
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows != len(ops):
+            raise ReportError(f"it says it has {rows!r} rows but holds {len(ops)}")
         if "call_stacks" in data and "call_stack" in ops:
             stacks = data["call_stacks"]
             if not isinstance(stacks, list) or not all(isinstance(t, str) for t in stacks):
@@ -358,7 +395,7 @@ class Report:
             raise ReportError("its .meta.json is not an hlo_roofline report's")
         if meta.get("version") != VERSION:
             raise ReportError(f"report version {meta.get('version')} is not {VERSION}")
-        digest = meta.get("csv_sha256")
+        digest = meta.get("csv_sha256")  # older sidecars: the CSV's alone
         if digest is not None and digest != hashlib.sha256(text.encode()).hexdigest():
             raise ReportError("the CSV is not the one its .meta.json was written with")
         return cls._csv_body(text, meta)
@@ -390,8 +427,17 @@ class Report:
         atomically).
 
         ``run`` must stay inside ``logdir`` (ValueError otherwise). The files are 0644: a
-        TensorBoard running as another user must be able to read them.
+        TensorBoard running as another user must be able to read them. A URL logdir
+        (``gs://bucket/logs``) is written through its filesystem (``_atomic.write_remote``).
         """
+        if is_remote(logdir):
+            if any(part in ("..", "") for part in str(run).split("/") if part != "."):
+                raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
+            parts = [p for p in str(run).split("/") if p not in ("", ".")]
+            remote = join(logdir, *parts, "plugins", PLUGIN_NAME)
+            _write_csv(self, join(remote, REPORT_CSV), self.ops.to_csv(index=False))
+            write_atomic(join(remote, REPORT_JSON), self.to_json())
+            return remote
         root = Path(logdir).resolve()
         inside = (root / run).resolve()
         if inside != root and root not in inside.parents:
@@ -428,7 +474,7 @@ class Report:
 
     def plot(self, path: str | os.PathLike, title: str | None = None) -> Path:
         """A log-log roofline chart (PNG or SVG by extension) of a classified report."""
-        return roofline_chart(self, Path(path), title)
+        return roofline_chart(self, path if is_remote(path) else Path(path), title)
 
     # -- the step as scheduled -----------------------------------------------------------------
     def timeline(self) -> pd.DataFrame:
@@ -548,7 +594,7 @@ def _json_column(column: pd.Series) -> list:
     return [json_safe(v) for v in cells.tolist()]
 
 
-def _write_csv(report: Report, path: Path, text: str, mode: int | None = None) -> None:
+def _write_csv(report: Report, path: Path | str, text: str, mode: int | None = None) -> None:
     """The CSV and its metadata, each atomically; the metadata first, so a CSV is never newer
     than the summary that goes with it (a reader also checks the CSV's hash)."""
     meta = {
@@ -556,16 +602,18 @@ def _write_csv(report: Report, path: Path, text: str, mode: int | None = None) -
         "version": VERSION,
         "module": report.module,
         "rows": len(report.ops),
-        "csv_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "summary": json_safe(report.summary),
-    }
-    write_atomic(meta_path(path), json.dumps(meta, allow_nan=False), mode=mode)
+    }  # its checksum covers the CSV too (evidence.sign)
+    write_atomic(meta_path(path), evidence.sign(json.dumps(meta, allow_nan=False), text), mode=mode)
     write_atomic(path, text, mode=mode)
 
 
 def meta_path(csv_path: str | os.PathLike) -> Path:
     """Where :meth:`Report.to_csv` keeps a CSV's module name and summary: ``x.csv`` →
-    ``x.meta.json`` (any other name: the name + ``.meta.json``)."""
+    ``x.meta.json`` (any other name: the name + ``.meta.json``); beside a URL, a URL."""
+    if is_remote(csv_path):
+        url = str(csv_path)
+        return url.removesuffix(".csv") + META_SUFFIX  # type: ignore[return-value]
     path = Path(csv_path)
     stem = path.name.removesuffix(".csv") if path.suffix == ".csv" else path.name
     return path.with_name(stem + META_SUFFIX)
@@ -575,7 +623,7 @@ def _read_text(path: Path, what: str = "") -> str:
     """A report file's text; missing, unreadable or not UTF-8 is a :class:`ReportError`."""
     named = f"{what or 'report'} {path}"
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text(path)  # a FIFO or a device refused at once; gzip read through
     except FileNotFoundError:
         raise ReportMissingError(f"cannot read {named}: No such file or directory") from None
     except OSError as exc:
@@ -590,6 +638,10 @@ REQUIRED_COLUMNS = (
 )  # fmt: skip
 
 
+# The verdict's free text a judged report may lack and still be shown and gated (no verdict rests
+# on it; faces print it beside a violation): read back as empty. (The hint's and roof's fields
+# stay absent: faces tell an older report by them.)
+_OPTIONAL_VERDICT_TEXT = ("hint",)
 _TRUE, _FALSE = (True, "True", "true", 1, 1.0), (False, "False", "false", 0, 0.0)
 
 
@@ -599,6 +651,10 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in REQUIRED_COLUMNS if c not in ops.columns]
     if missing:
         raise ReportError(f"not a report: missing columns {missing}")
+    if "bound" in ops.columns:  # judged: text a verdict may lack (older or edited files) is empty
+        for column in _OPTIONAL_VERDICT_TEXT:
+            if column not in ops.columns:
+                ops[column] = ""
     for column in ops.columns:
         values = ops[column]
         if column in _TEXT_COLUMNS:
@@ -641,6 +697,9 @@ def validate(report: Report) -> Report:
         known = ops["hint_reason"].isin(("", *schema.HINT_REASONS))
         _refuse_cells(ops, ~known, "hint_reason", "is not a known hint")
     _validate_summary(report.summary)
+    contradicted = evidence.contradictions(ops, report.summary)
+    if contradicted:
+        raise ReportError("its summary contradicts its rows: " + "; ".join(contradicted[:3]))
     return report
 
 
@@ -685,7 +744,9 @@ def _stack_texts(stacks: list[str], indexes: pd.Series) -> list[str] | np.ndarra
     """Each op's call stack from its index into ``stacks``: at once where the column is all
     integers in range, else one by one (saying which cell is not an index)."""
     codes = indexes.to_numpy()
-    if codes.dtype.kind in "iu" and (not len(codes) or (codes.min() >= 0 and codes.max() < len(stacks))):
+    if codes.dtype.kind in "iu" and (
+        not len(codes) or (codes.min() >= 0 and codes.max() < len(stacks))
+    ):
         return np.array(stacks, dtype=object)[codes] if stacks else np.array([], dtype=object)
     return [_stack_text(stacks, i) for i in indexes]
 

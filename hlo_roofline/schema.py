@@ -490,3 +490,35 @@ SUMMARY_AMOUNTS: tuple[str, ...] = (
 SUMMARY_FRACTIONS: tuple[str, ...] = (
     "coverage", "floor_share", "exposed_comm_share", "mfu_upper_bound",
 )  # fmt: skip
+
+# -- what a report read back must agree with: its summary against its rows (``evidence``) -------
+
+# Summary keys that are the sum of a column over the rows: key -> (column, rows summed: "all",
+# or "collective" for the rows whose ``collective`` is set). A renamed or added total is one line.
+SUMMARY_SUMS: dict[str, tuple[str, str]] = {
+    "flops": ("flops", "all"),
+    "transcendentals": ("transcendentals", "all"),
+    "bytes_accessed": ("bytes_accessed", "all"),
+    "comm_bytes": ("comm_bytes", "all"),
+    "step_time_lower_s": ("t_roofline_s", "all"),
+    "comm_time_s": ("t_roofline_s", "collective"),
+    "exposed_comm_s": ("t_exposed_s", "collective"),
+}
+# Summary keys that are one summary number over another (0 where the second is 0).
+SUMMARY_RATIOS: dict[str, tuple[str, str]] = {
+    "exposed_comm_share": ("exposed_comm_s", "step_time_scheduled_s"),
+    "remat_flops_share": ("remat_flops", "flops"),
+    "remat_time_share": ("remat_time_s", "step_time_lower_s"),
+}
+# Columns that are another column over a summary number: ``share`` is t_roofline_s of the step.
+ROW_SHARES: dict[str, tuple[str, str]] = {"share": ("t_roofline_s", "step_time_lower_s")}
+# The summary's times of the step as scheduled, walked again from the rows (``verdict``'s walk):
+# key -> the walk's field.
+SUMMARY_SCHEDULE: dict[str, str] = {
+    "step_time_scheduled_s": "step_s",
+    "step_time_min_s": "least_s",
+}
+# The unit time a row's ``bound`` names: the largest of the three where the bound is one of them.
+BOUND_TIMES: dict[str, str] = {
+    "compute": "t_compute_s", "memory": "t_memory_s", "communication": "t_comm_s",
+}  # fmt: skip

@@ -139,18 +139,14 @@ def _read(path: str) -> Report:
     same way (its errors are ReportErrors)."""
     if not _remote(path):
         return Report.read(path)
-    import json
-
     try:
         text = _text(path)
     except Exception as exc:
         raise ReportError(f"cannot read report {path}: {exc}") from None
     try:
-        return Report.from_dict(json.loads(text))
-    except ReportError:
-        raise
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-        raise ReportError(f"{path} is not a readable hlo_roofline report ({exc})") from None
+        return Report.from_text(text)
+    except ReportError as exc:
+        raise ReportError(f"{path}: {exc}") from None
 
 
 def chip_list() -> list[dict]:

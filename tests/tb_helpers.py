@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hlo_roofline import Report, analyze_hlo
+from hlo_roofline import Report, analyze_hlo, evidence
 from hlo_roofline.diff import compare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +59,15 @@ def fixture_report(program: str, target: str, chip: str) -> Report:
         return analyze_hlo(FIXTURES / program / f"{target}.hlo.txt").classify(chip)
 
 
+def agreeing(ops: pd.DataFrame, base: Report, module: str | None = None) -> Report:
+    """A report of ``ops`` (rows of ``base``, changed) whose summary agrees with them: the cost
+    totals found again from the rows, judged again on ``base``'s chip (the reader refuses a
+    summary its rows contradict)."""
+    summary = {**base.summary, **evidence.cost_totals(ops)}
+    report = Report(ops.reset_index(drop=True), summary, base.module if module is None else module)
+    return report.classify(base.chip) if base.chip else report
+
+
 def hostile_report() -> Report:
     """A real report whose longest op carries HTML/script in its op_name and source."""
     report = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
@@ -66,7 +75,7 @@ def hostile_report() -> Report:
     row = ops["t_roofline_s"].idxmax()
     ops.loc[row, "op_name"] = f"jit(step)/{HOSTILE}"
     ops.loc[row, "source"] = f"{HOSTILE}.py:1"
-    return Report(ops, dict(report.summary), report.module)
+    return agreeing(ops, report)
 
 
 def measured_report(trace_dir: Path | None = None) -> Report:
@@ -111,7 +120,7 @@ def big_report(n: int = 20_000) -> Report:
         [base.ops.assign(name=base.ops["name"] + f".x{i}") for i in range(copies)],
         ignore_index=True,
     ).iloc[:n]
-    return Report(ops.reset_index(drop=True), dict(base.summary), "big").classify("v5e")
+    return agreeing(ops, base, "big")
 
 
 def without_column(report: Report, column: str) -> Report:
@@ -127,7 +136,7 @@ def starved_report() -> Report:
     memory = ops[(ops["bound"] == "memory") & (ops["flops"] > 0)]
     row = memory["bytes_accessed"].idxmax()
     ops.loc[row, "flops"] = 1.0
-    return Report(ops, dict(report.summary), report.module).classify("h100-sxm")
+    return agreeing(ops, report)
 
 
 def write_corrupt(logdir: Path, run: str) -> Path:

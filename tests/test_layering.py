@@ -50,7 +50,7 @@ LAYERS = [
             "hlo_roofline.xla_gap",
         ],
     ),
-    ("the result", ["hlo_roofline.report", "hlo_roofline.plot"]),
+    ("the result", ["hlo_roofline.evidence", "hlo_roofline.report", "hlo_roofline.plot"]),
     ("comparisons", ["hlo_roofline.diff", "hlo_roofline.check"]),
     (
         "compiling and measuring",

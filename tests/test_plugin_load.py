@@ -27,6 +27,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 from tb_helpers import (
     HOSTILE,
+    agreeing,
     big_report,
     fixture_report,
     hostile_report,
@@ -70,7 +71,7 @@ def tagged_report(n: int, module: str) -> Report:
     base = _base()
     ops = base.ops.iloc[:n].reset_index(drop=True)
     ops = ops.assign(op_name=[f"{module}/{i}" for i in range(n)])
-    return Report(ops, dict(base.summary), module)
+    return agreeing(ops, base, module)
 
 
 def write_corrupt_runs(logdir: Path) -> None:

@@ -44,7 +44,8 @@ def test_the_pair_reads_back_as_the_json_does(report, tmp_path):
     _same(Report.read(tmp_path / "r.csv"), Report.read(tmp_path / "r.json"))
 
 
-def test_the_older_one_file_form_still_reads(report, tmp_path):
+def test_the_older_one_file_form_still_reads_when_trusted(report, tmp_path):
+    """It carries no checksum: read only with trust_unsigned (its rows are checked still)."""
     meta = {
         "module": report.module,
         "rows": len(report.ops),
@@ -53,10 +54,12 @@ def test_the_older_one_file_form_still_reads(report, tmp_path):
     old = CSV_MAGIC + json.dumps(meta) + "\n" + report.ops.to_csv(index=False)
     (tmp_path / "old.csv").write_text(old)
     report.to_json(tmp_path / "r.json")
-    _same(Report.read(tmp_path / "old.csv"), Report.read(tmp_path / "r.json"))
+    with pytest.raises(ReportError, match="unsigned"):
+        Report.read(tmp_path / "old.csv")
+    _same(Report.read(tmp_path / "old.csv", trust_unsigned=True), Report.read(tmp_path / "r.json"))
     (tmp_path / "cut.csv").write_text(old[: len(old) // 2])
     with pytest.raises(ReportError, match="truncated"):
-        Report.read(tmp_path / "cut.csv")
+        Report.read(tmp_path / "cut.csv", trust_unsigned=True)
 
 
 def test_a_csv_without_its_metadata_says_what_is_missing(report, tmp_path):
@@ -69,7 +72,7 @@ def test_a_csv_changed_after_its_metadata_is_refused(report, tmp_path):
     report.to_csv(tmp_path / "r.csv")
     other = Report(report.ops.iloc[:-1], report.summary, report.module)  # another write's CSV
     (tmp_path / "r.csv").write_text(other.to_csv())
-    with pytest.raises(ReportError, match=r"not the one its \.meta\.json"):
+    with pytest.raises(ReportError, match=r"truncated|changed after it was written"):
         Report.read(tmp_path / "r.csv")
 
 

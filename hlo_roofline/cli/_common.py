@@ -21,6 +21,7 @@ from types import ModuleType
 import click
 
 from hlo_roofline import api, chips, cost, measured, targets
+from hlo_roofline._atomic import is_remote, unwritable
 from hlo_roofline.check import PERCENT_RANGES, RuleError, percent_error, read_toml
 from hlo_roofline.cli.render import modules_table, report_text, step_time
 from hlo_roofline.diff import NotClassifiedError
@@ -143,8 +144,10 @@ def regex_callback(ctx: click.Context, param: click.Parameter, value: str | None
     return value
 
 
-def image_callback(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    if value is not None and value.suffix.lower() not in (".png", ".svg"):
+def image_callback(
+    ctx: click.Context, param: click.Parameter, value: Path | str | None
+) -> Path | str | None:
+    if value is not None and not str(value).lower().endswith((".png", ".svg")):
         raise click.BadParameter(f"{value} must end in .png or .svg")
     return value
 
@@ -223,16 +226,30 @@ top_option = click.option(
 )
 
 
+class OutputPath(click.Path):
+    """Where a command writes: a local path (a ``Path``; a file where a folder is expected, or
+    the reverse, refused at once) or a URL (``gs://``, ``s3://``, ``memory://``: kept as text and
+    written there), refused at once where no filesystem for it is installed."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and is_remote(value):
+            problem = unwritable(value)
+            if problem is not None:
+                self.fail(f"{value}: {problem}", param, ctx)
+            return value
+        return super().convert(value, param, ctx)
+
+
 def output_options(fn: Callable) -> Callable:
     """--csv/--json/--logdir/--run/--plot: where `analyze` and `hlo` save what they computed."""
-    path = click.Path(dir_okay=False, path_type=Path)
+    path = OutputPath(dir_okay=False, path_type=Path)
     for option in reversed(
         [
             click.option("--csv", "csv_path", type=path, help="Write the report as CSV."),
             click.option("--json", "json_path", type=path, help="Write the report as JSON."),
             click.option(
                 "--logdir",
-                type=click.Path(file_okay=False, path_type=Path),
+                type=OutputPath(file_okay=False, path_type=Path),
                 help="Write the report for TensorBoard under LOGDIR/RUN.",
             ),
             click.option("--run", help="TensorBoard run name (with --logdir)."),
@@ -257,8 +274,13 @@ def check_run(logdir: Path | None, run: str | None) -> None:
         raise click.UsageError("--run needs --logdir")
 
 
-def _with_key(path: Path, key: str, many: bool) -> Path:
-    return path.with_name(f"{path.stem}.{key}{path.suffix}") if many else path
+def _with_key(path: Path | str, key: str, many: bool) -> Path | str:
+    if not many:
+        return path
+    if isinstance(path, str):  # a URL: the key before its last suffix
+        head, dot, suffix = path.rpartition(".")
+        return f"{head}.{key}.{suffix}" if dot and "/" not in suffix else f"{path}.{key}"
+    return path.with_name(f"{path.stem}.{key}{path.suffix}")
 
 
 def emit(
@@ -295,8 +317,11 @@ def emit(
                 report.to_trace(_with_key(trace_path, key, many))
             note(f"wrote {_with_key(trace_path, key, many)}")
     if fmt == "json":
-        data = {k: r.to_dict() for k, r in reports.items()}
-        click.echo(json.dumps(data if many else next(iter(data.values())), allow_nan=False))
+        if many:
+            data = {k: r.to_dict() for k, r in reports.items()}
+            click.echo(json.dumps(data, allow_nan=False))
+        else:  # one report, signed as its file would be: `check` reads it back
+            click.echo(next(iter(reports.values())).to_json())
     elif fmt == "csv":
         click.echo(next(iter(reports.values())).to_csv(), nl=False)
     else:
@@ -320,9 +345,18 @@ def note(text: str) -> None:
     click.echo(text, err=True)
 
 
-def load_report(path: Path, chip: chips.Chip | None) -> Report:
+trust_option = click.option(
+    "--trust-unsigned",
+    is_flag=True,
+    help="Read reports without a checksum (written by hand or by an older version), or whose "
+    "checksum fails; their rows and summary are still held to each other.",
+)
+
+
+def load_report(path: Path, chip: chips.Chip | None, trust_unsigned: bool = False) -> Report:
+    """The report at ``path`` through the one reader (``Report.read``), judged on ``chip``."""
     with input_errors():
-        report = Report.read(path)
+        report = Report.read(path, trust_unsigned=trust_unsigned)
     if chip is not None:
         with input_errors():
             try:

@@ -89,16 +89,25 @@ def show(directory, fmt):
 @click.option("--max-size", default="4G", show_default=True, help="size to bring the cache under")
 def prune_command(directory, max_size):
     """Drop the least recently used entries until the cache is under --max-size."""
-    dropped = cache.prune(directory, _bytes(max_size))
-    used = cache.usage(directory)
+    try:
+        dropped = cache.prune(directory, _bytes(max_size))
+        used = cache.usage(directory)
+    except OSError as exc:
+        raise InputError(f"cannot prune {directory or cache.default_dir()}: "
+                         f"{exc.strerror or exc}") from None  # fmt: skip
     click.echo(f"dropped {dropped} entries; {used.entries} left, {_size(used.bytes)}")
 
 
 @cache_command.command("clear", context_settings=CONTEXT)
 @_dir_option
 def clear_command(directory):
-    """Drop every entry (an entry another process is compiling right now is left)."""
-    dropped = cache.clear(directory)
-    used = cache.usage(directory)
+    """Drop every entry, damaged ones too (an entry another process is compiling right now is
+    left); files not named as entries are never touched."""
+    try:
+        dropped = cache.clear(directory)
+        used = cache.usage(directory)
+    except OSError as exc:
+        raise InputError(f"cannot clear {directory or cache.default_dir()}: "
+                         f"{exc.strerror or exc}") from None  # fmt: skip
     note = f"; {used.entries} in use left" if used.entries else ""
     click.echo(f"dropped {dropped} entries{note}")

@@ -39,6 +39,7 @@ from hlo_roofline.cli._common import (
     percent_option,
     regex_callback,
     target_option,
+    trust_option,
 )
 
 
@@ -100,7 +101,11 @@ _KIND_HELP = ", ".join(KINDS)
                    "incomplete exploration fails.")  # fmt: skip
 @no_cache_option
 @format_option("table", "json")
-def check_command(report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, **flags):
+@trust_option
+def check_command(
+    report_path, entry, chip, target, cost_model, rules_path, no_cache, fmt, trust_unsigned,
+    **flags,
+):
     """Gate CI on roofline rules: exit 0 pass, 1 with a table of violations, 2 bad input or a rule
     the report cannot decide (--max-hbm on a need known only as a lower bound: "unknown").
 
@@ -148,10 +153,10 @@ def check_command(report_path, entry, chip, target, cost_model, rules_path, no_c
             _print_result(refused(rules, reason), fmt, "")
             return
     else:
-        report = load_report(report_path, chip)
+        report = load_report(report_path, chip, trust_unsigned)
     baseline = None
     if rules.baseline is not None:
-        baseline = load_report(Path(rules.baseline), None)
+        baseline = load_report(Path(rules.baseline), None, trust_unsigned)
     with input_errors():
         result = check(report, rules, baseline)
     _print_result(result, fmt, f"{len(result.selected)} ops selected")

@@ -16,6 +16,7 @@ from hlo_roofline.cli._common import (
     load_report,
     percent_option,
     top_option,
+    trust_option,
 )
 from hlo_roofline.cli.render import diff_text
 from hlo_roofline.diff import compare, judged_alike
@@ -31,7 +32,8 @@ from hlo_roofline.diff import compare, judged_alike
                 "priced (an unknown coverage fails too).")  # fmt: skip
 @format_option("table", "csv", "json")
 @top_option
-def diff_command(a, b, chip, fail_on_regression, min_coverage, fmt, top):
+@trust_option
+def diff_command(a, b, chip, fail_on_regression, min_coverage, fmt, top, trust_unsigned):
     """Compare two reports op by op: bound flips, time deltas, added and removed ops.
 
     Ops are matched by (op_name, source, opcode, shape), then without the shape, since fusion
@@ -46,7 +48,8 @@ def diff_command(a, b, chip, fail_on_regression, min_coverage, fmt, top):
       $ hlo-roofline diff small.json large.json --fail-on-regression 5  # exit 1
       $ hlo-roofline diff small.json large.json --min-coverage 99
     """
-    report_a, report_b = load_report(a, chip), load_report(b, chip)
+    report_a = load_report(a, chip, trust_unsigned)
+    report_b = load_report(b, chip, trust_unsigned)
     with input_errors():
         diff = compare(report_a, report_b)
     if fmt == "json":

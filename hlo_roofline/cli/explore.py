@@ -15,7 +15,15 @@ import click
 import pandas as pd
 
 from hlo_roofline import explorer, targets
-from hlo_roofline.cli._common import CONTEXT, InputError, no_cache_option, one_line
+from hlo_roofline._atomic import unwritable
+from hlo_roofline.cli._common import (
+    CONTEXT,
+    InputError,
+    OutputPath,
+    no_cache_option,
+    one_line,
+    output_errors,
+)
 from hlo_roofline.text import format_seconds, format_table
 
 _WORDS = {"true": True, "false": False, "none": None}
@@ -193,7 +201,10 @@ def _looks_like_result(entry: str) -> bool:
 @click.argument("entry", metavar="FILE.py:NAME", required=False)
 @click.option("--target", help="Compile-only target, e.g. v5p:4x4x4.")
 @click.option(
-    "--axes", default="data,fsdp,tensor", show_default=True, help="Mesh axis names, comma-separated."
+    "--axes",
+    default="data,fsdp,tensor",
+    show_default=True,
+    help="Mesh axis names, comma-separated.",
 )
 @click.option("--knob", "knob_specs", multiple=True, metavar="NAME=V1,V2",
               help="A keyword of NAME and the values to try (repeatable; True/False/None, "
@@ -226,9 +237,12 @@ def _looks_like_result(entry: str) -> bool:
 @click.option("--show", "show_name", metavar="CANDIDATE",
               help="Print this candidate's row with its traceback (ENTRY: a written result, "
                    "or after a run).")  # fmt: skip
-@click.option("--logdir", type=click.Path(path_type=Path), help="Write every report here.")
-@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the table as CSV.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="... as JSON.")
+@click.option("--logdir", type=OutputPath(file_okay=False, path_type=Path),
+              help="Write every report here.")  # fmt: skip
+@click.option("--csv", "csv_path", type=OutputPath(dir_okay=False, path_type=Path),
+              help="Write the table as CSV.")  # fmt: skip
+@click.option("--json", "json_path", type=OutputPath(dir_okay=False, path_type=Path),
+              help="... as JSON.")  # fmt: skip
 @no_cache_option
 def explore_command(
     entry, target, axes, knob_specs, jobs, scheduler, timeout, limit, fixed_specs, maximum_specs,
@@ -272,6 +286,7 @@ def explore_command(
         target = targets.parse_target(target).spec
     except targets.TargetError as exc:
         raise InputError(one_line(exc)) from None
+    _writable(logdir, csv_path, json_path)  # asked before minutes of compiling, not after
     names = tuple(a.strip() for a in axes.split(",") if a.strip())
     try:
         kinds = explorer.parameter_kinds(entry)
@@ -323,12 +338,16 @@ def explore_command(
     click.echo(table_text(result))
     folder = None
     if logdir is not None:
-        folder = result.write_tensorboard(logdir)[-1].parent
+        with output_errors(logdir):
+            table = result.write_tensorboard(logdir)[-1]  # a Path, or a URL's text
+            folder = table.parent if isinstance(table, Path) else table.rpartition("/")[0]
         click.echo(f"wrote {len(result.reports)} reports and the table to {folder}", err=True)
     if csv_path is not None:
-        result.to_csv(csv_path)
+        with output_errors(csv_path):
+            result.to_csv(csv_path)
     if json_path is not None:
-        result.to_json(json_path)
+        with output_errors(json_path):
+            result.to_json(json_path)
     if show_name is not None:
         click.echo("\n" + show_text(result.table, show_name))
     _exit(result, json_path or csv_path or folder)
@@ -366,3 +385,15 @@ def _exit(result: explorer.Exploration, written) -> None:
         err=True,
     )
     raise SystemExit(1)
+
+
+def _writable(logdir, csv_path, json_path) -> None:
+    """Each output's folder takes files (a URL: its filesystem is installed), or exit 2 now."""
+    for path, folder in ((logdir, logdir), (csv_path, None), (json_path, None)):
+        if path is None:
+            continue
+        if folder is None:
+            folder = path if isinstance(path, str) else Path(path).parent
+        problem = unwritable(folder)
+        if problem is not None:
+            raise InputError(f"cannot write {path}: {problem}")

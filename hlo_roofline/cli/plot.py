@@ -13,6 +13,7 @@ from hlo_roofline.cli._common import (
     load_report,
     note,
     output_errors,
+    trust_option,
 )
 
 
@@ -22,7 +23,8 @@ from hlo_roofline.cli._common import (
               callback=image_callback, help="The chart: .png or .svg.")  # fmt: skip
 @chip_option
 @click.option("--title", help="Chart title (default: module and chip).")
-def plot_command(report_path, output, chip, title):
+@trust_option
+def plot_command(report_path, output, chip, title, trust_unsigned):
     """Draw a report's roofline chart: roofs per dtype, one point per op sized by its share.
 
     \b
@@ -30,7 +32,7 @@ def plot_command(report_path, output, chip, title):
       $ hlo-roofline plot large.json -o roofline.png
       $ hlo-roofline plot mlp.json -o mlp.svg --chip v5p
     """
-    report = load_report(report_path, chip)
+    report = load_report(report_path, chip, trust_unsigned)
     if report.chip is None:
         raise click.UsageError("REPORT is not judged against a chip: pass --chip")
     with output_errors(output):

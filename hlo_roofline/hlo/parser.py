@@ -76,6 +76,7 @@ from hlo_roofline.hlo.verifier import (
     check_acyclic,
     check_caller,
     check_parameter_numbers,
+    check_shapes,
 )
 
 # How many operands an opcode takes, where XLA fixes it: (fewest, most, the count & 1 that is wrong:
@@ -734,6 +735,7 @@ def _parse_module(text: str) -> Module:
         entry = _implicit_entry(computations, callers, module_attrs, text)
     _resolve_callees(callers, computations, text)
     check_acyclic(callers, text)
+    check_shapes(computations, text)
     return Module(module_name, computations, entry, module_attrs, frames, text)
 
 

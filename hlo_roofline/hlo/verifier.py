@@ -8,6 +8,9 @@ points at the line of the instruction that breaks the rule.
 
 from __future__ import annotations
 
+import re
+
+from hlo_roofline.hlo.attrs import conv_dims, dot_dims, int_attr, ints, window
 from hlo_roofline.hlo.errors import SourceLine, line_text
 from hlo_roofline.hlo.ir import Computation, Instruction, Shape
 
@@ -141,9 +144,7 @@ def _call_error(
 def check_acyclic(callers: list[tuple[Instruction, int]], text: str) -> None:
     """Reject a computation that calls itself, directly or not (XLA's call graph is acyclic, and
     everything that walks it relies on that)."""
-    if all(
-        callee.line < instr.computation.line for instr, _ in callers for callee in instr.called
-    ):
+    if all(callee.line < instr.computation.line for instr, _ in callers for callee in instr.called):
         return  # every callee written above its caller (XLA prints them so): no path comes back
     calls: dict[int, list[tuple[Computation, Instruction, int]]] = {}
     for instr, number in callers:
@@ -173,3 +174,497 @@ def check_acyclic(callers: list[tuple[Instruction, int]], text: str) -> None:
             if id(callee) not in done:
                 path.append((callee, iter(calls.get(id(callee), ()))))
                 on_path.add(id(callee))
+
+
+# -- shapes: what the cost model reads must agree with itself (XLA's shape inference) -------------
+
+# Ops whose operands have the result's dimensions (XLA's elementwise ops; the element type may
+# differ: compare gives pred, convert another type). ``select`` and ``clamp`` may take a scalar.
+ELEMENTWISE = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clz", "compare", "complex", "convert", "copy",
+    "cos", "count-leading-zeros", "divide", "erf", "exp", "exponential", "exponential-minus-one",
+    "expm1", "floor", "imag", "is-finite", "log", "log-plus-one", "log1p", "logistic", "maximum",
+    "minimum", "multiply", "negate", "not", "or", "popcnt", "power", "real", "reduce-precision",
+    "remainder", "round-nearest-afz", "round-nearest-even", "rsqrt", "shift-left",
+    "shift-right-arithmetic", "shift-right-logical", "sign", "sin", "sqrt", "stochastic-convert",
+    "subtract", "tan", "tanh", "xor", "select", "clamp",
+})  # fmt: skip
+_SCALAR_OPERANDS_OK = frozenset({"select", "clamp"})
+
+
+class _Refused(Exception):
+    """A shape rule broken: the message and the attribute (or operand) it points at."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.message, self.key = message, key
+
+
+def check_shapes(computations, text: str) -> None:
+    """Every instruction whose shapes the cost model reads agrees with its operands, as XLA's shape
+    inference has it: dot and convolution dimension numbers, elementwise operands, reduce
+    dimensions, slice, pad and concatenate bounds, gather and scatter dimension numbers, tuple
+    indices, transposes, broadcasts, reshapes, dynamic slices and reduce windows. The first that
+    does not is an :class:`HloParseError` at its line and attribute."""
+    rules = _SHAPE_RULES
+    for computation in computations.values():
+        for instr in computation.instructions:
+            rule = rules.get(instr.opcode)
+            if rule is None:
+                continue
+            if rule is _elementwise:  # most ops of a large module: operands of its very shape
+                shape = instr.shape  # (the parser shares one object per shape text)
+                if all(operand.shape is shape for operand in instr.operands):
+                    continue
+            try:
+                rule(instr)
+            except _Refused as refused:
+                line = SourceLine(instr.line, line_text(text, instr.line))
+                col = line.text.find(refused.key + "=") if refused.key else -1
+                if col < 0:
+                    col = line.text.find(instr.opcode + "(", max(line.text.find("="), 0))
+                raise line.error(f"%{instr.name}: {refused.message}", max(col, 0)) from None
+            except (ValueError, IndexError, KeyError) as exc:  # an attribute that does not read
+                line = SourceLine(instr.line, line_text(text, instr.line))
+                col = line.text.find(instr.opcode + "(", max(line.text.find("="), 0))
+                message = f"%{instr.name}: malformed {instr.opcode} ({exc})"
+                raise line.error(message, max(col, 0)) from None
+
+
+def _array(instr: Instruction, what: str) -> tuple[int, ...] | None:
+    shape = instr.shape
+    return shape.dims if shape.is_array else None
+
+
+def _operand_dims(instr: Instruction, k: int) -> tuple[int, ...] | None:
+    if k >= len(instr.operands):
+        raise _Refused(f"{instr.opcode} needs at least {k + 1} operands, has {len(instr.operands)}")
+    shape = instr.operands[k].shape
+    return shape.dims if shape.is_array else None
+
+
+def _in_range(dims: tuple[int, ...], rank: int, key: str, what: str) -> None:
+    for d in dims:
+        if not 0 <= d < rank:
+            raise _Refused(f"{key}={{{_spelled(dims)}}}: {d} is not a dimension of {what}", key)
+    if len(set(dims)) != len(dims):
+        raise _Refused(f"{key}={{{_spelled(dims)}}} names a dimension twice", key)
+
+
+def _spelled(dims) -> str:
+    return ",".join(map(str, dims))
+
+
+def _result_is(instr: Instruction, want: tuple[int, ...], key: str = "") -> None:
+    have = _array(instr, "result")
+    if have is not None and tuple(have) != tuple(want):
+        raise _Refused(
+            f"its result is [{_spelled(have)}] but its operands give [{_spelled(want)}]", key
+        )
+
+
+def _dot(instr: Instruction) -> None:
+    if "sparsity" in instr.attrs:  # a sparse dot's lhs holds half its contracting dimension
+        return
+    lhs, rhs = _operand_dims(instr, 0), _operand_dims(instr, 1)
+    if lhs is None or rhs is None:
+        return
+    d = dot_dims(instr)
+    _in_range(d.lhs_batch + d.lhs_contracting, len(lhs), "lhs_contracting_dims", "its lhs")
+    _in_range(d.rhs_batch + d.rhs_contracting, len(rhs), "rhs_contracting_dims", "its rhs")
+    if len(d.lhs_batch) != len(d.rhs_batch):
+        raise _Refused("lhs_batch_dims and rhs_batch_dims differ in number", "lhs_batch_dims")
+    if len(d.lhs_contracting) != len(d.rhs_contracting):
+        raise _Refused(
+            "lhs_contracting_dims and rhs_contracting_dims differ in number", "lhs_contracting_dims"
+        )
+    for key, a, b in (("lhs_batch_dims", d.lhs_batch, d.rhs_batch),
+                      ("lhs_contracting_dims", d.lhs_contracting, d.rhs_contracting)):  # fmt: skip
+        for i, j in zip(a, b, strict=True):
+            if lhs[i] != rhs[j]:
+                raise _Refused(
+                    f"{key}: lhs dimension {i} has {lhs[i]} elements, rhs dimension {j} has "
+                    f"{rhs[j]}",
+                    key,
+                )
+    lhs_free = [lhs[i] for i in range(len(lhs)) if i not in d.lhs_batch + d.lhs_contracting]
+    rhs_free = [rhs[i] for i in range(len(rhs)) if i not in d.rhs_batch + d.rhs_contracting]
+    _result_is(
+        instr, (*(lhs[i] for i in d.lhs_batch), *lhs_free, *rhs_free), "lhs_contracting_dims"
+    )
+
+
+def _convolution(instr: Instruction) -> None:
+    lhs, rhs = _operand_dims(instr, 0), _operand_dims(instr, 1)
+    out = _array(instr, "result")
+    labels = instr.attrs.get("dim_labels", "")
+    if lhs is None or rhs is None or out is None or not labels:
+        return
+    lhs_labels, _, rest = labels.partition("_")
+    rhs_labels, _, out_labels = rest.partition("->")
+    for spelled, dims, what in ((lhs_labels, lhs, "lhs"), (rhs_labels, rhs, "rhs"),
+                                (out_labels, out, "result")):  # fmt: skip
+        if len(spelled) != len(dims):
+            raise _Refused(f"dim_labels={labels}: {len(spelled)} labels for its {len(dims)}-"
+                           f"dimensional {what}", "dim_labels")  # fmt: skip
+    c = conv_dims(instr)
+    groups = int_attr(instr, "feature_group_count", 1)
+    batch_groups = int_attr(instr, "batch_group_count", 1)
+    if groups < 1 or batch_groups < 1:
+        raise _Refused("group counts must be positive", "feature_group_count")
+    if lhs[c.input_feature] != rhs[c.kernel_input_feature] * groups:
+        raise _Refused(
+            f"its input has {lhs[c.input_feature]} features, its kernel {rhs[c.kernel_input_feature]}"
+            f" input features × {groups} groups", "dim_labels"
+        )  # fmt: skip
+    if out[c.output_feature] != rhs[c.kernel_output_feature]:
+        raise _Refused(f"its result has {out[c.output_feature]} features, its kernel "
+                       f"{rhs[c.kernel_output_feature]}", "dim_labels")  # fmt: skip
+    if (
+        lhs[c.input_batch] % batch_groups
+        or out[c.output_batch] != lhs[c.input_batch] // batch_groups
+    ):
+        raise _Refused(f"its result's batch {out[c.output_batch]} is not its input's "
+                       f"{lhs[c.input_batch]} ÷ {batch_groups}", "dim_labels")  # fmt: skip
+    spatial = window(instr)
+    if len(spatial) != len(c.input_spatial):
+        raise _Refused(
+            f"window has {len(spatial)} dimensions, its input {len(c.input_spatial)} spatial",
+            "window" if spatial else "dim_labels",
+        )
+    for k, w in enumerate(spatial):
+        size = lhs[c.input_spatial[k]]
+        if rhs[c.kernel_spatial[k]] != w.size:
+            raise _Refused(f"window size {w.size} is not its kernel's {rhs[c.kernel_spatial[k]]}",
+                           "window")  # fmt: skip
+        want = _windowed(size, w)
+        if out[c.output_spatial[k]] != want:
+            raise _Refused(f"spatial dimension {k} of its result is {out[c.output_spatial[k]]}, "
+                           f"its window gives {want}", "window")  # fmt: skip
+
+
+def _windowed(size: int, w) -> int:
+    """A dimension of ``size`` after a window (XLA's InferWindowOutputShape)."""
+    if w.stride < 1 or w.base_dilation < 1 or w.window_dilation < 1:
+        raise _Refused("window strides and dilations must be positive", "window")
+    base = (size - 1) * w.base_dilation + 1 if size else 0
+    padded = base + w.pad_low + w.pad_high
+    span = (w.size - 1) * w.window_dilation + 1 if w.size else 0
+    return (padded - span) // w.stride + 1 if padded >= span else 0
+
+
+def _elementwise(instr: Instruction) -> None:
+    out = _array(instr, "result")
+    if out is None:
+        return
+    for k, operand in enumerate(instr.operands):
+        shape = operand.shape
+        if not shape.is_array or tuple(shape.dims) == tuple(out):
+            continue
+        if instr.opcode in _SCALAR_OPERANDS_OK and not shape.dims:
+            continue
+        raise _Refused(
+            f"operand {k} (%{operand.name}) is [{_spelled(shape.dims)}], its result "
+            f"[{_spelled(out)}]: an elementwise op's operands have its dimensions"
+        )
+
+
+def _reduce(instr: Instruction) -> None:
+    half = len(instr.operands) // 2
+    if len(instr.operands) % 2 or not half:
+        raise _Refused(f"reduce takes inputs and as many init values, not {len(instr.operands)}")
+    dims = ints(instr, "dimensions")
+    results = instr.shape.tuple_shapes if instr.shape.is_tuple else (instr.shape,)
+    if len(results) != half:
+        raise _Refused(f"reduce of {half} inputs gives {len(results)} results")
+    for k in range(half):
+        source = _operand_dims(instr, k)
+        init = instr.operands[half + k].shape
+        if source is None:
+            continue
+        if init.is_array and init.dims:
+            raise _Refused(f"init value %{instr.operands[half + k].name} is not a scalar")
+        _in_range(dims, len(source), "dimensions", f"its {len(source)}-dimensional input")
+        want = tuple(n for i, n in enumerate(source) if i not in dims)
+        if results[k].is_array and tuple(results[k].dims) != want:
+            raise _Refused(
+                f"reducing [{_spelled(source)}] over {{{_spelled(dims)}}} gives [{_spelled(want)}]"
+                f", not [{_spelled(results[k].dims)}]", "dimensions"
+            )  # fmt: skip
+
+
+def _slice(instr: Instruction) -> None:
+    source = _operand_dims(instr, 0)
+    if source is None:
+        return
+    spec = instr.attrs.get("slice", "")
+    parts = re.findall(r"\[([^\]]*)\]", spec)
+    if len(parts) != len(source):
+        raise _Refused(f"slice has {len(parts)} ranges for a {len(source)}-dimensional operand",
+                       "slice")  # fmt: skip
+    want = []
+    for k, part in enumerate(parts):
+        fields = [int(v) for v in part.split(":")]
+        start, limit = fields[0], fields[1]
+        stride = fields[2] if len(fields) > 2 else 1
+        if not 0 <= start <= limit <= source[k] or stride < 1:
+            raise _Refused(f"slice [{part}] is outside dimension {k} of {source[k]}", "slice")
+        want.append(-(-(limit - start) // stride))
+    _result_is(instr, tuple(want), "slice")
+
+
+def _pad(instr: Instruction) -> None:
+    source = _operand_dims(instr, 0)
+    if source is None:
+        return
+    spec = instr.attrs.get("padding", "")
+    parts = [p for p in spec.split("x") if p] if spec else []
+    if len(parts) != len(source):
+        raise _Refused(f"padding has {len(parts)} dimensions for a {len(source)}-dimensional "
+                       "operand", "padding")  # fmt: skip
+    want = []
+    for k, part in enumerate(parts):
+        fields = [int(v) for v in part.split("_")]
+        low, high = fields[0], fields[1]
+        interior = fields[2] if len(fields) > 2 else 0
+        if interior < 0:
+            raise _Refused(f"padding {part}: interior padding is negative", "padding")
+        size = source[k]
+        grown = low + high + size + max(size - 1, 0) * interior
+        if grown < 0:
+            raise _Refused(f"padding {part} leaves dimension {k} negative", "padding")
+        want.append(grown)
+    _result_is(instr, tuple(want), "padding")
+
+
+def _concatenate(instr: Instruction) -> None:
+    dims = ints(instr, "dimensions")
+    shapes = [o.shape.dims for o in instr.operands if o.shape.is_array]
+    if len(shapes) != len(instr.operands) or not shapes:
+        return
+    rank = len(shapes[0])
+    if len(dims) != 1 or not 0 <= dims[0] < rank:
+        raise _Refused(f"dimensions={{{_spelled(dims)}}} is not one dimension of its operands",
+                       "dimensions")  # fmt: skip
+    axis = dims[0]
+    for k, dims_k in enumerate(shapes):
+        if len(dims_k) != rank or any(a != b for i, (a, b) in enumerate(
+                zip(dims_k, shapes[0], strict=True)) if i != axis):  # fmt: skip
+            raise _Refused(
+                f"operand {k} is [{_spelled(dims_k)}], operand 0 [{_spelled(shapes[0])}]: they "
+                f"may differ in dimension {axis} alone",
+                "dimensions",
+            )
+    want = list(shapes[0])
+    want[axis] = sum(s[axis] for s in shapes)
+    _result_is(instr, tuple(want), "dimensions")
+
+
+def _gather(instr: Instruction) -> None:
+    operand, indices = _operand_dims(instr, 0), _operand_dims(instr, 1)
+    out = _array(instr, "result")
+    if operand is None or indices is None or out is None:
+        return
+    offset = ints(instr, "offset_dims")
+    collapsed = ints(instr, "collapsed_slice_dims")
+    batching = ints(instr, "operand_batching_dims")
+    index_map = ints(instr, "start_index_map")
+    sizes = ints(instr, "slice_sizes")
+    vector_dim = int_attr(instr, "index_vector_dim", len(indices))
+    if len(sizes) != len(operand):
+        raise _Refused(f"slice_sizes has {len(sizes)} sizes for a {len(operand)}-dimensional "
+                       "operand", "slice_sizes")  # fmt: skip
+    for k, (size, bound) in enumerate(zip(sizes, operand, strict=True)):
+        if not 0 <= size <= bound:
+            raise _Refused(f"slice size {size} is outside dimension {k} of {bound}", "slice_sizes")
+    _in_range(collapsed + batching, len(operand), "collapsed_slice_dims", "its operand")
+    _in_range(index_map, len(operand), "start_index_map", "its operand")
+    for d in collapsed + batching:
+        if sizes[d] > 1:
+            raise _Refused(f"collapsed dimension {d} has slice size {sizes[d]}",
+                           "collapsed_slice_dims")  # fmt: skip
+    if not 0 <= vector_dim <= len(indices):
+        raise _Refused(f"index_vector_dim={vector_dim} is outside its indices", "index_vector_dim")
+    vector = indices[vector_dim] if vector_dim < len(indices) else 1
+    if len(index_map) != vector:
+        raise _Refused(f"start_index_map has {len(index_map)} dimensions, its index vectors "
+                       f"{vector}", "start_index_map")  # fmt: skip
+    batch = [n for i, n in enumerate(indices) if i != vector_dim]
+    window = [sizes[i] for i in range(len(operand)) if i not in collapsed + batching]
+    if len(offset) != len(window):
+        raise _Refused(f"offset_dims has {len(offset)} dimensions, its slices {len(window)}",
+                       "offset_dims")  # fmt: skip
+    rank = len(batch) + len(offset)
+    _in_range(offset, rank, "offset_dims", f"its {rank}-dimensional result")
+    want, windows, batches = [], iter(window), iter(batch)
+    for i in range(rank):
+        want.append(next(windows) if i in offset else next(batches))
+    _result_is(instr, tuple(want), "offset_dims")
+
+
+def _scatter(instr: Instruction) -> None:
+    count = len(instr.operands)
+    if count < 3 or count % 2 == 0:
+        raise _Refused(f"scatter takes inputs, indices and as many updates, not {count} operands")
+    half = (count - 1) // 2
+    operand, indices = _operand_dims(instr, 0), _operand_dims(instr, half)
+    if operand is None or indices is None:
+        return
+    window_dims = ints(instr, "update_window_dims")
+    inserted = ints(instr, "inserted_window_dims")
+    batching = ints(instr, "input_batching_dims")
+    to_operand = ints(instr, "scatter_dims_to_operand_dims")
+    vector_dim = int_attr(instr, "index_vector_dim", len(indices))
+    _in_range(inserted + batching, len(operand), "inserted_window_dims", "its operand")
+    _in_range(to_operand, len(operand), "scatter_dims_to_operand_dims", "its operand")
+    if not 0 <= vector_dim <= len(indices):
+        raise _Refused(f"index_vector_dim={vector_dim} is outside its indices", "index_vector_dim")
+    vector = indices[vector_dim] if vector_dim < len(indices) else 1
+    if len(to_operand) != vector:
+        raise _Refused(f"scatter_dims_to_operand_dims has {len(to_operand)} dimensions, its index "
+                       f"vectors {vector}", "scatter_dims_to_operand_dims")  # fmt: skip
+    if len(window_dims) + len(inserted) + len(batching) != len(operand):
+        raise _Refused(
+            f"update_window_dims ({len(window_dims)}) and inserted_window_dims "
+            f"({len(inserted + batching)}) do not add up to its operand's {len(operand)} dimensions",
+            "update_window_dims",
+        )
+    batch = [n for i, n in enumerate(indices) if i != vector_dim]
+    kept = [n for i, n in enumerate(operand) if i not in inserted + batching]
+    for k in range(half):
+        update = _operand_dims(instr, half + 1 + k)
+        source = _operand_dims(instr, k)
+        if update is None:
+            continue
+        if source is not None and tuple(source) != tuple(operand):
+            raise _Refused(f"input {k} is [{_spelled(source)}], input 0 [{_spelled(operand)}]")
+        if len(update) != len(batch) + len(window_dims):
+            raise _Refused(
+                f"update {k} has {len(update)} dimensions, not {len(batch)} scatter and "
+                f"{len(window_dims)} window dimensions",
+                "update_window_dims",
+            )
+        _in_range(window_dims, len(update), "update_window_dims", f"update {k}")
+        windows = [update[d] for d in window_dims]
+        for d, (size, bound) in enumerate(zip(windows, kept, strict=True)):
+            if size > bound:
+                raise _Refused(f"update window dimension {d} ({size}) is larger than the "
+                               f"operand's {bound}", "update_window_dims")  # fmt: skip
+        scattered = [update[d] for d in range(len(update)) if d not in window_dims]
+        if scattered != batch:
+            raise _Refused(f"update {k}'s scatter dimensions [{_spelled(scattered)}] are not its "
+                           f"indices' [{_spelled(batch)}]", "update_window_dims")  # fmt: skip
+    results = instr.shape.tuple_shapes if instr.shape.is_tuple else (instr.shape,)
+    if len(results) == half and results[0].is_array and tuple(results[0].dims) != tuple(operand):
+        raise _Refused(f"its result is [{_spelled(results[0].dims)}], its input "
+                       f"[{_spelled(operand)}]")  # fmt: skip
+
+
+def _get_tuple_element(instr: Instruction) -> None:
+    if len(instr.operands) != 1:
+        raise _Refused(f"get-tuple-element takes one operand, not {len(instr.operands)}")
+    source = instr.operands[0].shape
+    index = int_attr(instr, "index", -1)
+    if not source.is_tuple or not 0 <= index < len(source.tuple_shapes):
+        what = f"a tuple of {len(source.tuple_shapes)}" if source.is_tuple else "not a tuple"
+        raise _Refused(f"index={index} is outside its operand ({what})", "index")
+    element = source.tuple_shapes[index]
+    if element is not instr.shape and not _compatible(element, instr.shape):
+        raise _Refused(f"element {index} is {element}, its result {instr.shape}", "index")
+
+
+def _transpose(instr: Instruction) -> None:
+    source, out = _operand_dims(instr, 0), _array(instr, "result")
+    if source is None or out is None:
+        return
+    perm = ints(instr, "dimensions")
+    if sorted(perm) != list(range(len(source))):
+        raise _Refused(f"dimensions={{{_spelled(perm)}}} is not a permutation of its operand's "
+                       f"{len(source)} dimensions", "dimensions")  # fmt: skip
+    _result_is(instr, tuple(source[d] for d in perm), "dimensions")
+
+
+def _broadcast(instr: Instruction) -> None:
+    source, out = _operand_dims(instr, 0), _array(instr, "result")
+    if source is None or out is None:
+        return
+    dims = ints(instr, "dimensions")
+    if len(dims) != len(source):
+        raise _Refused(f"dimensions={{{_spelled(dims)}}} maps {len(dims)} dimensions, its operand "
+                       f"has {len(source)}", "dimensions")  # fmt: skip
+    _in_range(dims, len(out), "dimensions", f"its {len(out)}-dimensional result")
+    for k, d in enumerate(dims):
+        if out[d] != source[k]:
+            raise _Refused(f"operand dimension {k} ({source[k]}) broadcast to result dimension "
+                           f"{d} ({out[d]})", "dimensions")  # fmt: skip
+
+
+def _reshape(instr: Instruction) -> None:
+    source = instr.operands[0].shape if instr.operands else None
+    if source is None or not source.is_array or not instr.shape.is_array:
+        return
+    if source.elements != instr.shape.elements:
+        raise _Refused(f"reshape of [{_spelled(source.dims)}] ({source.elements} elements) to "
+                       f"[{_spelled(instr.shape.dims)}] ({instr.shape.elements})")  # fmt: skip
+
+
+def _dynamic_slice(instr: Instruction) -> None:
+    source = _operand_dims(instr, 0)
+    if source is None:
+        return
+    sizes = ints(instr, "dynamic_slice_sizes")
+    if len(sizes) != len(source):
+        raise _Refused(f"dynamic_slice_sizes has {len(sizes)} sizes for a {len(source)}-"
+                       "dimensional operand", "dynamic_slice_sizes")  # fmt: skip
+    for k, (size, bound) in enumerate(zip(sizes, source, strict=True)):
+        if not 0 <= size <= bound:
+            raise _Refused(f"slice size {size} is outside dimension {k} of {bound}",
+                           "dynamic_slice_sizes")  # fmt: skip
+    _result_is(instr, tuple(sizes), "dynamic_slice_sizes")
+
+
+def _dynamic_update_slice(instr: Instruction) -> None:
+    source, update = _operand_dims(instr, 0), _operand_dims(instr, 1)
+    if source is None or update is None:
+        return
+    if len(update) != len(source) or any(u > o for u, o in zip(update, source, strict=True)):
+        raise _Refused(f"its update [{_spelled(update)}] does not fit its operand "
+                       f"[{_spelled(source)}]")  # fmt: skip
+    _result_is(instr, tuple(source))
+
+
+def _reduce_window(instr: Instruction) -> None:
+    half = len(instr.operands) // 2
+    source = _operand_dims(instr, 0) if half else None
+    if source is None:
+        return
+    spatial = window(instr)
+    if len(spatial) != len(source):
+        raise _Refused(f"window has {len(spatial)} dimensions, its operand {len(source)}",
+                       "window")  # fmt: skip
+    want = tuple(_windowed(n, w) for n, w in zip(source, spatial, strict=True))
+    results = instr.shape.tuple_shapes if instr.shape.is_tuple else (instr.shape,)
+    for result in results:
+        if result.is_array and tuple(result.dims) != want:
+            raise _Refused(f"its window over [{_spelled(source)}] gives [{_spelled(want)}], not "
+                           f"[{_spelled(result.dims)}]", "window")  # fmt: skip
+
+
+_SHAPE_RULES = {
+    "transpose": _transpose,
+    "broadcast": _broadcast,
+    "reshape": _reshape,
+    "dynamic-slice": _dynamic_slice,
+    "dynamic-update-slice": _dynamic_update_slice,
+    "reduce-window": _reduce_window,
+    "dot": _dot,
+    "convolution": _convolution,
+    "reduce": _reduce,
+    "slice": _slice,
+    "pad": _pad,
+    "concatenate": _concatenate,
+    "gather": _gather,
+    "scatter": _scatter,
+    "get-tuple-element": _get_tuple_element,
+    **dict.fromkeys(ELEMENTWISE, _elementwise),
+}

@@ -1,0 +1,219 @@
+"""What a report read back must prove before a gate reads it: that it is the file the tool wrote
+(a checksum over every byte a gate reads) and that its summary agrees with its rows.
+
+A report file carries its checksum in front: ``{"sha256": "<hex>", ...}``, the SHA-256 of the
+rest of the file as it was written (the key removed: ``{`` and the text after ``", "``); a CSV's
+``.meta.json`` carries the checksum of its own text and the CSV's together, so neither the rows
+nor the summary can change alone. The summary's totals, coverage, shares and step are found again
+from the rows as ``schema`` declares them (``SUMMARY_SUMS``, ``SUMMARY_RATIOS``, ``ROW_SHARES``,
+``SUMMARY_SCHEDULE``, ``BOUND_TIMES``): a renamed or added total is a line there, not code here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from hlo_roofline import chips, schema, verdict
+from hlo_roofline.cost.base import BOOKKEEPING
+
+SIGNATURE_KEY = "sha256"
+_SIGNED = re.compile(r'\{"sha256": "([0-9a-f]{64})", ')
+UNSIGNED = "unsigned"  # what :func:`verify` says of a file written without a checksum
+REL_TOLERANCE = 1e-6  # sums over rows in another order than the writer's differ in the last bits
+
+
+def _digest(body: str, covered: tuple[str, ...]) -> str:
+    h = hashlib.sha256(body.encode())
+    for text in covered:
+        h.update(b"\0")
+        h.update(text.encode())
+    return h.hexdigest()
+
+
+def sign(body: str, *covered: str) -> str:
+    """``body`` (a JSON object's text) with the checksum of it and of ``covered`` (the texts it
+    stands for, such as the CSV beside a ``.meta.json``) as its first key."""
+    if not body.startswith("{") or body == "{}":
+        raise ValueError("only a non-empty JSON object is signed")
+    return f'{{"{SIGNATURE_KEY}": "{_digest(body, covered)}", {body[1:]}'
+
+
+def verify(text: str, *covered: str) -> str | None:
+    """None where ``text`` is as :func:`sign` wrote it (with ``covered``); else why not:
+    :data:`UNSIGNED`, or what differs."""
+    match = _SIGNED.match(text)
+    if match is None:
+        return UNSIGNED
+    body = "{" + text[match.end() :].rstrip(
+        "\r\n"
+    )  # a line end after it (a shell's echo) is none of it
+    if _digest(body, covered) != match.group(1):
+        what = " or the CSV beside it" if covered else ""
+        return f"its checksum does not match: the file{what} changed after it was written"
+    return None
+
+
+# -- the summary against the rows ------------------------------------------------------------------
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOLERANCE, abs_tol=0.0)
+
+
+def _shown(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def contradictions(ops: pd.DataFrame, summary: dict) -> list[str]:
+    """What the summary says that its rows do not (empty: they agree): each total, the coverage and
+    unknown ops, each share and ratio, each row's bound against its times, and the step as
+    scheduled walked again from the rows where the chip is known. Keys or columns a report lacks
+    (older or unjudged reports) are not checked."""
+    found: list[str] = []
+    collective = ops["collective"].to_numpy() != "" if "collective" in ops else None
+    for key, (column, rows) in schema.SUMMARY_SUMS.items():
+        if not _number(summary.get(key)) or column not in ops:
+            continue
+        values = ops[column].to_numpy(dtype=float)
+        if rows == "collective":
+            if collective is None:
+                continue
+            values = values[collective]
+        total = float(np.nansum(values))
+        if not _close(summary[key], total):
+            found.append(
+                f"summary {key} = {_shown(summary[key])} but its rows' {column} sum to "
+                f"{_shown(total)}"
+            )
+    found += _coverage(ops, summary)
+    for key, (part, whole) in schema.SUMMARY_RATIOS.items():
+        if not all(_number(summary.get(k)) for k in (key, part, whole)):
+            continue
+        ratio = summary[part] / summary[whole] if summary[whole] else 0.0
+        if not _close(summary[key], ratio):
+            found.append(
+                f"summary {key} = {_shown(summary[key])} but {part} / {whole} = {_shown(ratio)}"
+            )
+    for column, (part, key) in schema.ROW_SHARES.items():
+        if column in ops and part in ops and _number(summary.get(key)) and len(ops):
+            whole = summary[key]
+            want = ops[part].to_numpy(dtype=float) / whole if whole else np.zeros(len(ops))
+            found += _rows_differ(ops, column, ops[column].to_numpy(dtype=float), want,
+                                  f"{part} / summary {key}")  # fmt: skip
+    found += _bounds(ops)
+    found += _schedule(ops, summary)
+    return found
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _rows_differ(ops, column: str, have: np.ndarray, want: np.ndarray, said: str) -> list[str]:
+    bad = ~np.isclose(have, want, rtol=REL_TOLERANCE, atol=0.0, equal_nan=True)
+    if not bad.any():
+        return []
+    row = int(np.flatnonzero(bad)[0])
+    return [
+        f"row {row} ({ops['name'].iloc[row]}): {column} = {_shown(have[row])} but "
+        f"{said} = {_shown(want[row])}"
+    ]
+
+
+def cost_totals(ops: pd.DataFrame) -> dict:
+    """What the rows say of the cost summary's keys: each total ``SUMMARY_SUMS`` declares over
+    all rows of a cost column, the coverage (the share of executed ops, bookkeeping aside, that
+    have a price) and the names of the ops without one, as ``cost.summarize`` counts them."""
+    totals: dict = {
+        key: float(np.nansum(ops[column].to_numpy(dtype=float)))
+        for key, (column, rows) in schema.SUMMARY_SUMS.items()
+        if rows == "all" and column in ops and column in schema.COST_COLUMNS
+    }
+    if {"count", "opcode", "unknown", "name"} <= set(ops.columns):
+        count = ops["count"].to_numpy(dtype=float)
+        counted = (count != 0) & ~ops["opcode"].isin(BOOKKEEPING).to_numpy()
+        unknown = ops["unknown"].to_numpy(dtype=bool) & counted
+        total = float(count[counted].sum())
+        totals["coverage"] = float(count[counted & ~unknown].sum()) / total if total else 1.0
+        totals["unknown_ops"] = ops["name"].to_numpy()[unknown].tolist()
+    return totals
+
+
+def _coverage(ops: pd.DataFrame, summary: dict) -> list[str]:
+    """The coverage and the unknown ops the summary gives, against its rows'."""
+    totals = cost_totals(ops)
+    found = []
+    have = summary.get("coverage")
+    if _number(have) and "coverage" in totals and not _close(have, totals["coverage"]):
+        found.append(
+            f"summary coverage = {_shown(summary['coverage'])} but its rows have a price for "
+            f"{_shown(totals['coverage'])} of the ops they run"
+        )
+    listed, names = summary.get("unknown_ops"), totals.get("unknown_ops")
+    if (
+        isinstance(listed, list)
+        and names is not None
+        and sorted(map(str, listed)) != sorted(map(str, names))
+    ):
+        found.append(
+            f"summary unknown_ops lists {len(listed)} op(s) but {len(names)} row(s) have no price"
+        )
+    return found
+
+
+def _bounds(ops: pd.DataFrame) -> list[str]:
+    """A row bound by a unit spends its largest time there, and its time is no less than it."""
+    columns = list(schema.BOUND_TIMES.values())
+    if "bound" not in ops or not set(columns) <= set(ops.columns) or "t_roofline_s" not in ops:
+        return []
+    times = ops[columns].to_numpy(dtype=float)
+    largest = times.max(axis=1)
+    found = []
+    short = ops["t_roofline_s"].to_numpy(dtype=float) < largest * (1 - REL_TOLERANCE)
+    if short.any():
+        row = int(np.flatnonzero(short)[0])
+        found.append(
+            f"row {row} ({ops['name'].iloc[row]}): t_roofline_s = "
+            f"{_shown(ops['t_roofline_s'].iloc[row])} is less than its unit times "
+            f"({_shown(largest[row])})"
+        )
+    bound = ops["bound"].to_numpy()
+    for unit, column in schema.BOUND_TIMES.items():
+        rows = bound == unit
+        if not rows.any():
+            continue
+        own = ops[column].to_numpy(dtype=float)
+        wrong = rows & (own < largest * (1 - REL_TOLERANCE))
+        if wrong.any():
+            row = int(np.flatnonzero(wrong)[0])
+            found.append(
+                f"row {row} ({ops['name'].iloc[row]}): bound = {unit!r} but {column} = "
+                f"{_shown(own[row])} is not its largest time ({_shown(largest[row])})"
+            )
+    return found
+
+
+def _schedule(ops: pd.DataFrame, summary: dict) -> list[str]:
+    """The step as scheduled and its least, walked again from the rows on the report's chip."""
+    keys = [k for k in schema.SUMMARY_SCHEDULE if _number(summary.get(k))]
+    if not keys or "t_roofline_s" not in ops or "collective" not in ops:
+        return []
+    try:
+        kind = chips.get(summary.get("chip")).kind
+    except (chips.UnknownChipError, TypeError, ValueError, KeyError):
+        return []  # a chip this machine does not know: its walk cannot be repeated
+    walked = verdict.walk_schedule(ops, kind, ops["t_roofline_s"].to_numpy(dtype=float))
+    found = []
+    for key in keys:
+        value = float(getattr(walked, schema.SUMMARY_SCHEDULE[key]))
+        if not _close(summary[key], value):
+            found.append(
+                f"summary {key} = {_shown(summary[key])} but the rows' schedule takes "
+                f"{_shown(value)}"
+            )
+    return found
