@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hlo_roofline import schema, verdict
+from hlo_roofline import evidence, schema, verdict
 from hlo_roofline.cost.elementwise import ARITHMETIC, TRANSCENDENTAL
 from hlo_roofline.diff import compare, judged_alike, require_verdicts
 from hlo_roofline.diff import coverage as diff_coverage
@@ -369,10 +369,7 @@ def select(report: Report, rules: Rules) -> pd.DataFrame:
 
 def refusal(report: Report) -> str | None:
     """The compiler's reason when it refused the step (out of memory for its target), else None."""
-    memory = report.summary.get("memory") or {}
-    if memory.get("source") != "compiler error":
-        return None
-    return memory.get("compiler_error") or "the compiler refused the program"
+    return evidence.refusal(report.summary)
 
 
 def refused(rules: Rules, reason: str, selected: pd.DataFrame | None = None) -> CheckResult:

@@ -69,11 +69,23 @@ def _shown(value: float) -> str:
     return f"{value:.6g}"
 
 
+def refusal(summary: dict) -> str | None:
+    """The compiler's reason when it refused the step (out of memory for its target), else None.
+    Such a report has no program, so no rows: the gates fail it with the reason."""
+    memory = summary.get("memory") or {}
+    if not isinstance(memory, dict) or memory.get("source") != "compiler error":
+        return None
+    return memory.get("compiler_error") or "the compiler refused the program"
+
+
 def contradictions(ops: pd.DataFrame, summary: dict) -> list[str]:
     """What the summary says that its rows do not (empty: they agree): each total, the coverage and
     unknown ops, each share and ratio, each row's bound against its times, and the step as
     scheduled walked again from the rows where the chip is known. Keys or columns a report lacks
-    (older or unjudged reports) are not checked."""
+    (older or unjudged reports) are not checked; nor is a refused step's (no rows, by design: its
+    totals are the source program's)."""
+    if refusal(summary) is not None and ops.empty:
+        return []
     found: list[str] = []
     collective = ops["collective"].to_numpy() != "" if "collective" in ops else None
     for key, (column, rows) in schema.SUMMARY_SUMS.items():
