@@ -641,3 +641,28 @@ def test_a_report_written_before_the_free_text_and_roof_columns_is_shown(tmp_pat
     timed = report.ops[report.ops["t_roofline_s"] > 0]
     assert sorted(row[0] for row in timeline["data"]) == sorted(timed.index)
     assert timeline["step_s"] == pytest.approx(report.summary["step_time_scheduled_s"])
+
+
+def test_an_older_unsigned_report_is_shown_and_a_contradicted_one_is_not(tmp_path):
+    """The tab is a viewer: a run written before reports carried a checksum shows as written
+    (``check`` refuses it without --trust-unsigned); one whose summary contradicts its rows is an
+    error, whatever its checksum."""
+    import re as _re
+
+    report = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
+    report.write_tensorboard(tmp_path, "old")
+    path = tmp_path / "old" / "plugins" / "hlo_roofline" / "report.json"
+    unsigned = _re.sub(r'^\{"sha256": "[0-9a-f]{64}", ', "{", path.read_text())
+    assert unsigned != path.read_text()
+    path.write_text(unsigned)
+    with pytest.raises(Exception, match="unsigned"):
+        Report.read(path)
+    c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
+    body = get_json(c, "/report?run=old")
+    assert body["summary"]["flops"] == pytest.approx(report.summary["flops"])
+    data = json.loads(unsigned)
+    data["summary"]["flops"] *= 2
+    path.write_text(json.dumps(data))
+    response = c.get(PREFIX + "/report?run=old")
+    assert response.status_code >= 400
+    assert "contradicts its rows" in response.get_data(as_text=True)
