@@ -45,7 +45,7 @@ XLA_GAPS = {
     "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
     "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
     "major_reduction": "a reduction over dimensions other than the lanes that the chip's "
-    "`vpu.major_reduce` rate does not price (a prefetched operand, a sublane fold, no rate): XLA "
+    "`calibrated.major_reduce` rate does not price (a prefetched operand, a sublane fold, no rate): XLA "
     "charges up to 8 results a cycle per core, several times the same sum as slices and adds",
     "unexplained": "no unit the model has explains XLA's time",
 }
@@ -168,13 +168,13 @@ COLUMNS: tuple[Column, ...] = (
     _c("major_reduce_results", "float", "elements",
        "results the op's reduces write by folding major dimensions only (neither lanes nor "
        "sublanes: a top-2 dispatch's two slots) where XLA:TPU pipelines its loop deep "
-       "(`window_config.buffering_level` ≥ 6), per step; priced at the chip's `vpu.major_reduce` "
+       "(`window_config.buffering_level` ≥ 6), per step; priced at the chip's `calibrated.major_reduce` "
        "rate; 0 elsewhere", "cost"),
     _c("reduced_stream_words", "float", "elements",
        "32-bit words of a TPU matmul's wide operand streamed through the vector registers "
        "(`vector_elements` is these) where its fusion also reduces the product (a decode step's "
        "attention scores fused with their mask and max), per step; priced at the chip's "
-       "`vpu.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost"),
+       "`calibrated.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "

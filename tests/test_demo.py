@@ -99,7 +99,7 @@ def test_verdicts_differ_where_the_numbers_say_they_must(demo_run, reports):
     for op_name in common:
         x, y = a.loc[op_name], b.loc[op_name]
         want = expected_bound(x, tpu.chip), expected_bound(y, gpu.chip)
-        loop = x["vector_elements"] / chips.get(tpu.chip).vector_elements_rate
+        loop = x["vector_elements"] / chips.get(tpu.chip).calibration.vector_elements_rate
         if loop >= max(x["t_memory_s"], x["t_compute_s"] * 0.999):  # the vector loop is slower
             want = ("compute", want[1])
         assert (x["bound"], y["bound"]) == want, op_name

@@ -154,7 +154,7 @@ def test_ops_held_at_the_per_op_floor_do_not_flip():
     no flip."""
     a, b = (hr.analyze_hlo(_tiny_add(dtype), chip="v5e") for dtype in ("f32", "bf16"))
     row_a, row_b = (r.ops.set_index("name").loc["add.1"] for r in (a, b))
-    floor = chips.get("v5e").op_floor_s
+    floor = chips.get("v5e").calibration.op_floor_s
     assert row_a.t_roofline_s == row_b.t_roofline_s == floor
     assert row_a.bound != row_b.bound
     assert compare(a, b).flipped.empty

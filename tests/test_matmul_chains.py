@@ -1,5 +1,5 @@
 """The vector pass over a K-split TPU matmul fusion's result-sized arrays (``epilogue_elements``,
-``vpu.epilogue_passes``).
+``calibrated.epilogue_passes``).
 
 XLA:TPU's estimate of a matmul fusion whose tiling loop splits K adds a pass of the vector unit
 over every array of the result's size (the results, and the fused operands only the epilogue
@@ -48,10 +48,10 @@ def _fit_points(program: str, chip: str) -> list[tuple[pd.Series, float]]:
         mxu = row["t_compute_s"]
         assert row["compute_unit"] == "mxu"
         rest = (
-            row["xla_estimate_s"] - mxu - row["tile_steps"] * device.tile_step_s
+            row["xla_estimate_s"] - mxu - row["tile_steps"] * device.calibration.tile_step_s
             + mxu / row["tile_k_steps"]
         )  # fmt: skip
-        found.append((row, rest / (row["epilogue_elements"] / device.vector_elements_rate)))
+        found.append((row, rest / (row["epilogue_elements"] / device.calibration.vector_elements_rate)))
     return found
 
 
@@ -62,9 +62,9 @@ def test_one_loop_pass_is_a_lower_bound_on_the_fitting_set(chip):
     passes = [passed for p in FITTING for _, passed in _fit_points(p, chip)]
     assert passes, f"{chip}: no fitting fixture splits K"
     device = chips.get(chip).per_device()
-    assert device.epilogue_passes == 1
-    assert min(passes) >= device.epilogue_passes, (chip, passes)
-    assert min(passes) <= 1.3 * device.epilogue_passes, (chip, passes)
+    assert device.calibration.epilogue_passes == 1
+    assert min(passes) >= device.calibration.epilogue_passes, (chip, passes)
+    assert min(passes) <= 1.3 * device.calibration.epilogue_passes, (chip, passes)
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -115,7 +115,7 @@ def test_epilogue_rows_of_the_report_set_within_the_band(chip):
 
 # K whole (``tile_k_steps`` 1): the step's vector work (the result-sized arrays, and an operand the
 # fusion relays into another dimension order, once per fetch of its window) against the MXU's
-# whole time; charged ``vpu.epilogue_passes_k_whole`` passes per element on 7x only. The fitting
+# whole time; charged ``calibrated.epilogue_passes_k_whole`` passes per element on 7x only. The fitting
 # fixtures: an MoE's expert SwiGLU MLP gradient whose dispatched tokens are relaid (7x keeps
 # K = d_model whole) and a K = 1024 product with three epilogue-only arrays.
 K_WHOLE_FITTING = ("moe_swiglu_grads", "matmul_reduce")
@@ -134,10 +134,10 @@ def _k_whole_points(chip: str) -> list[tuple[pd.Series, float]]:
     for program in K_WHOLE_FITTING:
         ops = priced_ops((ROOT / "tpu_estimates" / f"{program}.{chip}.hlo.txt").read_text(), chip)
         for _, row in ops[(ops["tile_k_steps"] == 1) & ops["xla_estimate_s"].notna()].iterrows():
-            one_pass = row["epilogue_elements"] / device.vector_elements_rate
-            if one_pass * device.epilogue_passes_k_whole <= row["t_compute_s"]:
+            one_pass = row["epilogue_elements"] / device.calibration.vector_elements_rate
+            if one_pass * device.calibration.epilogue_passes_k_whole <= row["t_compute_s"]:
                 continue  # the MXU's time sets it: no evidence on the pass
-            rest = row["xla_estimate_s"] - row["tile_steps"] * device.tile_step_s
+            rest = row["xla_estimate_s"] - row["tile_steps"] * device.calibration.tile_step_s
             found.append((row, rest / one_pass))
     return found
 
@@ -149,11 +149,11 @@ def test_k_whole_passes_are_a_lower_bound_on_the_fitting_set(chip):
     device = chips.get(chip).per_device()
     passes = [passed for _, passed in _k_whole_points(chip)]
     assert len(passes) >= 2, passes
-    assert min(passes) >= device.epilogue_passes_k_whole, passes
-    assert min(passes) <= 1.1 * device.epilogue_passes_k_whole, passes
+    assert min(passes) >= device.calibration.epilogue_passes_k_whole, passes
+    assert min(passes) <= 1.1 * device.calibration.epilogue_passes_k_whole, passes
     for row, _ in _k_whole_points(chip):  # and the rule sets their time, within the band
-        stepped = row["tile_steps"] * device.tile_step_s + (
-            row["epilogue_elements"] * device.epilogue_passes_k_whole / device.vector_elements_rate
+        stepped = row["tile_steps"] * device.calibration.tile_step_s + (
+            row["epilogue_elements"] * device.calibration.epilogue_passes_k_whole / device.calibration.vector_elements_rate
         )
         assert row["t_roofline_s"] == pytest.approx(stepped, rel=1e-9), row["name"]
         assert BAND[0] <= row["t_roofline_s"] / row["xla_estimate_s"] <= 1.0, row["name"]
@@ -182,10 +182,10 @@ def test_k_whole_rows_of_the_report_set_within_the_band(chip):
         ops = priced_ops(gzip.decompress(path.read_bytes()).decode(), chip)
         rows = ops[(ops["tile_k_steps"] == 1) & ops["xla_estimate_s"].notna()]
         vector = (
-            rows["epilogue_elements"] * device.epilogue_passes_k_whole / device.vector_elements_rate
+            rows["epilogue_elements"] * device.calibration.epilogue_passes_k_whole / device.calibration.vector_elements_rate
         )
         set_by = (vector > rows["t_compute_s"]) & (
-            (rows["t_roofline_s"] - rows["tile_steps"] * device.tile_step_s - vector).abs()
+            (rows["t_roofline_s"] - rows["tile_steps"] * device.calibration.tile_step_s - vector).abs()
             <= 1e-9 * rows["t_roofline_s"]
         )  # fmt: skip
         frames.append(rows[set_by])
@@ -201,4 +201,4 @@ def test_k_whole_pass_only_where_the_evidence_holds(chip):
     off-report-set decode-score products above XLA (v5p: 0.63 on the fitting set, 0.22 on
     fixtures/tpu_decode_scores, where it changes no report-set share); their K-whole rows are
     left at the MXU (XLA:TPU charges a fused elementwise chain nothing of its own)."""
-    assert chips.get(chip).per_device().epilogue_passes_k_whole is None
+    assert chips.get(chip).per_device().calibration.epilogue_passes_k_whole is None

@@ -83,7 +83,7 @@ WITH_MAX = (4, 65536, 4, 128)
 def test_scores_fused_with_their_max_stream_the_cache_within_the_band(chip):
     """The scores fused with their mask and row max (as a decode step fuses them): the cache's
     words stream (counted from its shape); on a chip with a rate for keys a fused reduce streams
-    (``vpu.reduced_stream``: v6e, where XLA:TPU charges them 1.4x faster than the bare product)
+    (``calibrated.reduced_stream``: v6e, where XLA:TPU charges them 1.4x faster than the bare product)
     they are priced at it, and the row is within 0.5-1.25x of XLA's estimate on every chip."""
     text = (ESTIMATES / f"decode_scores_max.{chip}.hlo.txt").read_text()
     ops = priced_ops(text, chip)

@@ -327,9 +327,9 @@ def test_the_tile_step_is_matmul_b8192s_and_holds_on_the_other_matmuls(chip):
     row = ops[(ops["program"] == "matmul_b8192") & (ops["mm_k"] > 0)].iloc[0]
     mxu = 2 * 8192 * 4096 * 4096 / chip_data.flops["bf16"]
     fitted = (row["xla_estimate_s"] - mxu) / row["tile_steps"]
-    assert 0.995 * fitted <= chip_data.tile_step_s <= fitted, (chip, chip_data.tile_step_s, fitted)
+    assert 0.995 * fitted <= chip_data.calibration.tile_step_s <= fitted, (chip, chip_data.calibration.tile_step_s, fitted)
     held_out = ops[~ops["program"].isin(FITTED_ON) & (ops["tile_steps"] > 0) & (ops["mm_k"] > 0)]
-    stepped = held_out["t_compute_s"] + held_out["tile_steps"] * chip_data.tile_step_s
+    stepped = held_out["t_compute_s"] + held_out["tile_steps"] * chip_data.calibration.tile_step_s
     set_by_steps = held_out[np.isclose(held_out["t_roofline_s"], stepped, rtol=1e-9)]
     in_band, above = _shares(set_by_steps)
     figures = f"{chip}: {len(set_by_steps)} held-out matmuls set by the tile step: {in_band:.1%} within"
@@ -337,23 +337,23 @@ def test_the_tile_step_is_matmul_b8192s_and_holds_on_the_other_matmuls(chip):
     assert len(set_by_steps) >= 5 and in_band >= TILE_STEP_IN_BAND_FLOOR[chip] and above == 0, figures
 
 
-# The loop each chip's ``vpu.elements`` was fitted on (chips.toml's note says which).
+# The loop each chip's ``calibrated.loop_elements`` was fitted on (chips.toml's note says which).
 LOOP_FIT_POINT = {"v5e": "convert_reduce_fusion", "v5p": "convert_reduce_fusion",
                   "v6e": "fusion.4", "7x": "convert_reduce_fusion"}  # fmt: skip
 
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_the_loop_reads_figure_is_what_the_fit_point_read(chip):
-    """``vpu.elements_reads`` is read off layernorm's loop that set ``vpu.elements``, not fitted:
+    """``calibrated.loop_reads`` is read off layernorm's loop that set ``calibrated.loop_elements``, not fitted:
     the HBM bytes per element that loop reads (its result left out: XLA charges a loop's reads,
     not its writes). Absent on v5e and v5p (docs/validation.md), where that loop reads 2 B."""
     device = chips.get(chip).per_device()
     ops = _ops(chip)
     fit = ops[(ops["program"] == "layernorm") & (ops["name"] == LOOP_FIT_POINT[chip])].iloc[0]
-    assert fit["vector_elements"] / device.vector_elements_rate == pytest.approx(
+    assert fit["vector_elements"] / device.calibration.vector_elements_rate == pytest.approx(
         fit["xla_estimate_s"], rel=0.01
     )
     reads = fit["bytes_accessed"] - fit["vmem_bytes"] - compute.hbm_result_bytes(fit["shape"])
-    expected = 2.0 if device.loop_read_bytes is None else device.loop_read_bytes
-    assert chip in ("v6e", "7x") or device.loop_read_bytes is None
+    expected = 2.0 if device.calibration.loop_read_bytes is None else device.calibration.loop_read_bytes
+    assert chip in ("v6e", "7x") or device.calibration.loop_read_bytes is None
     assert reads / fit["vector_elements"] == pytest.approx(expected, abs=0.01), chip

@@ -202,14 +202,14 @@ def test_the_serving_and_training_steps_against_xla(chip):
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_the_matmul_stream_is_the_lm_heads_and_holds_on_the_report_set(chip):
-    """The chip's ``hbm.matmul_stream``: a decode step's LM head (a 1 GB weight streamed from HBM
+    """The chip's ``calibrated.matmul_stream``: a decode step's LM head (a 1 GB weight streamed from HBM
     against 32 rows, fixtures/tpu_estimates) at XLA's estimate, at most 0.5% faster (a lower
     bound). On the report set, the matmuls whose time it sets are within the band for most of
     XLA's time and never above it."""
     lm_head = priced_ops((ESTIMATES / f"lm_head.{chip}.hlo.txt").read_text(), chip)
     row = lm_head[lm_head["mm_k"] > 0].iloc[0]
     fitted = (row["bytes_accessed"] - row["vmem_bytes"]) / row["xla_estimate_s"]
-    rate = chips.get(chip).per_device().matmul_stream_bandwidth
+    rate = chips.get(chip).per_device().calibration.matmul_stream_bandwidth
     assert fitted <= rate <= 1.005 * fitted, (chip, rate, fitted)
     ops = chip_ops(chip)
     vmem = ops["vmem_bytes"] / chips.get(chip).per_device().memory["vmem"].bandwidth
@@ -233,13 +233,13 @@ def test_the_tile_step_holds_on_the_report_set(chip):
     device = chips.get(chip).per_device()
     matmuls = ops[(ops["mm_k"] > 0) & (ops["tile_steps"] > 0) & ops["xla_estimate_s"].notna()]
     mxu, k_steps = matmuls["t_compute_s"], matmuls["tile_k_steps"].where(matmuls["tile_k_steps"] > 0)
-    passes = np.where(matmuls["tile_k_steps"] > 1, device.epilogue_passes or 0.0,
-                      device.epilogue_passes_k_whole or 0.0)  # K split, or whole (tile_k_steps 1)
+    passes = np.where(matmuls["tile_k_steps"] > 1, device.calibration.epilogue_passes or 0.0,
+                      device.calibration.epilogue_passes_k_whole or 0.0)  # K split, or whole (tile_k_steps 1)
     passed = matmuls["epilogue_elements"] * passes
-    epilogue = (passed / device.vector_elements_rate - mxu / k_steps).clip(lower=0).fillna(0.0)
-    prologue = matmuls["prologue_elements"] * (device.prologue_passes or 0.0)
-    stepped = (mxu + matmuls["tile_steps"] * device.tile_step_s + epilogue
-               + prologue / device.vector_elements_rate)  # fmt: skip
+    epilogue = (passed / device.calibration.vector_elements_rate - mxu / k_steps).clip(lower=0).fillna(0.0)
+    prologue = matmuls["prologue_elements"] * (device.calibration.prologue_passes or 0.0)
+    stepped = (mxu + matmuls["tile_steps"] * device.calibration.tile_step_s + epilogue
+               + prologue / device.calibration.vector_elements_rate)  # fmt: skip
     held = matmuls[np.isclose(matmuls["t_roofline_s"], stepped, rtol=1e-9)]
     bands = band_shares(held)
     assert len(held) >= 50, (chip, len(held))
@@ -256,7 +256,7 @@ def test_operand_rereads_hold_on_the_report_set(chip):
     device = chips.get(chip).per_device()
     vmem = ops["vmem_bytes"] / device.memory["vmem"].bandwidth
     streamed = ops["bytes_accessed"] - ops["vmem_bytes"] + ops["tile_reread_bytes"]
-    stream = streamed / device.matmul_stream_bandwidth + vmem
+    stream = streamed / device.calibration.matmul_stream_bandwidth + vmem
     held = ops[(ops["mm_k"] > 0) & (ops["tile_reread_bytes"] > 0) & ops["xla_estimate_s"].notna()
                & np.isclose(ops["t_roofline_s"], stream, rtol=1e-12)]  # fmt: skip
     bands = band_shares(held)
@@ -279,7 +279,7 @@ def test_loops_pay_their_hbm_reads_on_top_where_xla_does(chip):
     ops = chip_ops(chip)
     ops = ops[ops["xla_estimate_s"].notna()]
     device = chips.get(chip).per_device()
-    loop = (ops["vector_elements"] / device.vector_elements_rate).to_numpy()
+    loop = (ops["vector_elements"] / device.calibration.vector_elements_rate).to_numpy()
     reads = loop_times(ops, chip)
     held = ops[(reads > loop) & (reads >= 0.99 * ops["t_roofline_s"])]
     bands = band_shares(held)

@@ -564,7 +564,7 @@ def test_matmul_in_a_type_the_chip_has_no_rate_for_is_an_unknown_row_with_its_re
     assert dot.bound == "unknown"
     assert dot.hint_reason == "no_rate" and dot.note == ""
     assert dot.hint == f"compute time unknown: {name} has no rate for {dtype} matmuls"
-    floor = (chips.get(chip) if isinstance(chip, str) else chip).op_floor_s or 0.0  # per-op
+    floor = (chips.get(chip) if isinstance(chip, str) else chip).calibration.op_floor_s or 0.0  # per-op
     assert dot.t_compute_s == 0 and dot.t_memory_s > 0
     assert dot.t_roofline_s == max(dot.t_memory_s, floor)
     assert report.summary["step_time_lower_s"] == pytest.approx(dot.t_roofline_s)

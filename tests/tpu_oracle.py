@@ -72,7 +72,7 @@ def loop_times(ops: pd.DataFrame, chip: str) -> np.ndarray:
     that plus the HBM reads XLA:TPU charges on top (compute.loop_reads) where those set it; the
     rows whose roofline this reaches are the ones the loop rate sets."""
     device = chips.get(chip).per_device()
-    loop = (ops["vector_elements"] / device.vector_elements_rate).to_numpy(dtype=float)
+    loop = (ops["vector_elements"] / device.calibration.vector_elements_rate).to_numpy(dtype=float)
     hbm_bytes = (ops["bytes_accessed"] - ops["vmem_bytes"]).to_numpy(dtype=float)
     matmul = ops["mm_k"].to_numpy() > 0
     return np.maximum(loop, compute.loop_reads(ops, device, matmul, loop, hbm_bytes))
