@@ -1,5 +1,7 @@
-"""The compute side of the time model: which unit runs an op (MXU, vector unit, EUP, a TPU's
-vector loop, fill and lane-reduce rates) and how long it takes there, MXU padding included."""
+"""The compute side of the two time models. The bound: which hardware unit runs an op (MXU, vector
+unit, EUP) and how long it takes there at the published rates, MXU padding included. The
+expectation: what a chip's :class:`~hlo_roofline.chips.Calibration` adds (XLA:TPU's vector loop,
+fill and lane-reduce rates, its matmul pipeline, the per-op floor), never read by the bound."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from hlo_roofline.chips import Chip
+from hlo_roofline.chips import Calibration, Chip
 from hlo_roofline.hlo.ir import DTYPE_BYTES
 from hlo_roofline.hlo.parser import parse_shape
 
@@ -57,14 +59,11 @@ def mxu_padding(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     return factor
 
 
-# The units an op's compute time can come from (the ``compute_unit`` column).
+# The units an op's compute time can come from (the ``compute_unit`` column): hardware only.
 COMPUTE_UNITS = {
     "mxu": "matmul FLOPs (padded to the MXU's tiles on a TPU) at the matmul peak",
     "vector": "FLOPs at the vector peak (VPU, CUDA cores)",
     "eup": "transcendentals at the TPU EUP's rate",
-    "loop": "elements through a TPU vector loop at the rate XLA:TPU's cost model charges",
-    "fill": "elements a TPU fill (a broadcast of a scalar: zeros) writes, at its own rate",
-    "xlu": "elements a standalone TPU reduce folds across lanes (XLU)",
 }
 
 
@@ -79,14 +78,11 @@ def compute_times(
     """Each op's time on the units that run it, the unit that sets it (the slowest), and each
     unit's time (by :data:`COMPUTE_UNITS` key).
 
-    A matmul: its FLOPs on the MXU with ``padding`` (:func:`mxu_padding`), and the elements of its
-    result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
-    EUP's rate where the chip has one (else at the vector peak, with the FLOPs), and the elements of
-    its loop through the vector unit where the chip has that rate (TPUs), a standalone reduce's
-    elements across the lanes at the XLU's. A custom kernel with ``kernel_mxu`` FLOPs (an
-    attention kernel's, where the chip has a rate for its dtype): those at its MXU peak
-    (``peaks``), the rest of its FLOPs at the vector peak."""
-    cal = chip.calibration
+    The bound's units, at hardware rates only. A matmul: its FLOPs on the MXU with ``padding``
+    (:func:`mxu_padding`). Any other op: FLOPs at the vector peak, transcendentals at the EUP's
+    rate where the chip has one (else at the vector peak, with the FLOPs). A custom kernel with
+    ``kernel_mxu`` FLOPs (an attention kernel's, where the chip has a rate for its dtype): those at
+    its MXU peak (``peaks``), the rest of its FLOPs at the vector peak."""
     flops = ops["flops"].to_numpy(dtype=float)
     transcendentals = ops["transcendentals"].to_numpy(dtype=float)
     kernel = kernel_mxu > 0
@@ -111,31 +107,35 @@ def compute_times(
         ),
         "vector": np.where(matmul, 0.0, vector),
         "eup": np.where(matmul, 0.0, eup),
-        "loop": zero,
-        "fill": zero,
-        "xlu": zero,
     }
-    if cal.vector_elements_rate and "vector_elements" in ops:
-        elements = ops["vector_elements"].to_numpy(dtype=float)
-        fill = fills(ops) if cal.fill_rate else np.zeros(len(ops), dtype=bool)
-        candidates["loop"] = np.where(fill, 0.0, elements) / cal.vector_elements_rate
-        if cal.reduced_stream_rate and "reduced_stream_words" in ops:
-            # the streamed keys of decode's scores fused with their max: XLA:TPU's own rate
-            words = ops["reduced_stream_words"].to_numpy(dtype=float)
-            candidates["loop"] = np.where(
-                words > 0, words / cal.reduced_stream_rate, candidates["loop"]
-            )
-        if cal.fill_rate:
-            candidates["fill"] = np.where(fill, elements, 0.0) / cal.fill_rate
-    if cal.lane_reduce_rate and "lane_reduced_elements" in ops:
-        candidates["xlu"] = (
-            ops["lane_reduced_elements"].to_numpy(dtype=float) / cal.lane_reduce_rate
-        )
     times = np.stack(list(candidates.values()))
     unit = np.array(list(candidates), dtype=object)[times.argmax(axis=0)]
     t_compute = times.max(axis=0)
     unit[t_compute == 0] = ""
     return t_compute, unit, candidates
+
+
+def charged_times(ops: pd.DataFrame, cal: Calibration) -> dict[str, np.ndarray]:
+    """What XLA:TPU's cost model charges an op's elements at its calibrated rates (each 0 where
+    the calibration has no such rate): ``loop``, the elements of its vector loop (a matmul's
+    result included) at ``calibrated.loop_elements`` (decode's reduced stream at its own rate);
+    ``fill``, a fill's elements at ``calibrated.fill``; ``xlu``, a standalone reduce's elements
+    across the lanes at ``calibrated.lane_reduce``. The expected model's, never the bound's."""
+    zero = np.zeros(len(ops))
+    charged = {"loop": zero, "fill": zero, "xlu": zero}
+    if cal.vector_elements_rate and "vector_elements" in ops:
+        elements = ops["vector_elements"].to_numpy(dtype=float)
+        fill = fills(ops) if cal.fill_rate else np.zeros(len(ops), dtype=bool)
+        charged["loop"] = np.where(fill, 0.0, elements) / cal.vector_elements_rate
+        if cal.reduced_stream_rate and "reduced_stream_words" in ops:
+            # the streamed keys of decode's scores fused with their max: XLA:TPU's own rate
+            words = ops["reduced_stream_words"].to_numpy(dtype=float)
+            charged["loop"] = np.where(words > 0, words / cal.reduced_stream_rate, charged["loop"])
+        if cal.fill_rate:
+            charged["fill"] = np.where(fill, elements, 0.0) / cal.fill_rate
+    if cal.lane_reduce_rate and "lane_reduced_elements" in ops:
+        charged["xlu"] = ops["lane_reduced_elements"].to_numpy(dtype=float) / cal.lane_reduce_rate
+    return charged
 
 
 _FILL_READS = 1 / 64  # what a fill may read per byte it writes (a row broadcast down the rows)

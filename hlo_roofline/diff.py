@@ -27,7 +27,7 @@ from hlo_roofline.report import Report
 
 IDENTITY = ("op_name", "source", "opcode", "shape")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
-_KEPT = ("name", "opcode", "op_name", "source", "shape", "bound", "t_roofline_s", "share",
+_KEPT = ("name", "opcode", "op_name", "source", "shape", "bound", "t_expected_s", "share",
          "intensity", "t_compute_s", "t_memory_s", "t_comm_s", "roof_unit")  # fmt: skip
 
 
@@ -37,7 +37,7 @@ class NotClassifiedError(ValueError):
 
 def require_verdicts(report: Report, what: str = "report") -> None:
     """Raise :class:`NotClassifiedError` unless ``report`` carries per-op times and bounds."""
-    if "t_roofline_s" not in report.ops or not report.chip:
+    if "t_expected_s" not in report.ops or not report.chip:
         raise NotClassifiedError(
             f"{what} {report.module or ''} is not classified against a chip: pass a chip"
         )
@@ -47,7 +47,7 @@ def judged_alike(a: Report, b: Report) -> tuple[Report, Report, str]:
     """(a, b judged against a's chip and profile, a note if b had to be re-judged)."""
     require_verdicts(a, "the first report")
     same = b.chip == a.chip and b.summary.get("chip_profile") == a.summary.get("chip_profile")
-    if same and "t_roofline_s" in b.ops:
+    if same and "t_expected_s" in b.ops:
         return a, b, ""
     chip = chips.get(a.chip, profile=a.summary.get("chip_profile", "vendor"))
     note = f"re-judged against {a.chip}" + (f" (was {b.chip})" if b.chip else "")
@@ -121,7 +121,7 @@ class Diff:
 
 
 def _timed(report: Report) -> pd.DataFrame:
-    ops = report.ops[report.ops["t_roofline_s"] > 0]
+    ops = report.ops[report.ops["t_expected_s"] > 0]
     ops = ops[[c for c in _KEPT if c in ops]].reset_index(drop=True)
     return ops.assign(shape=ops["shape"].map(shape_key), _row=range(len(ops)))
 
@@ -144,7 +144,7 @@ def _held_at_floor(rows: pd.DataFrame, side: str) -> pd.Series:
     units = [f"t_{u}_s_{side}" for u in ("compute", "memory", "comm")]
     if not all(u in rows for u in units):
         return pd.Series(False, index=rows.index)
-    return rows[f"t_roofline_s_{side}"] > rows[units].max(axis=1) * (1 + 1e-9)
+    return rows[f"t_expected_s_{side}"] > rows[units].max(axis=1) * (1 + 1e-9)
 
 
 def compare(a: Report, b: Report) -> Diff:
@@ -183,8 +183,8 @@ def compare(a: Report, b: Report) -> Diff:
     rows = pd.concat([both, only_a, only_b], ignore_index=True)
     for column in ("opcode", "op_name", "source"):
         rows[column] = rows[f"{column}_a"].fillna(rows[f"{column}_b"])
-    t_a = rows["t_roofline_s_a"].fillna(0.0)
-    t_b = rows["t_roofline_s_b"].fillna(0.0)
+    t_a = rows["t_expected_s_a"].fillna(0.0)
+    t_b = rows["t_expected_s_b"].fillna(0.0)
     rows["delta_s"] = t_b - t_a
     rows["change"] = "same"
     rows.loc[t_b != t_a, "change"] = "changed"
@@ -196,7 +196,7 @@ def compare(a: Report, b: Report) -> Diff:
     rows.loc[rows["name_a"].isna(), "change"] = "added"
     columns = [
         "change", "name_a", "name_b", "opcode", "op_name", "source", "shape_a", "shape_b",
-        "bound_a", "bound_b", "t_roofline_s_a", "t_roofline_s_b", "delta_s", "share_a", "share_b",
+        "bound_a", "bound_b", "t_expected_s_a", "t_expected_s_b", "delta_s", "share_a", "share_b",
         "intensity_a", "intensity_b",
     ]  # fmt: skip
     rows = rows[columns]
@@ -205,8 +205,8 @@ def compare(a: Report, b: Report) -> Diff:
     rows = rows.sort_values(["_order", "_size"], kind="stable").drop(columns=["_order", "_size"])
     return Diff(
         ops=rows.reset_index(drop=True),
-        step_a=float(a.summary["step_time_lower_s"]),
-        step_b=float(b.summary["step_time_lower_s"]),
+        step_a=float(a.summary["step_time_serial_s"]),
+        step_b=float(b.summary["step_time_serial_s"]),
         chip=a.chip,
         note=note,
         hbm_a=_hbm_need(a),

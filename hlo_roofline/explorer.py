@@ -542,7 +542,7 @@ def row(candidate: Candidate, result: dict, report, constants: BookConstants, **
         return out
     s = report.summary
     ops = report.ops
-    step = s.get("step_time_scheduled_s")
+    step = s.get("step_expected_s")
     compute = float(ops["t_compute_s"].sum()) if "t_compute_s" in ops else math.nan
     memory_t = float(ops["t_memory_s"].sum()) if "t_memory_s" in ops else math.nan
     comm = s.get("comm_time_s", math.nan)

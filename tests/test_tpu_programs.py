@@ -89,8 +89,8 @@ def chip_ops(chip: str) -> pd.DataFrame:
 def step_ratios(chip: str) -> dict[str, float]:
     """Per program: Σ of the tool's op times (every op) ÷ Σ of XLA's estimates."""
     ops = chip_ops(chip)
-    sums = ops.groupby("program")[["t_roofline_s", "xla_estimate_s"]].sum()
-    return (sums["t_roofline_s"] / sums["xla_estimate_s"]).to_dict()
+    sums = ops.groupby("program")[["t_expected_s", "xla_estimate_s"]].sum()
+    return (sums["t_expected_s"] / sums["xla_estimate_s"]).to_dict()
 
 
 def table(chip: str) -> str:
@@ -134,9 +134,9 @@ def test_loops_writing_fewer_than_8_rows_pass_whole_registers(chip):
     ops = ops[ops["xla_estimate_s"].notna() & ~ops["shape"].str.startswith("(")]
     few_rows = ops[ops["shape"].str.contains(r":T\([1-4],128\)", regex=True)]
     loop = loop_times(few_rows, chip)
-    held = few_rows[(loop >= 0.99 * few_rows["t_roofline_s"]) & (loop > 0)]
+    held = few_rows[(loop >= 0.99 * few_rows["t_expected_s"]) & (loop > 0)]
     bands = band_shares(held)
-    worst = (held["t_roofline_s"] / held["xla_estimate_s"]).max()
+    worst = (held["t_expected_s"] / held["xla_estimate_s"]).max()
     assert len(held) >= 15, (chip, len(held))
     assert bands["within"] >= FEW_ROWS_IN_BAND_FLOOR[chip], (chip, bands)
     assert worst <= FEW_ROWS_CEILING, (chip, worst)
@@ -215,7 +215,7 @@ def test_the_matmul_stream_is_the_lm_heads_and_holds_on_the_report_set(chip):
     vmem = ops["vmem_bytes"] / chips.get(chip).per_device().memory["vmem"].bandwidth
     streamed = ops["bytes_accessed"] - ops["vmem_bytes"] + ops["tile_reread_bytes"]
     stream = streamed / rate + vmem
-    held = ops[(ops["mm_k"] > 0) & np.isclose(ops["t_roofline_s"], stream, rtol=1e-12)
+    held = ops[(ops["mm_k"] > 0) & np.isclose(ops["t_expected_s"], stream, rtol=1e-12)
                & ops["xla_estimate_s"].notna()]  # fmt: skip
     bands = band_shares(held)
     assert len(held) >= 50, (chip, len(held))
@@ -240,7 +240,7 @@ def test_the_tile_step_holds_on_the_report_set(chip):
     prologue = matmuls["prologue_elements"] * (device.calibration.prologue_passes or 0.0)
     stepped = (mxu + matmuls["tile_steps"] * device.calibration.tile_step_s + epilogue
                + prologue / device.calibration.vector_elements_rate)  # fmt: skip
-    held = matmuls[np.isclose(matmuls["t_roofline_s"], stepped, rtol=1e-9)]
+    held = matmuls[np.isclose(matmuls["t_expected_s"], stepped, rtol=1e-9)]
     bands = band_shares(held)
     assert len(held) >= 50, (chip, len(held))
     assert bands["within"] >= TILE_STEP_IN_BAND_FLOOR[chip], (chip, bands)
@@ -258,7 +258,7 @@ def test_operand_rereads_hold_on_the_report_set(chip):
     streamed = ops["bytes_accessed"] - ops["vmem_bytes"] + ops["tile_reread_bytes"]
     stream = streamed / device.calibration.matmul_stream_bandwidth + vmem
     held = ops[(ops["mm_k"] > 0) & (ops["tile_reread_bytes"] > 0) & ops["xla_estimate_s"].notna()
-               & np.isclose(ops["t_roofline_s"], stream, rtol=1e-12)]  # fmt: skip
+               & np.isclose(ops["t_expected_s"], stream, rtol=1e-12)]  # fmt: skip
     bands = band_shares(held)
     assert len(held) >= 5, (chip, len(held))
     assert bands["within"] >= REREAD_IN_BAND_FLOOR[chip] and bands["above"] == 0, (chip, bands)
@@ -281,7 +281,7 @@ def test_loops_pay_their_hbm_reads_on_top_where_xla_does(chip):
     device = chips.get(chip).per_device()
     loop = (ops["vector_elements"] / device.calibration.vector_elements_rate).to_numpy()
     reads = loop_times(ops, chip)
-    held = ops[(reads > loop) & (reads >= 0.99 * ops["t_roofline_s"])]
+    held = ops[(reads > loop) & (reads >= 0.99 * ops["t_expected_s"])]
     bands = band_shares(held)
     assert len(held) >= 100, (chip, len(held))
     assert bands["within"] >= LOOP_READS_IN_BAND_FLOOR[chip], (chip, bands)
