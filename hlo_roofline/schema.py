@@ -47,6 +47,10 @@ EXPECTED_EFFECTS = {
     "loop_reads": "a vector loop's HBM reads beyond its fitted loop's, after it "
     "(`calibrated.loop_reads`)",
     "major_reduce": "a deep-buffered reduce over major dimensions (`calibrated.major_reduce`)",
+    "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
+    "reached where measured (`calibrated.matmul_efficiency`)",
+    "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
+    "where measured (`calibrated.memory_efficiency`)",
 }
 
 # The codes of ``xla_gap``: why XLA:TPU's estimate of an op sits outside the roofline's reach.

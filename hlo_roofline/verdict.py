@@ -255,7 +255,7 @@ def classify(
     bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
     bound[no_rate] = "unknown"
     # the expectation: the bound and every calibrated effect, each never below it
-    effects = expected_effects(ops, chip, matmul, no_rate, unit_times, hbm_bytes, t_vmem)
+    effects = expected_effects(ops, chip, matmul, no_rate, unit_times, hbm_bytes, t_memory, t_vmem)
     t_expected, expected_by = _expected(t_bound, effects)
     step = float(t_expected.sum())
     is_collective = ops["collective"].to_numpy() != ""
@@ -314,14 +314,15 @@ def expected_effects(
     no_rate: np.ndarray,
     unit_times: dict[str, np.ndarray],
     hbm_bytes: np.ndarray,
+    t_memory: np.ndarray,
     t_vmem: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Each calibrated effect's time per op (:data:`schema.EXPECTED_EFFECTS`), from the chip's
     :class:`~hlo_roofline.chips.Calibration` alone: what XLA:TPU's cost model charges beyond the
     hardware's work and the per-op floor. Zero where the chip has no such calibration (every
     chip of the ``book`` profile)."""
-    rows = np.arange(len(ops))
-    charged = charged_times(ops, chip.calibration)
+    rows, zero, cal = np.arange(len(ops)), np.zeros(len(ops)), chip.calibration
+    charged = charged_times(ops, cal)
     pipeline = matmul_pipeline(
         chip, matmul & ~no_rate, unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", rows, 0.0),
         column(ops, "tile_reread_bytes", rows, 0.0),
@@ -337,6 +338,10 @@ def expected_effects(
         "pipeline": pipeline,
         "loop_reads": loop_reads(ops, chip, matmul | no_rate, charged["loop"], hbm_bytes),
         "major_reduce": major_reduces(ops, chip, no_rate),
+        "matmul_rate": unit_times["mxu"] / cal.matmul_efficiency if cal.matmul_efficiency else zero,
+        "memory_rate": (t_memory - t_vmem) / cal.memory_efficiency + t_vmem
+        if cal.memory_efficiency
+        else zero,
     }
 
 

@@ -149,14 +149,13 @@ ENTRY %main (x: {dtype}[1024], y: {dtype}[1024]) -> {dtype}[1024] {{
 
 
 def test_ops_held_at_the_per_op_floor_do_not_flip():
-    """A 1024-element add takes v5e's per-op floor in f32 and in bf16. Its bound differs (HBM
-    sets the f32 one above the floor, the vector loop the bf16 one), but neither sets its time:
-    no flip."""
+    """A 1024-element add is expected at v5e's per-op floor in f32 and in bf16 (a calibration),
+    far above either bound (its bytes at HBM speed): no bound sets its time, so no flip."""
     a, b = (hr.analyze_hlo(_tiny_add(dtype), chip="v5e") for dtype in ("f32", "bf16"))
     row_a, row_b = (r.ops.set_index("name").loc["add.1"] for r in (a, b))
     floor = chips.get("v5e").calibration.op_floor_s
     assert row_a.t_expected_s == row_b.t_expected_s == floor
-    assert row_a.bound != row_b.bound
+    assert max(row_a.t_bound_s, row_b.t_bound_s) < floor / 10 and row_a.expected_by == "floor"
     assert compare(a, b).flipped.empty
 
 

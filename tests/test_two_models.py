@@ -96,7 +96,9 @@ def test_the_expectation_is_never_below_the_bound(name):
     ops, s = report.ops, report.summary
     assert (ops["t_expected_s"] >= ops["t_bound_s"]).all()
     above = ops["t_expected_s"] > ops["t_bound_s"]
-    assert (ops.loc[above, "expected_by"] != "").all() and (ops.loc[~above, "expected_by"] == "").all()
+    assert (ops.loc[above, "expected_by"] != "").all() and (
+        ops.loc[~above, "expected_by"] == ""
+    ).all()
     assert set(ops["expected_by"]) <= {"", *schema.EXPECTED_EFFECTS}
     assert s["step_bound_s"] <= s["step_expected_s"]
     assert s["mfu_expected"] <= s["mfu_upper_bound"]

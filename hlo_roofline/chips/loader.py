@@ -50,6 +50,8 @@ CALIBRATED = {
     "epilogue_passes": "epilogue_passes",
     "epilogue_passes_k_whole": "epilogue_passes_k_whole",
     "prologue_passes": "prologue_passes",
+    "matmul_efficiency": "matmul_efficiency",
+    "memory_efficiency": "memory_efficiency",
 }
 _LEAF_FIELDS = ("source", "note", "kind", "fitted_on", "per")
 

@@ -211,6 +211,10 @@ class Calibration:
     op_floor_s: float | None = None  # the least time any op takes (per-op overhead)
     # time XLA:TPU's cost model adds per step of a matmul fusion's tiling loop, per device
     tile_step_s: float | None = None
+    # the share of the matrix unit's peak the chip's matmul kernels reach, and of the HBM
+    # bandwidth its streaming ops reach (measured on whole steps or traces: fractions, not shared)
+    matmul_efficiency: float | None = None
+    memory_efficiency: float | None = None
 
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
               "major_reduce_rate", "reduced_stream_rate")  # fmt: skip

@@ -78,7 +78,8 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
         row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
         row["status"] = explorer.status_text(r["status"])
         rows.append(row)
-    right = {"rank", "step ≈", "step ≥", "tok/s/chip", "vs best", "exposed", mfu_header, "HBM/dev", *exploration.axes}
+    right = {"rank", "step ≈", "step ≥", "tok/s/chip", "vs best", "exposed", mfu_header, "HBM/dev"}
+    right |= set(exploration.axes)
     lines = [format_table(rows, right=right), ""]
     for _, r in exploration.table.iterrows():
         lines.append(f"{r['candidate']}: {r['why']}")
