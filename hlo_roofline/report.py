@@ -557,6 +557,7 @@ _TRUE, _FALSE = (True, "True", "true", 1, 1.0), (False, "False", "false", 0, 0.0
 def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     """The columns of a report read back, in their schema dtypes; a cell that is not of its
     column's type (an empty time, a bool that says "abc") is a :class:`ReportError`."""
+    ops = ops.rename(columns={k: v for k, v in schema.RENAMED.items() if v not in ops.columns})
     missing = [c for c in REQUIRED_COLUMNS if c not in ops.columns]
     if missing:
         raise ReportError(f"not a report: missing columns {missing}")
@@ -646,7 +647,9 @@ def _stack_texts(stacks: list[str], indexes: pd.Series) -> list[str] | np.ndarra
     """Each op's call stack from its index into ``stacks``: at once where the column is all
     integers in range, else one by one (saying which cell is not an index)."""
     codes = indexes.to_numpy()
-    if codes.dtype.kind in "iu" and (not len(codes) or (codes.min() >= 0 and codes.max() < len(stacks))):
+    if codes.dtype.kind in "iu" and (
+        not len(codes) or (codes.min() >= 0 and codes.max() < len(stacks))
+    ):
         return np.array(stacks, dtype=object)[codes] if stacks else np.array([], dtype=object)
     return [_stack_text(stacks, i) for i in indexes]
 
@@ -661,4 +664,9 @@ def _summary(data: dict) -> dict:
     summary = data.get("summary", {})
     if not isinstance(summary, dict) or not isinstance(data.get("module", ""), str):
         raise ReportError("its 'summary' is not an object or its 'module' not a string")
-    return summary
+    renamed = {
+        schema.RENAMED.get(k, k): v
+        for k, v in summary.items()
+        if schema.RENAMED.get(k, k) == k or schema.RENAMED[k] not in summary
+    }
+    return renamed
