@@ -121,8 +121,10 @@ def test_epilogue_rows_of_the_report_set_within_the_band(chip):
 K_WHOLE_FITTING = ("moe_swiglu_grads", "matmul_reduce")
 K_WHOLE_CHARGED = ("7x",)
 # Report set: the share of the XLA time of the rows the K-whole term sets within the band, at
-# least (measured on 7x: 91.1%; the rest is below it).
-K_WHOLE_IN_BAND_FLOOR = {"7x": 0.9}
+# least (measured on 7x: 87.4%; the rest is below it). The rows: vector work above the MXU's time
+# (`t_compute_s`, the bound's; before the split it was the larger of the MXU and the loop, which
+# left out rows whose loop passes their MXU: 91.1%).
+K_WHOLE_IN_BAND_FLOOR = {"7x": 0.87}
 
 
 def _k_whole_points(chip: str) -> list[tuple[pd.Series, float]]:
