@@ -1,6 +1,8 @@
-// Log-log roofline chart: the chip's roofs and ridges, one point per op with a nonzero predicted
-// time (colored by bound, area ∝ time share); in a measured run also the attained point of each op
-// (FLOPs ÷ measured time, at the same intensity), joined to its predicted point by a line.
+// Log-log roofline chart: the chip's roofs and ridges, one point per op with a nonzero bound
+// (FLOPs ÷ t_bound_s: on its roof; colored by bound, area ∝ time share), and where calibration
+// expects it slower a drop line down to its expected rate (FLOPs ÷ t_expected_s); in a measured
+// run also the attained point of each op (FLOPs ÷ measured time, at the same intensity), joined
+// to its bound's point by a line.
 // The selected (or hovered) op's own roof is drawn over it: its compute roof (the rate of the unit
 // that binds it — MXU, VPU, EUP: the bound, hardware facts only) and its memory roof, the
 // server's roof_* columns; every predicted point lies on its own roof unless its link time sets it.
@@ -184,6 +186,8 @@ export class RooflineChart {
           strip: !onAxes,
           x: onAxes ? intensity : 0,
           y: onAxes ? flops / t : 0,
+          // the expectation's rate (flops ÷ t_expected_s): on or under the bound's point
+          ey: onAxes ? flops / (m.get(row, "t_expected_s") || t) : 0,
           bound,
           r: 2.5 + 16 * Math.sqrt(Math.max(0, Math.min(1, share))),
           px: 0,
@@ -542,6 +546,22 @@ export class RooflineChart {
       ctx.stroke();
       ctx.globalAlpha = 1;
     }
+    // Each op's expectation, where calibration puts it below its bound: a drop line from the
+    // bound's point (on its roof) down to the expected rate, ended by a tick.
+    ctx.strokeStyle = muted;
+    ctx.globalAlpha = 0.7;
+    ctx.beginPath();
+    for (const p of this.points) {
+      if (p.out || p.strip || !(p.ey > 0) || p.ey >= p.y * (1 - 1e-9)) continue;
+      const ey = Math.min(plot.bottom, Y(p.ey));
+      p.epy = ey;
+      ctx.moveTo(p.px, p.py);
+      ctx.lineTo(p.px, ey);
+      ctx.moveTo(p.px - 3, ey);
+      ctx.lineTo(p.px + 3, ey);
+    }
+    ctx.stroke();
+    ctx.globalAlpha = 1;
     drawGroup(
       this.points.filter((p) => !p.out),
       (c, p) => {
@@ -853,7 +873,7 @@ export class RooflineChart {
 }
 
 function exportPoint(p) {
-  return { row: p.row, x: p.px, y: p.py, r: p.r, bound: p.bound, out: p.out, strip: p.strip, kind: p.kind, value_x: p.x, value_y: p.y };
+  return { row: p.row, x: p.px, y: p.py, r: p.r, bound: p.bound, out: p.out, strip: p.strip, kind: p.kind, value_x: p.x, value_y: p.y, expected_y: p.ey };
 }
 
 /** A triangle at (x, y) pointing out of the plot through the edge `out`. */
