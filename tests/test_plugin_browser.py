@@ -340,8 +340,8 @@ def test_measured_run_plots_attained_points_and_links_to_xprof(page, server, log
     for row, op in attained.iterrows():
         p, q = predicted[row], measured[row]
         assert q["x"] == pytest.approx(p["x"])  # same intensity
-        # Below its predicted point exactly when it ran slower than predicted (efficiency < 1).
-        assert (q["y"] > p["y"]) == (op["measured_s"] > op["t_expected_s"])
+        # Below its bound's point exactly when it ran slower than the bound (efficiency < 1).
+        assert (q["y"] > p["y"]) == (op["measured_s"] > op["t_bound_s"])
     # The roof judged here is far above a CPU: every attained point is below the roofs.
     assert all(q["y"] > predicted[r]["y"] for r, q in measured.items())
 
@@ -459,8 +459,8 @@ def test_points_beyond_the_range_are_marked_and_counted(page, server, logdir):
     frame = open_plugin(page, server, "starved")
     canvas = chart(frame)
     lo, hi = canvas.evaluate("c => c.hloLayout().decades.y")
-    on_axes = ops[(ops["t_expected_s"] > 0) & (ops["flops"] > 0) & (ops["intensity"] > 0)]
-    attained = on_axes["flops"] / on_axes["t_expected_s"]
+    on_axes = ops[(ops["t_bound_s"] > 0) & (ops["flops"] > 0) & (ops["intensity"] > 0)]
+    attained = on_axes["flops"] / on_axes["t_bound_s"]  # each point is its bound
     below = set(on_axes.index[attained < 10.0**lo])
     assert below  # the starved op
     points = {p["row"]: p for p in canvas.evaluate("c => c.hloPoints()")}
