@@ -318,6 +318,10 @@ HINT_FIELDS = ("hint_reason", "ridge_m", "ridge_k", "mxu_waste")
 # The roof behind each verdict (reports written before them lack them; faces show them where
 # present).
 ROOF_FIELDS = ("roof_flops_per_s", "roof_bytes_per_s", "roof_unit")
+# The bound's own time and what sets the expectation above it: reports judged before the two
+# models were split lack them (their `t_roofline_s` reads as `t_expected_s`); faces show such a
+# report without them, as the expectation alone.
+SPLIT_FIELDS = ("t_bound_s", "expected_by")
 # The codes of ``hint_reason`` (its column's meaning lists them; ``hints.hint_text`` words
 # them); a report read back holds no other (``report.validate``).
 HINT_REASONS = (
@@ -490,7 +494,9 @@ FRACTION_COLUMNS: frozenset[str] = frozenset({"share"})
 # Columns a report judged on a chip cannot lack to be shown or gated: every verdict column but
 # the hint (free text, and its fields, which reports written before them lack).
 VERDICT_CORE: tuple[str, ...] = tuple(
-    c for c in VERDICT_COLUMNS if c != "hint" and c not in HINT_FIELDS and c not in ROOF_FIELDS
+    c
+    for c in VERDICT_COLUMNS
+    if c != "hint" and c not in HINT_FIELDS and c not in ROOF_FIELDS and c not in SPLIT_FIELDS
 )
 # Summary keys that are numbers no smaller than 0 (seconds, bytes, FLOPs), and those that are
 # fractions of a whole.
