@@ -27,8 +27,9 @@ def add_efficiency(ops: pd.DataFrame, chip=None) -> pd.DataFrame:
         valid = measured > 0
         flops = np.where(valid, ops["flops"].to_numpy(dtype=float) / measured, np.nan)
         data = np.where(valid, ops["bytes_accessed"].to_numpy(dtype=float) / measured, np.nan)
-        if "t_bound_s" in ops:
-            roof = ops["t_bound_s"].to_numpy(dtype=float)
+        roofs = [c for c in ("t_bound_s", "t_expected_s") if c in ops]  # before the split: one
+        if roofs:
+            roof = ops[roofs[0]].to_numpy(dtype=float)
             efficiency = np.where(valid & (roof > 0), roof / measured, np.nan)
         else:
             efficiency = np.full(len(ops), np.nan)

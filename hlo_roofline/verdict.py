@@ -229,6 +229,8 @@ def classify(
         ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding, kernel_mxu
     )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
+    for unit in unit_times.values():  # no rate, no time on any unit (nor in a queue's sum)
+        unit[no_rate] = 0.0
     t_memory = data / hbm
     own_memory = t_memory  # at the op's own placement, no prefetch charged (XLA's view)
     t_vmem = np.zeros(len(ops))  # the part of t_memory spent on VMEM bytes

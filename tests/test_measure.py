@@ -392,8 +392,8 @@ def test_a_synthetic_gpu_trace_is_read_and_joined(compiled_module, tmp_path):
     assert report.summary["measured_coverage"] == pytest.approx(sum(expected.values()) / step_wall)
     assert report.summary["measured_devices"] == ["/device:GPU:0"]
     assert report.summary["measured_steps_from"] == "step annotations"
-    timed = ops[ops["measured_s"].notna() & (ops["t_expected_s"] > 0)]
-    np.testing.assert_allclose(timed["efficiency"], timed["t_expected_s"] / timed["measured_s"])
+    timed = ops[ops["measured_s"].notna() & (ops["t_bound_s"] > 0)]
+    np.testing.assert_allclose(timed["efficiency"], timed["t_bound_s"] / timed["measured_s"])
 
 
 def module_has_body(module, op: str) -> bool:
@@ -523,7 +523,7 @@ def _faster_than_roof(bound: str, measured_s: float, bytes_per_run: float) -> pd
         {
             "name": ["slow", "fast"], "bound": ["compute", bound], "count": [1.0, 2.0],
             "flops": [1e9, 1e9], "bytes_accessed": [1e6, 2 * bytes_per_run],
-            "t_expected_s": [1e-3, 2 * measured_s], "measured_s": [2e-3, measured_s],
+            "t_bound_s": [1e-3, 2 * measured_s], "measured_s": [2e-3, measured_s],
         }
     )  # fmt: skip
 
