@@ -172,7 +172,7 @@ def test_rollup_by_user_line_gives_one_row_per_model_line(analyzed, target):
 @pytest.mark.filterwarnings("ignore::hlo_roofline.chips.RateFallbackWarning")
 def test_verdicts_are_what_a_practitioner_expects(analyzed, target):
     """At 4096 tokens a step the projections are compute-bound on both chips; layer norms and the
-    AdamW update are memory-bound (on v5e: memory or the vector loop, never the MXU); on H100 attention's score and context matmuls (head_dim 128,
+    AdamW update are memory-bound (on v5e: memory or the vector unit, never the MXU); on H100 attention's score and context matmuls (head_dim 128,
     intensity ~85 FLOP/B against a ridge of 295) are memory-bound."""
     report = analyzed("nnx", target)
     ops = report.ops
@@ -187,8 +187,11 @@ def test_verdicts_are_what_a_practitioner_expects(analyzed, target):
     timed = ops[ops["t_expected_s"] > 0]
     optimizer = timed[timed["user_source"] == lines["optimizer"]]
     norms = timed[timed["call_stack"].str.contains("nnx/nn/normalization.py", regex=False)]
-    # on a TPU the loop over their elements may set the time instead (XLA:TPU's vector loop rate)
-    off_the_mxu = (timed["bound"] == "memory") | timed["expected_by"].isin(["loop", "xlu"])
+    # on a TPU their vector work may bind instead (VMEM-resident operands move at 22x HBM's rate),
+    # and XLA:TPU's vector loop rate set their expected time: never the MXU
+    off_the_mxu = (timed["bound"] == "memory") | (
+        (timed["bound"] == "compute") & (timed["compute_unit"] != "mxu")
+    )
     assert len(optimizer) > 5 and off_the_mxu[optimizer.index].all()
     assert len(norms) > 5 and off_the_mxu[norms.index].all()
     if target == "h100":
