@@ -242,8 +242,11 @@ def test_transformer_matmuls_compute_bound_at_large_batch_memory_bound_at_batch_
     # XLA:TPU lowers these matrix-vector products onto the vector unit (multiply, then reduce):
     # the weight's bytes or the loop over its elements sets their time, never the MXU
     assert len(heavy) >= 4, heavy[["name", "bound"]]
-    # (their bound: the weight's bytes; their expectation: XLA:TPU's loop where it charges more)
-    assert (heavy.bound == "memory").all(), heavy[["name", "bound", "compute_unit", "expected_by"]]
+    # (their bound: the weight's bytes, or the vector unit where the weight sits in VMEM; their
+    # expectation: XLA:TPU's loop where it charges more)
+    shown = heavy[["name", "bound", "compute_unit", "expected_by"]]
+    assert ((heavy.bound == "memory") | (heavy.compute_unit == "vector")).all(), shown
+    assert (heavy.compute_unit != "mxu").all(), shown
 
 
 def test_int8_weights_change_the_verdict_on_v5e():
