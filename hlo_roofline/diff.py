@@ -28,7 +28,7 @@ from hlo_roofline.report import Report
 IDENTITY = ("op_name", "source", "opcode", "shape")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 _KEPT = ("name", "opcode", "op_name", "source", "shape", "bound", "t_expected_s", "share",
-         "intensity", "t_compute_s", "t_memory_s", "t_comm_s", "roof_unit")  # fmt: skip
+         "intensity", "t_compute_s", "t_memory_s", "t_comm_s", "roof_unit", "expected_by")  # fmt: skip
 
 
 class NotClassifiedError(ValueError):
@@ -137,9 +137,11 @@ def _pair(a: pd.DataFrame, b: pd.DataFrame, key: list[str]) -> pd.DataFrame:
 
 
 def _held_at_floor(rows: pd.DataFrame, side: str) -> pd.Series:
-    """Ops whose time is the chip's per-op floor: above what any unit would take, so their bound
+    """Ops expected at the chip's per-op floor: above what any unit would take, so their bound
     (the unit that would set their time above it) does not decide it, and its change is no flip."""
-    if f"roof_unit_{side}" in rows:  # the verdict names the floor (a TPU matmul's pipeline is not)
+    if f"expected_by_{side}" in rows:  # the expectation names the floor
+        return rows[f"expected_by_{side}"] == "floor"
+    if f"roof_unit_{side}" in rows:  # before the split the verdict named it (not a pipeline)
         return rows[f"roof_unit_{side}"] == "floor"
     units = [f"t_{u}_s_{side}" for u in ("compute", "memory", "comm")]
     if not all(u in rows for u in units):
