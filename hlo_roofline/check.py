@@ -1,7 +1,8 @@
 """Gate rules over a :class:`Report`: plain functions shared by the CLI, pytest and TensorBoard.
 
-A rule set selects ops and states what must hold. All percentages are of the predicted step time
-(the lower bound, Σ per-op max) unless said otherwise:
+A rule set selects ops and states what must hold. Verdicts (``require``) are the bound's (hardware
+facts only). All percentages are of the expected step time
+(``step_time_serial_s``, Σ per-op ``t_expected_s``) unless said otherwise:
 
 ``select``            regex searched in each op's name, opcode, op_name, source and user_source
 ``exclude``           regex searched in the same fields: matching ops are left out of the selection
@@ -13,7 +14,7 @@ A rule set selects ops and states what must hold. All percentages are of the pre
 ``max_memory_share``  memory-bound ops among the selection take at most this percent of the step
 ``min_coverage``      at least this percent of the ops have a known cost
 ``max_exposed_comm``  communication not hidden behind compute takes at most this percent of the
-                      step as scheduled (``exposed_comm_s / step_time_scheduled_s``)
+                      step as scheduled (``exposed_comm_s / step_expected_s``)
 ``max_regression``    the step is predicted at most this percent slower than ``baseline``
 ``max_hbm``           the step needs at most this percent of one device's HBM (the memory fit);
                       a need known only as a lower bound (temporaries unknown) that is under the
@@ -353,7 +354,7 @@ def of_kind(ops: pd.DataFrame, kinds: Sequence[str]) -> pd.Series:
 def select(report: Report, rules: Rules) -> pd.DataFrame:
     """The ops the rules talk about: timed ops matching ``select`` and ``kind``, less those
     matching ``exclude`` or ``exclude_kind``, with at least ``min_share``."""
-    ops = report.ops[report.ops["t_roofline_s"] > 0]
+    ops = report.ops[report.ops["t_expected_s"] > 0]
     if rules.select is not None:
         ops = ops[_searched(ops, rules.select)]
     if rules.kind is not None:
@@ -364,7 +365,7 @@ def select(report: Report, rules: Rules) -> pd.DataFrame:
         ops = ops[~of_kind(ops, rules.exclude_kind)]
     if rules.min_share is not None:
         ops = ops[ops["share"] * 100 >= rules.min_share]
-    return ops.sort_values("t_roofline_s", ascending=False)
+    return ops.sort_values("t_expected_s", ascending=False)
 
 
 def refusal(report: Report) -> str | None:
@@ -440,7 +441,7 @@ def _unjudgeable(report: Report) -> list[Violation]:
     """Ops whose time, share or bound a gate cannot read (NaN, an unknown bound): a violation
     each, never left out of the selection as if they took no time."""
     ops = report.ops
-    bad = ops["t_roofline_s"].isna() | ops["share"].isna() | ~ops["bound"].isin(verdict.BOUNDS)
+    bad = ops["t_expected_s"].isna() | ops["share"].isna() | ~ops["bound"].isin(verdict.BOUNDS)
     return [
         Violation("judgeable", op.name, op.opcode, str(op.bound), detail="no time, share or bound")
         for op in ops[bad].head(10).itertuples()
@@ -476,7 +477,7 @@ def _memory_share(selected: pd.DataFrame, limit: float) -> list[Violation]:
 
 def _exposed_comm(report: Report, limit: float) -> list[Violation]:
     """Communication the schedule leaves exposed, as a share of the scheduled step."""
-    step = report.summary.get("step_time_scheduled_s")
+    step = report.summary.get("step_expected_s")
     if step is None or "t_exposed_s" not in report.ops:
         raise RuleError(
             "max-exposed-comm: the report has no scheduled step (written by an older version): "

@@ -1,5 +1,7 @@
-"""The compute side of the time model: which unit runs an op (MXU, vector unit, EUP, a TPU's
-vector loop, fill and lane-reduce rates) and how long it takes there, MXU padding included."""
+"""The compute side of the two time models. The bound: which hardware unit runs an op (MXU, vector
+unit, EUP) and how long it takes there at the published rates, MXU padding included. The
+expectation: what a chip's :class:`~hlo_roofline.chips.Calibration` adds (XLA:TPU's vector loop,
+fill and lane-reduce rates, its matmul pipeline, the per-op floor), never read by the bound."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from hlo_roofline.chips import Chip
+from hlo_roofline.chips import Calibration, Chip
 from hlo_roofline.hlo.ir import DTYPE_BYTES
 from hlo_roofline.hlo.parser import parse_shape
 
@@ -57,14 +59,11 @@ def mxu_padding(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     return factor
 
 
-# The units an op's compute time can come from (the ``compute_unit`` column).
+# The units an op's compute time can come from (the ``compute_unit`` column): hardware only.
 COMPUTE_UNITS = {
     "mxu": "matmul FLOPs (padded to the MXU's tiles on a TPU) at the matmul peak",
     "vector": "FLOPs at the vector peak (VPU, CUDA cores)",
     "eup": "transcendentals at the TPU EUP's rate",
-    "loop": "elements through a TPU vector loop at the rate XLA:TPU's cost model charges",
-    "fill": "elements a TPU fill (a broadcast of a scalar: zeros) writes, at its own rate",
-    "xlu": "elements a standalone TPU reduce folds across lanes (XLU)",
 }
 
 
@@ -79,13 +78,11 @@ def compute_times(
     """Each op's time on the units that run it, the unit that sets it (the slowest), and each
     unit's time (by :data:`COMPUTE_UNITS` key).
 
-    A matmul: its FLOPs on the MXU with ``padding`` (:func:`mxu_padding`), and the elements of its
-    result through the vector unit. Any other op: FLOPs at the vector peak, transcendentals at the
-    EUP's rate where the chip has one (else at the vector peak, with the FLOPs), and the elements of
-    its loop through the vector unit where the chip has that rate (TPUs), a standalone reduce's
-    elements across the lanes at the XLU's. A custom kernel with ``kernel_mxu`` FLOPs (an
-    attention kernel's, where the chip has a rate for its dtype): those at its MXU peak
-    (``peaks``), the rest of its FLOPs at the vector peak."""
+    The bound's units, at hardware rates only. A matmul: its FLOPs on the MXU with ``padding``
+    (:func:`mxu_padding`). Any other op: FLOPs at the vector peak, transcendentals at the EUP's
+    rate where the chip has one (else at the vector peak, with the FLOPs). A custom kernel with
+    ``kernel_mxu`` FLOPs (an attention kernel's, where the chip has a rate for its dtype): those at
+    its MXU peak (``peaks``), the rest of its FLOPs at the vector peak."""
     flops = ops["flops"].to_numpy(dtype=float)
     transcendentals = ops["transcendentals"].to_numpy(dtype=float)
     kernel = kernel_mxu > 0
@@ -110,31 +107,35 @@ def compute_times(
         ),
         "vector": np.where(matmul, 0.0, vector),
         "eup": np.where(matmul, 0.0, eup),
-        "loop": zero,
-        "fill": zero,
-        "xlu": zero,
     }
-    if chip.vector_elements_rate and "vector_elements" in ops:
-        elements = ops["vector_elements"].to_numpy(dtype=float)
-        fill = fills(ops) if chip.fill_rate else np.zeros(len(ops), dtype=bool)
-        candidates["loop"] = np.where(fill, 0.0, elements) / chip.vector_elements_rate
-        if chip.reduced_stream_rate and "reduced_stream_words" in ops:
-            # the streamed keys of decode's scores fused with their max: XLA:TPU's own rate
-            words = ops["reduced_stream_words"].to_numpy(dtype=float)
-            candidates["loop"] = np.where(
-                words > 0, words / chip.reduced_stream_rate, candidates["loop"]
-            )
-        if chip.fill_rate:
-            candidates["fill"] = np.where(fill, elements, 0.0) / chip.fill_rate
-    if chip.lane_reduce_rate and "lane_reduced_elements" in ops:
-        candidates["xlu"] = (
-            ops["lane_reduced_elements"].to_numpy(dtype=float) / chip.lane_reduce_rate
-        )
     times = np.stack(list(candidates.values()))
     unit = np.array(list(candidates), dtype=object)[times.argmax(axis=0)]
     t_compute = times.max(axis=0)
     unit[t_compute == 0] = ""
     return t_compute, unit, candidates
+
+
+def charged_times(ops: pd.DataFrame, cal: Calibration) -> dict[str, np.ndarray]:
+    """What XLA:TPU's cost model charges an op's elements at its calibrated rates (each 0 where
+    the calibration has no such rate): ``loop``, the elements of its vector loop (a matmul's
+    result included) at ``calibrated.loop_elements`` (decode's reduced stream at its own rate);
+    ``fill``, a fill's elements at ``calibrated.fill``; ``xlu``, a standalone reduce's elements
+    across the lanes at ``calibrated.lane_reduce``. The expected model's, never the bound's."""
+    zero = np.zeros(len(ops))
+    charged = {"loop": zero, "fill": zero, "xlu": zero}
+    if cal.vector_elements_rate and "vector_elements" in ops:
+        elements = ops["vector_elements"].to_numpy(dtype=float)
+        fill = fills(ops) if cal.fill_rate else np.zeros(len(ops), dtype=bool)
+        charged["loop"] = np.where(fill, 0.0, elements) / cal.vector_elements_rate
+        if cal.reduced_stream_rate and "reduced_stream_words" in ops:
+            # the streamed keys of decode's scores fused with their max: XLA:TPU's own rate
+            words = ops["reduced_stream_words"].to_numpy(dtype=float)
+            charged["loop"] = np.where(words > 0, words / cal.reduced_stream_rate, charged["loop"])
+        if cal.fill_rate:
+            charged["fill"] = np.where(fill, elements, 0.0) / cal.fill_rate
+    if cal.lane_reduce_rate and "lane_reduced_elements" in ops:
+        charged["xlu"] = ops["lane_reduced_elements"].to_numpy(dtype=float) / cal.lane_reduce_rate
+    return charged
 
 
 _FILL_READS = 1 / 64  # what a fill may read per byte it writes (a row broadcast down the rows)
@@ -144,7 +145,7 @@ def fills(ops: pd.DataFrame) -> np.ndarray:
     """The rows that fill an HBM array from (almost) nothing: a ``broadcast``, or a fusion of
     nothing but one, whose bytes are its result's and at most 1/64 more (a scalar, a row
     repeated down the rows: zeros, ``jnp.full``, a bias spread over a batch). XLA:TPU charges
-    those per element written at a rate of their own (the chip's ``vpu.fill``); a broadcast
+    those per element written at a rate of their own (the chip's ``calibrated.fill``); a broadcast
     that reads more (into sublanes, 1/8) or lands in VMEM runs as any loop."""
     opcode, fused = ops["opcode"].to_numpy(), ops["fused_ops"].to_numpy()
     broadcast = (opcode == "broadcast") | ((opcode == "fusion") & (fused == "broadcast"))
@@ -169,10 +170,11 @@ def kernel_mxu_flops(ops: pd.DataFrame) -> np.ndarray:
 def op_floors(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
     """The least time each op that runs on the core takes: the chip's per-op overhead (a TPU's,
     where the database has one) once per execution; 0 for ops that only move data by DMA."""
-    if not chip.op_floor_s or "vector_elements" not in ops:
+    cal = chip.calibration
+    if not cal.op_floor_s or "vector_elements" not in ops:
         return np.zeros(len(ops))
     runs_on_core = (ops["vector_elements"].to_numpy(dtype=float) > 0) | matmul
-    return np.where(runs_on_core, chip.op_floor_s * ops["count"].to_numpy(dtype=float), 0.0)
+    return np.where(runs_on_core, cal.op_floor_s * ops["count"].to_numpy(dtype=float), 0.0)
 
 
 def matmul_pipeline(
@@ -190,51 +192,52 @@ def matmul_pipeline(
     without its rates): its HBM bytes, with the operand
     tiles its tiling loop reads again (``reread_bytes``:
     :func:`hlo_roofline.cost.tpu_units.tile_reread_bytes`), at the rate XLA:TPU streams a
-    matmul's operands (``hbm.matmul_stream``, calibrated against its ``estimated_cycles``); and,
+    matmul's operands (``calibrated.matmul_stream``, calibrated against its ``estimated_cycles``); and,
     where XLA:TPU wrote the fusion's tiling loop (``tile_steps``: the steps of its
-    ``window_config``), the MXU's time plus each step's fill and drain (``Chip.tile_step_s``,
+    ``window_config``), the MXU's time plus each step's fill and drain (``Calibration.tile_step_s``,
     calibrated against its ``estimated_cycles``): a finely tiled matmul pays the pipeline's start
     and end once per tile, not once per op; where that loop splits K (``epilogue``: each row's
     K steps per result tile and the elements of its result-sized arrays, the f32 accumulator
     first: :func:`hlo_roofline.cost.tpu_units.epilogue_pass`), also the vector unit's pass over
-    those arrays, ``Chip.epilogue_passes`` loop passes per element, less the one K step of MXU
+    those arrays, ``Calibration.epilogue_passes`` loop passes per element, less the one K step of MXU
     time it overlaps, on the chips whose database has that figure (one pass, derived: every
     fixture of the fitting set implies XLA:TPU charges at least that); where the loop keeps K
     whole (``tile_k_steps`` 1) that K step is the whole MXU time, and the vector work (those
-    arrays and a relaid operand's windows) is charged ``Chip.epilogue_passes_k_whole`` passes
+    arrays and a relaid operand's windows) is charged ``Calibration.epilogue_passes_k_whole`` passes
     (7x); where the loop splits K and fetches a computed left operand's windows more than once
     (``prologue``: those elements times the fetches,
-    :func:`hlo_roofline.cost.tpu_units.prologue_elements`), ``Chip.prologue_passes`` loop passes
+    :func:`hlo_roofline.cost.tpu_units.prologue_elements`), ``Calibration.prologue_passes`` loop passes
     per element after the MXU (calibrated against its ``estimated_cycles``). The elementwise
     chain a fusion computes beside its matmul (SiLU, GELU, softmax backward) is not charged:
     XLA:TPU's estimates price the result-sized arrays, not the chain.
     None of these is the book's roof: the row's bound, intensity and ridge stay on the published
     peak and bandwidth; this only holds its time up where XLA's model of the kernel is slower
     than either roof (docs/validation.md, "Realistic programs")."""
+    cal = chip.calibration
     pipelined = np.zeros(len(matmul))
-    if not matmul.any() or not chip.vector_elements_rate:
+    if not matmul.any() or not cal.vector_elements_rate:
         return pipelined
     mxu = unit_times["mxu"]
-    if chip.tile_step_s and tile_steps is not None:
-        stepped = np.where(matmul & (tile_steps > 0), mxu + tile_steps * chip.tile_step_s, 0.0)
-        if (chip.epilogue_passes or chip.epilogue_passes_k_whole) and epilogue is not None:
+    if cal.tile_step_s and tile_steps is not None:
+        stepped = np.where(matmul & (tile_steps > 0), mxu + tile_steps * cal.tile_step_s, 0.0)
+        if (cal.epilogue_passes or cal.epilogue_passes_k_whole) and epilogue is not None:
             k_steps, elements = epilogue
             with np.errstate(divide="ignore", invalid="ignore"):
                 hidden = np.where(k_steps > 0, mxu / k_steps, 0.0)  # the K step it overlaps
             passes = np.where(
-                k_steps > 1, chip.epilogue_passes or 0.0, chip.epilogue_passes_k_whole or 0.0
+                k_steps > 1, cal.epilogue_passes or 0.0, cal.epilogue_passes_k_whole or 0.0
             )  # K split, or whole: the step's vector work against its whole MXU time
-            passed = elements * passes / chip.vector_elements_rate
+            passed = elements * passes / cal.vector_elements_rate
             stepped += np.where(
                 matmul & (tile_steps > 0) & (k_steps > 0), np.maximum(passed - hidden, 0.0), 0.0
             )
-        if chip.prologue_passes and prologue is not None:  # a computed lhs, per fetch
-            computed = prologue * chip.prologue_passes / chip.vector_elements_rate
+        if cal.prologue_passes and prologue is not None:  # a computed lhs, per fetch
+            computed = prologue * cal.prologue_passes / cal.vector_elements_rate
             stepped += np.where(matmul & (tile_steps > 0), computed, 0.0)
         pipelined = np.maximum(pipelined, stepped)
-    if chip.matmul_stream_bandwidth:
+    if cal.matmul_stream_bandwidth:
         streamed = hbm_bytes if reread_bytes is None else hbm_bytes + reread_bytes
-        stream = streamed / chip.matmul_stream_bandwidth + t_vmem
+        stream = streamed / cal.matmul_stream_bandwidth + t_vmem
         pipelined = np.maximum(pipelined, np.where(matmul, stream, 0.0))
     return pipelined
 
@@ -255,18 +258,19 @@ def loop_reads(
     ops: pd.DataFrame, chip: Chip, matmul: np.ndarray, loop: np.ndarray, hbm_bytes: np.ndarray
 ) -> np.ndarray:
     """The least time XLA:TPU's cost model gives a vector loop that reads more from HBM per
-    element than the loop its rate was fitted on (``Chip.loop_read_bytes``): its loop time plus
+    element than the loop its rate was fitted on (``Calibration.loop_read_bytes``): its loop time plus
     those further reads at the HBM bandwidth, one after the other (0 for other rows and on chips
     without the figure). XLA does not overlap them: on v6e a softmax reading f32 scores (4 B per
     element) is charged 94.6 elements per cycle, one writing bf16 probabilities from them 78.7,
     against 155 for the same loop in VMEM, and a loop's writes are not charged (a cross-entropy
     loop writing f32 from VMEM runs at the loop rate). Like the matmul stream this is no part of
     the book's roof: it only holds the row's time up (docs/validation.md, "Realistic programs")."""
+    cal = chip.calibration
     held = np.zeros(len(ops))
-    if chip.loop_read_bytes is None or "vector_elements" not in ops:
+    if cal.loop_read_bytes is None or "vector_elements" not in ops:
         return held
     elements = ops["vector_elements"].to_numpy(dtype=float)
-    spare = hbm_bytes - chip.loop_read_bytes * elements
+    spare = hbm_bytes - cal.loop_read_bytes * elements
     rows = np.flatnonzero(~matmul & (loop > 0) & (spare > 0))
     if not len(rows):
         return held
@@ -280,13 +284,14 @@ def loop_reads(
 def major_reduces(ops: pd.DataFrame, chip: Chip, no_rate: np.ndarray) -> np.ndarray:
     """The least time XLA:TPU's cost model gives a reduce over major dimensions it pipelines
     deep (the ``major_reduce_results`` column: a router's dispatch and combine masks summed over
-    the top-2 dimension): its results at the chip's ``vpu.major_reduce`` rate (0 for other rows
+    the top-2 dimension): its results at the chip's ``calibrated.major_reduce`` rate (0 for other rows
     and on chips without the rate). XLA charges those 7.9 results a cycle per TensorCore whatever
     the loop over what they fold (12-24x slower than that loop on the MoE's masks); a codegen
     limit XLA models, not the hardware's work, so like the matmul stream this is no part of the
     book's roof: it only holds the row's time up, its bound and compute time unchanged
     (docs/validation.md, "Realistic programs")."""
-    if not chip.major_reduce_rate or "major_reduce_results" not in ops:
+    cal = chip.calibration
+    if not cal.major_reduce_rate or "major_reduce_results" not in ops:
         return np.zeros(len(ops))
     results = ops["major_reduce_results"].to_numpy(dtype=float)
-    return np.where(no_rate, 0.0, results / chip.major_reduce_rate)
+    return np.where(no_rate, 0.0, results / cal.major_reduce_rate)

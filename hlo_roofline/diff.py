@@ -27,8 +27,8 @@ from hlo_roofline.report import Report
 
 IDENTITY = ("op_name", "source", "opcode", "shape")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
-_KEPT = ("name", "opcode", "op_name", "source", "shape", "bound", "t_roofline_s", "share",
-         "intensity", "t_compute_s", "t_memory_s", "t_comm_s", "roof_unit")  # fmt: skip
+_KEPT = ("name", "opcode", "op_name", "source", "shape", "bound", "t_expected_s", "share",
+         "intensity", "t_compute_s", "t_memory_s", "t_comm_s", "roof_unit", "expected_by")  # fmt: skip
 
 
 class NotClassifiedError(ValueError):
@@ -37,7 +37,7 @@ class NotClassifiedError(ValueError):
 
 def require_verdicts(report: Report, what: str = "report") -> None:
     """Raise :class:`NotClassifiedError` unless ``report`` carries per-op times and bounds."""
-    if "t_roofline_s" not in report.ops or not report.chip:
+    if "t_expected_s" not in report.ops or not report.chip:
         raise NotClassifiedError(
             f"{what} {report.module or ''} is not classified against a chip: pass a chip"
         )
@@ -47,7 +47,7 @@ def judged_alike(a: Report, b: Report) -> tuple[Report, Report, str]:
     """(a, b judged against a's chip and profile, a note if b had to be re-judged)."""
     require_verdicts(a, "the first report")
     same = b.chip == a.chip and b.summary.get("chip_profile") == a.summary.get("chip_profile")
-    if same and "t_roofline_s" in b.ops:
+    if same and "t_expected_s" in b.ops:
         return a, b, ""
     chip = chips.get(a.chip, profile=a.summary.get("chip_profile", "vendor"))
     note = f"re-judged against {a.chip}" + (f" (was {b.chip})" if b.chip else "")
@@ -129,7 +129,7 @@ class Diff:
 
 
 def _timed(report: Report) -> pd.DataFrame:
-    ops = report.ops[report.ops["t_roofline_s"] > 0]
+    ops = report.ops[report.ops["t_expected_s"] > 0]
     ops = ops[[c for c in _KEPT if c in ops]].reset_index(drop=True)
     return ops.assign(shape=ops["shape"].map(shape_key), _row=range(len(ops)))
 
@@ -145,14 +145,16 @@ def _pair(a: pd.DataFrame, b: pd.DataFrame, key: list[str]) -> pd.DataFrame:
 
 
 def _held_at_floor(rows: pd.DataFrame, side: str) -> pd.Series:
-    """Ops whose time is the chip's per-op floor: above what any unit would take, so their bound
+    """Ops expected at the chip's per-op floor: above what any unit would take, so their bound
     (the unit that would set their time above it) does not decide it, and its change is no flip."""
-    if f"roof_unit_{side}" in rows:  # the verdict names the floor (a TPU matmul's pipeline is not)
+    if f"expected_by_{side}" in rows:  # the expectation names the floor
+        return rows[f"expected_by_{side}"] == "floor"
+    if f"roof_unit_{side}" in rows:  # before the split the verdict named it (not a pipeline)
         return rows[f"roof_unit_{side}"] == "floor"
     units = [f"t_{u}_s_{side}" for u in ("compute", "memory", "comm")]
     if not all(u in rows for u in units):
         return pd.Series(False, index=rows.index)
-    return rows[f"t_roofline_s_{side}"] > rows[units].max(axis=1) * (1 + 1e-9)
+    return rows[f"t_expected_s_{side}"] > rows[units].max(axis=1) * (1 + 1e-9)
 
 
 def compare(a: Report, b: Report) -> Diff:
@@ -191,8 +193,8 @@ def compare(a: Report, b: Report) -> Diff:
     rows = pd.concat([both, only_a, only_b], ignore_index=True)
     for column in ("opcode", "op_name", "source"):
         rows[column] = rows[f"{column}_a"].fillna(rows[f"{column}_b"])
-    t_a = rows["t_roofline_s_a"].fillna(0.0)
-    t_b = rows["t_roofline_s_b"].fillna(0.0)
+    t_a = rows["t_expected_s_a"].fillna(0.0)
+    t_b = rows["t_expected_s_b"].fillna(0.0)
     rows["delta_s"] = t_b - t_a
     rows["change"] = "same"
     rows.loc[t_b != t_a, "change"] = "changed"
@@ -204,7 +206,7 @@ def compare(a: Report, b: Report) -> Diff:
     rows.loc[rows["name_a"].isna(), "change"] = "added"
     columns = [
         "change", "name_a", "name_b", "opcode", "op_name", "source", "shape_a", "shape_b",
-        "bound_a", "bound_b", "t_roofline_s_a", "t_roofline_s_b", "delta_s", "share_a", "share_b",
+        "bound_a", "bound_b", "t_expected_s_a", "t_expected_s_b", "delta_s", "share_a", "share_b",
         "intensity_a", "intensity_b",
     ]  # fmt: skip
     rows = rows[columns]
@@ -215,8 +217,8 @@ def compare(a: Report, b: Report) -> Diff:
     rows = rows.sort_values(["_order", "_size"], kind="stable").drop(columns=["_order", "_size"])
     return Diff(
         ops=rows.reset_index(drop=True),
-        step_a=float(a.summary["step_time_lower_s"]),
-        step_b=float(b.summary["step_time_lower_s"]),
+        step_a=float(a.summary["step_time_serial_s"]),
+        step_b=float(b.summary["step_time_serial_s"]),
         chip=a.chip,
         note=note,
         hbm_a=_hbm_need(a),

@@ -15,7 +15,8 @@ from hlo_roofline import chips, host
 
 
 def add_efficiency(ops: pd.DataFrame, chip=None) -> pd.DataFrame:
-    """Achieved rates and ``efficiency = t_roofline / measured`` (NaN where either is missing).
+    """Achieved rates and ``efficiency = t_bound / measured`` (NaN where either is missing): the
+    share of the hardware's bound the op reached.
 
     An op cannot run faster than its roof: where it measured faster, ``efficiency`` is NaN and
     ``measurement_problem`` says why the roof does not hold for it (see :func:`problem`).
@@ -26,8 +27,9 @@ def add_efficiency(ops: pd.DataFrame, chip=None) -> pd.DataFrame:
         valid = measured > 0
         flops = np.where(valid, ops["flops"].to_numpy(dtype=float) / measured, np.nan)
         data = np.where(valid, ops["bytes_accessed"].to_numpy(dtype=float) / measured, np.nan)
-        if "t_roofline_s" in ops:
-            roof = ops["t_roofline_s"].to_numpy(dtype=float)
+        roofs = [c for c in ("t_bound_s", "t_expected_s") if c in ops]  # before the split: one
+        if roofs:
+            roof = ops[roofs[0]].to_numpy(dtype=float)
             efficiency = np.where(valid & (roof > 0), roof / measured, np.nan)
         else:
             efficiency = np.full(len(ops), np.nan)

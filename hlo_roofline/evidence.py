@@ -179,21 +179,27 @@ def _coverage(ops: pd.DataFrame, summary: dict) -> list[str]:
 
 
 def _bounds(ops: pd.DataFrame) -> list[str]:
-    """A row bound by a unit spends its largest time there, and its time is no less than it."""
+    """A row bound by a unit spends its largest time there; its bound is no less than that time,
+    and its expected time no less than its bound."""
     columns = list(schema.BOUND_TIMES.values())
-    if "bound" not in ops or not set(columns) <= set(ops.columns) or "t_roofline_s" not in ops:
+    if "bound" not in ops or not set(columns) <= set(ops.columns) or "t_bound_s" not in ops:
         return []
     times = ops[columns].to_numpy(dtype=float)
     largest = times.max(axis=1)
     found = []
-    short = ops["t_roofline_s"].to_numpy(dtype=float) < largest * (1 - REL_TOLERANCE)
-    if short.any():
-        row = int(np.flatnonzero(short)[0])
-        found.append(
-            f"row {row} ({ops['name'].iloc[row]}): t_roofline_s = "
-            f"{_shown(ops['t_roofline_s'].iloc[row])} is less than its unit times "
-            f"({_shown(largest[row])})"
-        )
+    for column, least in (("t_bound_s", largest), ("t_expected_s", None)):
+        if column not in ops:
+            continue
+        if least is None:
+            least = ops["t_bound_s"].to_numpy(dtype=float)
+        short = ops[column].to_numpy(dtype=float) < least * (1 - REL_TOLERANCE)
+        if short.any():
+            row = int(np.flatnonzero(short)[0])
+            below = "its unit times" if column == "t_bound_s" else "its bound"
+            found.append(
+                f"row {row} ({ops['name'].iloc[row]}): {column} = "
+                f"{_shown(ops[column].iloc[row])} is less than {below} ({_shown(least[row])})"
+            )
     bound = ops["bound"].to_numpy()
     for unit, column in schema.BOUND_TIMES.items():
         rows = bound == unit
@@ -211,18 +217,22 @@ def _bounds(ops: pd.DataFrame) -> list[str]:
 
 
 def _schedule(ops: pd.DataFrame, summary: dict) -> list[str]:
-    """The step as scheduled and its least, walked again from the rows on the report's chip."""
+    """The expected step as scheduled and its least, walked again from the rows on the report's
+    chip (the expected step never below the bound)."""
     keys = [k for k in schema.SUMMARY_SCHEDULE if _number(summary.get(k))]
-    if not keys or "t_roofline_s" not in ops or "collective" not in ops:
+    if not keys or "t_expected_s" not in ops or "collective" not in ops:
         return []
     try:
         kind = chips.get(summary.get("chip")).kind
     except (chips.UnknownChipError, TypeError, ValueError, KeyError):
         return []  # a chip this machine does not know: its walk cannot be repeated
-    walked = verdict.walk_schedule(ops, kind, ops["t_roofline_s"].to_numpy(dtype=float))
+    walked = verdict.walk_schedule(ops, kind, ops["t_expected_s"].to_numpy(dtype=float))
     found = []
     for key in keys:
-        value = float(getattr(walked, schema.SUMMARY_SCHEDULE[key]))
+        field, floor = schema.SUMMARY_SCHEDULE[key]
+        value = float(getattr(walked, field))
+        if floor is not None and _number(summary.get(floor)):
+            value = max(value, float(summary[floor]))
         if not _close(summary[key], value):
             found.append(
                 f"summary {key} = {_shown(summary[key])} but the rows' schedule takes "

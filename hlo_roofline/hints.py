@@ -37,10 +37,9 @@ def hint_columns(
         intensity = ops["intensity"].to_numpy(dtype=float)[rows]
         ridge = ops["critical_intensity"].to_numpy(dtype=float)[rows]
         fields = ridge_fields(ops, rows, ridge, chip, padding[rows])
-        unit = ops["compute_unit"].to_numpy()[rows]
-        loop = (bound[rows] == "compute") & (unit != "mxu")  # its result's loop, not the MXU
+        by = ops["expected_by"].to_numpy()[rows] if "expected_by" in ops else np.full(len(rows), "")
+        loop = by == "loop"  # expected at its result's loop, not the MXU
         fields["hint_reason"][loop] = "vector_loop"
-        fields["ridge_m"][loop] = fields["ridge_k"][loop] = np.nan
         reason[rows] = fields["hint_reason"]
         ridge_m[rows], ridge_k[rows] = fields["ridge_m"], fields["ridge_k"]
         waste[rows] = fields["mxu_waste"]

@@ -37,7 +37,7 @@ def roof_lines(roofs: dict[str, dict[str, float]]) -> list[tuple[str, dict[str, 
 def roofline_chart(report, path: Path | str, title: str | None = None) -> Path | str:
     """Draw a classified report to ``path`` (.png or .svg, or a URL ending so); ops are sized by
     their share of the step."""
-    if "t_roofline_s" not in report.ops:
+    if "t_expected_s" not in report.ops:
         raise ValueError("plot needs a classified report: call report.classify(chip) first")
     suffix = "." + str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else ""
     if suffix not in (".png", ".svg"):
@@ -48,10 +48,10 @@ def roofline_chart(report, path: Path | str, title: str | None = None) -> Path |
     import matplotlib.pyplot as plt
 
     summary = report.summary
-    ops = report.ops[(report.ops.t_roofline_s > 0) & (report.ops.flops > 0)]
+    ops = report.ops[(report.ops.t_expected_s > 0) & (report.ops.flops > 0)]
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     intensity = ops["intensity"].to_numpy(dtype=float)
-    achieved = (ops["flops"] / ops["t_roofline_s"]).to_numpy(dtype=float)
+    achieved = (ops["flops"] / ops["t_expected_s"]).to_numpy(dtype=float)
     finite = np.isfinite(intensity) & (intensity > 0)
     low = min(0.05, float(np.nanmin(intensity[finite])) / 2) if finite.any() else 0.05
     high = max(1e4, float(np.nanmax(intensity[finite])) * 2) if finite.any() else 1e4

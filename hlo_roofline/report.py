@@ -38,7 +38,7 @@ BOUNDS = verdict.BOUNDS[:3]  # the units a group can be bound by (verdict.BOUNDS
 # What rollup() groups by besides the report's own text columns: derived from op_name/user_source.
 DERIVED_KEYS = ("user_function", "scope", "pass")
 UNATTRIBUTED = "(unattributed)"
-_TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_roofline_s", "t_exposed_s")
+_TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_expected_s", "t_exposed_s")
 
 
 def _as_text(values):
@@ -181,7 +181,7 @@ class Report:
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``n`` largest ops by ``by`` (default: predicted time, else bytes)."""
-        by = by or ("t_roofline_s" if "t_roofline_s" in self.ops else "bytes_accessed")
+        by = by or ("t_expected_s" if "t_expected_s" in self.ops else "bytes_accessed")
         return self.ops.nlargest(n, by)
 
     def rollup(self, by: str | Sequence[str] = "source") -> pd.DataFrame:
@@ -208,24 +208,24 @@ class Report:
         grouped = self.ops.groupby(groups, sort=False)
         out = grouped[sums].sum()
         out.insert(0, "ops", grouped.size())
-        if "t_roofline_s" in out:
+        if "t_expected_s" in out:
             # the units' times of the ops that have a verdict: an unpriced op's bytes are no
             # evidence that its group is memory-bound
             known = self.ops["bound"] != "unknown"
             unit_times = self.ops[["t_compute_s", "t_memory_s", "t_comm_s"]].where(known, 0.0)
             parts = unit_times.groupby(groups, sort=False).sum().reindex(out.index).to_numpy()
-            unknown = self.ops["t_roofline_s"].where(~known, 0.0).groupby(groups).sum()
+            unknown = self.ops["t_expected_s"].where(~known, 0.0).groupby(groups).sum()
             out["bound"] = np.select(
                 [parts.max(axis=1) > 0, unknown.reindex(out.index).to_numpy() > 0],
                 [np.array(BOUNDS)[parts.argmax(axis=1)], "unknown"],
                 "none",
             )
-            time_s = self.ops["t_roofline_s"]
-            total = out["t_roofline_s"].where(out["t_roofline_s"] > 0)
+            time_s = self.ops["t_expected_s"]
+            total = out["t_expected_s"].where(out["t_expected_s"] > 0)
             for bound in BOUNDS:
                 by_bound = time_s.where(self.ops["bound"] == bound, 0.0).groupby(groups).sum()
                 out[f"mix_{bound}"] = (by_bound.reindex(out.index) / total).fillna(0.0)
-            out = out.sort_values("t_roofline_s", ascending=False, kind="stable")
+            out = out.sort_values("t_expected_s", ascending=False, kind="stable")
         return out
 
     def loops(self) -> pd.DataFrame:
@@ -456,14 +456,14 @@ class Report:
             f"{s.get('bytes_accessed', 0):.4g} bytes, coverage {s.get('coverage', 1):.1%}"
         )
         if self.chip:
-            least = s.get("step_time_min_s", s["step_time_lower_s"])  # older reports: Σ max
+            least = s.get("step_time_min_s", s["step_time_serial_s"])  # older reports: Σ max
             text += f", {self.chip}: step ≥ {least * 1e3:.4g} ms"
         return text + ">"
 
     def _repr_html_(self) -> str:
         columns = [
             c
-            for c in ("name", "opcode", "bound", "t_roofline_s", "share", "flops",
+            for c in ("name", "opcode", "bound", "t_expected_s", "share", "flops",
                       "bytes_accessed", "intensity", "op_name", "hint")
             if c in self.ops
         ]  # fmt: skip
@@ -488,7 +488,7 @@ class Report:
         whose transfer is exposed: its wait is drawn). Needs a judged report."""
         if not self.chip:
             raise ValueError("the report is not judged on a chip: classify it first")
-        t = self.ops["t_roofline_s"].to_numpy(dtype=float)
+        t = self.ops["t_expected_s"].to_numpy(dtype=float)
         walked = verdict.walk_schedule(self.ops, chips.get(self.chip).kind, t)
         frame = pd.DataFrame(
             {
@@ -526,7 +526,7 @@ class Report:
         for r in frame.itertuples(index=False):
             op = self.ops.iloc[r.row]
             args = {c: json_safe(op[c]) for c in cols} | {
-                "t_roofline_s": float(op["t_roofline_s"]),
+                "t_expected_s": float(op["t_expected_s"]),
                 "exposed_s": float(r.exposed_s),
             }
             begin, end = r.begin_s * us, r.end_s * us
@@ -648,6 +648,7 @@ _TRUE, _FALSE = (True, "True", "true", 1, 1.0), (False, "False", "false", 0, 0.0
 def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
     """The columns of a report read back, in their schema dtypes; a cell that is not of its
     column's type (an empty time, a bool that says "abc") is a :class:`ReportError`."""
+    ops = ops.rename(columns={k: v for k, v in schema.RENAMED.items() if v not in ops.columns})
     missing = [c for c in REQUIRED_COLUMNS if c not in ops.columns]
     if missing:
         raise ReportError(f"not a report: missing columns {missing}")
@@ -761,4 +762,9 @@ def _summary(data: dict) -> dict:
     summary = data.get("summary", {})
     if not isinstance(summary, dict) or not isinstance(data.get("module", ""), str):
         raise ReportError("its 'summary' is not an object or its 'module' not a string")
-    return summary
+    renamed = {
+        schema.RENAMED.get(k, k): v
+        for k, v in summary.items()
+        if schema.RENAMED.get(k, k) == k or schema.RENAMED[k] not in summary
+    }
+    return renamed

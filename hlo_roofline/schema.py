@@ -29,9 +29,37 @@ def _c(name: str, dtype: Dtype, unit: str, meaning: str, layer: Layer) -> Column
     return Column(name, dtype, unit, meaning, layer)
 
 
-# What sets an op's ``t_roofline_s`` (the ``bound`` column): the first three are the roofline's
+# What sets an op's ``t_bound_s`` (the ``bound`` column): the first three are the roofline's
 # times; ``unknown``: no price (or no rate), ``none``: no time at all.
 BOUNDS = ("compute", "memory", "communication", "unknown", "none")
+
+# What sets an op's ``t_expected_s`` above its ``t_bound_s`` (the ``expected_by`` column; empty
+# where the bound does): each a calibrated effect of the chip's ``[calibrated]`` section.
+EXPECTED_EFFECTS = {
+    "loop": "its elements through a TPU vector loop at the rate XLA:TPU charges "
+    "(`calibrated.loop_elements`; decode's reduced stream at `calibrated.reduced_stream`)",
+    "fill": "a TPU fill's elements at the rate XLA:TPU charges (`calibrated.fill`)",
+    "xlu": "a standalone TPU reduce's elements across the lanes (`calibrated.lane_reduce`)",
+    "floor": "the per-op floor (`calibrated.op_floor`: XLA:TPU's least charge; on a GPU the "
+    "shortest kernel measured)",
+    "pipeline": "XLA:TPU's matmul pipeline: its operand stream, tiling loop steps and the vector "
+    "passes around a K split (`calibrated.matmul_stream`, `tile_step`, `*_passes`)",
+    "loop_reads": "a vector loop's HBM reads beyond its fitted loop's, after it "
+    "(`calibrated.loop_reads`)",
+    "major_reduce": "a deep-buffered reduce over major dimensions (`calibrated.major_reduce`)",
+    "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
+    "reached where measured (`calibrated.matmul_efficiency`)",
+    "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
+    "where measured (`calibrated.memory_efficiency`)",
+}
+
+# Names a report written before the bound and the expectation were split used, and theirs now
+# (``Report.read`` renames them; such a report lacks the bound's columns and is judged again).
+RENAMED: dict[str, str] = {
+    "t_roofline_s": "t_expected_s",
+    "step_time_lower_s": "step_time_serial_s",
+    "step_time_scheduled_s": "step_expected_s",
+}
 
 # The codes of ``xla_gap``: why XLA:TPU's estimate of an op sits outside the roofline's reach.
 BELOW_MEMORY_FLOOR = "below_memory_floor"  # the one code for an estimate under the op's bytes
@@ -45,7 +73,7 @@ XLA_GAPS = {
     "layout_change": "a transpose or layout-changing copy: XLA charges more than its bytes",
     "lane_reduction": "a reduction across lanes: XLA charges more than its elements",
     "major_reduction": "a reduction over dimensions other than the lanes that the chip's "
-    "`vpu.major_reduce` rate does not price (a prefetched operand, a sublane fold, no rate): XLA "
+    "`calibrated.major_reduce` rate does not price (a prefetched operand, a sublane fold, no rate): XLA "
     "charges up to 8 results a cycle per core, several times the same sum as slices and adds",
     "unexplained": "no unit the model has explains XLA's time",
 }
@@ -168,13 +196,13 @@ COLUMNS: tuple[Column, ...] = (
     _c("major_reduce_results", "float", "elements",
        "results the op's reduces write by folding major dimensions only (neither lanes nor "
        "sublanes: a top-2 dispatch's two slots) where XLA:TPU pipelines its loop deep "
-       "(`window_config.buffering_level` ≥ 6), per step; priced at the chip's `vpu.major_reduce` "
+       "(`window_config.buffering_level` ≥ 6), per step; priced at the chip's `calibrated.major_reduce` "
        "rate; 0 elsewhere", "cost"),
     _c("reduced_stream_words", "float", "elements",
        "32-bit words of a TPU matmul's wide operand streamed through the vector registers "
        "(`vector_elements` is these) where its fusion also reduces the product (a decode step's "
        "attention scores fused with their mask and max), per step; priced at the chip's "
-       "`vpu.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost"),
+       "`calibrated.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "
@@ -188,22 +216,28 @@ COLUMNS: tuple[Column, ...] = (
     _c("critical_intensity", "float", "FLOP/B",
        "its ridge: its peak ÷ the bandwidth its bytes move at", "verdict"),
     _c("bound", "text", "",
-       "which time sets `t_roofline_s`: `compute`, `memory`, `communication`; `none`, `unknown`",
+       "which time sets `t_bound_s`: `compute`, `memory`, `communication`; `none`, `unknown`",
        "verdict"),
     _c("t_compute_s", "float", "s",
        "time on the slowest unit the op uses (`compute_unit`; see the roofline times above)",
        "verdict"),
     _c("compute_unit", "text", "",
        "the unit that sets `t_compute_s`: `mxu` (matmul FLOPs, N and K padded to the MXU width on "
-       "a TPU), `vector` (FLOPs at the vector peak), `eup` (transcendentals), `loop` (elements "
-       "through a TPU vector loop), `fill` (elements a TPU zero fill or scalar broadcast writes), "
-       "`xlu` (a standalone TPU reduce across lanes)", "verdict"),
+       "a TPU), `vector` (FLOPs at the vector peak), `eup` (transcendentals)", "verdict"),
     _c("t_memory_s", "float", "s", "bytes ÷ the bandwidth they move at", "verdict"),
     _c("t_comm_s", "float", "s", "link time of the op's collective", "verdict"),
-    _c("t_roofline_s", "float", "s", "the largest of the three, at least the chip's per-op floor "
-       "(on a TPU, a matmul at least XLA:TPU's pipeline: docs/cost-model.md)", "verdict"),
+    _c("t_bound_s", "float", "s",
+       "the bound: the largest of the three, from hardware facts only (published peaks and "
+       "bandwidths, MXU tiles); no run of the op is faster", "verdict"),
+    _c("t_expected_s", "float", "s",
+       "the expectation: `t_bound_s` and every calibrated effect of the chip (XLA:TPU's "
+       "charges, the per-op floor: docs/cost-model.md), never below the bound", "verdict"),
+    _c("expected_by", "text", "",
+       "what sets `t_expected_s` above `t_bound_s`: "
+       + ", ".join(f"`{code}`" for code in EXPECTED_EFFECTS)
+       + "; empty where the bound does", "verdict"),
     _c("share", "float", "",
-       "`t_roofline_s` ÷ Σ `t_roofline_s` (`step_time_lower_s`: the ops one after another)",
+       "`t_expected_s` ÷ Σ `t_expected_s` (`step_time_serial_s`: the ops one after another)",
        "verdict"),
     _c("t_exposed_s", "float", "s",
        "time the compute stream waited for this op's transfer in the scheduled step (a "
@@ -234,15 +268,15 @@ COLUMNS: tuple[Column, ...] = (
        + ", ".join(f"`{code}`" for code in XLA_GAPS if code != BELOW_MEMORY_FLOOR)
        + "), else empty", "verdict"),
     _c("roof_flops_per_s", "float", "FLOP/s",
-       "the op's compute roof: `flops` ÷ the larger of `t_compute_s` and the per-op floor, the "
-       "rate its binding unit (`roof_unit`) reaches on this op; NaN without FLOPs", "verdict"),
+       "the op's compute roof: `flops` ÷ `t_compute_s`, the rate its binding unit (`roof_unit`) "
+       "reaches on this op; NaN without FLOPs", "verdict"),
     _c("roof_bytes_per_s", "float", "B/s",
        "the op's memory roof: `bytes_accessed` ÷ `t_memory_s`, the HBM bandwidth (VMEM's for "
        "bytes XLA placed there); NaN without bytes", "verdict"),
     _c("roof_unit", "text", "",
-       "the roof the op's predicted point lies on: its `compute_unit`, `floor` (held at the "
-       "chip's per-op floor), `hbm`, `vmem` (most of its memory time), `link` "
-       "(communication); empty for ops without time", "verdict"),
+       "the roof the op's bound point (flops ÷ `t_bound_s`) lies on: its `compute_unit`, `hbm`, "
+       "`vmem` (most of its memory time), `link` (communication); empty for ops without time",
+       "verdict"),
     # -- measured: the profiler join (measured.join, efficiency.add_efficiency) -----------------
     _c("measured_s", "float", "s", "median over steps of the op's time in one step", "measured"),
     _c("measured_p10_s", "float", "s", "10th percentile of that per-step time", "measured"),
@@ -251,7 +285,8 @@ COLUMNS: tuple[Column, ...] = (
        "measured"),
     _c("achieved_flops_per_s", "float", "FLOP/s", "`flops / measured_s`", "measured"),
     _c("achieved_bytes_per_s", "float", "B/s", "`bytes_accessed / measured_s`", "measured"),
-    _c("efficiency", "float", "", "`t_roofline_s / measured_s`", "measured"),
+    _c("efficiency", "float", "", "`t_bound_s / measured_s`: the share of the bound reached",
+       "measured"),
     _c("measurement_problem", "text", "",
        "empty, or why an op measured faster than its roof", "measured"),
     _c("measurement_cause", "text", "",
@@ -283,6 +318,10 @@ HINT_FIELDS = ("hint_reason", "ridge_m", "ridge_k", "mxu_waste")
 # The roof behind each verdict (reports written before them lack them; faces show them where
 # present).
 ROOF_FIELDS = ("roof_flops_per_s", "roof_bytes_per_s", "roof_unit")
+# The bound's own time and what sets the expectation above it: reports judged before the two
+# models were split lack them (their `t_roofline_s` reads as `t_expected_s`); faces show such a
+# report without them, as the expectation alone.
+SPLIT_FIELDS = ("t_bound_s", "expected_by")
 # The codes of ``hint_reason`` (its column's meaning lists them; ``hints.hint_text`` words
 # them); a report read back holds no other (``report.validate``).
 HINT_REASONS = (
@@ -330,36 +369,40 @@ class VerdictSummary(TypedDict):
     chip: str  # the chip's key in the database
     chip_name: str
     chip_profile: str  # "vendor" or "book" numbers
-    # Σ max(t_compute, t_memory, t_comm): the ops one after another, each overlapping its own
-    # terms (the book's bound for serial ops; `share` and `time_share` are of it). Not a bound on
-    # the scheduled step: XLA also hides transfers behind other ops.
-    step_time_lower_s: float
-    step_time_upper_s: float  # Σ (t_compute + t_memory + t_comm): no overlap at all
-    # the least the step can take, perfect overlap between ops too: max(Σ t_roofline of the
-    # compute stream's ops, Σ of each transfer engine's); ≤ step_time_scheduled_s always
+    # the bound: the step no schedule can beat. Each compute unit, memory and link queue is busy
+    # at least the sum of its ops' t_bound_s; the step is at least the busiest. Facts only.
+    step_bound_s: float
+    mfu_upper_bound: float  # Σ flops ÷ (peak(mfu_dtype) · step_bound_s): no run reaches more
+    # Σ t_expected_s: the expected ops one after another, each overlapping its own terms (`share`
+    # and `time_share` are of it). Neither bound nor expectation of the step: XLA also hides
+    # transfers behind other ops.
+    step_time_serial_s: float
+    step_time_upper_s: float  # Σ max(t_compute + t_memory + t_comm, t_expected): no overlap
+    # the expected ops with perfect overlap between them too: max(Σ t_expected_s of the compute
+    # stream's ops, Σ of each transfer engine's); ≤ step_expected_s always
     step_time_min_s: float
-    mfu_upper_bound: float  # Σ flops ÷ (peak(mfu_dtype) · step_time_min_s)
     mfu_dtype: str  # the dtype (and precision) most matmul FLOPs run at
-    time_share: dict[str, float]  # step_time_lower_s (Σ per-op time) split by bound
+    time_share: dict[str, float]  # step_time_serial_s (Σ per-op time) split by bound
     floor_share: float  # the part of the step's lower bound that is ops held at the per-op floor
     hbm_bandwidth: float  # B/s
     vmem_bandwidth: float | None  # B/s, where some bytes sit in a TPU's VMEM
     roofs: dict[str, dict[str, float]]  # per rate class: peak_flops and critical_intensity
-    step_time_scheduled_s: float  # the step with the overlap XLA scheduled
-    comm_time_s: float  # Σ t_roofline_s of the collectives
+    step_expected_s: float  # the expectation: the expected ops with the overlap XLA scheduled
+    mfu_expected: float  # Σ flops ÷ (peak(mfu_dtype) · step_expected_s)
+    comm_time_s: float  # Σ t_expected_s of the collectives
     exposed_comm_s: float  # Σ t_exposed_s: communication the compute stream waited for
-    exposed_comm_share: float  # exposed_comm_s ÷ step_time_scheduled_s
+    exposed_comm_share: float  # exposed_comm_s ÷ step_expected_s
     topology: dict | None  # where the devices sit (interconnect.Topology.to_dict)
     # each while loop (lax.scan, fori_loop), slowest first: name (its `loop` path), parent,
     # trip_count, iterations per step, time_per_iteration_s, flops_per_iteration,
-    # bytes_per_iteration, t_roofline_s and share (of step_time_lower_s), nested loops included
+    # bytes_per_iteration, t_expected_s and share (of step_time_serial_s), nested loops included
     loops: list[dict]
     remat_flops: float  # Σ flops of the ops inside a rematted computation (jax.checkpoint)
     remat_flops_share: float  # remat_flops ÷ Σ flops
-    remat_time_s: float  # Σ t_roofline_s of those ops
-    remat_time_share: float  # remat_time_s ÷ step_time_lower_s
+    remat_time_s: float  # Σ t_expected_s of those ops
+    remat_time_share: float  # remat_time_s ÷ step_time_serial_s
     model_flops: float | None  # the user's analytic FLOPs per device and step (--model-flops)
-    mfu_model: float | None  # model_flops ÷ (step_time_scheduled_s · the bf16 peak)
+    mfu_model: float | None  # model_flops ÷ (step_expected_s · the bf16 peak)
     hlo_flops_per_model_flop: float | None  # Σ flops ÷ model_flops
 
 
@@ -478,17 +521,19 @@ FRACTION_COLUMNS: frozenset[str] = frozenset({"share"})
 # Columns a report judged on a chip cannot lack to be shown or gated: every verdict column but
 # the hint (free text, and its fields, which reports written before them lack).
 VERDICT_CORE: tuple[str, ...] = tuple(
-    c for c in VERDICT_COLUMNS if c != "hint" and c not in HINT_FIELDS and c not in ROOF_FIELDS
+    c
+    for c in VERDICT_COLUMNS
+    if c != "hint" and c not in HINT_FIELDS and c not in ROOF_FIELDS and c not in SPLIT_FIELDS
 )
 # Summary keys that are numbers no smaller than 0 (seconds, bytes, FLOPs), and those that are
 # fractions of a whole.
 SUMMARY_AMOUNTS: tuple[str, ...] = (
-    "flops", "transcendentals", "bytes_accessed", "comm_bytes", "step_time_lower_s",
-    "step_time_upper_s", "step_time_scheduled_s", "comm_time_s", "exposed_comm_s",
+    "flops", "transcendentals", "bytes_accessed", "comm_bytes", "step_bound_s",
+    "step_time_serial_s", "step_time_upper_s", "step_expected_s", "comm_time_s", "exposed_comm_s",
     "hbm_bandwidth",
 )  # fmt: skip
 SUMMARY_FRACTIONS: tuple[str, ...] = (
-    "coverage", "floor_share", "exposed_comm_share", "mfu_upper_bound",
+    "coverage", "floor_share", "exposed_comm_share", "mfu_upper_bound", "mfu_expected",
 )  # fmt: skip
 
 # -- what a report read back must agree with: its summary against its rows (``evidence``) -------
@@ -500,23 +545,23 @@ SUMMARY_SUMS: dict[str, tuple[str, str]] = {
     "transcendentals": ("transcendentals", "all"),
     "bytes_accessed": ("bytes_accessed", "all"),
     "comm_bytes": ("comm_bytes", "all"),
-    "step_time_lower_s": ("t_roofline_s", "all"),
-    "comm_time_s": ("t_roofline_s", "collective"),
+    "step_time_serial_s": ("t_expected_s", "all"),
+    "comm_time_s": ("t_expected_s", "collective"),
     "exposed_comm_s": ("t_exposed_s", "collective"),
 }
 # Summary keys that are one summary number over another (0 where the second is 0).
 SUMMARY_RATIOS: dict[str, tuple[str, str]] = {
-    "exposed_comm_share": ("exposed_comm_s", "step_time_scheduled_s"),
+    "exposed_comm_share": ("exposed_comm_s", "step_expected_s"),
     "remat_flops_share": ("remat_flops", "flops"),
-    "remat_time_share": ("remat_time_s", "step_time_lower_s"),
+    "remat_time_share": ("remat_time_s", "step_time_serial_s"),
 }
-# Columns that are another column over a summary number: ``share`` is t_roofline_s of the step.
-ROW_SHARES: dict[str, tuple[str, str]] = {"share": ("t_roofline_s", "step_time_lower_s")}
-# The summary's times of the step as scheduled, walked again from the rows (``verdict``'s walk):
-# key -> the walk's field.
-SUMMARY_SCHEDULE: dict[str, str] = {
-    "step_time_scheduled_s": "step_s",
-    "step_time_min_s": "least_s",
+# Columns that are another column over a summary number: ``share`` is t_expected_s of the step.
+ROW_SHARES: dict[str, tuple[str, str]] = {"share": ("t_expected_s", "step_time_serial_s")}
+# The summary's times of the step as scheduled, walked again from the rows' expected times
+# (``verdict``'s walk): key -> (the walk's field, the summary key it is never below, or None).
+SUMMARY_SCHEDULE: dict[str, tuple[str, str | None]] = {
+    "step_expected_s": ("step_s", "step_bound_s"),
+    "step_time_min_s": ("least_s", None),
 }
 # The unit time a row's ``bound`` names: the largest of the three where the bound is one of them.
 BOUND_TIMES: dict[str, str] = {

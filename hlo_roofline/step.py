@@ -14,8 +14,13 @@ from hlo_roofline.schema import BOUNDS
 RIDGE_DTYPES = ("bf16", "fp8", "int8", "tf32", "fp32")
 
 
-def chip_summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float, least: float) -> dict:
-    time_by_bound = ops.groupby("bound")["t_roofline_s"].sum()
+def chip_summary(
+    ops: pd.DataFrame, chip: Chip, step: float, upper: float, step_bound: float, expected: float
+) -> dict:
+    """The summary's chip, its roofs and the step's MFU: at most ``flops / (peak · step_bound)``
+    (no run reaches more), expected ``flops / (peak · expected)``; ``time_share`` splits the
+    serial step (Σ ``t_expected_s``, ``step``) by each op's bound."""
+    time_by_bound = ops.groupby("bound")["t_expected_s"].sum()
     # MFU against the peak most matmul FLOPs run at (their dtype and precision; bf16 without any)
     priced = (ops["mm_k"] > 0) & (ops["bound"] != "unknown")
     matmul_flops = ops[priced].groupby(["dtype", "precision"])["flops"].sum()
@@ -38,9 +43,11 @@ def chip_summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float, least
         "chip": chip.key,
         "chip_name": chip.name,
         "chip_profile": chip.profile,
-        "step_time_lower_s": step,
+        "step_bound_s": step_bound,
+        "step_time_serial_s": step,
         "step_time_upper_s": upper,
-        "mfu_upper_bound": flops / (peak * least) if least else 0.0,
+        "mfu_upper_bound": flops / (peak * step_bound) if step_bound else 0.0,
+        "mfu_expected": flops / (peak * expected) if expected else 0.0,
         "mfu_dtype": (
             f"{mfu_dtype} ({mfu_precision} precision)"
             if mfu_dtype == "f32" and mfu_precision not in ("", "default")
@@ -56,7 +63,7 @@ def chip_summary(ops: pd.DataFrame, chip: Chip, step: float, upper: float, least
 
 
 LOOP_FIELDS = ("parent", "trip_count", "iterations", "ops", "flops", "bytes_accessed",
-               "t_roofline_s", "share", "flops_per_iteration", "bytes_per_iteration",
+               "t_expected_s", "share", "flops_per_iteration", "bytes_per_iteration",
                "time_per_iteration_s")  # fmt: skip
 
 
@@ -80,8 +87,8 @@ def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
     paths = sorted(
         {"/".join(p.split("/")[: i + 1]) for p in found for i in range(p.count("/") + 1)}
     )
-    timed = "t_roofline_s" in ops
-    step = float(ops["t_roofline_s"].sum()) if timed else 0.0
+    timed = "t_expected_s" in ops
+    step = float(ops["t_expected_s"].sum()) if timed else 0.0
 
     def iterations(path: str) -> float:
         if not path:
@@ -96,8 +103,8 @@ def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
         inside = (loop == path) | np.char.startswith(loop.astype(str), path + "/")
         unknown = bool(short[loop == path].any())
         totals = {c: float(ops[c].to_numpy(dtype=float)[inside].sum())
-                  for c in ("flops", "bytes_accessed", "t_roofline_s") if c in ops}  # fmt: skip
-        time_s = totals.get("t_roofline_s", math.nan)
+                  for c in ("flops", "bytes_accessed", "t_expected_s") if c in ops}  # fmt: skip
+        time_s = totals.get("t_expected_s", math.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
             rows[path] = {
                 "parent": parent,
@@ -106,7 +113,7 @@ def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
                 "ops": int(inside.sum()),
                 "flops": totals["flops"],
                 "bytes_accessed": totals["bytes_accessed"],
-                "t_roofline_s": time_s,
+                "t_expected_s": time_s,
                 "share": time_s / step if step else math.nan,
                 "flops_per_iteration": totals["flops"] / runs if runs else math.nan,
                 "bytes_per_iteration": totals["bytes_accessed"] / runs if runs else math.nan,
@@ -115,7 +122,7 @@ def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
     table.index.name = "loop"
     if timed:
-        table = table.sort_values("t_roofline_s", ascending=False, kind="stable")
+        table = table.sort_values("t_expected_s", ascending=False, kind="stable")
     return table
 
 
@@ -123,7 +130,7 @@ def loops_summary(ops: pd.DataFrame) -> list[dict]:
     """The summary's ``loops``: :func:`loop_table` as records, slowest first."""
     table = loop_table(ops)
     keep = ("trip_count", "iterations", "time_per_iteration_s", "flops_per_iteration",
-            "bytes_per_iteration", "t_roofline_s", "share")  # fmt: skip
+            "bytes_per_iteration", "t_expected_s", "share")  # fmt: skip
     return [
         {"name": name, "parent": row["parent"],
          **{k: None if not math.isfinite(row[k]) else float(row[k]) for k in keep}}
@@ -137,14 +144,14 @@ REMAT = "rematted_computation"  # the name scope JAX gives what jax.checkpoint r
 def remat_summary(ops: pd.DataFrame, step: float) -> dict[str, float]:
     """What the backward pass recomputes (``jax.checkpoint``/``remat``): the FLOPs and roofline
     time of the ops whose ``op_name`` lies inside a rematted computation, and their shares of the
-    step's FLOPs and of Σ ``t_roofline_s`` (a fusion counts wholly where its own op_name is)."""
+    step's FLOPs and of Σ ``t_expected_s`` (a fusion counts wholly where its own op_name is)."""
     if "op_name" not in ops:  # a report without names: nothing known to be recomputed
         inside = np.zeros(len(ops), dtype=bool)
     else:
         inside = ops["op_name"].astype(str).str.contains(REMAT, regex=False).to_numpy()
     flops = ops["flops"].to_numpy(dtype=float)
     remat_flops, total = float(flops[inside].sum()), float(flops.sum())
-    remat_time = float(ops["t_roofline_s"].to_numpy(dtype=float)[inside].sum())
+    remat_time = float(ops["t_expected_s"].to_numpy(dtype=float)[inside].sum())
     return {
         "remat_flops": remat_flops,
         "remat_flops_share": remat_flops / total if total else 0.0,

@@ -1,12 +1,17 @@
-"""Roofline verdicts: each op's FLOPs and bytes against one chip's peaks, links and ridge.
+"""Roofline verdicts: each op's FLOPs and bytes against one chip's peaks, links and ridge, in two
+models with one job each.
 
-For every op: ``intensity = flops / bytes``; the peak it runs at (matmul-class ops at the rate of
-their input dtype, f32 ones at the rate their precision asks for; other ops at the vector rate);
-``t_compute = (flops + transcendentals) / peak``, ``t_memory = bytes / HBM bandwidth`` (bytes in a
-TPU's VMEM at its own bandwidth, where the database has one), ``t_comm``
-from the book's collective model; ``t_roofline = max`` of the three (perfect overlap) and the bound
-that sets it. The step is predicted between Σ max (lower bound) and Σ sum (no overlap at all), as in
-"How to Scale Your Model".
+The bound, from hardware facts only: ``intensity = flops / bytes``; the peak it runs at
+(matmul-class ops at the rate of their input dtype, f32 ones at the rate their precision asks for;
+other ops at the vector rate); ``t_compute = (flops + transcendentals) / peak`` (MXU tiles padded),
+``t_memory = bytes / HBM bandwidth`` (bytes in a TPU's VMEM at its own bandwidth, where the
+database has one), ``t_comm`` from the book's collective model; ``t_bound = max`` of the three and
+the ``bound`` that sets it. ``step_bound_s``: each unit, memory and link queue busy for the sum of
+its ops' times, the step at least the busiest.
+
+The expectation: ``t_expected`` is the bound and every calibrated effect of the chip's
+:class:`~hlo_roofline.chips.Calibration` (XLA:TPU's charges, the measured per-op floor), never
+below the bound; ``step_expected_s`` walks XLA's schedule with it (:mod:`hlo_roofline.schedule`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from hlo_roofline import chips, interconnect, schedule, schema
 from hlo_roofline.chips import Chip
 from hlo_roofline.compute import (
     COMPUTE_UNITS,
+    charged_times,
     column,
     compute_times,
     fills,
@@ -223,6 +229,8 @@ def classify(
         ops, chip, matmul, np.where(no_rate, 1.0, peaks), padding, kernel_mxu
     )
     t_compute[no_rate], compute_unit[no_rate] = 0.0, ""
+    for unit in unit_times.values():  # no rate, no time on any unit (nor in a queue's sum)
+        unit[no_rate] = 0.0
     t_memory = data / hbm
     own_memory = t_memory  # at the op's own placement, no prefetch charged (XLA's view)
     t_vmem = np.zeros(len(ops))  # the part of t_memory spent on VMEM bytes
@@ -242,27 +250,18 @@ def classify(
         t_memory = hbm_bytes / hbm + t_vmem
     t_comm, topology = _comm_times(ops, chip, topology)
     times = np.stack([t_compute, t_memory, t_comm])
-    # an op takes at least the chip's per-op floor; its bound is the unit that would set it above
-    floors = op_floors(ops, chip, matmul)
-    rows = np.arange(len(ops))
-    pipelined = matmul_pipeline(
-        chip, matmul & ~no_rate, unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", rows, 0.0),
-        column(ops, "tile_reread_bytes", rows, 0.0),
-        (column(ops, "tile_k_steps", rows, 0.0), column(ops, "epilogue_elements", rows, 0.0)),
-        column(ops, "prologue_elements", rows, 0.0),
-    )  # fmt: skip
-    pipelined = np.maximum.reduce([
-        pipelined, loop_reads(ops, chip, matmul | no_rate, unit_times["loop"], hbm_bytes),
-        major_reduces(ops, chip, no_rate),
-    ])  # fmt: skip
-    t_roofline = np.maximum.reduce([times.max(axis=0), floors, pipelined])
+    # the bound: hardware facts only, each op at the slowest of its units, memory and links
+    t_bound = times.max(axis=0)
     bound = np.array(BOUNDS[:3])[times.argmax(axis=0)].astype(object)
-    bound[t_roofline == 0] = "none"
+    bound[t_bound == 0] = "none"
     bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
     bound[no_rate] = "unknown"
-    step = float(t_roofline.sum())
+    # the expectation: the bound and every calibrated effect, each never below it
+    effects = expected_effects(ops, chip, matmul, no_rate, unit_times, hbm_bytes, t_memory, t_vmem)
+    t_expected, expected_by = _expected(t_bound, effects)
+    step = float(t_expected.sum())
     is_collective = ops["collective"].to_numpy() != ""
-    scheduled = walk_schedule(ops, chip.kind, t_roofline)
+    scheduled = walk_schedule(ops, chip.kind, t_expected)
     with np.errstate(divide="ignore", invalid="ignore"):  # seconds per byte this op moves
         per_byte = np.where(data > 0, t_memory / data, 1 / hbm)
     ops = ops.assign(
@@ -273,38 +272,121 @@ def classify(
         compute_unit=compute_unit,
         t_memory_s=t_memory,
         t_comm_s=t_comm,
-        t_roofline_s=t_roofline,
-        share=t_roofline / step if step else 0.0,
+        t_bound_s=t_bound,
+        t_expected_s=t_expected,
+        expected_by=expected_by,
+        share=t_expected / step if step else 0.0,
         t_exposed_s=scheduled.exposed_s,
         xla_estimate_s=xla_estimate(ops, chip),
     )
     ops["xla_gap"] = xla_gaps(
-        ops, chip, t_roofline, ops["xla_estimate_s"].to_numpy(), padding, own_memory
+        ops, chip, t_expected, ops["xla_estimate_s"].to_numpy(), padding, own_memory
     )
     ops = ops.assign(**hint_columns(ops, matmul, no_rate, rates, chip, padding))
-    ops = ops.assign(**_roof_columns(ops, t_compute, t_memory, t_vmem, floors, flops, data))
+    ops = ops.assign(**_roof_columns(ops, t_compute, t_memory, t_vmem, flops, data))
     ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
-    upper = float(np.maximum.reduce([times.sum(axis=0), floors, pipelined]).sum())
-    summary = chip_summary(ops, chip, step, upper, scheduled.least_s)
-    comm = float(t_roofline[is_collective].sum())
+    upper = float(np.maximum(times.sum(axis=0), t_expected).sum())
+    step_bound = busiest_queue(ops, unit_times, t_memory - t_vmem, t_vmem, t_comm)
+    # the expected step is XLA's schedule of the expected ops, and never below what the hardware
+    # allows (the walk does not see the HBM or units that async transfers share with the stream)
+    expected = max(scheduled.step_s, step_bound)
+    summary = chip_summary(ops, chip, step, upper, step_bound, expected)
+    comm = float(t_expected[is_collective].sum())
     exposed = float(scheduled.exposed_s[is_collective].sum())
+    floors = effects.get("floor", np.zeros(len(ops)))
     summary.update(
-        floor_share=float((np.maximum(times.max(axis=0), floors) - times.max(axis=0)).sum())
-        / step if step else 0.0,
+        floor_share=float((np.maximum(t_bound, floors) - t_bound).sum()) / step if step else 0.0,
         step_time_min_s=scheduled.least_s,
-        step_time_scheduled_s=scheduled.step_s,
+        step_expected_s=expected,
         comm_time_s=comm,
         exposed_comm_s=exposed,
-        exposed_comm_share=exposed / scheduled.step_s if scheduled.step_s else 0.0,
+        exposed_comm_share=exposed / expected if expected else 0.0,
         topology=topology.to_dict() if topology is not None else None,
         loops=loops_summary(ops),
         **remat_summary(ops, step),
-        **model_flops_summary(float(flops.sum()), model_flops, chip, scheduled.step_s),
+        **model_flops_summary(float(flops.sum()), model_flops, chip, expected),
     )
     return ops, summary
 
 
-def walk_schedule(ops: pd.DataFrame, kind: str, t_roofline: np.ndarray) -> schedule.Scheduled:
+def expected_effects(
+    ops: pd.DataFrame,
+    chip: Chip,
+    matmul: np.ndarray,
+    no_rate: np.ndarray,
+    unit_times: dict[str, np.ndarray],
+    hbm_bytes: np.ndarray,
+    t_memory: np.ndarray,
+    t_vmem: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Each calibrated effect's time per op (:data:`schema.EXPECTED_EFFECTS`), from the chip's
+    :class:`~hlo_roofline.chips.Calibration` alone: what XLA:TPU's cost model charges beyond the
+    hardware's work and the per-op floor. Zero where the chip has no such calibration (every
+    chip of the ``book`` profile)."""
+    rows, zero, cal = np.arange(len(ops)), np.zeros(len(ops)), chip.calibration
+    charged = charged_times(ops, cal)
+    pipeline = matmul_pipeline(
+        chip, matmul & ~no_rate, unit_times, hbm_bytes, t_vmem, column(ops, "tile_steps", rows, 0.0),
+        column(ops, "tile_reread_bytes", rows, 0.0),
+        (column(ops, "tile_k_steps", rows, 0.0), column(ops, "epilogue_elements", rows, 0.0)),
+        column(ops, "prologue_elements", rows, 0.0),
+    )  # fmt: skip
+    priced = np.where(no_rate, 0.0, 1.0)  # a row without a rate has no charged compute either
+    return {
+        "loop": charged["loop"] * priced,
+        "fill": charged["fill"] * priced,
+        "xlu": charged["xlu"] * priced,
+        "floor": op_floors(ops, chip, matmul),
+        "pipeline": pipeline,
+        "loop_reads": loop_reads(ops, chip, matmul | no_rate, charged["loop"], hbm_bytes),
+        "major_reduce": major_reduces(ops, chip, no_rate),
+        "matmul_rate": unit_times["mxu"] / cal.matmul_efficiency if cal.matmul_efficiency else zero,
+        "memory_rate": (t_memory - t_vmem) / cal.memory_efficiency + t_vmem
+        if cal.memory_efficiency
+        else zero,
+    }
+
+
+def _expected(t_bound: np.ndarray, effects: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's expected time (the largest of its bound and its calibrated effects) and the
+    effect that sets it above the bound ("" where the bound does)."""
+    names = np.array(["", *effects], dtype=object)
+    times = np.stack([t_bound, *effects.values()])
+    return times.max(axis=0), names[times.argmax(axis=0)]
+
+
+def busiest_queue(
+    ops: pd.DataFrame,
+    unit_times: dict[str, np.ndarray],
+    t_hbm: np.ndarray,
+    t_vmem: np.ndarray,
+    t_comm: np.ndarray,
+) -> float:
+    """The step no schedule can beat (``step_bound_s``): every compute unit (MXU, vector unit,
+    EUP), memory (HBM, VMEM) and link queue is busy at least the sum of its ops' bound times, so
+    the step is at least the longest of them. On a TPU torus a collective's device group names
+    its links (other groups may use other links, so each group is a queue: the least they could
+    share); a GPU's collectives likewise, by group, over its NVLink and network ports. A program
+    offloaded to another core (the ``offload`` column: XLA:TPU's SparseCore) is that core's."""
+    offload = ops["offload"].to_numpy().astype(str) if "offload" in ops else np.full(len(ops), "")
+    main = offload == ""
+    queues = [float(t[main].sum()) for t in unit_times.values()]
+    if not main.all():
+        elsewhere = np.max(np.stack(list(unit_times.values())), axis=0)[~main]
+        queues += [float(v) for v in pd.Series(elsewhere).groupby(offload[~main]).sum()]
+    queues += [float(t_hbm.sum()), float(t_vmem.sum())]
+    comm = t_comm > 0
+    if comm.any():
+        groups = ops["replica_group"].to_numpy()[comm] if "replica_group" in ops else None
+        if groups is None:
+            queues.append(float(t_comm.sum()))
+        else:
+            per_group = pd.Series(t_comm[comm]).groupby(groups.astype(str)).sum()
+            queues += [float(v) for v in per_group]
+    return max(queues, default=0.0)
+
+
+def walk_schedule(ops: pd.DataFrame, kind: str, durations: np.ndarray) -> schedule.Scheduled:
     """The step as scheduled (:func:`hlo_roofline.schedule.walk`) for ops on a chip of ``kind``.
 
     On a TPU torus a collective's device group names the links it uses (another mesh axis is
@@ -317,7 +399,7 @@ def walk_schedule(ops: pd.DataFrame, kind: str, t_roofline: np.ndarray) -> sched
         ops["opcode"].to_numpy(),
         waits_for,
         ops["collective"].to_numpy() != "",
-        t_roofline,
+        durations,
         links,
         ops["offload"].to_numpy() if "offload" in ops else None,
     )
@@ -328,28 +410,22 @@ def _roof_columns(
     t_compute: np.ndarray,
     t_memory: np.ndarray,
     t_vmem: np.ndarray,
-    floors: np.ndarray,
     flops: np.ndarray,
     data: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """The roof behind each verdict, so a face draws it without arithmetic on the model: the
-    FLOP/s the op's compute side reaches (its binding unit, or the per-op floor where that holds
-    it), the bandwidth its bytes move at, and the unit whose roof its point lies on. A predicted
-    point (intensity, flops ÷ ``t_roofline_s``) lies on min(compute roof, intensity × memory
-    roof) unless its link time sets it."""
-    held = np.maximum(t_compute, floors)
+    FLOP/s the op's compute side reaches on its binding unit, the bandwidth its bytes move at,
+    and the unit whose roof its bound point lies on. The bound's point (intensity, flops ÷
+    ``t_bound_s``) lies on min(compute roof, intensity × memory roof) unless its link time sets
+    it; the expected point (flops ÷ ``t_expected_s``) on or under it."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        roof_flops = np.where((flops > 0) & (held > 0), flops / held, np.nan)
+        roof_flops = np.where((flops > 0) & (t_compute > 0), flops / t_compute, np.nan)
         roof_bytes = np.where((data > 0) & (t_memory > 0), data / t_memory, np.nan)
     bound = ops["bound"].to_numpy()
-    on_floor = (floors > 0) & (floors >= ops["t_roofline_s"].to_numpy(dtype=float)) & (
-        floors > np.maximum(t_compute, t_memory)
-    )
     memory = np.where(t_vmem > t_memory - t_vmem, "vmem", "hbm")
     unit = np.select(
-        [bound == "none", on_floor, bound == "compute", bound == "memory",
-         bound == "communication"],
-        ["", "floor", ops["compute_unit"].to_numpy(dtype=object), memory, "link"],
+        [bound == "none", bound == "compute", bound == "memory", bound == "communication"],
+        ["", ops["compute_unit"].to_numpy(dtype=object), memory, "link"],
         "",
-    ).astype(object)  # fmt: skip
+    ).astype(object)
     return {"roof_flops_per_s": roof_flops, "roof_bytes_per_s": roof_bytes, "roof_unit": unit}

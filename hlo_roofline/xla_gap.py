@@ -44,7 +44,7 @@ def xla_gaps(
     if not len(far):
         return gaps
     width = chip.mxu_width
-    floor = (chip.op_floor_s or 0.0) * ops["count"].to_numpy(dtype=float)
+    floor = (chip.calibration.op_floor_s or 0.0) * ops["count"].to_numpy(dtype=float)
     columns = ("opcode", "fused_ops", "mm_m", "mm_n", "mm_k")
     opcode, fused, m, n, k = (ops[c].to_numpy() for c in columns)
     major = (

@@ -172,7 +172,6 @@ FIT_COLORS = {
 }  # fmt: skip
 # What each roof_unit means, for the tab's legend and details (compute units: verdict's own).
 ROOF_UNITS = {
-    "floor": "the chip's per-op floor (a fixed overhead per op on the core)",
     "hbm": "HBM bandwidth",
     "vmem": "VMEM bandwidth (bytes XLA placed in VMEM)",
     "link": "the links of its collective",
@@ -204,7 +203,7 @@ def timeline(report_dir: str, chip: str | None = None) -> dict:
     kind = chips.get(report.chip).kind
     lanes = sorted(set(frame["lane"]), key=lambda k: (k != STREAM, k))
     return {
-        "step_s": report.summary.get("step_time_scheduled_s"),
+        "step_s": report.summary.get("step_expected_s"),
         "lanes": [{"lane": k, "title": lane_title(k, kind)} for k in lanes],
         "columns": ["row", "lane", "begin_s", "end_s", "exposed_s", "exposed_from_s", "wait_from_s"],
         "data": [
@@ -605,7 +604,7 @@ def report_csv(report_dir: str, chip: str | None = None) -> bytes:
 
 COMPARE_COLUMNS = (
     "op_name", "source", "opcode", "shape", "shape_other", "name", "name_other", "bound",
-    "bound_other", "t_roofline_s", "t_roofline_s_other", "delta_s", "flipped", "change",
+    "bound_other", "t_expected_s", "t_expected_s_other", "delta_s", "flipped", "change",
 )  # fmt: skip
 
 
@@ -630,8 +629,8 @@ def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
             "name_other": ops["name_b"],
             "bound": ops["bound_a"],
             "bound_other": ops["bound_b"],
-            "t_roofline_s": ops["t_roofline_s_a"],
-            "t_roofline_s_other": ops["t_roofline_s_b"],
+            "t_expected_s": ops["t_expected_s_a"],
+            "t_expected_s_other": ops["t_expected_s_b"],
             "delta_s": ops["delta_s"],
             "flipped": ops["change"] == "flipped",
             "change": ops["change"],
@@ -643,7 +642,7 @@ def compare(dir_a: str, dir_b: str, chip: str | None = None) -> dict:
     def side(report, step: float) -> dict:
         s = report.summary
         keys = ("chip", "chip_name", "step_time_upper_s", "mfu_upper_bound")
-        return {"module": report.module, "ops": len(report.ops), "step_time_lower_s": step} | {
+        return {"module": report.module, "ops": len(report.ops), "step_time_serial_s": step} | {
             k: s.get(k) for k in keys
         }
 

@@ -72,7 +72,7 @@ def hostile_report() -> Report:
     """A real report whose longest op carries HTML/script in its op_name and source."""
     report = fixture_report("mlp_bf16", "tpu_v5e", "v5e")
     ops = report.ops.copy()
-    row = ops["t_roofline_s"].idxmax()
+    row = ops["t_expected_s"].idxmax()
     ops.loc[row, "op_name"] = f"jit(step)/{HOSTILE}"
     ops.loc[row, "source"] = f"{HOSTILE}.py:1"
     return agreeing(ops, report)
@@ -150,7 +150,7 @@ def write_corrupt(logdir: Path, run: str) -> Path:
 
 def timed_rows(report: Report) -> int:
     """Ops the chart draws: one point per op with a nonzero predicted time."""
-    return int((report.ops["t_roofline_s"] > 0).sum())
+    return int((report.ops["t_expected_s"] > 0).sum())
 
 
 def first_chip_flip(report: Report, chips: list[str]) -> tuple[str, str, str, str]:
@@ -160,8 +160,8 @@ def first_chip_flip(report: Report, chips: list[str]) -> tuple[str, str, str, st
         after = report.classify(chip).ops
         flipped = (
             (before["bound"] != after["bound"])
-            & (before["t_roofline_s"] > 0)
-            & (after["t_roofline_s"] > 0)
+            & (before["t_expected_s"] > 0)
+            & (after["t_expected_s"] > 0)
         )
         if flipped.any():
             i = flipped.idxmax()
@@ -294,8 +294,8 @@ def screenshot_logdir(root: Path) -> dict[str, str]:
     for run, make in SCREENSHOT_RUNS.items():
         report = make(root)
         report.write_tensorboard(root, run)
-        ops = report.ops[report.ops["t_roofline_s"] > 0]
-        key = "t_roofline_s" if run in WITH_TIMELINE else "flops"
+        ops = report.ops[report.ops["t_expected_s"] > 0]
+        key = "t_expected_s" if run in WITH_TIMELINE else "flops"
         chosen[run] = ops.sort_values(key).iloc[-1]["name"]
     return chosen
 

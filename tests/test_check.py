@@ -262,7 +262,7 @@ def test_exclude_kind_collective_leaves_the_fsdp_reduce_scatters_out(fsdp):
 
 
 def test_kind_matmul_is_every_op_around_a_dot_or_convolution(fsdp):
-    timed = fsdp.ops[fsdp.ops["t_roofline_s"] > 0]
+    timed = fsdp.ops[fsdp.ops["t_expected_s"] > 0]
     around = timed["opcode"].isin(["dot", "convolution"]) | timed["fused_ops"].str.contains(
         r"\b(?:convolution|dot)\b"
     )

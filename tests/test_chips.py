@@ -354,3 +354,67 @@ def test_doc_lists_every_chip_and_table_is_current():
     assert m.group(1).strip() == chips.markdown_table().strip(), (
         "docs/chips.md table is stale: regenerate with `python -m hlo_roofline.chips`"
     )
+
+
+# -- what each number is: a fact, derived from facts, or calibrated on fixtures -------------------
+
+
+def _leaves(node, path=""):
+    if isinstance(node, dict):
+        if "source" in node:
+            yield path, node
+        else:
+            for k, v in node.items():
+                yield from _leaves(v, f"{path}.{k}" if path else k)
+
+
+def test_every_number_says_what_it_is():
+    """Every leaf of the database carries its kind: a fact with its source, a derivation with its
+    formula (the note), or a calibration with the fixtures it was fitted on, in its chip's
+    ``[calibrated]`` section and nowhere else."""
+    data = tomllib.loads(chips.DATA_FILE.read_text())
+    kinds = {k: 0 for k in chips.KINDS}
+    for key, table in data["chips"].items():
+        for path, leaf in _leaves(table):
+            kind = leaf.get("kind")
+            assert kind in chips.KINDS, f"chips.{key}.{path} has no kind"
+            kinds[kind] += 1
+            assert (kind == "calibrated") == path.startswith("calibrated."), (key, path)
+            if kind == "derived":
+                assert "=" in leaf.get("note", ""), f"chips.{key}.{path}: derived, no formula"
+            if kind == "calibrated":
+                assert (Path(__file__).parents[1] / leaf["fitted_on"]).exists(), (key, path)
+                assert "derived" not in ([leaf["source"]] if isinstance(leaf["source"], str)
+                                         else leaf["source"]), (key, path)  # fmt: skip
+    assert all(kinds.values()), kinds  # every kind is used
+
+
+def test_no_calibrated_number_reaches_the_book_profile():
+    """The book's roofline is facts and what follows from them: its chips carry no calibration,
+    and nothing they cite is calibrated."""
+    for chip in chips.all_chips():
+        book = chips.get(chip.key, "book")
+        assert book.calibration == chips.Calibration(), chip.key
+        assert all(s.kind != "calibrated" for s in book.sources.values()), chip.key
+    assert chips.get("v5e").calibration.vector_elements_rate  # the vendor profile keeps them
+
+
+def test_a_calibrated_number_outside_its_section_is_an_error(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(USER_TOML.replace(
+        'bandwidth = { value = 2.0e12, source = "my-sheet" }',
+        'bandwidth = { value = 2.0e12, source = "my-sheet", kind = "calibrated", fitted_on = "x" }'
+    ))  # fmt: skip
+    with pytest.raises(ValueError, match="calibrated numbers, and only they"):
+        chips.load_file(path)
+
+
+def test_a_user_calibration_loads_into_the_calibration_only(tmp_path):
+    path = tmp_path / "mine.toml"
+    text = USER_TOML.replace("lab-accel", "lab-cal").replace("labaccel 1", "labcal 1")
+    path.write_text(text + '\n[chips.lab-cal.calibrated]\nop_floor = { value = 2e-6, '
+                    'source = "my-sheet", kind = "calibrated", fitted_on = "our traces" }\n')
+    (chip,) = chips.load_file(path)
+    assert chip.calibration.op_floor_s == 2e-6
+    assert chip.source_of("calibrated.op_floor").fitted_on == "our traces"
+    assert chips.get("lab-cal", "book").calibration.op_floor_s is None

@@ -73,7 +73,7 @@ def test_kv_cache_update_costs_the_update_not_the_cache(program, chip):
     cache_bytes = B * T * H * D * BF16
     assert row["bytes_accessed"] < cache_bytes / 100
     if not math.isnan(row["xla_estimate_s"]):
-        assert 0.5 <= row["t_roofline_s"] / row["xla_estimate_s"] <= 1.25
+        assert 0.5 <= row["t_expected_s"] / row["xla_estimate_s"] <= 1.25
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -198,7 +198,7 @@ def test_decode_step_weights_read_per_layer(chip):
         assert len(rows), chip
         assert (rows["bytes_accessed"] / 4 <= 2 * d * n * BF16 + 2e6).all()
     estimated = ops[ops["xla_estimate_s"].notna()]
-    ratio = estimated["t_roofline_s"].sum() / estimated["xla_estimate_s"].sum()
+    ratio = estimated["t_expected_s"].sum() / estimated["xla_estimate_s"].sum()
     assert 0.5 <= ratio <= 1.25, ratio
 
 
@@ -241,7 +241,7 @@ def test_fused_prologue_is_vector_work(chip):
     result_words = 4 * 1024 * 8 * 128 / 2
     assert row["vector_elements"] > result_words
     assert row["vector_elements"] <= 4 * 8 * 1024 * 1024 / 2
-    assert 0.5 <= row["t_roofline_s"] / row["xla_estimate_s"] <= 1.25
+    assert 0.5 <= row["t_expected_s"] / row["xla_estimate_s"] <= 1.25
 
 
 def test_sort_and_topk_count_comparison_passes():
@@ -283,8 +283,8 @@ def test_compiled_head_projections_have_real_n(chip):
     assert len(matmuls) == 2
     for row in matmuls.itertuples():
         assert (row.mm_batch, row.mm_m, row.mm_n, row.mm_k) == (1, 4 * 2048, 2048, 2048)
-    assert (matmuls["t_roofline_s"] <= 1.25 * matmuls["xla_estimate_s"]).all()
-    assert (matmuls["t_roofline_s"] >= 0.5 * matmuls["xla_estimate_s"]).any()
+    assert (matmuls["t_expected_s"] <= 1.25 * matmuls["xla_estimate_s"]).all()
+    assert (matmuls["t_expected_s"] >= 0.5 * matmuls["xla_estimate_s"]).any()
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -294,7 +294,7 @@ def test_sliced_operand_passes_its_slices(chip):
     ops = _report("glu_split", chip)
     row = ops[ops["fused_ops"].str.contains("slice") & (ops["mm_k"] == 0)].iloc[0]
     assert row["vector_elements"] == 4096 * 4096
-    assert row["t_roofline_s"] <= 1.25 * row["xla_estimate_s"]
+    assert row["t_expected_s"] <= 1.25 * row["xla_estimate_s"]
 
 
 @pytest.mark.parametrize("chip", ["v5e", "7x"])

@@ -88,7 +88,8 @@ def expected_bound(op, chip) -> str:
 @pytest.mark.filterwarnings("ignore::hlo_roofline.chips.RateFallbackWarning")
 def test_verdicts_differ_where_the_numbers_say_they_must(demo_run, reports):
     """Each forward matmul's verdict on each chip is what its intensity and that chip's ridge give
-    (or, on v5e, the vector loop its result passes through, where that is slower); where those give different verdicts on v5e and H100, the reports differ, and some do."""
+    (the bound's: no calibrated rate, such as v5e's vector loop, enters a verdict); where those
+    give different verdicts on v5e and H100, the reports differ, and some do."""
     tpu, gpu = reports["gpt_v5e"], reports["gpt_h100"]
     ridges = [chips.get(r.chip).critical_intensity("bf16") for r in (tpu, gpu)]
     assert ridges[0] < ridges[1]  # 240.5 vs 295.2: a matmul in between flips
@@ -99,9 +100,6 @@ def test_verdicts_differ_where_the_numbers_say_they_must(demo_run, reports):
     for op_name in common:
         x, y = a.loc[op_name], b.loc[op_name]
         want = expected_bound(x, tpu.chip), expected_bound(y, gpu.chip)
-        loop = x["vector_elements"] / chips.get(tpu.chip).vector_elements_rate
-        if loop >= max(x["t_memory_s"], x["t_compute_s"] * 0.999):  # the vector loop is slower
-            want = ("compute", want[1])
         assert (x["bound"], y["bound"]) == want, op_name
         if want[0] != want[1]:
             must_differ.append(op_name)
@@ -126,6 +124,6 @@ def test_parts_table_is_the_rollup_by_scope_and_pass(demo_run, reports):
     for pass_ in ("forward", "backward"):  # the layer scan writing and reading its stacked buffers
         assert f"(scan stacking) ({pass_})" in table.index
     for run, report in reports.items():
-        assert table[(run, "ms")].sum() == pytest.approx(report.summary["step_time_lower_s"] * 1e3)
+        assert table[(run, "ms")].sum() == pytest.approx(report.summary["step_time_serial_s"] * 1e3)
     printed = demo_run[1].split("by part of the model")[1]
     assert "mlp/up (backward)" in printed and "(no named scope)" in printed

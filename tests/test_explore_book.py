@@ -136,7 +136,10 @@ def test_t2_tensor_parallel_threshold(layout, y, n_axes, f):
     ratio = t["math_forward"] / t["comm_forward"]
     closed_form = n_axes * f / R / (y - 1)
     matmuls = r.ops[r.ops["mm_m"].fillna(0) > 0]
-    on_loop = matmuls["compute_unit"] == "loop"
+    # the committed reports were judged before the bound and the expectation were split: there
+    # the vector loop's time was a compute unit (`loop`), now an expected effect (`expected_by`)
+    by = matmuls["expected_by"] if "expected_by" in matmuls else matmuls["compute_unit"]
+    on_loop = by == "loop"
     # Where the per-chip hidden slice F/Y is 256 or less, XLA fuses the down-projection (its
     # contraction K = F/Y) into a loop fusion that the cost model prices on the vector units, not
     # the MXU: the compiled step then has more compute time than the closed form (docs/explore.md)
@@ -236,7 +239,7 @@ def test_the_fixture_tables_match_the_reports():
             if not (HERE / sweep / f"{row['candidate']}.json.gz").exists():
                 continue
             r = report(sweep, row["candidate"])
-            assert row["step_s"] == pytest.approx(r.summary["step_time_scheduled_s"], rel=1e-9)
+            assert row["step_s"] == pytest.approx(r.summary["step_expected_s"], rel=1e-9)
             assert re.search(r"compiled: (whole step )?(\w+-bound|refused)", row["why"])
 
 
@@ -291,7 +294,7 @@ def test_t4_the_best_fsdp_share():
     assert comm[(16, 4)] / comm[(4, 16)] == pytest.approx(1.89, rel=0.02)
     permutes = {k: collectives(r).get("collective-permute", 0) for k, r in reports.items()}
     assert permutes[(16, 4)] == 136 and permutes[(4, 16)] == 28
-    step = {k: r.summary["step_time_scheduled_s"] for k, r in reports.items()}
+    step = {k: r.summary["step_expected_s"] for k, r in reports.items()}
     assert step[(16, 4)] == pytest.approx(step[(4, 16)], rel=0.02)
     assert max(step[(16, 4)], step[(4, 16)]) < min(step[(64, 1)], step[(1, 64)])
 

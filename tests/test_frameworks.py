@@ -151,8 +151,8 @@ def test_rollup_by_user_line_gives_one_row_per_model_line(analyzed, target):
     rolled = report.rollup("user_source")
     assert rolled.index.is_unique
     assert rolled["share"].sum() == pytest.approx(1.0)
-    assert rolled["t_roofline_s"].sum() == pytest.approx(report.summary["step_time_lower_s"])
-    timed = rolled[rolled["t_roofline_s"] > 0]
+    assert rolled["t_expected_s"].sum() == pytest.approx(report.summary["step_time_serial_s"])
+    timed = rolled[rolled["t_expected_s"] > 0]
     mix = timed[["mix_compute", "mix_memory", "mix_communication"]].sum(axis=1)
     assert mix.to_numpy() == pytest.approx(1.0)
     for name in ("q", "out", "up", "down", "head", "optimizer"):
@@ -174,7 +174,7 @@ def test_rollup_by_user_line_gives_one_row_per_model_line(analyzed, target):
 @pytest.mark.filterwarnings("ignore::hlo_roofline.chips.RateFallbackWarning")
 def test_verdicts_are_what_a_practitioner_expects(analyzed, target):
     """At 4096 tokens a step the projections are compute-bound on both chips; layer norms and the
-    AdamW update are memory-bound (on v5e: memory or the vector loop, never the MXU); on H100 attention's score and context matmuls (head_dim 128,
+    AdamW update are memory-bound (on v5e: memory or the vector unit, never the MXU); on H100 attention's score and context matmuls (head_dim 128,
     intensity ~85 FLOP/B against a ridge of 295) are memory-bound."""
     report = analyzed("nnx", target)
     ops = report.ops
@@ -186,11 +186,14 @@ def test_verdicts_are_what_a_practitioner_expects(analyzed, target):
         )
     ]
     assert len(projections) >= 7 and (projections["bound"] == "compute").all()
-    timed = ops[ops["t_roofline_s"] > 0]
+    timed = ops[ops["t_expected_s"] > 0]
     optimizer = timed[timed["user_source"] == lines["optimizer"]]
     norms = timed[timed["call_stack"].str.contains("nnx/nn/normalization.py", regex=False)]
-    # on a TPU the loop over their elements may set the time instead (XLA:TPU's vector loop rate)
-    off_the_mxu = (timed["bound"] == "memory") | timed["compute_unit"].isin(["loop", "xlu"])
+    # on a TPU their vector work may bind instead (VMEM-resident operands move at 22x HBM's rate),
+    # and XLA:TPU's vector loop rate set their expected time: never the MXU
+    off_the_mxu = (timed["bound"] == "memory") | (
+        (timed["bound"] == "compute") & (timed["compute_unit"] != "mxu")
+    )
     assert len(optimizer) > 5 and off_the_mxu[optimizer.index].all()
     assert len(norms) > 5 and off_the_mxu[norms.index].all()
     if target == "h100":

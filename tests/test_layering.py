@@ -72,6 +72,7 @@ LAYERS = [
             "hlo_roofline.testing",
             "hlo_roofline.demo",
             "hlo_roofline.explorer",
+            "hlo_roofline.calibrate",
             "hlo_roofline.examples",
             "hlo_roofline.examples.*",
             "hlo_roofline_tensorboard",

@@ -1,5 +1,5 @@
 """The vector pass over a K-split TPU matmul fusion's result-sized arrays (``epilogue_elements``,
-``vpu.epilogue_passes``).
+``calibrated.epilogue_passes``).
 
 XLA:TPU's estimate of a matmul fusion whose tiling loop splits K adds a pass of the vector unit
 over every array of the result's size (the results, and the fused operands only the epilogue
@@ -48,10 +48,10 @@ def _fit_points(program: str, chip: str) -> list[tuple[pd.Series, float]]:
         mxu = row["t_compute_s"]
         assert row["compute_unit"] == "mxu"
         rest = (
-            row["xla_estimate_s"] - mxu - row["tile_steps"] * device.tile_step_s
+            row["xla_estimate_s"] - mxu - row["tile_steps"] * device.calibration.tile_step_s
             + mxu / row["tile_k_steps"]
         )  # fmt: skip
-        found.append((row, rest / (row["epilogue_elements"] / device.vector_elements_rate)))
+        found.append((row, rest / (row["epilogue_elements"] / device.calibration.vector_elements_rate)))
     return found
 
 
@@ -62,9 +62,9 @@ def test_one_loop_pass_is_a_lower_bound_on_the_fitting_set(chip):
     passes = [passed for p in FITTING for _, passed in _fit_points(p, chip)]
     assert passes, f"{chip}: no fitting fixture splits K"
     device = chips.get(chip).per_device()
-    assert device.epilogue_passes == 1
-    assert min(passes) >= device.epilogue_passes, (chip, passes)
-    assert min(passes) <= 1.3 * device.epilogue_passes, (chip, passes)
+    assert device.calibration.epilogue_passes == 1
+    assert min(passes) >= device.calibration.epilogue_passes, (chip, passes)
+    assert min(passes) <= 1.3 * device.calibration.epilogue_passes, (chip, passes)
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -85,7 +85,7 @@ def test_fitting_fixtures_within_the_band(chip):
     """Every epilogue fixture's matmul is within the band, charged or not."""
     for program in FITTING:
         for row, _ in _fit_points(program, chip):
-            ratio = row["t_roofline_s"] / row["xla_estimate_s"]
+            ratio = row["t_expected_s"] / row["xla_estimate_s"]
             assert BAND[0] <= ratio <= BAND[1], f"{program}.{chip}: {ratio:.2f}"
 
 
@@ -104,7 +104,7 @@ def test_epilogue_rows_of_the_report_set_within_the_band(chip):
     most of their XLA time, and above it for at most the chip's ceiling."""
     rows = _report_rows(chip)
     assert len(rows), chip
-    ratio = rows["t_roofline_s"] / rows["xla_estimate_s"]
+    ratio = rows["t_expected_s"] / rows["xla_estimate_s"]
     weight = rows["xla_estimate_s"] / rows["xla_estimate_s"].sum()
     within = float(weight[ratio.between(*BAND)].sum())
     above = float(weight[ratio > BAND[1]].sum())
@@ -115,14 +115,16 @@ def test_epilogue_rows_of_the_report_set_within_the_band(chip):
 
 # K whole (``tile_k_steps`` 1): the step's vector work (the result-sized arrays, and an operand the
 # fusion relays into another dimension order, once per fetch of its window) against the MXU's
-# whole time; charged ``vpu.epilogue_passes_k_whole`` passes per element on 7x only. The fitting
+# whole time; charged ``calibrated.epilogue_passes_k_whole`` passes per element on 7x only. The fitting
 # fixtures: an MoE's expert SwiGLU MLP gradient whose dispatched tokens are relaid (7x keeps
 # K = d_model whole) and a K = 1024 product with three epilogue-only arrays.
 K_WHOLE_FITTING = ("moe_swiglu_grads", "matmul_reduce")
 K_WHOLE_CHARGED = ("7x",)
 # Report set: the share of the XLA time of the rows the K-whole term sets within the band, at
-# least (measured on 7x: 91.1%; the rest is below it).
-K_WHOLE_IN_BAND_FLOOR = {"7x": 0.9}
+# least (measured on 7x: 87.4%; the rest is below it). The rows: vector work above the MXU's time
+# (`t_compute_s`, the bound's; before the split it was the larger of the MXU and the loop, which
+# left out rows whose loop passes their MXU: 91.1%).
+K_WHOLE_IN_BAND_FLOOR = {"7x": 0.87}
 
 
 def _k_whole_points(chip: str) -> list[tuple[pd.Series, float]]:
@@ -134,10 +136,10 @@ def _k_whole_points(chip: str) -> list[tuple[pd.Series, float]]:
     for program in K_WHOLE_FITTING:
         ops = priced_ops((ROOT / "tpu_estimates" / f"{program}.{chip}.hlo.txt").read_text(), chip)
         for _, row in ops[(ops["tile_k_steps"] == 1) & ops["xla_estimate_s"].notna()].iterrows():
-            one_pass = row["epilogue_elements"] / device.vector_elements_rate
-            if one_pass * device.epilogue_passes_k_whole <= row["t_compute_s"]:
+            one_pass = row["epilogue_elements"] / device.calibration.vector_elements_rate
+            if one_pass * device.calibration.epilogue_passes_k_whole <= row["t_compute_s"]:
                 continue  # the MXU's time sets it: no evidence on the pass
-            rest = row["xla_estimate_s"] - row["tile_steps"] * device.tile_step_s
+            rest = row["xla_estimate_s"] - row["tile_steps"] * device.calibration.tile_step_s
             found.append((row, rest / one_pass))
     return found
 
@@ -149,14 +151,14 @@ def test_k_whole_passes_are_a_lower_bound_on_the_fitting_set(chip):
     device = chips.get(chip).per_device()
     passes = [passed for _, passed in _k_whole_points(chip)]
     assert len(passes) >= 2, passes
-    assert min(passes) >= device.epilogue_passes_k_whole, passes
-    assert min(passes) <= 1.1 * device.epilogue_passes_k_whole, passes
+    assert min(passes) >= device.calibration.epilogue_passes_k_whole, passes
+    assert min(passes) <= 1.1 * device.calibration.epilogue_passes_k_whole, passes
     for row, _ in _k_whole_points(chip):  # and the rule sets their time, within the band
-        stepped = row["tile_steps"] * device.tile_step_s + (
-            row["epilogue_elements"] * device.epilogue_passes_k_whole / device.vector_elements_rate
+        stepped = row["tile_steps"] * device.calibration.tile_step_s + (
+            row["epilogue_elements"] * device.calibration.epilogue_passes_k_whole / device.calibration.vector_elements_rate
         )
-        assert row["t_roofline_s"] == pytest.approx(stepped, rel=1e-9), row["name"]
-        assert BAND[0] <= row["t_roofline_s"] / row["xla_estimate_s"] <= 1.0, row["name"]
+        assert row["t_expected_s"] == pytest.approx(stepped, rel=1e-9), row["name"]
+        assert BAND[0] <= row["t_expected_s"] / row["xla_estimate_s"] <= 1.0, row["name"]
 
 
 def test_k_whole_arrays_counted_from_shapes():
@@ -182,11 +184,11 @@ def test_k_whole_rows_of_the_report_set_within_the_band(chip):
         ops = priced_ops(gzip.decompress(path.read_bytes()).decode(), chip)
         rows = ops[(ops["tile_k_steps"] == 1) & ops["xla_estimate_s"].notna()]
         vector = (
-            rows["epilogue_elements"] * device.epilogue_passes_k_whole / device.vector_elements_rate
+            rows["epilogue_elements"] * device.calibration.epilogue_passes_k_whole / device.calibration.vector_elements_rate
         )
         set_by = (vector > rows["t_compute_s"]) & (
-            (rows["t_roofline_s"] - rows["tile_steps"] * device.tile_step_s - vector).abs()
-            <= 1e-9 * rows["t_roofline_s"]
+            (rows["t_expected_s"] - rows["tile_steps"] * device.calibration.tile_step_s - vector).abs()
+            <= 1e-9 * rows["t_expected_s"]
         )  # fmt: skip
         frames.append(rows[set_by])
     rows = pd.concat(frames, ignore_index=True)
@@ -201,4 +203,4 @@ def test_k_whole_pass_only_where_the_evidence_holds(chip):
     off-report-set decode-score products above XLA (v5p: 0.63 on the fitting set, 0.22 on
     fixtures/tpu_decode_scores, where it changes no report-set share); their K-whole rows are
     left at the MXU (XLA:TPU charges a fused elementwise chain nothing of its own)."""
-    assert chips.get(chip).per_device().epilogue_passes_k_whole is None
+    assert chips.get(chip).per_device().calibration.epilogue_passes_k_whole is None

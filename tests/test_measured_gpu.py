@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hlo_roofline import measured, read_trace, xplane
+from hlo_roofline import calibrate, measured, read_trace, xplane
 
 HERE = Path(__file__).resolve().parent
 TRACES = HERE.parent / "fixtures" / "measured_gpu"
@@ -155,15 +155,49 @@ def test_a_cuda_graph_trace_warns_and_matches_fusions_by_kernel_name(reports, ca
 
 
 @pytest.mark.parametrize("card", CARDS)
-def test_the_roofline_is_a_lower_bound_on_every_program(reports, card):
+def test_the_bound_is_below_every_program(reports, card):
+    """No run beats the bound: the step's (every unit, memory and link busy for its ops at the
+    datasheet's rates) and the ops' own, over the ops the trace timed."""
     found, _ = reports
     for case in CASES:
         summary = found[card, case].summary
-        assert summary["step_time_scheduled_s"] < summary["measured_step_s"], case
+        assert summary["step_bound_s"] < summary["measured_step_s"], case
     for case in PER_OP:
         ops = found[card, case].ops
         timed = ops[ops["measured_s"] > 0]
-        assert timed["t_roofline_s"].sum() < timed["measured_s"].sum(), case
+        assert timed["t_bound_s"].sum() < timed["measured_s"].sum(), case
+
+
+# The expectation within ±15% of the measured step on the programs no calibration read (the
+# card's efficiencies and per-op floor are fitted on the micro-benchmarks:
+# hlo_roofline.calibrate.GPU_FITTING). Where it is not yet, and why (xfail: fails once it holds).
+EXPECTED_BAND = (0.85, 1.15)
+_STEP_GAP = "whole steps lose more than their kernels' calibration covers (async copies, host gaps)"
+EXPECTED_GAPS = {
+    **{(card, case): _STEP_GAP for card in CARDS
+       for case in ("gpt_step", "gpt_step_graphs", "nnx_lm_step")},
+    **{(card, "convnet_step"): "cuDNN's convolutions run at 0.06-0.4 of their roofs: no calibration"
+       for card in CARDS},
+    **{(card, case): "attention kernels (written out, cuDNN's) below the GEMM's efficiency"
+       for card in CARDS for case in ("attention_block", "attention_cudnn")},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("card", "case"),
+    [pytest.param(card, case, marks=pytest.mark.xfail(reason=EXPECTED_GAPS[card, case], strict=True))
+     if (card, case) in EXPECTED_GAPS else (card, case)
+     for card in CARDS for case in calibrate.GPU_HELD_OUT],
+)  # fmt: skip
+def test_the_expectation_is_within_15_percent_where_no_calibration_saw(reports, card, case):
+    s = reports[0][card, case].summary
+    ratio = s["step_expected_s"] / s["measured_step_s"]
+    assert EXPECTED_BAND[0] <= ratio <= EXPECTED_BAND[1], f"{card} {case}: {ratio:.3f}"
+
+
+def test_the_fitting_half_and_the_held_out_half_are_every_program():
+    assert set(calibrate.GPU_FITTING) | set(calibrate.GPU_HELD_OUT) == set(CASES)
+    assert not set(calibrate.GPU_FITTING) & set(calibrate.GPU_HELD_OUT)
 
 
 @pytest.mark.parametrize("card", CARDS)
@@ -172,7 +206,7 @@ def test_efficiency_per_op_class(reports, card):
     gemm, stream = [], []
     for case in PER_OP:
         ops = found[card, case].ops
-        per_run = ops["t_roofline_s"] / ops["count"]
+        per_run = ops["t_bound_s"] / ops["count"]
         large = ops[(per_run >= LARGE_RUN_S) & ops["efficiency"].notna()]
         conv = large["name"].str.startswith("cudnn-conv")  # a class of their own (below)
         library = large["name"].str.contains("gemm|custom-call|matmul") & ~conv
@@ -238,7 +272,7 @@ PROGRAM_ROWS = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "convnet_step", "k
 
 
 def _op_class(row) -> str:
-    per_run = row["t_roofline_s"] / row["count"]
+    per_run = row["t_bound_s"] / row["count"]
     if row["opcode"] == "fusion-start":
         return "async copies (fusion-start)"
     if str(row["name"]).startswith("dot_product_attention") or "fmha" in str(row["name"]):
@@ -261,16 +295,17 @@ def validation_tables(found) -> tuple[list[str], list[str]]:
             report = found[card, case]
             s = report.summary
             timed = report.ops[report.ops["measured_s"] > 0]
-            on_device = timed["measured_s"].sum() / timed["t_roofline_s"].sum()
-            cells.append(f"{s['measured_step_s'] * 1e3:.2f} / {s['step_time_scheduled_s'] * 1e3:.2f}")
-            cells.append(f"{s['measured_step_s'] / s['step_time_scheduled_s']:.2f}")
+            on_device = timed["t_bound_s"].sum() / timed["measured_s"].sum()
+            cells.append(f"{s['measured_step_s'] * 1e3:.2f}")
+            cells.append(f"{s['step_bound_s'] / s['measured_step_s']:.2f}")
+            cells.append(f"{s['step_expected_s'] / s['measured_step_s']:.2f}")
             cells.append("–" if s["measured_unmatched_ops"] else f"{on_device:.2f}")
         programs.append("| " + " | ".join(cells) + " |")
     classes: dict[tuple[str, str], list] = defaultdict(list)
     for card in CARDS:
         for case in PER_OP:
             ops = found[card, case].ops
-            timed = ops[(ops["measured_s"] > 0) & (ops["t_roofline_s"] > 0)]
+            timed = ops[(ops["measured_s"] > 0) & (ops["t_bound_s"] > 0)]
             for _, row in timed.iterrows():
                 classes[_op_class(row), card].append(row)
     rows = []
@@ -278,7 +313,7 @@ def validation_tables(found) -> tuple[list[str], list[str]]:
         cells = [name]
         for card in CARDS:
             members = classes.get((name, card), [])
-            roof = sum(r["t_roofline_s"] for r in members)
+            roof = sum(r["t_bound_s"] for r in members)
             took = sum(r["measured_s"] for r in members)
             cells += [str(len(members)), f"{took / roof:.2f}" if roof else "–"]
         rows.append("| " + " | ".join(cells) + " |")

@@ -53,7 +53,7 @@ def logdir(tmp_path_factory):
     PAIR.extend(write_flipping_pair(root / "pair"))
     hostile_report().write_tensorboard(root, "hostile")
     write_corrupt(root, "broken")
-    without_column(fixture_report("mlp_bf16", "tpu_v5e", "v5e"), "t_roofline_s").write_tensorboard(
+    without_column(fixture_report("mlp_bf16", "tpu_v5e", "v5e"), "t_expected_s").write_tensorboard(
         root, "no_time"
     )
     (root / "events_only").mkdir()  # not a run: no plugins/hlo_roofline/report.json
@@ -237,7 +237,7 @@ def test_report_is_the_written_report(client, logdir):
     assert body["derived"]["scope"] == [scope_of(x) for x in ops["op_name"]]
     assert body["derived"]["user_function"] == [function_of(x) for x in ops["user_source"]]
     assert body["summary"]["chip"] == "v5e"
-    assert {"step_time_lower_s", "step_time_upper_s", "mfu_upper_bound", "roofs"} <= set(
+    assert {"step_time_serial_s", "step_time_upper_s", "mfu_upper_bound", "roofs"} <= set(
         body["summary"]
     )
 
@@ -255,8 +255,8 @@ def test_chip_param_reclassifies_through_report_classify(client, logdir):
         assert body["columns"] == whole["columns"]
         assert rows_of(body) == _strict_json(json.dumps(whole["data"]))
         assert body["call_stacks"] == whole["call_stacks"]
-        assert body["summary"]["step_time_lower_s"] == pytest.approx(
-            expected.summary["step_time_lower_s"]
+        assert body["summary"]["step_time_serial_s"] == pytest.approx(
+            expected.summary["step_time_serial_s"]
         )
     alias = get_json(client, "/report?run=random/tpu_v5e&chip=TPU v5p")
     assert alias["summary"]["chip"] == "v5p"
@@ -276,7 +276,7 @@ def test_a_chip_answer_to_the_report_held_is_what_the_chip_changed(client, logdi
         assert part["columns"] == whole["columns"] and "derived" not in part
         changed = [c for c in part["columns"] if c not in part["same"]]
         # the verdict's times at least differ between a v5e and this chip
-        assert {"t_roofline_s", "bound"} & set(changed), changed
+        assert {"t_expected_s", "bound"} & set(changed), changed
         assert len(part["cols"]) == len(changed) < len(part["columns"]) / 2
         sent = dict(zip(changed, (decoded(c) for c in part["cols"]), strict=True))
         columns = [sent[c] if c in sent else held[c] for c in part["columns"]]
@@ -381,8 +381,8 @@ def test_csv_for_another_chip(client, logdir, tmp_path):
     expected = Report.read(logdir / "random/tpu_v5e/plugins/hlo_roofline/report.json")
     v5p = expected.classify("v5p").ops
     assert list(frame["bound"]) == list(v5p["bound"])
-    assert frame["t_roofline_s"].to_numpy() == pytest.approx(v5p["t_roofline_s"].to_numpy())
-    assert frame["t_roofline_s"].sum() != pytest.approx(expected.ops["t_roofline_s"].sum())
+    assert frame["t_expected_s"].to_numpy() == pytest.approx(v5p["t_expected_s"].to_numpy())
+    assert frame["t_expected_s"].sum() != pytest.approx(expected.ops["t_expected_s"].sum())
 
 
 def test_csv_comes_from_the_report_the_tab_shows(client, logdir):
@@ -425,7 +425,7 @@ def _compare_rows(body):
 def test_compare_with_itself_is_all_matched(client, logdir):
     body = get_json(client, "/compare?run=mlp/v5e&other=mlp/v5e")
     report = Report.read(logdir / "mlp/v5e/plugins/hlo_roofline/report.json")
-    timed = int((report.ops["t_roofline_s"] > 0).sum())  # ops that take no time are not compared
+    timed = int((report.ops["t_expected_s"] > 0).sum())  # ops that take no time are not compared
     assert body["counts"] == {"matched": timed, "flipped": 0, "added": 0, "removed": 0, "changed": 0}
     rows = _compare_rows(body)
     assert len(rows) == timed
@@ -452,7 +452,7 @@ def test_compare_two_targets_lists_flipped_ops(client, logdir):
         assert op_a["bound"] != op_b["bound"]
         assert op_a["op_name"] == op_b["op_name"] == r["op_name"]
         assert op_a["opcode"] == op_b["opcode"] == r["opcode"]
-        assert r["delta_s"] == pytest.approx(op_b["t_roofline_s"] - op_a["t_roofline_s"])
+        assert r["delta_s"] == pytest.approx(op_b["t_expected_s"] - op_a["t_expected_s"])
     assert body["summary"]["run"]["chip"] == body["summary"]["other"]["chip"] == report_a.chip
     assert body["note"].startswith(f"re-judged against {report_a.chip}")
 
@@ -478,7 +478,7 @@ def test_the_tab_and_the_cli_compare_alike(client, logdir, pair):
         assert counts[kind] == cli_diff[kind], kind
     assert sum(o["change"] == "changed" for o in cli_diff["ops"]) == counts["changed"]
     assert len(body["data"]) == len(cli_diff["ops"])
-    assert body["summary"]["other"]["step_time_lower_s"] == pytest.approx(cli_diff["step_b_s"])
+    assert body["summary"]["other"]["step_time_serial_s"] == pytest.approx(cli_diff["step_b_s"])
     # the same rows in the same order, each with the CLI's word for its change
     rows_tab = [(r["name"], r["name_other"], r["change"]) for r in _compare_rows(body)]
     rows_cli = [(o["name_a"], o["name_b"], o["change"]) for o in cli_diff["ops"]]
@@ -504,13 +504,13 @@ def test_run_errors_name_every_run_that_cannot_load(client, logdir):
     errors = get_json(client, "/run_errors")
     assert sorted(errors) == ["broken", "no_time"]
     assert errors["broken"].startswith("corrupt report:")
-    assert "t_roofline_s" in errors["no_time"]
+    assert "t_expected_s" in errors["no_time"]
     assert str(logdir) not in "".join(errors.values())
 
 
 def test_report_missing_a_verdict_column_is_422_naming_it(client):
     body = get_json(client, "/report?run=no_time", code=422)
-    assert "missing column" in body["error"] and "t_roofline_s" in body["error"]
+    assert "missing column" in body["error"] and "t_expected_s" in body["error"]
     assert "v5e" in body["error"]  # the chip it claims to be judged on
     # Re-classified for a chip, the verdict columns are computed afresh: it can be shown.
     assert get_json(client, "/report?run=no_time&chip=v5e")["summary"]["chip"] == "v5e"
@@ -565,9 +565,9 @@ def test_rollup_is_the_reports_rollup(client, logdir):
         assert [r["ops"] for r in rows] == list(expected["ops"])
         assert [r["bound"] for r in rows] == list(expected["bound"])
     other = get_json(client, "/rollup?run=mlp/v5e&by=scope&chip=v5p")
-    share = other["columns"].index("t_roofline_s")
+    share = other["columns"].index("t_expected_s")
     assert sum(r[share] for r in other["data"]) == pytest.approx(
-        report.classify("v5p").summary["step_time_lower_s"]
+        report.classify("v5p").summary["step_time_serial_s"]
     )
 
 
@@ -638,9 +638,9 @@ def test_a_report_written_before_the_free_text_and_roof_columns_is_shown(tmp_pat
     assert "hint" not in body["columns"] and "roof_unit" not in body["columns"]
     assert get_json(c, "/run_errors") == {}
     timeline = get_json(c, "/timeline?run=old")
-    timed = report.ops[report.ops["t_roofline_s"] > 0]
+    timed = report.ops[report.ops["t_expected_s"] > 0]
     assert sorted(row[0] for row in timeline["data"]) == sorted(timed.index)
-    assert timeline["step_s"] == pytest.approx(report.summary["step_time_scheduled_s"])
+    assert timeline["step_s"] == pytest.approx(report.summary["step_expected_s"])
 
 
 def test_an_older_unsigned_report_is_shown_and_a_contradicted_one_is_not(tmp_path):

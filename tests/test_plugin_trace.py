@@ -64,9 +64,9 @@ def test_trace_is_the_step_as_scheduled(tmp_path, program, target, chip, links):
         if e["ph"] == "X" and e["name"] != "exposed" and not e["name"].startswith("waits for ")
     ]  # fmt: skip
     # every op with time (or whose transfer the stream waits for), once, at its roofline time (µs)
-    timed = report.ops[(report.ops["t_roofline_s"] > 0) | (report.ops["t_exposed_s"] > 0)]
+    timed = report.ops[(report.ops["t_expected_s"] > 0) | (report.ops["t_exposed_s"] > 0)]
     assert sorted(e["name"] for e in ops) == sorted(timed["name"])
-    want = dict(zip(timed["name"], timed["t_roofline_s"], strict=True))
+    want = dict(zip(timed["name"], timed["t_expected_s"], strict=True))
     for e in ops:
         assert e["dur"] == pytest.approx(want[e["name"]] * 1e6, rel=1e-9, abs=1e-9)
     # the compute stream (its ops and its waits) runs one thing at a time
@@ -77,7 +77,7 @@ def test_trace_is_the_step_as_scheduled(tmp_path, program, target, chip, links):
     for a, b in itertools.pairwise(stream):
         assert a["ts"] + a["dur"] <= b["ts"] + 1e-6, (a, b)
     end = max(e["ts"] + e["dur"] for e in events if e["ph"] == "X")
-    assert end == pytest.approx(report.summary["step_time_scheduled_s"] * 1e6, rel=1e-9)
+    assert end == pytest.approx(report.summary["step_expected_s"] * 1e6, rel=1e-9)
     # the stream's waits for collectives are the summary's exposed communication
     collective = set(report.ops.loc[report.ops["collective"] != "", "name"])
     waits = sum(
@@ -139,7 +139,7 @@ def test_analyze_trace_out_writes_the_trace(tmp_path, monkeypatch):
 
     report = Report.read(tmp_path / "r.json")
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
-    assert set(report.ops.loc[report.ops["t_roofline_s"] > 0, "name"]) <= names
+    assert set(report.ops.loc[report.ops["t_expected_s"] > 0, "name"]) <= names
     bad = CliRunner().invoke(
         cli.main, ["analyze", "steps.py:step", "--chip", "v5e", "--trace-out",
                    str(steps / "t.json")], prog_name="hlo-roofline",

@@ -7,10 +7,12 @@ holds each config's train step compiled compile-only with the script's own flags
 (``calculate_tflops_training_per_device``). Here, from those fixtures only (no compile): the step
 as scheduled on the config's chip, the TFLOP/s per chip it implies, against the published figure.
 
-A roofline is optimistic: every op at its unit's peak, every transfer at the links' rate. A
-prediction below a measurement means some op class is overpriced, so ``published ≤ predicted``
-must hold for every config; measured ÷ predicted must also sit in a band (what real kernels,
-collectives and the host lose against the peak). Nothing is fitted to the published figures.
+Two numbers per config. The bound (``step_bound_s``: hardware facts only, every unit, memory and
+link busy for its ops) is never above the measured step: a bound above it means a fact or a count
+is wrong. The expectation (``step_expected_s``: the bound plus every calibrated effect, as XLA
+scheduled it) is within ±15% of the measured step on every config no calibration read; one
+calibration reads one config here (TPU v4's matmul efficiency, on ``v4_22b``:
+``hlo_roofline.calibrate.PUBLISHED_FITTING``, fixtures/published/README.md).
 """
 
 from __future__ import annotations
@@ -21,16 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from hlo_roofline import calibrate
+
 HERE = Path(__file__).resolve().parent.parent / "fixtures" / "published"
 _spec = importlib.util.spec_from_file_location("published_predict", HERE / "predict.py")
 predict_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(predict_module)
 
-# Every config meets its published figure. None did while splash's FLOPs were priced at the
-# vector unit's peak (v5p 32B also while the schedule ran every collective on one interconnect
-# queue), nor the GPU configs while they ran attention=dot_product (S x S scores through HBM) in
-# place of the published run's cuDNN flash attention (fixtures/published/gaps.py has those
-# counterfactuals).
 # Pairs whose predicted loss from one slice to two exceeds the published loss.
 TREND_GAPS: dict[str, str] = {
     # libtpu 0.0.52 compiles the two-slice step with synchronous all-reduces of 3.2e11 B per step
@@ -38,16 +37,18 @@ TREND_GAPS: dict[str, str] = {
     # The published run (an older libtpu) lost 2.6%; this program would lose 4.7%.
     "v4_22b_x2": "two-slice step compiled with synchronous all-reduces, all exposed",
 }
-# measured ÷ predicted (whole step, and the program without attention) where it is checked: what
-# the model reaches, per platform. The ceiling 1.0 is the roofline's optimism; the floor what a real
-# step loses against it at most (kernels below peak, collectives not hidden, host gaps). TPU:
-# 0.73-0.98. GPU (H100, A3): 0.49-0.59: the roofline runs 89% of the step's time on the tensor
-# cores at their dense bf16 peak; the measured step is 1.7-2x that (docs/validation.md says why).
-BANDS = {"tpu": (0.7, 1.0), "gpu": (0.45, 1.0)}
-
-
-def band(name: str) -> tuple[float, float]:
-    return BANDS["gpu" if predict_module.record(name)["chip"] == "h100" else "tpu"]
+# The expectation within ±15% of the measured step on every config no calibration read: all but
+# v4_22b (TPU v4's matmul efficiency is fitted on it: hlo_roofline.calibrate.PUBLISHED_FITTING).
+EXPECTED_BAND = (0.85, 1.15)
+FITTING = set(calibrate.PUBLISHED_FITTING.values())
+# Where the expectation misses the band, and why (each an xfail that fails once it holds).
+EXPECTED_GAPS = {
+    # The H100's calibration (its GEMMs at 0.81 of the dense peak, its streams at 0.92 of HBM,
+    # from fixtures/measured_gpu) covers the kernels; the published A3 step is 1.4-1.5x that:
+    # what else the run lost (host, NCCL over TCPX, the schedule) has no calibration yet.
+    "a3_llama2_7b_1vm": "A3: the step's losses beyond its kernels are not calibrated",
+    "a3_llama2_7b_2vm": "A3: the step's losses beyond its kernels are not calibrated",
+}
 
 
 @cache
@@ -63,6 +64,11 @@ def _predicted(name: str) -> dict:
 NAMES = predict_module.names()
 PAIRS = [(n, n.replace("_x2", "").replace("_2vm", "_1vm")) for n in NAMES
          if n.endswith(("_x2", "_2vm"))]  # fmt: skip
+HELD_OUT = [
+    pytest.param(n, marks=pytest.mark.xfail(reason=EXPECTED_GAPS[n], strict=True))
+    if n in EXPECTED_GAPS else n
+    for n in NAMES if n not in FITTING
+]  # fmt: skip
 
 
 def test_fixtures_are_there():
@@ -72,35 +78,39 @@ def test_fixtures_are_there():
     assert {"v4", "v5e", "v5p", "h100"} <= chips
     assert any(r["num_slices"] == 2 and r["chip"] != "h100" for r in records.values())
     assert any(r["num_slices"] == 2 and r["chip"] == "h100" for r in records.values())
+    assert set(NAMES) > FITTING and len(HELD_OUT) >= len(NAMES) - len(FITTING)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_published_at_most_predicted(name):
-    """The roofline is optimistic: no published measurement beats it."""
+def test_the_bound_is_at_most_the_measured_step(name):
+    """No run beats the bound: hardware facts only, every unit, memory and link queue busy."""
     p = _predicted(name)
-    assert p["published_tflops"] <= p["predicted_tflops"], (
-        f"{name}: published {p['published_tflops']:.0f} TFLOP/s/chip > predicted "
-        f"{p['predicted_tflops']:.0f} (step {p['predicted_step_s']:.3f} s predicted, "
-        f"{p['measured_step_s']:.3f} s measured): an op class is overpriced; by class "
-        f"{p['t_by_class_s']}"
+    assert p["bound_step_s"] <= p["measured_step_s"], (
+        f"{name}: bound {p['bound_step_s']:.3f} s > measured {p['measured_step_s']:.3f} s: a "
+        f"fact or a count is wrong; by class {p['t_by_class_s']}"
     )
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_measured_over_predicted_in_band(name):
-    ratio, (low, high) = _predicted(name)["measured_over_predicted"], band(name)
-    assert low <= ratio <= high, f"{name}: measured ÷ predicted {ratio:.2f} outside {low}-{high}"
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_the_expectation_is_within_15_percent_where_no_calibration_saw(name):
+    ratio, (low, high) = _predicted(name)["expected_over_measured"], EXPECTED_BAND
+    assert low <= ratio <= high, f"{name}: expected ÷ measured {ratio:.3f} outside {low}-{high}"
+
+
+@pytest.mark.parametrize("name", sorted(FITTING))
+def test_the_fitting_config_meets_its_fit(name):
+    assert _predicted(name)["expected_over_measured"] == pytest.approx(1.0, abs=0.005)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_without_attention_at_most_measured(name):
-    """The program less its attention kernels is priced optimistically too: its step cannot
-    exceed the measured step of the whole, whatever attention cost; and within the band."""
+    """The program less its attention kernels: its expected step stays under the band's top over
+    the measured step of the whole, whatever attention cost."""
     p = _predicted(name)
-    ratio, (low, high) = p["measured_over_predicted_without_attention"], band(name)
-    assert low <= ratio <= high, (
+    ratio, high = p["measured_over_predicted_without_attention"], EXPECTED_BAND[1]
+    assert ratio <= high, (
         f"{name}: without attention {p['predicted_step_without_attention_s']:.3f} s predicted, "
-        f"{p['measured_step_s']:.3f} s measured (ratio {ratio:.2f}, band {low}-{high})"
+        f"{p['measured_step_s']:.3f} s measured (ratio {ratio:.2f}, at most {high:.2f})"
     )
 
 

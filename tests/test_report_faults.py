@@ -109,7 +109,7 @@ NUMERIC_DAMAGE = ("", "nan", "-1", "inf", "abc")
 
 
 @pytest.mark.parametrize(
-    "column", ["t_roofline_s", "t_memory_s", "share", "flops", "bound", "unknown", "count", "mm_k"]
+    "column", ["t_expected_s", "t_memory_s", "share", "flops", "bound", "unknown", "count", "mm_k"]
 )
 @pytest.mark.parametrize("value", NUMERIC_DAMAGE)
 def test_a_damaged_csv_cell_never_passes_a_failing_gate(intact, tmp_path, column, value):
@@ -131,7 +131,7 @@ def _json_damages(data: dict) -> dict[str, dict]:
     """Named damages of a JSON report's payload."""
     columns = data["columns"]
     damages = {}
-    for column in ("t_roofline_s", "share", "flops", "count", "t_memory_s"):
+    for column in ("t_expected_s", "share", "flops", "count", "t_memory_s"):
         for value in (None, -1.0, 1e308 * 10 if False else "x"):
             changed = json.loads(json.dumps(data))
             for row in changed["data"]:
@@ -186,7 +186,7 @@ def test_a_refused_report_names_the_file_and_the_field(intact, tmp_path):
 
 def test_a_report_missing_a_verdict_column_is_exit_2_unless_judged_again(intact, tmp_path):
     data = json.loads(intact["json"].read_text())
-    drop = data["columns"].index("t_roofline_s")
+    drop = data["columns"].index("t_expected_s")
     data["columns"].pop(drop)
     for row in data["data"]:
         row.pop(drop)
@@ -195,7 +195,7 @@ def test_a_report_missing_a_verdict_column_is_exit_2_unless_judged_again(intact,
     result = CliRunner().invoke(
         cli.main, ["check", str(damaged), "--min-coverage", "50", "--trust-unsigned"]
     )
-    assert result.exit_code == 2 and "t_roofline_s" in result.output
+    assert result.exit_code == 2 and "t_expected_s" in result.output
     again = CliRunner().invoke(
         cli.main,
         ["check", str(damaged), "--chip", "v5e", "--min-coverage", "50", "--trust-unsigned"],
@@ -206,7 +206,7 @@ def test_a_report_missing_a_verdict_column_is_exit_2_unless_judged_again(intact,
 def test_intact_reports_round_trip_exactly(intact):
     csv_report, json_report = Report.read(intact["csv"]), Report.read(intact["json"])
     assert len(csv_report.ops) == len(json_report.ops) > 0
-    for column in ("t_roofline_s", "flops", "bytes_accessed"):
+    for column in ("t_expected_s", "flops", "bytes_accessed"):
         a, b = csv_report.ops[column].to_numpy(), json_report.ops[column].to_numpy()
         assert all(math.isclose(x, y, rel_tol=1e-12) for x, y in zip(a, b, strict=True))
 
@@ -215,7 +215,7 @@ def test_intact_reports_round_trip_exactly(intact):
 
 _IN_MEMORY = {
     "share NaN": ({"max_memory_share": 0.0}, lambda r: r.ops.__setitem__("share", math.nan)),
-    "time NaN": ({"max_memory_share": 0.0}, lambda r: r.ops.__setitem__("t_roofline_s", math.nan)),
+    "time NaN": ({"max_memory_share": 0.0}, lambda r: r.ops.__setitem__("t_expected_s", math.nan)),
     "bound empty": ({"select": "fusion", "require": "compute"},
                     lambda r: r.ops.__setitem__("bound", "")),
     "used_fraction NaN": ({"max_hbm": 0.0001},
@@ -223,7 +223,7 @@ _IN_MEMORY = {
     "exposed NaN": ({"max_exposed_comm": 0.0},
                     lambda r: r.summary.__setitem__("exposed_comm_s", math.nan)),
     "scheduled step NaN": ({"max_exposed_comm": 0.0},
-                           lambda r: r.summary.__setitem__("step_time_scheduled_s", math.nan)),
+                           lambda r: r.summary.__setitem__("step_expected_s", math.nan)),
 }  # fmt: skip
 
 

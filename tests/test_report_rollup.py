@@ -25,7 +25,7 @@ def test_a_group_of_unknown_ops_is_unknown():
     for key in ("opcode", "op_name", "computation", "pass"):
         rolled = report.rollup(key)
         top = rolled.iloc[0]  # the kernel's group: the only time in the report
-        assert top["t_roofline_s"] == kernel.t_roofline_s
+        assert top["t_expected_s"] == kernel.t_expected_s
         assert top["bound"] == "unknown", (key, rolled)
 
 
@@ -37,7 +37,7 @@ def test_a_mixed_group_takes_the_bound_of_its_known_ops():
     entry = priced.ops["computation"].iloc[-1]
     alone = priced.rollup("computation").loc[entry, "bound"]
     row = kernel.ops[kernel.ops["opcode"] == "custom-call"].copy()
-    scaled = ["count", "flops", "bytes_accessed", "t_memory_s", "t_roofline_s"]
+    scaled = ["count", "flops", "bytes_accessed", "t_memory_s", "t_expected_s"]
     row[scaled] = row[scaled] * 1e6
     row["computation"] = entry
     both = Report(pd.concat([priced.ops, row], ignore_index=True), dict(priced.summary), "both")

@@ -43,7 +43,7 @@ def test_a_sparsecore_gather_is_priced_from_the_rows_it_moves(default_step):
     assert start["bytes_accessed"] != pytest.approx(whole_table)
     for half in ("gather_offload_async_start.update", "gather_offload_async_done"):
         assert ops.loc[half, "bytes_accessed"] == 0 and ops.loc[half, "vector_elements"] == 0
-        assert ops.loc[half, "t_roofline_s"] == 0
+        assert ops.loc[half, "t_expected_s"] == 0
 
 
 def test_every_op_of_the_default_step_is_priced(default_step):

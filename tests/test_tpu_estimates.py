@@ -89,7 +89,7 @@ def test_fitted_rates_hold_on_programs_they_were_not_fitted_on(chip):
     ops = _ops(chip)
     held_out = ops[~ops["program"].isin(FITTED_ON)]
     elements = loop_times(held_out, chip)
-    set_by_loop = held_out[(elements >= 0.99 * held_out["t_roofline_s"]) & (elements > 2e-6)]
+    set_by_loop = held_out[(elements >= 0.99 * held_out["t_expected_s"]) & (elements > 2e-6)]
     assert len(set_by_loop) >= 15, chip
     in_band, above = _shares(set_by_loop)
     figures = (
@@ -107,8 +107,8 @@ def test_fills_run_at_the_fill_rate_on_programs_it_was_not_fitted_on(chip):
     not above; a broadcast that is not a fill (a row into sublanes) keeps the loop rate."""
     ops = _ops(chip)
     held_out = ops[ops["program"].isin(["zeros_bf16", "fill_f32", "broadcast_rows"])]
-    assert len(held_out) == 3 and (held_out["compute_unit"] == "fill").all(), chip
-    ratio = held_out["t_roofline_s"] / held_out["xla_estimate_s"]
+    assert len(held_out) == 3 and (held_out["expected_by"] == "fill").all(), chip
+    ratio = held_out["t_expected_s"] / held_out["xla_estimate_s"]
     print(f"\n{chip}: fills held out, roofline ÷ XLA: {ratio.round(3).tolist()}")
     assert ratio.between(0.5, 1.25).all(), (chip, ratio.tolist())
     others = ops[(ops["opcode"] == "broadcast") & ~ops["program"].isin(FITTED_ON)]
@@ -131,7 +131,7 @@ def test_a_product_with_few_columns_holds_its_rows_in_the_mxu(chip):
     padded_n = flops * width / dot["mm_n"] * max(width, 128) / 128 / chips.get(
         chip
     ).per_device().peak_flops("bf16")
-    ratio = dot["t_roofline_s"] / dot["xla_estimate_s"]
+    ratio = dot["t_expected_s"] / dot["xla_estimate_s"]
     print(f"\n{chip}: scores, roofline ÷ XLA {ratio:.2f}; N padded {padded_n / dot['xla_estimate_s']:.2f}")
     if chip in ("v5e", "v6e"):
         assert padded_n > 1.25 * dot["xla_estimate_s"], chip
@@ -146,7 +146,7 @@ def test_gaps_far_below_xla_are_named():
     where it is below the op's own bytes' time, it says below_memory_floor; elsewhere none."""
     for chip in CHIPS:
         ops = _ops(chip)
-        far = ops["xla_estimate_s"] > 2 * ops["t_roofline_s"]
+        far = ops["xla_estimate_s"] > 2 * ops["t_expected_s"]
         floor = ops["xla_gap"] == verdict.BELOW_MEMORY_FLOOR
         assert (ops.loc[far, "xla_gap"] != "").all() and not (far & floor).any()
         assert (ops.loc[~far & ~floor, "xla_gap"] == "").all()
@@ -177,7 +177,7 @@ def test_an_estimate_below_the_ops_own_bytes_is_named_and_left_out(chip):
         judged, _ = verdict.classify(cut, chip)
         assert judged.loc[row, "xla_gap"] == expected, (chip, scale)
         if expected:
-            assert judged.loc[row, "t_roofline_s"] > judged.loc[row, "xla_estimate_s"]
+            assert judged.loc[row, "t_expected_s"] > judged.loc[row, "xla_estimate_s"]
             estimated = judged[judged["xla_estimate_s"].notna()]
             assert _shares(estimated) == _shares(estimated.drop(index=row))
 
@@ -217,7 +217,7 @@ def test_prefetch_is_charged_to_its_reader():
         report = analyze_hlo((FIXTURES / "matmul_b64.v5e.hlo.txt").read_text(), chip="v5e")
     ops = report.ops.set_index("name")
     copy = ops[ops["prefetch_for"] != ""].iloc[0]
-    assert copy["t_roofline_s"] == 0 and "prefetch for fusion" in copy["hint"]
+    assert copy["t_expected_s"] == 0 and "prefetch for fusion" in copy["hint"]
     dot = ops.loc[copy["prefetch_for"]]
     weight = 4096 * 4096 * 2
     assert dot["t_memory_s"] >= weight / chips.get("v5e").hbm_bandwidth
@@ -289,7 +289,7 @@ def test_example_programs_no_rate_was_fitted_on(target):
         frames.append(ops[ops["xla_estimate_s"].notna()].assign(program=program))
     ops = pd.concat(frames, ignore_index=True)
     in_band, above = _shares(ops)
-    step = ops["t_roofline_s"].sum() / ops["xla_estimate_s"].sum()
+    step = ops["t_expected_s"].sum() / ops["xla_estimate_s"].sum()
     print(f"\n{chip}: {len(ops)} ops of {len(frames)} example programs: {in_band:.1%} within, "
           f"{above:.1%} above; Σ roofline ÷ Σ XLA {step:.2f}")  # fmt: skip
     assert in_band >= 0.6 and above <= 0.05 and 0.5 <= step <= 1.0
@@ -327,33 +327,33 @@ def test_the_tile_step_is_matmul_b8192s_and_holds_on_the_other_matmuls(chip):
     row = ops[(ops["program"] == "matmul_b8192") & (ops["mm_k"] > 0)].iloc[0]
     mxu = 2 * 8192 * 4096 * 4096 / chip_data.flops["bf16"]
     fitted = (row["xla_estimate_s"] - mxu) / row["tile_steps"]
-    assert 0.995 * fitted <= chip_data.tile_step_s <= fitted, (chip, chip_data.tile_step_s, fitted)
+    assert 0.995 * fitted <= chip_data.calibration.tile_step_s <= fitted, (chip, chip_data.calibration.tile_step_s, fitted)
     held_out = ops[~ops["program"].isin(FITTED_ON) & (ops["tile_steps"] > 0) & (ops["mm_k"] > 0)]
-    stepped = held_out["t_compute_s"] + held_out["tile_steps"] * chip_data.tile_step_s
-    set_by_steps = held_out[np.isclose(held_out["t_roofline_s"], stepped, rtol=1e-9)]
+    stepped = held_out["t_compute_s"] + held_out["tile_steps"] * chip_data.calibration.tile_step_s
+    set_by_steps = held_out[np.isclose(held_out["t_expected_s"], stepped, rtol=1e-9)]
     in_band, above = _shares(set_by_steps)
     figures = f"{chip}: {len(set_by_steps)} held-out matmuls set by the tile step: {in_band:.1%} within"
     print("\n" + figures)
     assert len(set_by_steps) >= 5 and in_band >= TILE_STEP_IN_BAND_FLOOR[chip] and above == 0, figures
 
 
-# The loop each chip's ``vpu.elements`` was fitted on (chips.toml's note says which).
+# The loop each chip's ``calibrated.loop_elements`` was fitted on (chips.toml's note says which).
 LOOP_FIT_POINT = {"v5e": "convert_reduce_fusion", "v5p": "convert_reduce_fusion",
                   "v6e": "fusion.4", "7x": "convert_reduce_fusion"}  # fmt: skip
 
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_the_loop_reads_figure_is_what_the_fit_point_read(chip):
-    """``vpu.elements_reads`` is read off layernorm's loop that set ``vpu.elements``, not fitted:
+    """``calibrated.loop_reads`` is read off layernorm's loop that set ``calibrated.loop_elements``, not fitted:
     the HBM bytes per element that loop reads (its result left out: XLA charges a loop's reads,
     not its writes). Absent on v5e and v5p (docs/validation.md), where that loop reads 2 B."""
     device = chips.get(chip).per_device()
     ops = _ops(chip)
     fit = ops[(ops["program"] == "layernorm") & (ops["name"] == LOOP_FIT_POINT[chip])].iloc[0]
-    assert fit["vector_elements"] / device.vector_elements_rate == pytest.approx(
+    assert fit["vector_elements"] / device.calibration.vector_elements_rate == pytest.approx(
         fit["xla_estimate_s"], rel=0.01
     )
     reads = fit["bytes_accessed"] - fit["vmem_bytes"] - compute.hbm_result_bytes(fit["shape"])
-    expected = 2.0 if device.loop_read_bytes is None else device.loop_read_bytes
-    assert chip in ("v6e", "7x") or device.loop_read_bytes is None
+    expected = 2.0 if device.calibration.loop_read_bytes is None else device.calibration.loop_read_bytes
+    assert chip in ("v6e", "7x") or device.calibration.loop_read_bytes is None
     assert reads / fit["vector_elements"] == pytest.approx(expected, abs=0.01), chip

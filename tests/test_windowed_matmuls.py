@@ -114,7 +114,7 @@ def test_a_k_split_pays_its_accumulator_pass_after_the_mxu(chip):
     element) less the one K step it overlaps, one after the other, on every chip: XLA charges at
     least one loop pass (the rule is a lower bound), and with it the products are within
     0.8-1.0x of XLA (v5e's forward product hides the pass under its K step: 0.82x). The time
-    model adds the pass where the chip's database has ``vpu.epilogue_passes``. Where the loop
+    model adds the pass where the chip's database has ``calibrated.epilogue_passes``. Where the loop
     does not split K, no pass."""
     device = chips.get(chip).per_device()
     rows = _fitting_rows(chip)
@@ -123,15 +123,15 @@ def test_a_k_split_pays_its_accumulator_pass_after_the_mxu(chip):
     for _, row in split.iterrows():
         assert row["epilogue_elements"] == row["mm_batch"] * row["mm_m"] * row["mm_n"]
         mxu = row["t_compute_s"]
-        stepped = mxu + row["tile_steps"] * device.tile_step_s
-        one_pass = row["epilogue_elements"] / device.vector_elements_rate
+        stepped = mxu + row["tile_steps"] * device.calibration.tile_step_s
+        one_pass = row["epilogue_elements"] / device.calibration.vector_elements_rate
         # the loop passes XLA charges per element, from its estimate
         passes = (row["xla_estimate_s"] - stepped + mxu / row["tile_k_steps"]) / one_pass
         with_pass = stepped + max(one_pass - mxu / row["tile_k_steps"], 0.0)
         assert passes >= 1.0, (chip, row["name"], passes)
         assert 0.8 <= with_pass / row["xla_estimate_s"] <= 1.0, (chip, row["name"], with_pass)
-        charged = with_pass if device.epilogue_passes else stepped
-        assert row["t_roofline_s"] == pytest.approx(charged, rel=1e-9), (chip, row["name"])
+        charged = with_pass if device.calibration.epilogue_passes else stepped
+        assert row["t_expected_s"] == pytest.approx(charged, rel=1e-9), (chip, row["name"])
     # v5e and v5p split K in both products, v6e in the forward one, 7x in neither
     assert len(split) == {"v5e": 2, "v5p": 2, "v6e": 1, "7x": 0}[chip], (chip, split["name"])
 
@@ -152,7 +152,7 @@ def test_windowed_batched_matmuls_on_the_report_set(chip):
     assert len(windowed) >= 50, (chip, len(windowed))
     assert bands["within"] >= WINDOWED_IN_BAND_FLOOR[chip] and bands["above"] == 0, (chip, bands)
     split = matmuls[matmuls["tile_k_steps"] > 1]
-    ratio = split["t_roofline_s"] / split["xla_estimate_s"]
+    ratio = split["t_expected_s"] / split["xla_estimate_s"]
     weight = split["xla_estimate_s"]
     tight = weight[ratio.between(*TIGHT)].sum() / weight.sum()
     above = weight[ratio > TIGHT[1]].sum() / weight.sum()

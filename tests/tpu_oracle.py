@@ -45,7 +45,7 @@ def band_shares(ops: pd.DataFrame) -> dict[str, float]:
     total = ops["xla_estimate_s"].sum()
     floor = ops["xla_gap"] == BELOW_MEMORY_FLOOR if "xla_gap" in ops else False
     kept = ops[~floor]
-    ratio = kept["t_roofline_s"] / kept["xla_estimate_s"]
+    ratio = kept["t_expected_s"] / kept["xla_estimate_s"]
     weight = kept["xla_estimate_s"]
     whole = weight.sum()
     return {
@@ -59,7 +59,7 @@ def band_shares(ops: pd.DataFrame) -> dict[str, float]:
 def assert_within_band(rows: pd.DataFrame, floor: float, label: str) -> None:
     """Of the XLA time of ``rows`` (each with an estimate, none left out), at least ``floor``
     within the band, and no row above it."""
-    ratio = rows["t_roofline_s"] / rows["xla_estimate_s"]
+    ratio = rows["t_expected_s"] / rows["xla_estimate_s"]
     weight = rows["xla_estimate_s"] / rows["xla_estimate_s"].sum()
     within = float(weight[ratio.between(*BAND)].sum())
     print(f"{label}: {len(rows)} rows, within {within:.1%}")
@@ -72,7 +72,7 @@ def loop_times(ops: pd.DataFrame, chip: str) -> np.ndarray:
     that plus the HBM reads XLA:TPU charges on top (compute.loop_reads) where those set it; the
     rows whose roofline this reaches are the ones the loop rate sets."""
     device = chips.get(chip).per_device()
-    loop = (ops["vector_elements"] / device.vector_elements_rate).to_numpy(dtype=float)
+    loop = (ops["vector_elements"] / device.calibration.vector_elements_rate).to_numpy(dtype=float)
     hbm_bytes = (ops["bytes_accessed"] - ops["vmem_bytes"]).to_numpy(dtype=float)
     matmul = ops["mm_k"].to_numpy() > 0
     return np.maximum(loop, compute.loop_reads(ops, device, matmul, loop, hbm_bytes))

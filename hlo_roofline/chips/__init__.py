@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from hlo_roofline.chips.loader import DATA_FILE
 from hlo_roofline.chips.model import (
+    KINDS,
     PROFILES,
     RATE_CLASSES,
+    Calibration,
     Chip,
     Ici,
     MemorySpace,
@@ -56,8 +58,10 @@ from hlo_roofline.chips.table import markdown_table
 __all__ = [
     "DATA_FILE",
     "HOST",
+    "KINDS",
     "PROFILES",
     "RATE_CLASSES",
+    "Calibration",
     "Chip",
     "Ici",
     "MemorySpace",

@@ -10,16 +10,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hlo_roofline.chips.model import Chip, Ici, MemorySpace, ScaleUp, Sourced, _frozen
+from hlo_roofline.chips.model import (
+    KINDS,
+    Calibration,
+    Chip,
+    Ici,
+    MemorySpace,
+    ScaleUp,
+    Sourced,
+    _frozen,
+)
 
 DATA_FILE = Path(__file__).parent.parent / "data" / "chips.toml"
 
 _SECTIONS = {
-    "hbm": {"capacity", "bandwidth", "matmul_stream"},
-    "vpu": {"per", "flops", "elements", "elements_reads", "fill", "major_reduce", "reduced_stream",
-            "epilogue_passes", "epilogue_passes_k_whole", "prologue_passes"},
+    "hbm": {"capacity", "bandwidth"},
+    "vpu": {"per", "flops"},
     "eup": {"per", "rate"},
-    "xlu": {"per", "lane_reduce"},
     "ici": {f.name for f in dataclasses.fields(Ici) if not f.name.startswith("wraparound_")}
     | {"wraparound"},  # { multiple_of = 4 } or { sizes = [16] }
     "scaleup": {f.name for f in dataclasses.fields(ScaleUp)},
@@ -27,8 +34,26 @@ _SECTIONS = {
     "host": {"pcie", "pcie_bidirectional", "c2c", "link"},
 }
 _TOP_KEYS = {"name", "kind", "vendor", "status", "aliases", "cores", "megacore", "mxu", "flops"}
-_TOP_KEYS |= {"clock", "op_floor", "tile_step"}
-_TOP_KEYS |= {"memory", "book", *_SECTIONS}
+_TOP_KEYS |= {"clock", "memory", "book", "calibrated", *_SECTIONS}
+# [chips.X.calibrated]: each key and the Calibration field it loads into (rates given ``per`` a
+# unit are multiplied up to the whole chip). Only the expected model reads them.
+CALIBRATED = {
+    "op_floor": "op_floor_s",
+    "tile_step": "tile_step_s",
+    "matmul_stream": "matmul_stream_bandwidth",
+    "loop_elements": "vector_elements_rate",
+    "loop_reads": "loop_read_bytes",
+    "fill": "fill_rate",
+    "lane_reduce": "lane_reduce_rate",
+    "major_reduce": "major_reduce_rate",
+    "reduced_stream": "reduced_stream_rate",
+    "epilogue_passes": "epilogue_passes",
+    "epilogue_passes_k_whole": "epilogue_passes_k_whole",
+    "prologue_passes": "prologue_passes",
+    "matmul_efficiency": "matmul_efficiency",
+    "memory_efficiency": "memory_efficiency",
+}
+_LEAF_FIELDS = ("source", "note", "kind", "fitted_on", "per")
 
 
 def _merge(base: Mapping, over: Mapping) -> dict:
@@ -40,13 +65,32 @@ def _merge(base: Mapping, over: Mapping) -> dict:
     return out
 
 
+def _kind(node: Mapping, path: str, keys: tuple[str, ...]) -> str:
+    """A leaf's kind: as written, else ``calibrated`` in a calibrated section, ``derived`` where
+    it cites ``derived``, ``fact`` otherwise; a calibrated number names its fixtures and sits in
+    the calibrated section, and no other number does."""
+    calibrated = path.startswith("calibrated.")
+    kind = node.get("kind") or (
+        "calibrated" if calibrated else "derived" if "derived" in keys else "fact"
+    )
+    if kind not in KINDS:
+        raise ValueError(f"{path}: kind {kind!r} is none of {KINDS}")
+    if calibrated != (kind == "calibrated"):
+        where = "outside [calibrated]" if not calibrated else f"of kind {kind!r} in [calibrated]"
+        raise ValueError(f"{path}: a number {where}: calibrated numbers, and only they, go there")
+    if kind == "calibrated" and not node.get("fitted_on"):
+        raise ValueError(f"{path}: a calibrated number needs fitted_on (the fixtures it fits)")
+    return kind
+
+
 def _unwrap(node: Any, path: str, prov: dict[str, Sourced], default_source: str | None) -> Any:
     """Replace sourced leaves by their values, recording provenance in ``prov``."""
     if isinstance(node, Mapping) and "source" in node:
         src = node["source"]
         keys = (src,) if isinstance(src, str) else tuple(src)
-        value = node.get("value", {k: v for k, v in node.items() if k not in ("source", "note")})
-        prov[path] = Sourced(value, keys, node.get("note", ""))
+        value = node.get("value", {k: v for k, v in node.items() if k not in _LEAF_FIELDS})
+        kind = _kind(node, path, keys)
+        prov[path] = Sourced(value, keys, node.get("note", ""), kind, node.get("fitted_on", ""))
         return value
     if isinstance(node, Mapping):
         return {
@@ -84,6 +128,8 @@ def _build(
         raise ValueError(f"chip {key!r}: unknown fields {sorted(unknown)}")
     table = _merge(raw, raw.get("book", {})) if profile == "book" else raw
     prov: dict[str, Sourced] = {}
+    if profile == "book":  # the book's roofline: facts and what follows from them, nothing fitted
+        table = {k: v for k, v in table.items() if k != "calibrated"}
     t = _unwrap({k: v for k, v in table.items() if k != "book"}, "", prov, default_source)
     if missing := {k for p in prov.values() for k in p.keys} - set(sources):
         raise ValueError(f"chip {key!r}: source keys {sorted(missing)} are not in [sources]")
@@ -107,12 +153,9 @@ def _build(
         for name, m in t.get("memory", {}).items()
     }
     hbm, host, net = (_section(t, s, key) for s in ("hbm", "host", "network"))
-    vpu, eup, xlu = (_section(t, s, key) for s in ("vpu", "eup", "xlu"))
-    vpu_flops, vector_elements, fill = (
-        _whole_chip(vpu, f, cores) for f in ("flops", "elements", "fill")
-    )
+    vpu, eup = (_section(t, s, key) for s in ("vpu", "eup"))
+    vpu_flops = _whole_chip(vpu, "flops", cores)
     eup_rate = _whole_chip(eup, "rate", cores)
-    lane_reduce = _whole_chip(xlu, "lane_reduce", cores)
     ici = None
     if sec := _section(t, "ici", key):
         wrap = sec.pop("wraparound", {})
@@ -123,21 +166,7 @@ def _build(
             wraparound_sizes=tuple(wrap.get("sizes", ())),
         )
     scaleup = ScaleUp(**sec) if (sec := _section(t, "scaleup", key)) else None
-    # XLA:TPU's calibrated charges (its operand stream, the tile step, its loop's further reads,
-    # the passes around a K-split matmul, its deep-buffered reduces and reduced streams): a model
-    # of its cost model, no part of the book's roofline, so the book's profile has none
-    xla_tpu = {
-        "matmul_stream_bandwidth": hbm.get("matmul_stream"),
-        "tile_step_s": t.get("tile_step"),
-        "loop_read_bytes": vpu.get("elements_reads"),
-        "epilogue_passes": vpu.get("epilogue_passes"),
-        "epilogue_passes_k_whole": vpu.get("epilogue_passes_k_whole"),
-        "prologue_passes": vpu.get("prologue_passes"),
-        "major_reduce_rate": _whole_chip(vpu, "major_reduce", cores),
-        "reduced_stream_rate": _whole_chip(vpu, "reduced_stream", cores),
-    }
-    if profile == "book":
-        xla_tpu = dict.fromkeys(xla_tpu)
+    calibration = _calibration(raw.get("calibrated", {}) if profile != "book" else {}, key, cores)
     return Chip(
         key=key,
         name=t.get("name", key),
@@ -155,10 +184,6 @@ def _build(
         memory=_frozen(memory),
         vpu_flops=vpu_flops,
         eup_rate=eup_rate,
-        vector_elements_rate=vector_elements,
-        lane_reduce_rate=lane_reduce,
-        fill_rate=fill,
-        op_floor_s=t.get("op_floor"),
         clock_hz=t.get("clock"),
         ici=ici,
         scaleup=scaleup,
@@ -168,9 +193,21 @@ def _build(
         pcie_bidirectional=host.get("pcie_bidirectional"),
         c2c=host.get("c2c"),
         host_link=host.get("link", ""),
+        calibration=calibration,
         sources=_frozen(prov),
-        **xla_tpu,
     )
+
+
+def _calibration(section: Mapping, key: str, cores: Mapping[str, int]) -> Calibration:
+    """The chip's ``[calibrated]`` section as a :class:`Calibration` (rates whole chip)."""
+    if unknown := set(section) - set(CALIBRATED):
+        raise ValueError(f"chip {key!r}: unknown [calibrated] fields {sorted(unknown)}")
+    values = {}
+    for name, leaf in section.items():
+        leaf = leaf if isinstance(leaf, Mapping) else {"value": leaf}
+        per = cores.get(leaf["per"], 1) if "per" in leaf else 1
+        values[CALIBRATED[name]] = float(leaf["value"]) * per
+    return Calibration(**values)
 
 
 def read_file(path: str | Path) -> Mapping:

@@ -99,6 +99,8 @@ class Sourced:
     value: Any
     keys: tuple[str, ...]
     note: str = ""
+    kind: str = "fact"  # one of KINDS
+    fitted_on: str = ""  # a calibrated number's fixtures
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,71 @@ class ScaleUp:
     domain: int | None = None  # GPUs in one scale-up domain
 
 
+# What a number of the chip database is (every leaf's ``kind``): a ``fact`` (published, with its
+# source), ``derived`` (arithmetic on facts, its formula in the note) or ``calibrated`` (fitted
+# on committed fixtures, ``fitted_on`` names them; only the expected model reads it).
+KINDS = ("fact", "derived", "calibrated")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A chip's calibrated numbers: what XLA:TPU's cost model charges beyond the hardware's work
+    (its operand stream, the tiling loop's steps, its vector loop's rates, per-op floor, ...) and
+    what the GPUs measured in ``fixtures/measured_gpu`` took at least. Each is fitted on committed
+    fixtures (``python -m hlo_roofline.calibrate`` refits them), never a published figure, so only
+    the expected model (``t_expected_s``) reads them: the bound (``t_bound_s``), the verdicts and
+    the ``book`` profile never do. Rates are whole chip; ``None``: no such effect on this chip."""
+
+    # B/s at which XLA:TPU's cost model streams a matmul's HBM operands
+    matmul_stream_bandwidth: float | None = None
+    vector_elements_rate: float | None = None  # elements/s a TPU vector loop passes
+    lane_reduce_rate: float | None = None  # elements/s a TPU standalone reduce folds across lanes
+    fill_rate: float | None = None  # elements/s a TPU fill (broadcast of a scalar) writes
+    # results/s XLA:TPU charges a deep-buffered reduce over major dimensions
+    major_reduce_rate: float | None = None
+    # words/s XLA:TPU streams a matmul's wide operand through the vector registers where the
+    # fusion also reduces the product (decode's scores and their max)
+    reduced_stream_rate: float | None = None
+    # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
+    # reads beyond these on top of its loop time
+    loop_read_bytes: float | None = None
+    # vector loop passes XLA:TPU charges per element of a K-split matmul's result-sized arrays
+    # once a result tile is finished (the accumulator, further results, epilogue-only operands),
+    # after the MXU less one K step
+    epilogue_passes: float | None = None
+    # the same where the loop keeps K whole: passes per element of those arrays and of an operand
+    # the fusion relays, per step that reads it, charged where they exceed the MXU's time
+    epilogue_passes_k_whole: float | None = None
+    # vector loop passes XLA:TPU charges per element of a K-split matmul fusion's computed left
+    # operand, once per fetch of its window, after the MXU
+    prologue_passes: float | None = None
+    op_floor_s: float | None = None  # the least time any op takes (per-op overhead)
+    # time XLA:TPU's cost model adds per step of a matmul fusion's tiling loop, per device
+    tile_step_s: float | None = None
+    # the share of the matrix unit's peak the chip's matmul kernels reach, and of the HBM
+    # bandwidth its streaming ops reach (measured on whole steps or traces: fractions, not shared)
+    matmul_efficiency: float | None = None
+    memory_efficiency: float | None = None
+
+    _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
+              "major_reduce_rate", "reduced_stream_rate")  # fmt: skip
+
+    def shared(self, n: int) -> Calibration:
+        """Each of ``n`` devices' share of a chip's calibration (its rates divided evenly)."""
+        rates = {k: getattr(self, k) for k in self._RATES}
+        return dataclasses.replace(
+            self, **{k: None if v is None else v / n for k, v in rates.items()}
+        )
+
+    def values(self) -> dict[str, float]:
+        """Every number this calibration holds, by field name."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+
 # Passes of the bf16 MXU a TPU makes for an f32 dot at each precision (JAX: HIGH is "bfloat16_3x";
 # XLA:TPU compiles the BF16_BF16_F32_X6 algorithm to HIGHEST).
 _TPU_F32_PASSES = {"default": 1, "high": 3, "highest": 6}
@@ -191,8 +258,6 @@ class Chip:
     flops: Mapping[str, float]
     hbm_bandwidth: float
     hbm_capacity: float | None = None
-    # B/s at which XLA:TPU's cost model streams a matmul's HBM operands, whole chip (calibrated)
-    matmul_stream_bandwidth: float | None = None
     vendor: str = ""
     profile: str = "vendor"
     status: str = ""  # "V" vendor primary, "V*" vendor figure via a secondary source
@@ -203,30 +268,6 @@ class Chip:
     memory: Mapping[str, MemorySpace] = field(default_factory=_frozen)
     vpu_flops: float | None = None  # vector unit, whole chip
     eup_rate: float | None = None  # transcendental unit (TPU EUP), results per second, whole chip
-    vector_elements_rate: float | None = None  # elements/s a TPU vector loop passes, whole chip
-    lane_reduce_rate: float | None = None  # elements/s a TPU standalone reduce folds across lanes
-    fill_rate: float | None = None  # elements/s a TPU fill (broadcast of a scalar) writes, whole chip
-    # results/s XLA:TPU charges a deep-buffered reduce over major dimensions, whole chip (calibrated)
-    major_reduce_rate: float | None = None
-    # words/s XLA:TPU streams a matmul's wide operand through the vector registers where the
-    # fusion also reduces the product (decode's scores and their max), whole chip (calibrated)
-    reduced_stream_rate: float | None = None
-    # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
-    # reads beyond these on top of its loop time
-    loop_read_bytes: float | None = None
-    # vector loop passes XLA:TPU charges per element of a K-split matmul's result-sized arrays
-    # once a result tile is finished (the accumulator, further results, epilogue-only operands),
-    # after the MXU less one K step (not where measured steps run faster than a roofline with it)
-    epilogue_passes: float | None = None
-    # the same where the loop keeps K whole: passes per element of those arrays and of an operand
-    # the fusion relays, per step that reads it, charged where they exceed the MXU's time
-    epilogue_passes_k_whole: float | None = None
-    # vector loop passes XLA:TPU charges per element of a K-split matmul fusion's computed left
-    # operand, once per fetch of its window, after the MXU
-    prologue_passes: float | None = None
-    op_floor_s: float | None = None  # the least time any op takes (a TPU's per-op overhead)
-    # time XLA:TPU's cost model adds per step of a matmul fusion's tiling loop, per device (calibrated)
-    tile_step_s: float | None = None
     clock_hz: float | None = None  # core clock: converts XLA:TPU's cycle estimates to seconds
     ici: Ici | None = None
     scaleup: ScaleUp | None = None
@@ -236,6 +277,9 @@ class Chip:
     pcie_bidirectional: float | None = None
     c2c: float | None = None  # GB200 NVLink-C2C to Grace
     host_link: str = ""
+    # what only the expected model reads: XLA:TPU's charges, the measured GPU floor (fitted on
+    # committed fixtures, never published by the vendor); empty under the book profile
+    calibration: Calibration = field(default_factory=Calibration)
     sources: Mapping[str, Sourced] = field(default_factory=_frozen, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -359,14 +403,9 @@ class Chip:
             flops=_frozen({c: v / n for c, v in self.flops.items()}),
             hbm_bandwidth=self.hbm_bandwidth / n,
             hbm_capacity=share(self.hbm_capacity),
-            matmul_stream_bandwidth=share(self.matmul_stream_bandwidth),
             vpu_flops=share(self.vpu_flops),
             eup_rate=share(self.eup_rate),
-            vector_elements_rate=share(self.vector_elements_rate),
-            lane_reduce_rate=share(self.lane_reduce_rate),
-            fill_rate=share(self.fill_rate),
-            major_reduce_rate=share(self.major_reduce_rate),
-            reduced_stream_rate=share(self.reduced_stream_rate),
+            calibration=self.calibration.shared(n),
             dcn_per_chip=share(self.dcn_per_chip),  # the chip's DCN egress, shared
             cores=_frozen(cores),
             memory=_frozen(memory),
@@ -413,7 +452,6 @@ class Chip:
             sources=_frozen(prov),
             **fields,
         )
-
 
 
 def _slug(name: str) -> str:

@@ -94,7 +94,8 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
         row = {"rank": str(r["rank"]) if _known(r["rank"]) else ""}
         row.update({a: str(r[a]) for a in exploration.axes})
         row.update({k: str(r[k]) for k in knob_columns})
-        row["step"] = format_seconds(r["step_s"]) if ok else "—"
+        row["step ≈"] = format_seconds(r["step_s"]) if ok else "—"
+        row["step ≥"] = format_seconds(r["lower_s"]) if _known(r.get("lower_s")) else "—"
         tps = r.get("tokens_per_s_per_chip")
         row["tok/s/chip"] = f"{tps:,.0f}" if _known(tps) and math.isfinite(tps) else "—"
         if by in ("flops_per_s_per_chip", "model_flops_per_s_per_chip"):
@@ -118,8 +119,8 @@ def table_text(exploration: explorer.Exploration, width: int = 100) -> str:
         row["HBM/dev"] = f"{hbm / 1e9:.3g} GB" if _known(hbm) and hbm else "—"
         row["status"] = explorer.status_text(r["status"])
         rows.append(row)
-    right = {"rank", "step", "tok/s/chip", "TFLOP/s/chip", "vs best", "exposed", mfu_header,
-             "HBM/dev", "fwd mm|coll", "bwd mm|coll", *exploration.axes}  # fmt: skip
+    right = {"rank", "step ≈", "step ≥", "tok/s/chip", "TFLOP/s/chip", "vs best", "exposed",
+             mfu_header, "HBM/dev", "fwd mm|coll", "bwd mm|coll", *exploration.axes}  # fmt: skip
     lines = [format_table(rows, right=right), "", f"ranked by {RANKED_BY.get(by, by)}"]
     for _, r in table.iterrows():
         lines.append(f"{r['candidate']}: {r['why']}")

@@ -17,7 +17,7 @@ from hlo_roofline.text import format_seconds, format_table
 
 def step_time(item: tuple[str, Report]) -> float:
     summary = item[1].summary
-    return float(summary.get("step_time_lower_s") or summary.get("bytes_accessed") or 0.0)
+    return float(summary.get("step_time_serial_s") or summary.get("bytes_accessed") or 0.0)
 
 
 def _percent(x: float | None) -> str:
@@ -42,8 +42,11 @@ def modules_table(reports: dict[str, Report]) -> str:
             {
                 "module": key,
                 "ops": len(r.ops),
-                "step ≥": format_seconds(s.get("step_time_min_s", s["step_time_lower_s"]))
+                "step ≥": format_seconds(s.get("step_bound_s", s["step_time_serial_s"]))
                 if r.chip
+                else "—",
+                "step ≈": format_seconds(s["step_expected_s"])
+                if r.chip and "step_expected_s" in s
                 else "—",
                 "MFU ≤": _percent(s.get("mfu_upper_bound")) if r.chip else "—",
                 "memory": _percent(s["time_share"]["memory"]) if r.chip else "—",
@@ -52,7 +55,9 @@ def modules_table(reports: dict[str, Report]) -> str:
                 "coverage": _percent(s.get("coverage")),
             }
         )
-    return format_table(rows, right=("ops", "step ≥", "MFU ≤", "memory", "FLOPs", "bytes"))
+    return format_table(
+        rows, right=("ops", "step ≥", "step ≈", "MFU ≤", "memory", "FLOPs", "bytes")
+    )
 
 
 def ops_table(report: Report, top: int = 10, width: int | None = None) -> str:
@@ -64,14 +69,15 @@ def ops_table(report: Report, top: int = 10, width: int | None = None) -> str:
     ops = report.top(top or len(report.ops))
     rows = []
     if report.chip:
-        ops = ops[ops["t_roofline_s"] > 0]
+        ops = ops[ops["t_expected_s"] > 0]
         for op in ops.itertuples():
             rows.append(
                 {
                     "op": op.name,
                     "opcode": op.opcode,
                     "bound": op.bound,
-                    "time": format_seconds(op.t_roofline_s),
+                    "time ≥": format_seconds(getattr(op, "t_bound_s", op.t_expected_s)),
+                    "time ≈": format_seconds(op.t_expected_s),
                     "share": _percent(op.share),
                     "FLOP/B": _number(op.intensity),
                     "ridge": f"{op.critical_intensity:.0f}",
@@ -197,7 +203,8 @@ def summary_text(report: Report) -> str:
         lines += [
             f"chip: {s.get('chip_name', report.chip)} ({report.chip}, {s.get('chip_profile')})",
             *_step_lines(s),
-            f"MFU bound: ≤ {_percent(s['mfu_upper_bound'])} of the {s.get('mfu_dtype', 'bf16')} peak",
+            f"MFU bound: ≤ {_percent(s['mfu_upper_bound'])} of the {s.get('mfu_dtype', 'bf16')} peak"
+            + (f", expected {_percent(s['mfu_expected'])}" if "mfu_expected" in s else ""),
             *_model_lines(s),
             *_loop_lines(s),
             "time per bound: "
@@ -252,22 +259,25 @@ def _coverage_line(s: dict, label: str) -> str:
 
 
 def _step_lines(s: dict) -> list[str]:
-    """The step's bounds in order (least ≤ as scheduled ≤ none overlapped), then Σ per-op time."""
-    least = s.get("step_time_min_s")  # reports written before it: the Σ max line alone
+    """The step's bound (no run is faster), the expectation as scheduled, no overlap at all, then
+    Σ per-op time."""
+    least = s.get("step_bound_s")  # reports written before it: the Σ max line alone
     lines = [
-        f"step time: ≥ {format_seconds(least)} (perfect overlap), "
-        f"≤ {format_seconds(s['step_time_upper_s'])} (no overlap)"
+        f"step time: ≥ {format_seconds(least)} (bound: hardware facts, every unit busy), "
+        f"≤ {format_seconds(s['step_time_upper_s'])} (expected, no overlap)"
         if least is not None
-        else f"step time: Σ per-op {format_seconds(s['step_time_lower_s'])}, "
+        else f"step time: Σ per-op {format_seconds(s['step_time_serial_s'])}, "
         f"≤ {format_seconds(s['step_time_upper_s'])} (no overlap)",
         *_scheduled_lines(s),
     ]
-    scheduled = s.get("step_time_scheduled_s")
-    if least is not None and scheduled is not None and abs(s["step_time_lower_s"] - scheduled) > (
-        1e-6 * scheduled
+    scheduled = s.get("step_expected_s")
+    if (
+        least is not None
+        and scheduled is not None
+        and abs(s["step_time_serial_s"] - scheduled) > (1e-6 * scheduled)
     ):  # the ops' own sum, where the schedule's overlap moved the step away from it
         lines.append(
-            f"ops one after another: {format_seconds(s['step_time_lower_s'])} (each op's own "
+            f"ops one after another: {format_seconds(s['step_time_serial_s'])} (each op's own "
             "terms overlapped, no transfer hidden; the shares are of this)"
         )
     return lines
@@ -313,9 +323,9 @@ def _loop_lines(s: dict, shown: int = 3) -> list[str]:
 
 def _scheduled_lines(s: dict) -> list[str]:
     """The step as XLA scheduled it, and the communication it leaves exposed (newer reports)."""
-    if s.get("step_time_scheduled_s") is None:
+    if s.get("step_expected_s") is None:
         return []
-    lines = [f"step time as scheduled: {format_seconds(s['step_time_scheduled_s'])}"]
+    lines = [f"step time expected, as scheduled: {format_seconds(s['step_expected_s'])}"]
     if s.get("comm_time_s"):
         lines.append(
             f"communication: {format_seconds(s['comm_time_s'])}, exposed "
@@ -347,8 +357,8 @@ def diff_text(diff: Diff, top: int) -> str:
                 "op": " → ".join(dict.fromkeys(names)),
                 "opcode": op.opcode,
                 "bound": bounds[0] if bounds[0] == bounds[1] else " → ".join(bounds),
-                "time A": format_seconds(op.t_roofline_s_a),
-                "time B": format_seconds(op.t_roofline_s_b),
+                "time A": format_seconds(op.t_expected_s_a),
+                "time B": format_seconds(op.t_expected_s_b),
                 "delta": ("+" if op.delta_s > 0 else "") + format_seconds(op.delta_s),
                 "op_name": op.op_name,
             }

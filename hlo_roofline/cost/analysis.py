@@ -747,7 +747,7 @@ class _Body:
             streamed_operand_words(fusion, walks.geometries) if self.geometry else 0.0
         )
         # the keys of decode's scores streamed where the fusion also reduces them (their max):
-        # XLA:TPU charges those at a rate of their own on some chips (``vpu.reduced_stream``)
+        # XLA:TPU charges those at a rate of their own on some chips (``calibrated.reduced_stream``)
         self.reduced_stream_words = self.streamed_words if "reduce" in counts else 0.0
         self.major_reduced = (
             major_reduced_elements(i for i in instructions if i.opcode == "reduce")

@@ -252,7 +252,7 @@ def major_reduce_results(reduces: Iterable[Instruction], config: dict | None) ->
     major dimensions only (:func:`_folds_major_only`: a top-2 dispatch's two slots), where
     XLA:TPU pipelines the op's loop ``DEEP_BUFFERING`` deep (``config``: the op's decoded
     ``backend_config``); 0 elsewhere. XLA charges those at a rate per result of its own
-    (``vpu.major_reduce``, 7.9 a cycle per TensorCore on v5p, v6e and 7x: the MoE's dispatch
+    (``calibrated.major_reduce``, 7.9 a cycle per TensorCore on v5p, v6e and 7x: the MoE's dispatch
     masks) whatever the reduced size, dtype or reduction, far below the loop over what they
     fold; at shallower buffering, the loop's rate (docs/validation.md). A reduce of an array in
     VMEM (a prefetched operand) is left out: XLA charges some of those 3x less."""

@@ -1,8 +1,10 @@
-// Log-log roofline chart: the chip's roofs and ridges, one point per op with a nonzero predicted
-// time (colored by bound, area ∝ time share); in a measured run also the attained point of each op
-// (FLOPs ÷ measured time, at the same intensity), joined to its predicted point by a line.
+// Log-log roofline chart: the chip's roofs and ridges, one point per op with a nonzero bound
+// (FLOPs ÷ t_bound_s: on its roof; colored by bound, area ∝ time share), and where calibration
+// expects it slower a drop line down to its expected rate (FLOPs ÷ t_expected_s); in a measured
+// run also the attained point of each op (FLOPs ÷ measured time, at the same intensity), joined
+// to its bound's point by a line.
 // The selected (or hovered) op's own roof is drawn over it: its compute roof (the rate of the unit
-// that binds it — MXU, VPU, vector loop, XLU, EUP — or the per-op floor) and its memory roof, the
+// that binds it — MXU, VPU, EUP: the bound, hardware facts only) and its memory roof, the
 // server's roof_* columns; every predicted point lies on its own roof unless its link time sets it.
 //
 // x = arithmetic intensity (FLOP/byte), y = FLOP/s (FLOPs ÷ time). Ops without FLOPs (or bytes)
@@ -165,10 +167,12 @@ export class RooflineChart {
     const points = [];
     const measured = [];
     this.byRow = new Map();
-    if (m && m.has("t_roofline_s")) {
+    if (m && m.has("t_expected_s")) {
       const hasMeasured = m.has("measured_s");
+      // the bound's point lies on the roof its row names; the expectation is drawn apart
+      const timeKey = m.has("t_bound_s") ? "t_bound_s" : "t_expected_s";
       for (let row = 0; row < m.rows.length; row++) {
-        const t = m.get(row, "t_roofline_s");
+        const t = m.get(row, timeKey);
         if (!(typeof t === "number" && t > 0)) continue;
         const flops = m.get(row, "flops") || 0;
         const intensity = m.get(row, "intensity");
@@ -182,6 +186,8 @@ export class RooflineChart {
           strip: !onAxes,
           x: onAxes ? intensity : 0,
           y: onAxes ? flops / t : 0,
+          // the expectation's rate (flops ÷ t_expected_s): on or under the bound's point
+          ey: onAxes ? flops / (m.get(row, "t_expected_s") || t) : 0,
           bound,
           r: 2.5 + 16 * Math.sqrt(Math.max(0, Math.min(1, share))),
           px: 0,
@@ -540,6 +546,22 @@ export class RooflineChart {
       ctx.stroke();
       ctx.globalAlpha = 1;
     }
+    // Each op's expectation, where calibration puts it below its bound: a drop line from the
+    // bound's point (on its roof) down to the expected rate, ended by a tick.
+    ctx.strokeStyle = muted;
+    ctx.globalAlpha = 0.7;
+    ctx.beginPath();
+    for (const p of this.points) {
+      if (p.out || p.strip || !(p.ey > 0) || p.ey >= p.y * (1 - 1e-9)) continue;
+      const ey = Math.min(plot.bottom, Y(p.ey));
+      p.epy = ey;
+      ctx.moveTo(p.px, p.py);
+      ctx.lineTo(p.px, ey);
+      ctx.moveTo(p.px - 3, ey);
+      ctx.lineTo(p.px + 3, ey);
+    }
+    ctx.stroke();
+    ctx.globalAlpha = 1;
     drawGroup(
       this.points.filter((p) => !p.out),
       (c, p) => {
@@ -702,13 +724,13 @@ export class RooflineChart {
       .map(([u, n]) => `${u} ${n}`)
       .join(" · ");
     this.note.textContent =
-      "Solid roofs: the matrix unit's peak per dtype and HBM (dashed: VMEM). Each point lies on " +
-      "its own roof — the unit that binds it, or the per-op floor — drawn (dashed, orange) for " +
-      "the selected or hovered op" +
+      "Solid roofs: the matrix unit's peak per dtype and HBM (dashed: VMEM). Each point is the " +
+      "op's bound (hardware facts only) and lies on its own roof — the unit that binds it — " +
+      "drawn (dashed, orange) for the selected or hovered op; its expected time is in the details" +
       (onRoofs ? `. Points per roof: ${onRoofs}.` : ".");
     this.note.dataset.units = JSON.stringify(units);
     this.note.hidden = !this.points.length;
-    if (this.model && !this.model.has("t_roofline_s")) {
+    if (this.model && !this.model.has("t_expected_s")) {
       this.note.textContent =
         "This report is not judged on a chip, so it has no roofline: choose a chip above.";
       this.note.hidden = false;
@@ -832,9 +854,14 @@ export class RooflineChart {
         line("intensity", p.strip ? "no FLOPs (off the axes)" : `${fmtSI(g("intensity"))} FLOP/B${where}`),
         p.strip ? null : line(p.kind === "measured" ? "attained" : "predicted", fmtSI(p.y, "FLOP/s")),
         line(
-          "time",
-          `${fmtTime(g("t_roofline_s"))} (compute ${fmtTime(g("t_compute_s"))}, ` +
+          "time ≥ (bound)",
+          `${fmtTime(m.has("t_bound_s") ? g("t_bound_s") : g("t_expected_s"))} ` +
+            `(compute ${fmtTime(g("t_compute_s"))}, ` +
             `memory ${fmtTime(g("t_memory_s"))}, comm ${fmtTime(g("t_comm_s"))})`,
+        ),
+        line(
+          "time ≈ (expected)",
+          fmtTime(g("t_expected_s")) + (m.has("expected_by") && g("expected_by") ? ` (${g("expected_by")})` : ""),
         ),
         m.has("measured_s") ? line("measured", fmtTime(g("measured_s"))) : null,
         m.has("efficiency") ? line("efficiency", fmtPct(g("efficiency"))) : null,
@@ -846,7 +873,7 @@ export class RooflineChart {
 }
 
 function exportPoint(p) {
-  return { row: p.row, x: p.px, y: p.py, r: p.r, bound: p.bound, out: p.out, strip: p.strip, kind: p.kind, value_x: p.x, value_y: p.y };
+  return { row: p.row, x: p.px, y: p.py, r: p.r, bound: p.bound, out: p.out, strip: p.strip, kind: p.kind, value_x: p.x, value_y: p.y, expected_y: p.ey };
 }
 
 /** A triangle at (x, y) pointing out of the plot through the edge `out`. */

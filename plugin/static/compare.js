@@ -57,8 +57,8 @@ export function renderCompare() {
     el("div", {
       attrs: { "data-testid": "compare-step" },
       text:
-        `step: ${fmtTime(a.step_time_lower_s)} → ${fmtTime(b.step_time_lower_s)}` +
-        `${delta(a.step_time_lower_s, b.step_time_lower_s)} on ${c.chip}`,
+        `step: ${fmtTime(a.step_time_serial_s)} → ${fmtTime(b.step_time_serial_s)}` +
+        `${delta(a.step_time_serial_s, b.step_time_serial_s)} on ${c.chip}`,
     }),
     el("div", {
       attrs: { "data-testid": "compare-counts" },
@@ -119,20 +119,20 @@ export function renderCompare() {
         fit: BOUNDS,
       },
       {
-        key: "t_roofline_s",
+        key: "t_expected_s",
         label: "time",
         num: true,
-        value: (r) => get(r, "t_roofline_s"),
-        text: time("t_roofline_s"),
-        fit: fit(time("t_roofline_s")),
+        value: (r) => get(r, "t_expected_s"),
+        text: time("t_expected_s"),
+        fit: fit(time("t_expected_s")),
       },
       {
-        key: "t_roofline_s_other",
+        key: "t_expected_s_other",
         label: "time (other)",
         num: true,
-        value: (r) => get(r, "t_roofline_s_other"),
-        text: time("t_roofline_s_other"),
-        fit: fit(time("t_roofline_s_other")),
+        value: (r) => get(r, "t_expected_s_other"),
+        text: time("t_expected_s_other"),
+        fit: fit(time("t_expected_s_other")),
       },
       {
         key: "delta_s",

@@ -180,7 +180,7 @@ export class ExploreView {
   }
 
   _table(doc) {
-    const head = ["rank", "candidate", "step", "HBM / device", "fit", "bound", "exposed comm", "status"];
+    const head = ["rank", "candidate", "step ≈ (expected)", "step ≥ (bound)", "HBM / device", "fit", "bound", "exposed comm", "status"];
     const rows = [...doc.rows].sort((a, b) => (a.rank ?? Infinity) - (b.rank ?? Infinity));
     return el(
       "table",
@@ -199,6 +199,7 @@ export class ExploreView {
             el("td", { className: "hr-num", text: r.rank ?? "–" }),
             el("td", {}, name),
             el("td", { className: "hr-num", text: r.step_s === null ? "–" : fmtTime(r.step_s) }),
+            el("td", { className: "hr-num", text: r.lower_s === null || r.lower_s === undefined ? "–" : fmtTime(r.lower_s) }),
             el("td", { className: "hr-num", text: r.hbm_per_device === null ? "–" : fmtBytes(r.hbm_per_device) }),
             el("td", { text: r.fit }),
             el("td", {}, r.bound ? el("span", { className: pill(r.bound), text: r.bound }) : ""),

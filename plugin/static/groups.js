@@ -35,7 +35,7 @@ export async function loadGroups() {
     ui.groupTable = new VirtualTable(ui.groupBox, [], {
       onSelect: (row) => ui.groupTable.select(row), // arrows move; Enter or a click opens
       onActivate: (row) => openGroup(row),
-      sort: { key: "t_roofline_s", dir: -1 },
+      sort: { key: "t_expected_s", dir: -1 },
       label: "Groups",
     });
   }
@@ -69,10 +69,10 @@ export async function loadGroups() {
       tip: key,
     },
     numeric("ops", "ops", (x) => String(x)),
-    ...(idx.t_roofline_s === undefined
+    ...(idx.t_expected_s === undefined
       ? [numeric("flops", "FLOPs", fmtSI), numeric("bytes_accessed", "bytes", fmtBytes)]
       : [
-          numeric("t_roofline_s", "time", fmtTime),
+          numeric("t_expected_s", "time", fmtTime),
           numeric("share", "share", fmtPct),
           { key: "bound", label: "bound", text: (r) => get(r, "bound"), cls: (r) => pill(get(r, "bound")), fit: BOUNDS },
           numeric("mix_compute", "compute-bound", fmtPct),

@@ -162,7 +162,7 @@ export function buildLayout() {
   ui.timeline = new Timeline(ui.timelineBox, { onSelect: (row) => selectOp(row) });
   ui.table = new VirtualTable(ui.tableBox, opColumns(), {
     onSelect: (row) => selectOp(row),
-    sort: { key: "t_roofline_s", dir: -1 },
+    sort: { key: "t_expected_s", dir: -1 },
     label: "Ops",
   });
   ui.groupBox = el("div", { className: "hr-groups", attrs: { id: "hr-groups" } });
@@ -196,7 +196,8 @@ export function opColumns() {
     numeric("flops", "FLOPs", fmtSI),
     numeric("bytes_accessed", "bytes", fmtBytes),
     numeric("intensity", "FLOP/B", fmtSI),
-    numeric("t_roofline_s", "time", fmtTime),
+    ...(m && m.has("t_bound_s") ? [numeric("t_bound_s", "time ≥", fmtTime)] : []),
+    numeric("t_expected_s", "time ≈", fmtTime),
     numeric("share", "share", fmtPct),
     ...(m && m.has("roof_unit")
       ? [{ key: "roof_unit", label: "roof", text: text("roof_unit"), fit: longest(m.distinct("roof_unit")), tip: (row) => ROOF_UNITS[state.model.get(row, "roof_unit")] || "", drop: 2 }]
@@ -579,7 +580,7 @@ export function setFilter(change) {
 
 export function clearFilters() {
   // "only ops with time" is a view setting, not a filter: it stays, unless the op to show has none
-  const selected = state.model && state.selected >= 0 ? state.model.get(state.selected, "t_roofline_s") : 1;
+  const selected = state.model && state.selected >= 0 ? state.model.get(state.selected, "t_expected_s") : 1;
   const timedOnly = state.filter.timedOnly && selected > 0;
   state.filter = { bound: "", opcode: "", text: "", timedOnly, group: null };
   ui.boundFilter.value = "";
@@ -606,7 +607,7 @@ export function applyFilter() {
   const { bound, opcode, text, timedOnly } = state.filter;
   const group = state.filter.group && m.has(state.filter.group.key) ? state.filter.group : null;
   const needle = text.trim().toLowerCase();
-  const hasTime = m.has("t_roofline_s");
+  const hasTime = m.has("t_expected_s");
   const search = needle ? m.search : null;
   const ids = [];
   const shown = new Uint8Array(m.rows.length);
@@ -616,7 +617,7 @@ export function applyFilter() {
     inGroup++;
     if (bound && m.get(i, "bound") !== bound) continue;
     if (opcode && m.get(i, "opcode") !== opcode) continue;
-    if (timedOnly && hasTime && !(m.get(i, "t_roofline_s") > 0)) continue;
+    if (timedOnly && hasTime && !(m.get(i, "t_expected_s") > 0)) continue;
     if (needle && !search[i].includes(needle)) continue;
     ids.push(i);
     shown[i] = 1;

@@ -64,7 +64,7 @@ export function renderSummary() {
       ),
     );
   }
-  const classified = s.step_time_lower_s !== undefined && s.step_time_lower_s !== null;
+  const classified = s.step_time_serial_s !== undefined && s.step_time_serial_s !== null;
   const timeBox = el(
     "div",
     { className: "hr-card hr-card-wide" },
@@ -76,21 +76,26 @@ export function renderSummary() {
   setChildren(
     ui.summary,
     card(
-      "predicted step time",
+      "step bound",
       classified
-        ? `${fmtTime(s.step_time_min_s ?? s.step_time_lower_s)} – ${fmtTime(s.step_time_upper_s)}`
+        ? `≥ ${fmtTime(s.step_bound_s ?? s.step_time_min_s ?? s.step_time_serial_s)}`
         : "not classified",
       classified
-        ? "every op's units overlapping perfectly – none overlapping; the step as scheduled " +
-            "(the ops in XLA's order, transfers beside them) lies in between"
+        ? "no run is faster: every unit, memory and link busy for its ops at the hardware's " +
+            "published rates (no calibration, no schedule)"
         : "choose a chip above",
       "range",
     ),
-    card("MFU upper bound", fmtPct(s.mfu_upper_bound), s.chip_name || s.chip || ""),
-    classified && s.step_time_scheduled_s !== undefined && s.step_time_scheduled_s !== null
+    card(
+      "MFU",
+      `≤ ${fmtPct(s.mfu_upper_bound)}` +
+        (typeof s.mfu_expected === "number" ? `, expected ${fmtPct(s.mfu_expected)}` : ""),
+      s.chip_name || s.chip || "",
+    ),
+    classified && s.step_expected_s !== undefined && s.step_expected_s !== null
       ? card(
-          "step as scheduled",
-          fmtTime(s.step_time_scheduled_s),
+          "step expected, as scheduled",
+          fmtTime(s.step_expected_s),
           s.comm_time_s
             ? `communication ${fmtTime(s.comm_time_s)}, exposed ${fmtTime(s.exposed_comm_s)} ` +
                 `(${fmtPct(s.exposed_comm_share)} of the step)`
@@ -104,7 +109,7 @@ export function renderSummary() {
           "held at the per-op floor",
           fmtPct(s.floor_share),
           s.floor_share > 0
-            ? "of the step's lower bound is ops whose work takes less than the chip's per-op floor"
+            ? "of the ops' expected time is ops whose work takes less than the chip's per-op floor"
             : "no op is held at the per-op floor",
           "floor",
         )

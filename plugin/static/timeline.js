@@ -94,7 +94,7 @@ export class Timeline {
     this.chip = chip;
     this.model = model;
     this.selected = -1;
-    const key = `${run}\u0000${chip}\u0000${model ? model.payload.summary.step_time_scheduled_s : ""}`;
+    const key = `${run}\u0000${chip}\u0000${model ? model.payload.summary.step_expected_s : ""}`;
     if (key !== this.key) {
       this.key = key;
       this.data = null;

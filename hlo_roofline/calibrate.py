@@ -1,0 +1,348 @@
+"""Fit the chip database's measured calibrations from the committed fixtures, and print each fit's
+residuals: ``python -m hlo_roofline.calibrate`` (``--write`` puts the values in
+``data/chips.toml``; ``tests/test_calibrate.py`` holds the file to what this computes).
+
+What it fits, each on a named half of its fixtures (the other half held out, reported here and
+checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
+
+- ``calibrated.matmul_efficiency`` and ``calibrated.memory_efficiency`` of the H100 and H200: the
+  median share of the bound (``efficiency``) that the large library GEMMs, and the large
+  memory-bound ops, reached in the traces of :data:`GPU_FITTING` (``fixtures/measured_gpu``);
+- ``calibrated.matmul_efficiency`` of TPU v4: the share of the MXU peak at which the expected step
+  of MaxText's published ``v4_22b`` (:data:`PUBLISHED_FITTING`, ``fixtures/published``) equals
+  its measured step.
+
+- XLA:TPU's charges on v5e, v5p, v6e and 7x, read off ``fixtures/tpu_estimates`` by the
+  arithmetic each number's note writes out (:data:`TPU_FITS`: the program and the op each reads),
+  rounded as the note says (to the stored digits, down where a lower charge is the safe side, up
+  for a rate); the held-out programs are checked in ``tests/test_tpu_estimates.py``. The pass
+  counts (``*_passes``, ``loop_reads``) are chosen against the fitting set, not fitted: printed,
+  not refitted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import importlib.util
+import math
+import re
+import statistics
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+from hlo_roofline import chips
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+CARDS = {"h100": "h100-sxm", "h200": "h200"}
+# The measured GPU programs each fit reads: the micro-benchmarks. The whole steps (and MaxText's
+# published A3 configs) are held out.
+GPU_FITTING = ("matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax")
+GPU_HELD_OUT = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "convnet_step", "kv_decode",
+                "attention_block", "attention_cudnn")  # fmt: skip
+# The published configs a fit reads (one slice); the two-slice configs are held out.
+PUBLISHED_FITTING = {"v4": "v4_22b"}
+LARGE_RUN_S = 50e-6  # an op's bound time per run large enough to measure its rate
+SMALL_RUN_S = 2e-6  # an op's bound time per run far below what launching a kernel takes
+DIGITS = 3  # significant digits a fitted value is written with
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """One calibrated number: its chip, its key in ``[calibrated]``, its value, and the ratios
+    of what it fits (each fitting sample's own value, or expected ÷ measured)."""
+
+    chip: str
+    key: str
+    value: float
+    fitted_on: str
+    residuals: tuple[float, ...]
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.{DIGITS}g}")
+
+
+@cache
+def gpu_reports(card: str, case: str):
+    """The measured report of one trace of ``fixtures/measured_gpu`` (judged on its card)."""
+    from hlo_roofline import read_trace
+
+    folder = Path(tempfile.mkdtemp(prefix="hlo_roofline_calibrate_"))
+    path = folder / case / f"{case}.xplane.pb"
+    path.parent.mkdir(parents=True)
+    source = FIXTURES / "measured_gpu" / card / f"{case}.xplane.pb.gz"
+    path.write_bytes(gzip.decompress(source.read_bytes()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return read_trace(path)
+
+
+def _large(ops, kind: str):
+    """The large ops of one class with a measured efficiency: library GEMMs bound by compute, or
+    memory-bound ops (cuDNN's convolutions are a class of their own: neither)."""
+    per_run = ops["t_bound_s"] / ops["count"]
+    large = ops[(per_run >= LARGE_RUN_S) & ops["efficiency"].notna()]
+    conv = large["name"].str.startswith("cudnn-conv")
+    if kind == "matmul":
+        library = large["name"].str.contains("gemm|custom-call|matmul") & ~conv
+        return large[library & large["bound"].eq("compute")]
+    return large[large["bound"].eq("memory") & ~conv]
+
+
+def gpu_fits(card: str) -> list[Fit]:
+    """The card's matmul and memory efficiencies: medians over the fitting programs' large ops."""
+    found = []
+    for kind in ("matmul", "memory"):
+        seen = [
+            e
+            for case in GPU_FITTING
+            for e in _large(gpu_reports(card, case).ops, kind)["efficiency"]
+        ]
+        value = _round(statistics.median(seen))
+        found.append(Fit(CARDS[card], f"{kind}_efficiency", value, "fixtures/measured_gpu",
+                         tuple(e / value for e in seen)))  # fmt: skip
+    small = []  # what a kernel far below any roof took a run: launch and drain
+    for case in GPU_FITTING:
+        ops = gpu_reports(card, case).ops
+        timed = ops[(ops["measured_s"] > 0) & (ops["t_bound_s"] > 0) & (ops["count"] > 0)]
+        tiny = timed[timed["t_bound_s"] / timed["count"] < SMALL_RUN_S]
+        small += list(tiny["measured_s"] / tiny["count"])
+    value = float(f"{statistics.median(small):.2g}")
+    found.append(Fit(CARDS[card], "op_floor", value, "fixtures/measured_gpu",
+                     tuple(t / value for t in small)))  # fmt: skip
+    return found
+
+
+@cache
+def _published():
+    spec = importlib.util.spec_from_file_location(
+        "published_predict", FIXTURES / "published" / "predict.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def published_step(name: str, chip: chips.Chip) -> tuple[float, float]:
+    """(the expected step of a published config on ``chip``, its measured step)."""
+    module = _published()
+    rec = module.record(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        judged = _published_plain(name).classify(chip)
+    measured = rec["tflops_training_per_device"]["total"] / float(rec["published"]["tflops"])
+    return float(judged.summary["step_expected_s"]), measured
+
+
+@cache
+def _published_plain(name: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _published().report(name)
+
+
+def _solve(f: Callable[[float], float], low: float, high: float, steps: int = 14) -> float:
+    """The x in [low, high] where the decreasing ``f`` crosses 0 (bisection)."""
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (mid, high) if f(mid) > 0 else (low, mid)
+    return (low + high) / 2
+
+
+def published_fits() -> list[Fit]:
+    """Each chip's matmul efficiency at which its fitting config's expected step is measured."""
+    found = []
+    for key, name in PUBLISHED_FITTING.items():
+        base = chips.get(key)
+        if _published().chip(name).key != key:
+            raise ValueError(f"{name} is not measured on {key}")
+
+        def at(efficiency: float, base=base) -> chips.Chip:
+            calibration = dataclasses.replace(base.calibration, matmul_efficiency=efficiency)
+            return dataclasses.replace(base, calibration=calibration)
+
+        def excess(efficiency: float, name=name, at=at) -> float:  # measured − expected
+            expected, measured = published_step(name, at(efficiency))
+            return measured - expected
+
+        value = _round(_solve(lambda e: -excess(e), 0.2, 1.0))
+        expected, measured = published_step(name, at(value))
+        found.append(Fit(key, "matmul_efficiency", value, "fixtures/published",
+                         (expected / measured,)))  # fmt: skip
+    return found
+
+
+TPU_CHIPS = ("v5e", "v5p", "v6e", "7x")
+# Each fitted XLA:TPU charge: (program of fixtures/tpu_estimates, how its op is picked, what the
+# charge is of that op per second of XLA's estimate, or for tile_step / op_floor, a time).
+_LOOP_FIT_POINT = {"v5e": "convert_reduce_fusion", "v5p": "convert_reduce_fusion",
+                   "v6e": "fusion.4", "7x": "convert_reduce_fusion"}  # fmt: skip
+
+
+def _tpu_ops(chip: str, program: str):
+    """The ops of one fixture of ``fixtures/tpu_estimates`` with XLA's estimate, judged on ``chip``."""
+    from hlo_roofline import analyze_hlo
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        text = (FIXTURES / "tpu_estimates" / f"{program}.{chip}.hlo.txt").read_text()
+        ops = analyze_hlo(text).classify(chip).ops
+    return ops[ops["xla_estimate_s"].notna()]
+
+
+def _stored(chip: str, key: str) -> tuple[str, str] | None:
+    """A calibrated leaf's value as written in data/chips.toml, and its note."""
+    found = chips.get(chip).sources.get(f"calibrated.{key}")
+    if found is None:
+        return None
+    header = f"[chips.{chip}.calibrated]\n"
+    text = chips.DATA_FILE.read_text()
+    section = text[text.index(header) :]
+    m = re.search(rf"^{key} = \{{[^\n]*?value = ([^,]+),", section, re.M)
+    return (m[1], found.note) if m else None
+
+
+def _rounded(raw: float, chip: str, key: str) -> float:
+    """``raw`` to the stored value's significant digits, in the direction its note says."""
+    stored = _stored(chip, key)
+    if stored is None:
+        return raw
+    text, note = stored
+    mantissa = text.lower().split("e")[0].replace("-", "").replace(".", "").lstrip("0")
+    digits = max(len(mantissa), 1)
+    exponent = math.floor(math.log10(abs(raw))) - digits + 1
+    scaled = raw / 10**exponent
+    if "rounded down" in note:
+        scaled = math.floor(scaled + 1e-9)
+    elif "rounded up" in note:
+        scaled = math.ceil(scaled - 1e-9)
+    else:
+        scaled = round(scaled)
+    return float(f"{scaled * 10**exponent:.{digits}g}")
+
+
+def tpu_fits(chip: str) -> list[Fit]:
+    """XLA:TPU's charges on ``chip``, each from its one fitting program's estimate."""
+    device = chips.get(chip).per_device()
+    spec = chips.get(chip)
+    per_core = (spec.devices_per_chip or 1) / spec.cores.get("tensorcore", 1)  # device → one core
+    raw: dict[str, float] = {}
+    ops = _tpu_ops(chip, "matmul_b8192")
+    row = ops[ops["mm_k"] > 0].iloc[0]
+    mxu = 2 * 8192 * 4096 * 4096 / device.flops["bf16"]
+    raw["tile_step"] = (row["xla_estimate_s"] - mxu) / row["tile_steps"]
+    ops = _tpu_ops(chip, "layernorm")
+    row = ops[ops["name"] == _LOOP_FIT_POINT[chip]].iloc[0]
+    raw["loop_elements"] = row["vector_elements"] / row["xla_estimate_s"] * per_core
+    ops = _tpu_ops(chip, "zeros_f32")
+    row = ops.loc[ops["vector_elements"].idxmax()]
+    raw["fill"] = row["vector_elements"] / row["xla_estimate_s"] * per_core
+    ops = _tpu_ops(chip, "softmax_long")
+    row = ops[(ops["opcode"] == "reduce") & (ops["lane_reduced_elements"] > 0)].iloc[0]
+    raw["lane_reduce"] = row["lane_reduced_elements"] / row["xla_estimate_s"] * per_core
+    ops = _tpu_ops(chip, "lm_head")
+    row = ops[ops["mm_k"] > 0].iloc[0]
+    streamed = row["bytes_accessed"] - row["vmem_bytes"]
+    raw["matmul_stream"] = streamed / row["xla_estimate_s"] * (spec.devices_per_chip or 1)
+    ops = _tpu_ops(chip, "dispatch_mask")
+    rows = ops[ops["major_reduce_results"] > 0]
+    if _stored(chip, "major_reduce") and len(rows):
+        raw["major_reduce"] = (
+            rows["major_reduce_results"].sum() / rows["xla_estimate_s"].sum() * per_core
+        )
+    ops = _tpu_ops(chip, "decode_scores_max")
+    rows = ops[ops["reduced_stream_words"] > 0] if "reduced_stream_words" in ops else ops[:0]
+    if _stored(chip, "reduced_stream") and len(rows):
+        row = rows.iloc[0]
+        raw["reduced_stream"] = row["reduced_stream_words"] / row["xla_estimate_s"] * per_core
+    least = min(
+        float(_tpu_ops(chip, p.name.split(".")[0])["xla_estimate_s"].min())
+        for p in (FIXTURES / "tpu_estimates").glob(f"*.{chip}.hlo.txt")
+    )
+    raw["op_floor"] = least
+    found = []
+    for key, value in raw.items():
+        stored = _rounded(value, chip, key)
+        found.append(Fit(chip, key, stored, "fixtures/tpu_estimates", (value / stored,)))
+    return found
+
+
+def fits() -> list[Fit]:
+    """Every fit this module makes."""
+    tpu = [fit for chip in TPU_CHIPS for fit in tpu_fits(chip)]
+    return [*tpu, *gpu_fits("h100"), *gpu_fits("h200"), *published_fits()]
+
+
+_LEAF = re.compile(
+    r"^(?P<key>\w+) = \{ kind = \"calibrated\", (?P<rest>.*?)value = (?P<value>[^,]+),"
+)
+
+
+def written(text: str, found: list[Fit]) -> str:
+    """``data/chips.toml``'s text with each fitted value in its chip's ``[calibrated]`` section."""
+    lines = text.splitlines(keepends=True)
+    for fit in found:
+        header = f"[chips.{fit.chip}.calibrated]\n"
+        if header not in lines:
+            raise ValueError(f"data/chips.toml has no {header.strip()} section for {fit.key}")
+        at = lines.index(header) + 1
+        while at < len(lines) and lines[at].strip() and not lines[at].startswith("["):
+            m = _LEAF.match(lines[at])
+            if m and m["key"] == fit.key:
+                if float(m["value"]) != fit.value:  # the text as written where the value holds
+                    lines[at] = lines[at].replace(
+                        f"value = {m['value']},", f"value = {fit.value:g},", 1
+                    )
+                break
+            at += 1
+        else:
+            raise ValueError(f"chips.{fit.chip}.calibrated has no {fit.key} to write")
+    return "".join(lines)
+
+
+def held_out() -> list[tuple[str, str, float]]:
+    """(chip, program, expected ÷ measured step) on what no fit read."""
+    rows = []
+    for card in CARDS:
+        for case in GPU_HELD_OUT:
+            s = gpu_reports(card, case).summary
+            rows.append((CARDS[card], case, s["step_expected_s"] / s["measured_step_s"]))
+    for name in _published().names():
+        if name in PUBLISHED_FITTING.values():
+            continue
+        chip = _published().chip(name)
+        expected, measured = published_step(name, chip)
+        rows.append((chip.key, name, expected / measured))
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    found = fits()
+    for fit in found:
+        spread = f"{min(fit.residuals):.3f}-{max(fit.residuals):.3f}" if fit.residuals else "—"
+        print(f"{fit.chip:9} {fit.key:18} {fit.value:<8g} {fit.fitted_on:24} "
+              f"{len(fit.residuals):3} samples, each ÷ the fit: {spread}")  # fmt: skip
+    fitted = {(fit.chip, fit.key) for fit in found}
+    print("\nchosen against the fitting set, not fitted (each note says why):")
+    for chip in chips.all_chips():
+        for path, source in chip.sources.items():
+            key = path.removeprefix("calibrated.")
+            if path.startswith("calibrated.") and (chip.key, key) not in fitted:
+                print(f"{chip.key:9} {key:18} {source.value:<8g} {source.fitted_on}")
+    print("\nheld out: expected ÷ measured step")
+    for chip, program, ratio in held_out():
+        print(f"{chip:9} {program:22} {ratio:.3f}")
+    if "--write" in argv:
+        chips.DATA_FILE.write_text(written(chips.DATA_FILE.read_text(), found))
+        print(f"\nwrote {chips.DATA_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

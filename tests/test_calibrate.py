@@ -1,0 +1,46 @@
+"""``python -m hlo_roofline.calibrate``: the chip database's measured calibrations are what the
+command fits from the committed fixtures, and each fit reads only its fitting half."""
+
+from __future__ import annotations
+
+import pytest
+
+from hlo_roofline import calibrate, chips
+
+
+@pytest.fixture(scope="module")
+def fits():
+    return calibrate.fits()
+
+
+def test_the_database_holds_what_the_command_fits(fits):
+    text = chips.DATA_FILE.read_text()
+    assert calibrate.written(text, fits) == text, (
+        "data/chips.toml's calibration is stale: run python -m hlo_roofline.calibrate --write"
+    )
+
+
+def test_each_fit_is_a_calibrated_number_of_its_chip(fits):
+    for fit in fits:
+        source = chips.get(fit.chip).source_of(f"calibrated.{fit.key}")
+        assert source.kind == "calibrated" and source.fitted_on == fit.fitted_on, fit
+        assert chips.get(fit.chip, "book").calibration.values() == {}
+
+
+def test_the_fits_are_measurements_not_the_peak(fits):
+    """An efficiency is a share of the bound's rate: above 0, at most 1 (no run beats the
+    bound); each fitting sample within a factor of two of the fit it made."""
+    for fit in fits:
+        if fit.key.endswith("_efficiency"):
+            assert 0 < fit.value <= 1, fit
+        assert all(0.5 <= r <= 2 for r in fit.residuals), fit
+
+
+def test_writing_changes_only_the_fitted_values():
+    text = chips.DATA_FILE.read_text()
+    moved = [calibrate.Fit("h200", "matmul_efficiency", 0.5, "fixtures/measured_gpu", ())]
+    changed = calibrate.written(text, moved)
+    diff = [(a, b) for a, b in zip(text.splitlines(), changed.splitlines(), strict=True) if a != b]
+    assert len(diff) == 1 and "value = 0.5," in diff[0][1]
+    with pytest.raises(ValueError, match="has no nothing"):
+        calibrate.written(text, [calibrate.Fit("h200", "nothing", 1.0, "", ())])
