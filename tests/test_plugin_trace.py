@@ -98,7 +98,7 @@ def test_a_zero_time_transfer_the_stream_waits_for_is_drawn():
     time has a hatched bar."""
     report = fixture_report("gpt_tiny", "tpu_v5e", "v5e")
     ops = report.ops
-    waited = ops[(ops["t_roofline_s"] == 0) & (ops["t_exposed_s"] > 0)]
+    waited = ops[(ops["t_expected_s"] == 0) & (ops["t_exposed_s"] > 0)]
     assert len(waited) >= 1
     frame = report.timeline()
     exposed = frame[frame["exposed_s"] > 0]
