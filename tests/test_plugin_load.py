@@ -373,10 +373,10 @@ def test_concurrent_loads_of_one_report_parse_it_once(tmp_path, monkeypatch):
     calls: list[str] = []
     real_read = Report.read
 
-    def slow_read(path) -> Report:
+    def slow_read(path, **options) -> Report:
         calls.append(str(path))
         time.sleep(0.3)  # long enough for every thread to arrive while the first one parses
-        return real_read(path)
+        return real_read(path, **options)
 
     monkeypatch.setattr(Report, "read", slow_read)
     with ThreadPoolExecutor(8) as pool:

@@ -614,9 +614,9 @@ def test_a_run_deleted_while_served_is_404(tmp_path, monkeypatch, caplog):
     c = Client(application.TensorBoardWSGI([make_plugin(tmp_path)]))
     real_read = Report.read.__func__
 
-    def read_after_delete(cls, path):
+    def read_after_delete(cls, path, **options):
         shutil.rmtree(tmp_path / "gone", ignore_errors=True)
-        return real_read(cls, path)
+        return real_read(cls, path, **options)
 
     monkeypatch.setattr(Report, "read", classmethod(read_after_delete))
     for route in ("/report?run=gone", "/csv?run=gone", "/report?run=gone&chip=v5p"):
