@@ -179,3 +179,23 @@ def test_first_columns_are_whole(page, server, logdir, width, run):
     assert cut[0] > 30 and cut[1] == [] and cut[2] == 0, cut
     if width == 1920:
         assert cut[3] == ""  # room for every column
+
+
+@pytest.mark.parametrize("run", ["tab_v5e", "tab_h100"])
+def test_legend_counts_the_points_on_the_roofs_and_the_strip_apart(page, server, logdir, run):
+    """The legend's per-bound counts are the ops plotted on the roofs (FLOPs and an intensity);
+    the ops without FLOPs, in the strip, are counted apart, from the report's own rows."""
+    import re
+
+    report = Report.read(logdir / run / "plugins" / "hlo_roofline" / "report.json")
+    ops = report.ops[report.ops["t_bound_s"] > 0]
+    on_roofs = ops[(ops["flops"] > 0) & (ops["intensity"] > 0)]
+    page.goto(f"{server}/data/plugin_entry.html?name=hlo_roofline&run={run}")
+    page.locator(f'.hr-app[data-state=ready][data-run="{run}"]').wait_for()
+    items = page.locator(".hr-legend-item").all_text_contents()
+    counts = {m[1]: int(m[2]) for m in (re.match(r"(\w+) \((\d+)\)", t) for t in items) if m}
+    assert counts == on_roofs["bound"].value_counts().to_dict()
+    note = page.locator(".hr-legend .hr-muted").first.text_content()
+    assert note.startswith(f"{len(on_roofs)} ops on the roofs")
+    strip = len(ops) - len(on_roofs)
+    assert (f"{strip} without FLOPs in the strip" in note) == (strip > 0)

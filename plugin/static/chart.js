@@ -673,8 +673,13 @@ export class RooflineChart {
   }
 
   _buildLegend(edge, range) {
+    // the plotted ops per bound; the ops without FLOPs (the strip) are counted apart
     const counts = {};
-    for (const p of this.points) counts[p.bound] = (counts[p.bound] || 0) + 1;
+    let inStrip = 0;
+    for (const p of this.points) {
+      if (p.strip) inStrip += 1;
+      else counts[p.bound] = (counts[p.bound] || 0) + 1;
+    }
     const items = Object.entries(counts)
       .sort((a, b) => b[1] - a[1])
       .map(([bound, n]) =>
@@ -685,7 +690,11 @@ export class RooflineChart {
           `${bound} (${n})`,
         ),
       );
-    const parts = [`${this.points.length} ops with a predicted time · area ∝ time share`];
+    const parts = [
+      `${this.points.length - inStrip} ops on the roofs` +
+        (inStrip ? ` · ${inStrip} without FLOPs in the strip` : "") +
+        " · area ∝ time share",
+    ];
     if (this.measured.length && this.showMeasured) {
       parts.push(`◆ ${this.measured.length} measured: FLOPs ÷ measured time, joined to the prediction`);
     }
@@ -716,6 +725,7 @@ export class RooflineChart {
     const units = {};
     if (this.model && this.model.has("roof_unit"))
       for (const p of this.points) {
+        if (p.strip) continue; // a roof holds the ops with FLOPs
         const u = this.model.get(p.row, "roof_unit");
         if (u) units[u] = (units[u] || 0) + 1;
       }
