@@ -483,9 +483,7 @@ def _gather(instr: Instruction) -> None:
         if sizes[d] > 1:
             raise _Refused(f"collapsed dimension {d} has slice size {sizes[d]}",
                            "collapsed_slice_dims")  # fmt: skip
-    if not 0 <= vector_dim <= len(indices):
-        raise _Refused(f"index_vector_dim={vector_dim} is outside its indices", "index_vector_dim")
-    vector = indices[vector_dim] if vector_dim < len(indices) else 1
+    vector = _index_vector(indices, vector_dim)
     if len(index_map) != vector:
         raise _Refused(f"start_index_map has {len(index_map)} dimensions, its index vectors "
                        f"{vector}", "start_index_map")  # fmt: skip
@@ -500,6 +498,14 @@ def _gather(instr: Instruction) -> None:
     for i in range(rank):
         want.append(next(windows) if i in offset else next(batches))
     _result_is(instr, tuple(want), "offset_dims")
+
+
+def _index_vector(indices: tuple[int, ...], vector_dim: int) -> int:
+    """How many indices each index vector of a gather or scatter holds (1 where
+    ``index_vector_dim`` is one past the indices' dimensions: each index a scalar)."""
+    if not 0 <= vector_dim <= len(indices):
+        raise _Refused(f"index_vector_dim={vector_dim} is outside its indices", "index_vector_dim")
+    return indices[vector_dim] if vector_dim < len(indices) else 1
 
 
 def _scatter(instr: Instruction) -> None:
@@ -517,9 +523,7 @@ def _scatter(instr: Instruction) -> None:
     vector_dim = int_attr(instr, "index_vector_dim", len(indices))
     _in_range(inserted + batching, len(operand), "inserted_window_dims", "its operand")
     _in_range(to_operand, len(operand), "scatter_dims_to_operand_dims", "its operand")
-    if not 0 <= vector_dim <= len(indices):
-        raise _Refused(f"index_vector_dim={vector_dim} is outside its indices", "index_vector_dim")
-    vector = indices[vector_dim] if vector_dim < len(indices) else 1
+    vector = _index_vector(indices, vector_dim)
     if len(to_operand) != vector:
         raise _Refused(f"scatter_dims_to_operand_dims has {len(to_operand)} dimensions, its index "
                        f"vectors {vector}", "scatter_dims_to_operand_dims")  # fmt: skip
