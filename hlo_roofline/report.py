@@ -279,6 +279,7 @@ class Report:
         share a few dozen of them, and each is a dozen lines long.
         """
         ops = self.ops
+        check_codes(ops)  # a code the reader would refuse is not written
         stacks: list[str] = []
         if "call_stack" in ops:
             codes, uniques = pd.factorize(ops["call_stack"].fillna(""), sort=False)
@@ -309,6 +310,7 @@ class Report:
         """The ops as a plain CSV (``pd.read_csv(path)`` gives the columns); with ``path``, the
         module name and summary go beside it in :func:`meta_path` (``x.csv`` → ``x.meta.json``),
         which :meth:`read` needs to read the CSV back as a report. Returns the CSV text."""
+        check_codes(self.ops)  # a code the reader would refuse is not written
         text = self.ops.to_csv(index=False)
         if path is not None:
             _write_csv(self, path if is_remote(path) else Path(path), text)
@@ -429,7 +431,10 @@ class Report:
         ``run`` must stay inside ``logdir`` (ValueError otherwise). The files are 0644: a
         TensorBoard running as another user must be able to read them. A URL logdir
         (``gs://bucket/logs``) is written through its filesystem (``_atomic.write_remote``).
+        A code the reader would refuse (an unknown ``hint_reason``) is a :class:`ReportError`
+        before any file is written.
         """
+        check_codes(self.ops)
         if is_remote(logdir):
             if any(part in ("..", "") for part in str(run).split("/") if part != "."):
                 raise ValueError(f"run {run!r} is outside the logdir {str(logdir)!r}")
@@ -692,16 +697,22 @@ def validate(report: Report) -> Report:
         _refuse_cells(ops, np.isinf(values) | (values < 0), column, "is negative or infinite")
         if column in schema.FRACTION_COLUMNS:
             _refuse_cells(ops, values > 1 + 1e-9, column, "is more than the whole")
-    if "bound" in ops:
-        _refuse_cells(ops, ~ops["bound"].isin(verdict.BOUNDS), "bound", "is not a known bound")
-    if "hint_reason" in ops:
-        known = ops["hint_reason"].isin(("", *schema.HINT_REASONS))
-        _refuse_cells(ops, ~known, "hint_reason", "is not a known hint")
+    check_codes(ops)
     _validate_summary(report.summary)
     contradicted = evidence.contradictions(ops, report.summary)
     if contradicted:
         raise ReportError("its summary contradicts its rows: " + "; ".join(contradicted[:3]))
     return report
+
+
+def check_codes(ops: pd.DataFrame) -> None:
+    """Every code column holds its owner's codes (``bound``, ``hint_reason``): checked as a report
+    is read and as it is written, so nothing is written that the reader would refuse."""
+    if "bound" in ops:
+        _refuse_cells(ops, ~ops["bound"].isin(verdict.BOUNDS), "bound", "is not a known bound")
+    if "hint_reason" in ops:
+        known = ops["hint_reason"].isin(("", *schema.HINT_REASONS))
+        _refuse_cells(ops, ~known, "hint_reason", "is not a known hint")
 
 
 def _refuse_cells(ops: pd.DataFrame, bad: pd.Series, column: str, why: str) -> None:

@@ -240,3 +240,23 @@ def test_a_value_a_gate_cannot_judge_is_a_violation(case):
     damaged = copy.deepcopy(intact)
     damage(damaged)
     assert not check(damaged, rules).passed
+
+
+@pytest.mark.parametrize("column, value", [("hint_reason", "made_up"), ("bound", "fast")])
+def test_a_code_the_reader_refuses_is_never_written(tmp_path, column, value):
+    """write_tensorboard, to_json and to_csv refuse a code its owner does not list (what the
+    reader would refuse), before any file is written; the report as judged writes and reads."""
+    report = analyze_hlo(FIXTURES / "mlp_bf16" / "tpu_v5e.hlo.txt", chip="v5e")
+    report.write_tensorboard(tmp_path / "good", "run")
+    assert len(Report.read(tmp_path / "good" / "run").ops) == len(report.ops)
+    ops = report.ops.copy()
+    ops.loc[ops.index[0], column] = value
+    bad = Report(ops, dict(report.summary), report.module)
+    for write in (
+        lambda: bad.write_tensorboard(tmp_path / "bad", "run"),
+        lambda: bad.to_json(tmp_path / "bad.json"),
+        lambda: bad.to_csv(tmp_path / "bad.csv"),
+    ):
+        with pytest.raises(ReportError, match=f"{column} = '{value}'"):
+            write()
+    assert not (tmp_path / "bad").exists() and not list(tmp_path.glob("bad.*"))
