@@ -303,7 +303,7 @@ class Report:
         """The report as JSON, its checksum first (:mod:`hlo_roofline.evidence`)."""
         text = evidence.sign(json.dumps(self.to_dict(), allow_nan=False))
         if path is not None:
-            write_atomic(path if is_remote(path) else Path(path), text)
+            write_atomic(path, text)  # a URL written there, a local path atomically
         return text
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
@@ -550,7 +550,7 @@ class Report:
             allow_nan=False,
         )
         if path is not None:
-            write_atomic(Path(path), text)
+            write_atomic(path, text)  # a URL written there, as to_json's
         return text
 
 

@@ -53,11 +53,12 @@ def test_memory_urls_are_written_there_and_read_back(in_tmp):
     fsspec = pytest.importorskip("fsspec")
     code, output = _run("hlo", SCAN, "--chip", "h100", "--json", "memory://i40/x.json",
                         "--csv", "memory://i40/x.csv", "--logdir", "memory://i40/logs",
-                        "--plot", "memory://i40/x.png")  # fmt: skip
+                        "--plot", "memory://i40/x.png",
+                        "--trace-out", "memory://i40/x.trace.json")  # fmt: skip
     assert code == 0, output
     fs = fsspec.filesystem("memory")
     run = "memory://i40/logs/h100.hlo/plugins/hlo_roofline"
-    for name in ("x.json", "x.csv", "x.meta.json", "x.png"):
+    for name in ("x.json", "x.csv", "x.meta.json", "x.png", "x.trace.json"):
         assert fs.exists(f"memory://i40/{name}"), name
     for name in ("report.json", "report.csv", "report.meta.json"):
         assert fs.exists(f"{run}/{name}"), name
@@ -68,9 +69,10 @@ def test_memory_urls_are_written_there_and_read_back(in_tmp):
     assert not any(p.name.endswith(":") for p in in_tmp.iterdir()), list(in_tmp.iterdir())
 
 
-@pytest.mark.parametrize("flag", ["--json", "--csv", "--logdir", "--plot"])
+@pytest.mark.parametrize("flag", ["--json", "--csv", "--logdir", "--plot", "--trace-out"])
 def test_a_url_without_its_filesystem_is_refused_and_nothing_is_written_locally(in_tmp, flag):
-    suffix = {"--json": "x.json", "--csv": "x.csv", "--logdir": "logs", "--plot": "x.png"}[flag]
+    suffix = {"--json": "x.json", "--csv": "x.csv", "--logdir": "logs", "--plot": "x.png",
+              "--trace-out": "x.trace.json"}[flag]  # fmt: skip
     code, output = _run("hlo", SCAN, "--chip", "h100", flag, f"nosuchfs://bucket/{suffix}")
     assert code == 2 and "nosuchfs://" in output, output
     assert list(in_tmp.iterdir()) == []

@@ -291,9 +291,10 @@ def emit(
     many = len(reports) > 1
     if fmt == "csv" and many:
         raise click.UsageError("--format csv prints one report: pass --module or use --csv")
-    for option, path in (("--plot", plot_path), ("--trace-out", trace_path)):
+    for option, path, what in (
+        ("--plot", plot_path, "judge against"), ("--trace-out", trace_path, "schedule on")
+    ):  # fmt: skip
         if path is not None and any(r.chip is None for r in reports.values()):
-            what = "judge against" if option == "--plot" else "schedule on"
             raise click.UsageError(f"{option} needs a chip to {what}: pass --chip")
     for key, report in reports.items():
         if csv_path:
@@ -334,7 +335,7 @@ def emit(
 trace_out_option = click.option(
     "--trace-out",
     "trace_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False, path_type=Path),
     metavar="PATH",
     help="Also write the step as scheduled as Chrome trace-event JSON (open it in Perfetto or "
     "XProf's trace viewer); with several modules, the module name goes before the suffix.",
