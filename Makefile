@@ -59,11 +59,12 @@ lint: install
 
 test-newest: install browser
 	@echo "== tests: $$($(VENV)/bin/python -c 'import sys, jax, jaxlib; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, jaxlib {jaxlib.__version__}")')"
-	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(VENV)/bin/python $(PYTEST)
+	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(VENV)/bin/python $(PYTEST) -m "not alone"
+	$(VENV)/bin/python -m pytest -q -p no:xdist -m alone
 
 test-oldest: install-oldest browser
 	@echo "== tests: $$($(VENV_OLDEST)/bin/python -c 'import sys, jax, jaxlib; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, jaxlib {jaxlib.__version__}")')"
-	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(VENV_OLDEST)/bin/python $(PYTEST) -m "not slow"
+	HLO_ROOFLINE_REQUIRE_BROWSER=1 $(VENV_OLDEST)/bin/python $(PYTEST) -m "not slow and not alone"
 
 test: lint test-newest test-oldest
 

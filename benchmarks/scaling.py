@@ -42,7 +42,8 @@ _STAGE_CHILD = """
 import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from hlo_roofline import cost, memory
+from hlo_roofline import cost
+from hlo_roofline.judge import memory
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.hlo import parse_module
 from hlo_roofline.report import Report

@@ -21,11 +21,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from hlo_roofline import chips, cost, interconnect, memory, targets
+from hlo_roofline import chips, cost, targets
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.cache import compile_program
 from hlo_roofline.hlo import Module, parse_file, parse_module
 from hlo_roofline.hlo.files import GZIP_SUFFIX, read_text
+from hlo_roofline.judge import interconnect, memory
 from hlo_roofline.report import Report, missing, missing_text
 
 log = logging.getLogger(__name__)
@@ -787,7 +788,7 @@ def _analyze_step(
     """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it.
 
     A program the target's compiler refuses for want of memory is a report too: the step does
-    not fit, with the compiler's figures (see :mod:`hlo_roofline.memory`)."""
+    not fit, with the compiler's figures (see :mod:`hlo_roofline.judge.memory`)."""
     log.info("%s", how)
     placed_args = place_args(args, target, placed_by_jit)
     placed_kwargs = place_args(kwargs, target, placed_by_jit)

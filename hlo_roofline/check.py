@@ -44,11 +44,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from hlo_roofline import evidence, schema, verdict
+from hlo_roofline import evidence, schema
 from hlo_roofline.cost.elementwise import ARITHMETIC, TRANSCENDENTAL
 from hlo_roofline.diff import compare, judged_alike, require_verdicts
 from hlo_roofline.diff import coverage as diff_coverage
 from hlo_roofline.hlo.files import read_text
+from hlo_roofline.judge import verdict
 from hlo_roofline.report import Report
 from hlo_roofline.text import format_seconds, format_table
 

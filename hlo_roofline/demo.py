@@ -25,11 +25,12 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from hlo_roofline import Report, chips, memory, targets  # targets before jax: see its docstring
+from hlo_roofline import Report, chips, targets  # targets before jax: see its docstring
 from hlo_roofline._atomic import unwritable
 from hlo_roofline.examples import analyze_example, default_cache_dir
 from hlo_roofline.examples.gpt import CONFIG
 from hlo_roofline.hlo.attribution import pass_of, scope_of
+from hlo_roofline.judge import memory
 from hlo_roofline.report import UNATTRIBUTED
 
 EXAMPLE = "gpt"

@@ -18,8 +18,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, schema, verdict
+from hlo_roofline import chips, schema
 from hlo_roofline.cost.base import BOOKKEEPING
+from hlo_roofline.judge import verdict
 
 SIGNATURE_KEY = "sha256"
 _SIGNED = re.compile(r'\{"sha256": "([0-9a-f]{64})", ')

@@ -42,8 +42,9 @@ from typing import Any, ClassVar, TextIO
 
 import pandas as pd
 
-from hlo_roofline import memory, schema
+from hlo_roofline import schema
 from hlo_roofline._atomic import write_atomic
+from hlo_roofline.judge import memory
 from hlo_roofline.text import one_line
 
 __all__ = [

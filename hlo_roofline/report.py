@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, efficiency, evidence, memory, schedule, schema, verdict
+from hlo_roofline import chips, evidence, schema
 from hlo_roofline._atomic import is_remote, join, write_atomic
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
 from hlo_roofline.hlo.files import read_text
+from hlo_roofline.judge import efficiency, memory, schedule, verdict
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
 
@@ -145,7 +146,7 @@ class Report:
 
         ``topology`` places the devices for the collective model: the mesh the program was
         sharded on (exact TPU coordinates, GPU hosts) or an
-        :class:`~hlo_roofline.interconnect.Topology`; by default the one this report was judged
+        :class:`~hlo_roofline.judge.interconnect.Topology`; by default the one this report was judged
         with, else one inferred from the chip and the replica groups.
 
         ``model_flops``: your analytic FLOPs per device and step (MaxText's
@@ -483,7 +484,7 @@ class Report:
 
     # -- the step as scheduled -----------------------------------------------------------------
     def timeline(self) -> pd.DataFrame:
-        """Where each op with time ran in the step as scheduled (:mod:`hlo_roofline.schedule`):
+        """Where each op with time ran in the step as scheduled (:mod:`hlo_roofline.judge.schedule`):
         ``name``, ``lane`` (``compute``: the stream; ``dma``, ``interconnect[:<group>]``: the
         engine its transfer ran on), ``begin_s`` and ``end_s`` within the step, ``exposed_s``
         (the stream's wait for its transfer, ending at ``end_s``; ``wait_from_s`` where that

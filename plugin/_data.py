@@ -14,12 +14,14 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, memory
+from hlo_roofline import chips
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.chips import UnknownChipError
 from hlo_roofline.diff import compare as diff_compare
 from hlo_roofline.diff import judged_alike
 from hlo_roofline.hlo.attribution import function_of, scope_of
+from hlo_roofline.judge import memory
+from hlo_roofline.judge.schedule import STREAM
 from hlo_roofline.logdir import REPORT_JSON
 from hlo_roofline.report import FORMAT as REPORT_FORMAT
 from hlo_roofline.report import VERSION as REPORT_VERSION
@@ -30,7 +32,6 @@ from hlo_roofline.report import (
     _json_column,
     lane_title,
 )
-from hlo_roofline.schedule import STREAM
 from hlo_roofline_tensorboard._json import dumps
 
 __all__ = [
@@ -181,8 +182,8 @@ ROOF_UNITS = {
 def constants() -> dict:
     """What the tab would otherwise repeat in JavaScript: the bounds and their colours, the
     groupings, the memory-fit colours and what each roof unit means."""
+    from hlo_roofline.judge.verdict import BOUNDS, COMPUTE_UNITS
     from hlo_roofline.plot import COLORS
-    from hlo_roofline.verdict import BOUNDS, COMPUTE_UNITS
 
     return {
         "bounds": list(BOUNDS),

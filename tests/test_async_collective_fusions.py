@@ -23,9 +23,10 @@ import pytest
 from conftest import FIXTURES
 from tpu_oracle import BAND, BELOW_MEMORY_FLOOR, priced_ops
 
-from hlo_roofline import analyze_hlo, verdict
+from hlo_roofline import analyze_hlo
 from hlo_roofline.cost import rows, walk
 from hlo_roofline.hlo import parse
+from hlo_roofline.judge import verdict
 
 PROGRAM = "tpu_programs/maxtext_llama3_8b.{}.hlo.txt.gz"
 CHIPS = ("v5e", "v5p", "v6e", "7x")

@@ -19,11 +19,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hlo_roofline import analyze_hlo, verdict
+from hlo_roofline import analyze_hlo
 from hlo_roofline.cost.base import CostContext
 from hlo_roofline.cost.inplace import in_place
 from hlo_roofline.cost.linalg import matmul_geometry
 from hlo_roofline.hlo import parse
+from hlo_roofline.judge import verdict
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "inplace"
 CHIPS = ("v5e", "v5p", "v6e", "7x")

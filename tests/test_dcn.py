@@ -12,10 +12,11 @@ import math
 import pytest
 from conftest import FIXTURES
 
-from hlo_roofline import analyze_hlo, chips, interconnect
+from hlo_roofline import analyze_hlo, chips
 from hlo_roofline.cost import walk
 from hlo_roofline.cost.collectives import DCN_GROUP, dcn_slices, group_text, megascale_slices
 from hlo_roofline.hlo import parse
+from hlo_roofline.judge import interconnect
 
 HERE = FIXTURES / "multislice"
 CASES = json.loads((HERE / "cases.json").read_text())

@@ -19,8 +19,9 @@ from functools import cache
 import pytest
 from conftest import FIXTURES
 
-from hlo_roofline import explorer, memory
+from hlo_roofline import explorer
 from hlo_roofline.hlo.attribution import pass_of
+from hlo_roofline.judge import memory
 from hlo_roofline.report import Report
 
 HERE = FIXTURES / "explore"

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 from test_explore_book import collectives, report, times
 
-from hlo_roofline import chips, explorer, memory
+from hlo_roofline import chips, explorer
+from hlo_roofline.judge import memory
 
 K = explorer.book_constants("h100-sxm")
 D, F = 8192, 32768

@@ -1,4 +1,4 @@
-"""Topology-aware collectives (hlo_roofline.interconnect) and the step as scheduled (schedule).
+"""Topology-aware collectives (hlo_roofline.judge.interconnect) and the step as scheduled (schedule).
 
 The book's worked answers, through real compile-only programs, are doctests in docs/collectives.md;
 these tests pin the pieces: replica groups in every HLO form, where devices sit, which axes wrap,
@@ -12,10 +12,11 @@ import pytest
 from conftest import FIXTURES
 
 import hlo_roofline as hr
-from hlo_roofline import chips, interconnect, schedule
+from hlo_roofline import chips
 from hlo_roofline.check import RuleError, Rules, check
 from hlo_roofline.cost.collectives import parse_group_text
 from hlo_roofline.hlo import attrs, parse
+from hlo_roofline.judge import interconnect, schedule
 
 GROUPS_HLO = """HloModule groups, is_scheduled=true, num_partitions=8
 

@@ -10,9 +10,10 @@ from click.testing import CliRunner
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hlo_roofline import analyze, analyze_dump, analyze_hlo, cli, memory, targets
+from hlo_roofline import analyze, analyze_dump, analyze_hlo, cli, targets
 from hlo_roofline.check import Rules, check
 from hlo_roofline.diff import compare
+from hlo_roofline.judge import memory
 from hlo_roofline.testing import assert_roofline
 
 # The steps here are one device's by design (the fit is per device): a slice target does not warn.

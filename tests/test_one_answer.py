@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from conftest import SLOW
 
-from hlo_roofline import analyze_dump, analyze_hlo, interconnect, schema, targets
+from hlo_roofline import analyze_dump, analyze_hlo, schema, targets
 from hlo_roofline.api import IncompleteHloWarning
 from hlo_roofline.chips import get as chip_named
+from hlo_roofline.judge import interconnect
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TPU_DUMP = FIXTURES / "memory_dump" / "tpu_v5p"

@@ -592,8 +592,8 @@ def test_one_palette_for_the_tab_and_the_plot(client):
     the stylesheet define one of their own."""
     from pathlib import Path
 
+    from hlo_roofline.judge.verdict import BOUNDS
     from hlo_roofline.plot import COLORS
-    from hlo_roofline.verdict import BOUNDS
 
     constants = get_json(client, "/constants")
     assert {b: constants["bound_colors"][b] for b in COLORS} == COLORS

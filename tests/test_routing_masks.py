@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from tpu_oracle import BAND, band_shares, priced_ops
 
-from hlo_roofline import chips, verdict
-from hlo_roofline.compute import major_reduces
+from hlo_roofline import chips
+from hlo_roofline.judge import verdict
+from hlo_roofline.judge.compute import major_reduces
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 CHIPS = ("v5e", "v5p", "v6e", "7x")

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from conftest import FIXTURES
 
-from hlo_roofline import Report, analyze_hlo, schedule
+from hlo_roofline import Report, analyze_hlo
+from hlo_roofline.judge import schedule
 from hlo_roofline.report import lane_title
 
 # MaxText programs XLA:TPU compiled with its SparseCore all-gather offload, and their chip

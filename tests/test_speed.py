@@ -18,12 +18,15 @@ import gzip
 import json
 import sys
 
+import pytest
 from conftest import FIXTURES, ROOT, SLOW
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import run as benchmark
 
-pytestmark = SLOW  # a benchmark: a few seconds of timing, run once in CI
+# A benchmark: a few seconds of timing, run once in CI, with the machine to itself (`make test`
+# runs the `alone` tests after the others, in one process).
+pytestmark = [SLOW, pytest.mark.alone]
 TOLERANCE = 1.2
 
 

@@ -17,7 +17,8 @@ import pytest
 from conftest import FIXTURES
 
 import hlo_roofline as hr
-from hlo_roofline import chips, memory, schema, verdict
+from hlo_roofline import chips, schema
+from hlo_roofline.judge import memory, verdict
 from hlo_roofline.report import Report, ReportError
 
 HINTS = {  # fixtures whose rows carry hints on their chips

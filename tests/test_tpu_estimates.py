@@ -22,8 +22,9 @@ import pytest
 from tpu_oracle import loop_times, priced_ops
 from tpu_oracle import shares as _shares
 
-from hlo_roofline import analyze_hlo, chips, compute, verdict
+from hlo_roofline import analyze_hlo, chips
 from hlo_roofline.hlo import parse
+from hlo_roofline.judge import compute, verdict
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_estimates"
 CHIPS = ("v5e", "v5p", "v6e", "7x")

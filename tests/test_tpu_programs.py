@@ -20,8 +20,9 @@ import pandas as pd
 import pytest
 from tpu_oracle import band_shares, loop_times, priced_ops
 
-from hlo_roofline import chips, memory
+from hlo_roofline import chips
 from hlo_roofline.hlo import parse
+from hlo_roofline.judge import memory
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_programs"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())

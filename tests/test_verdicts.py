@@ -16,7 +16,8 @@ from conftest import FIXTURES, HAND_WRITTEN_HLO, SLOW
 
 import hlo_roofline as hr
 import hlo_roofline.targets  # hr.targets below needs the submodule imported
-from hlo_roofline import chips, verdict
+from hlo_roofline import chips
+from hlo_roofline.judge import verdict
 
 pytestmark = HAND_WRITTEN_HLO  # hand-written modules: not scheduled, no fusions
 

@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import analyze_hlo, chips, compute, verdict
+from hlo_roofline import analyze_hlo, chips
+from hlo_roofline.judge import compute, verdict
 
 BAND = (0.5, 1.25)  # roofline ÷ XLA's estimate counted as agreeing
 # Rows where XLA's own estimate is below the op's byte time: XLA is the implausible one there, so

@@ -9,8 +9,8 @@ import math
 import shutil
 from pathlib import Path
 
-from hlo_roofline import memory
 from hlo_roofline.diff import Diff
+from hlo_roofline.judge import memory
 from hlo_roofline.report import Report
 from hlo_roofline.text import format_seconds, format_table
 

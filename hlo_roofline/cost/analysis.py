@@ -821,7 +821,7 @@ def _group_text(collective: Instruction, module: Module) -> str:
     try:
         return group_text(collective, module)
     except (*_RULE_ERRORS, RecursionError):
-        return ""  # groups it cannot read: priced as one ring (see hlo_roofline.interconnect)
+        return ""  # groups it cannot read: priced as one ring (see hlo_roofline.judge.interconnect)
 
 
 def _kind(collective: Instruction, module: Module) -> str:

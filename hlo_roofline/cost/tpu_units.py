@@ -2,7 +2,7 @@
 unit, and those a reduce folds across its lanes.
 
 These are not XLA's and not a cost: the report's ``vector_elements`` and ``lane_reduced_elements``
-columns, which the TPU time model (:mod:`hlo_roofline.verdict`) runs at the chip's loop rate. They
+columns, which the TPU time model (:mod:`hlo_roofline.judge.verdict`) runs at the chip's loop rate. They
 are counted here, beside the rules, because they read what the rules read (in-place updates, sliced
 reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
 """
@@ -474,7 +474,7 @@ def epilogue_pass(
     type) and the fused operands only the epilogue reads (SwiGLU backward's gate and up
     activations), whatever the arithmetic between them. XLA:TPU's estimates charge that pass
     after the MXU, overlapping it with only one K step of the next tile
-    (:func:`hlo_roofline.compute.matmul_pipeline`; docs/cost-model.md: a plain product's
+    (:func:`hlo_roofline.judge.compute.matmul_pipeline`; docs/cost-model.md: a plain product's
     accumulator and 1-4 such arrays alike, no dependence on the number of elementwise ops).
     With K whole the one K step is the tile's whole MXU time: the vector unit's work per step
     (those arrays, and an operand the fusion relays into another dimension order, e.g. a GShard

@@ -21,7 +21,7 @@ are this package's public surface.
 
 from __future__ import annotations
 
-from hlo_roofline.efficiency import (
+from hlo_roofline.judge.efficiency import (
     HOST_ROOF_LOW,
     SHORTEST_TIMED_S,
     add_efficiency,

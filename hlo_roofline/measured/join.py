@@ -19,9 +19,9 @@ import pandas as pd
 
 from hlo_roofline import chips, schema, xplane
 from hlo_roofline.api import analyze_hlo
-from hlo_roofline.efficiency import add_efficiency, problem_count
 from hlo_roofline.hlo import Module, attrs, parse
 from hlo_roofline.host import host_chip
+from hlo_roofline.judge.efficiency import add_efficiency, problem_count
 from hlo_roofline.measured import renames
 from hlo_roofline.measured.attribution import HloStructure, MeasuredTimes, per_step_times
 from hlo_roofline.measured.trace import (

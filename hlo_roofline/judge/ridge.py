@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Chip
-from hlo_roofline.compute import column, holds_rows, padded
+from hlo_roofline.judge.compute import column, holds_rows, padded
 
 
 def ridge_fields(

@@ -8,7 +8,7 @@ import pandas as pd
 
 from hlo_roofline import schema
 from hlo_roofline.chips import Chip
-from hlo_roofline.compute import streams_columns
+from hlo_roofline.judge.compute import streams_columns
 
 # Why XLA:TPU's estimate sits outside the roofline's reach (``xla_gap``): owned by the schema.
 XLA_GAPS = schema.XLA_GAPS

@@ -11,7 +11,7 @@ its ops' times, the step at least the busiest.
 
 The expectation: ``t_expected`` is the bound and every calibrated effect of the chip's
 :class:`~hlo_roofline.chips.Calibration` (XLA:TPU's charges, the measured per-op floor), never
-below the bound; ``step_expected_s`` walks XLA's schedule with it (:mod:`hlo_roofline.schedule`).
+below the bound; ``step_expected_s`` walks XLA's schedule with it (:mod:`hlo_roofline.judge.schedule`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from hlo_roofline import chips, interconnect, schedule, schema
+from hlo_roofline import chips, schema
 from hlo_roofline.chips import Chip
-from hlo_roofline.compute import (
+from hlo_roofline.cost.collectives import dcn_slices, parse_group_text
+from hlo_roofline.judge import interconnect, schedule
+from hlo_roofline.judge.compute import (
     COMPUTE_UNITS,
     charged_times,
     column,
@@ -38,10 +40,8 @@ from hlo_roofline.compute import (
     op_floors,
     streams_columns,
 )
-from hlo_roofline.cost.collectives import dcn_slices, parse_group_text
-from hlo_roofline.hints import hint_columns, hint_text
-from hlo_roofline.schema import BOUNDS
-from hlo_roofline.step import (
+from hlo_roofline.judge.hints import hint_columns, hint_text
+from hlo_roofline.judge.step import (
     LOOP_FIELDS,
     REMAT,
     RIDGE_DTYPES,
@@ -52,7 +52,8 @@ from hlo_roofline.step import (
     model_flops_summary,
     remat_summary,
 )
-from hlo_roofline.xla_gap import BELOW_MEMORY_FLOOR, XLA_GAPS, xla_estimate, xla_gaps
+from hlo_roofline.judge.xla_gap import BELOW_MEMORY_FLOOR, XLA_GAPS, xla_estimate, xla_gaps
+from hlo_roofline.schema import BOUNDS
 
 __all__ = [  # the time model's own names, and those its parts own (imported from here before)
     "BELOW_MEMORY_FLOOR",
@@ -185,9 +186,9 @@ def classify(
     beside the HLO's (see :func:`model_flops_summary`).
 
     ``topology`` places the program's devices for the collective model: an
-    :class:`~hlo_roofline.interconnect.Topology`, a mesh (or its devices in partition order), or
+    :class:`~hlo_roofline.judge.interconnect.Topology`, a mesh (or its devices in partition order), or
     a report's stored one; None infers it from the chip and the groups (see
-    :mod:`hlo_roofline.interconnect`).
+    :mod:`hlo_roofline.judge.interconnect`).
     """
     chip = chips.get(chip) if isinstance(chip, str) else chip
     if not isinstance(chip, Chip):
@@ -387,7 +388,7 @@ def busiest_queue(
 
 
 def walk_schedule(ops: pd.DataFrame, kind: str, durations: np.ndarray) -> schedule.Scheduled:
-    """The step as scheduled (:func:`hlo_roofline.schedule.walk`) for ops on a chip of ``kind``.
+    """The step as scheduled (:func:`hlo_roofline.judge.schedule.walk`) for ops on a chip of ``kind``.
 
     On a TPU torus a collective's device group names the links it uses (another mesh axis is
     another ring of links); a GPU's collectives share its NVLink and network ports. A SparseCore

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Chip
-from hlo_roofline.compute import column, holds_rows
 from hlo_roofline.hlo.parser import HloParseError, parse_shape
-from hlo_roofline.ridge import ridge_fields
+from hlo_roofline.judge.compute import column, holds_rows
+from hlo_roofline.judge.ridge import ridge_fields
 from hlo_roofline.schema import BOUNDS
 
 
