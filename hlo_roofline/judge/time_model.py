@@ -193,12 +193,16 @@ class TimeModel:
         )
 
     # -- calibrated effects (the expected model's alone) ----------------------------------------
-    def calibrated_effects(self, ops: pd.DataFrame, rates: Rates, bound: Bound) -> dict[str, np.ndarray]:
+    def calibrated_effects(
+        self, ops: pd.DataFrame, rates: Rates, bound: Bound
+    ) -> dict[str, np.ndarray]:
         """Each calibrated effect's time per row (:data:`schema.EXPECTED_EFFECTS`): the per-op
         floor and the shares of the peaks the chip's kernels reached where measured."""
         return self.measured_effects(ops, rates, bound)
 
-    def measured_effects(self, ops: pd.DataFrame, rates: Rates, bound: Bound) -> dict[str, np.ndarray]:
+    def measured_effects(
+        self, ops: pd.DataFrame, rates: Rates, bound: Bound
+    ) -> dict[str, np.ndarray]:
         cal, zero = self.chip.calibration, np.zeros(len(ops))
         memory = bound.memory
         return {
@@ -206,8 +210,7 @@ class TimeModel:
             "matmul_rate": bound.unit_times["mxu"] / cal.matmul_efficiency
             if cal.matmul_efficiency
             else zero,
-            "memory_rate": (memory.t_memory - memory.t_vmem) / cal.memory_efficiency
-            + memory.t_vmem
+            "memory_rate": (memory.t_memory - memory.t_vmem) / cal.memory_efficiency + memory.t_vmem
             if cal.memory_efficiency
             else zero,
         }
@@ -257,7 +260,9 @@ class TpuTimeModel(TimeModel):
         is another ring of links)."""
         return ops["replica_group"].to_numpy() if "replica_group" in ops else None
 
-    def calibrated_effects(self, ops: pd.DataFrame, rates: Rates, bound: Bound) -> dict[str, np.ndarray]:
+    def calibrated_effects(
+        self, ops: pd.DataFrame, rates: Rates, bound: Bound
+    ) -> dict[str, np.ndarray]:
         """What XLA:TPU's cost model charges beyond the hardware's work (its vector loop, fill
         and lane-reduce rates, its matmul pipeline, loops' further reads, deep reduces) and the
         per-op floor, from the chip's calibration alone (zero where it has none: every chip of
@@ -321,9 +326,7 @@ class BoundModel:
         flops = ops["flops"].to_numpy(dtype=float)
         bound[ops["unknown"].to_numpy(dtype=bool) & (flops == 0)] = "unknown"
         bound[rates.no_rate] = "unknown"
-        return Bound(
-            t_compute, compute_unit, unit_times, memory, t_comm, t_bound, bound, topology
-        )
+        return Bound(t_compute, compute_unit, unit_times, memory, t_comm, t_bound, bound, topology)
 
     def step(self, ops: pd.DataFrame, bound: Bound) -> float:
         """``step_bound_s``: the busiest queue (:func:`busiest_queue`)."""
