@@ -51,6 +51,9 @@ EXPECTED_EFFECTS = {
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
     "where measured (`calibrated.memory_efficiency`)",
+    "dcn": "a multi-slice transfer over the data-centre network at the share of the DCN egress "
+    "and the time per ring step over the slices measured on whole steps "
+    "(`calibrated.dcn_efficiency`, `dcn_step`)",
 }
 
 # Names a report written before the bound and the expectation were split used, and theirs now

@@ -290,7 +290,30 @@ class TpuTimeModel(TimeModel):
             "major_reduce": major_reduces(ops, chip, no_rate),
             "matmul_rate": measured["matmul_rate"],
             "memory_rate": measured["memory_rate"],
+            "dcn": self.dcn_times(ops),
         }
+
+    def dcn_times(self, ops: pd.DataFrame) -> np.ndarray:
+        """Each multi-slice transfer's expected time over the data-centre network
+        (:func:`~hlo_roofline.judge.interconnect.dcn_expected_time`, once per execution); 0 for
+        other rows. Whether it hides behind compute is the schedule's to say."""
+        times, cal = np.zeros(len(ops)), self.chip.calibration
+        if "replica_group" not in ops or not (cal.dcn_efficiency or cal.dcn_step_s):
+            return times
+        comm = ops["comm_bytes"].to_numpy(dtype=float)
+        texts = ops["replica_group"].to_numpy()
+        slices = {t: dcn_slices(t) for t in dict.fromkeys(texts[comm > 0])}
+        count = ops["count"].to_numpy(dtype=float)
+        buffer = ops["bytes_accessed"].to_numpy(dtype=float)
+        for i in np.flatnonzero(comm > 0):
+            n = slices[texts[i]]
+            if not n:
+                continue
+            runs = count[i] or 1.0
+            times[i] = runs * interconnect.dcn_expected_time(
+                self.chip, comm[i] / runs, buffer[i] / runs, n
+            )
+        return times
 
 
 MODELS: dict[str, type[TimeModel]] = {"tpu": TpuTimeModel, "gpu": GpuTimeModel}
