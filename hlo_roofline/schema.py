@@ -99,6 +99,10 @@ COLUMNS: tuple[Column, ...] = (
     _c("lower_bound", "bool", "",
        "the op's count is a lower bound (it runs in a loop whose trip count is unknown: its body "
        "is counted once)", "cost"),
+    _c("upper_bound", "bool", "",
+       "the op's count may be high: a value its work depends on is not in the text (an attention "
+       "kernel's mask or lengths, a grouped matmul's group sizes), so every candidate is counted",
+       "cost"),
     _c("fusion_kind", "text", "", "a fusion's kind", "cost"),
     _c("dtype", "text", "", "the dtype it computes in (a matmul's input type)", "cost"),
     _c("precision", "text", "",
