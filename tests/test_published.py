@@ -139,6 +139,19 @@ def test_the_dcn_cost_grows_with_the_slices_as_published(slices):
     assert _over_slices(slices) == pytest.approx(_published_loss(slices), rel=0.02)
 
 
+def test_the_slices_rewrite_is_the_compiled_program():
+    """The two-slice program's DCN transfers over n slices (predict.over_slices, which the DCN fit
+    reads) are the program compiled for n slices: v5e_16b_x4's expected step, over one slice's."""
+    compiled = [n for n in NAMES if n.startswith(DCN_ONE + "_x") and n != DCN_MANY]
+    assert compiled, "a compiled program on more slices than the fitting one"
+    for name in compiled:
+        slices = predict_module.record(name)["num_slices"]
+        alone = _predicted(DCN_ONE)["predicted_step_s"]
+        assert _predicted(name)["predicted_step_s"] / alone == pytest.approx(
+            _over_slices(slices), rel=1e-3
+        ), name
+
+
 def test_more_slices_cost_more():
     """Each doubling of the slices adds to the expected step (its ring grows: 2·(n−1)/n of the
     buffer on DCN and 2·(n−1) steps), while the bound's busiest queue stays the slice's own; one
