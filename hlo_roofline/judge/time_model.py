@@ -203,6 +203,10 @@ class TimeModel:
     def measured_effects(
         self, ops: pd.DataFrame, rates: Rates, bound: Bound
     ) -> dict[str, np.ndarray]:
+        """The effects measured on whole kernels or steps, on any backend: the per-op floor (once
+        per execution of an op that runs on the core), the matrix unit's work at the share of its
+        peak the chip's matmul kernels reached, HBM bytes at the share of the bandwidth its
+        streaming ops reached."""
         cal, zero = self.chip.calibration, np.zeros(len(ops))
         memory = bound.memory
         return {
