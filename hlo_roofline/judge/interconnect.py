@@ -337,7 +337,9 @@ def dcn_time(chip: Chip, collective: str, comm_bytes: float) -> float:
 def dcn_ring_steps(comm_bytes: float, buffer_bytes: float, slices: int) -> float:
     """The steps of a multi-slice transfer's ring over ``slices`` slices: each step carries
     1/n of its buffer, so a ring all-reduce (2·(n−1)/n of its buffer on the wire) makes 2·(n−1);
-    a transfer whose buffer is unknown is taken for that all-reduce."""
+    a transfer whose buffer is unknown is taken for that all-reduce. The report does not carry a
+    megascale transfer's type: a one-to-one of its whole buffer counts n steps where it makes
+    one (of the published programs' DCN transfers, only seven small v4 ones are not all-reduces)."""
     if buffer_bytes <= 0:
         return 2.0 * (slices - 1)
     return comm_bytes * slices / buffer_bytes
