@@ -16,8 +16,8 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   of the DCN egress a multi-slice transfer reaches and the time each step of its ring over the
   slices adds, at which the expected step of MaxText's v5e 16B grows from 1 slice to 2 and to 32
   as its published table does (:data:`DCN_FITTING`; the 4, 8 and 16 slices are held out, as
-  are the other chips' two-slice configs). One data-centre network and one megascale runtime:
-  the same two numbers on every TPU.
+  are v5e 128B on 2 to 32 slices and the other chips' two-slice configs). One data-centre network
+  and one megascale runtime: the same two numbers on every TPU.
 
 - XLA:TPU's charges on v5e, v5p, v6e and 7x, read off ``fixtures/tpu_estimates`` by the
   arithmetic each number's note writes out (:data:`TPU_FITS`: the program and the op each reads),
