@@ -28,6 +28,8 @@ from hlo_roofline.judge.compute import (
     charged_times,
     column,
     compute_times,
+    depthwise_convs,
+    expanded_loops,
     kernel_mxu_flops,
     loop_reads,
     major_reduces,
@@ -292,6 +294,8 @@ class TpuTimeModel(TimeModel):
                 ops, chip, matmul | no_rate, charged["loop"], memory.hbm_bytes
             ),
             "major_reduce": major_reduces(ops, chip, no_rate),
+            "depthwise": depthwise_convs(ops, chip) * priced,
+            "expanded": expanded_loops(ops, chip) * priced,
             "matmul_rate": measured["matmul_rate"],
             "memory_rate": measured["memory_rate"],
             "dcn": self.dcn_times(ops),
