@@ -52,11 +52,15 @@ from hlo_roofline import chips
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 CARDS = {"h100": "h100-sxm", "h200": "h200"}
-# The measured GPU programs each fit reads: the micro-benchmarks. The whole steps (and MaxText's
-# published A3 configs) are held out.
-GPU_FITTING = ("matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax")
-GPU_HELD_OUT = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "convnet_step", "kv_decode",
-                "attention_block", "attention_cudnn")  # fmt: skip
+# The measured GPU programs each card's fits read (fixtures/measured_gpu/README.md): the
+# micro-benchmarks, one program per kernel class of its own (cuDNN's flash attention, cuDNN's
+# convolutions) and one step of many small kernels (a decode loop). The training steps and the
+# attention written out (and MaxText's published A3 configs) are held out.
+GPU_FITTING = ("matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax",
+               "attention_cudnn", "convnet_step", "kv_decode")  # fmt: skip
+GPU_HELD_OUT = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "attention_block")
+GPU_FEW_KERNELS = 20  # kernel runs a step few enough that its uncovered time is the dispatch alone
+GPU_MANY_KERNELS = 100  # kernel runs a step many enough that their launch gaps outweigh it
 # The published configs a fit reads (one slice); the two-slice configs are held out.
 PUBLISHED_FITTING = {"v4": "v4_22b"}
 # The multi-slice config and the slice counts the DCN fit reads (fixtures/published/predict.py's
@@ -132,7 +136,55 @@ def gpu_fits(card: str) -> list[Fit]:
     value = float(f"{statistics.median(small):.2g}")
     found.append(Fit(CARDS[card], "op_floor", value, "fixtures/measured_gpu",
                      tuple(t / value for t in small)))  # fmt: skip
-    return found
+    for key, rows in (("kernel_efficiency", _fused_kernels), ("conv_efficiency", _convolutions)):
+        bound = measured = 0.0
+        seen = []
+        for case in GPU_FITTING:
+            ops = rows(gpu_reports(card, case).ops)
+            ops = ops[ops["efficiency"].notna()]
+            bound, measured = bound + ops["t_bound_s"].sum(), measured + ops["measured_s"].sum()
+            seen += list(ops["efficiency"])
+        value = _round(bound / measured)  # time-weighted: the share a step's sum of them reached
+        found.append(Fit(CARDS[card], key, value, "fixtures/measured_gpu",
+                         tuple(e / value for e in seen)))  # fmt: skip
+    return found + _launch_fits(card)
+
+
+def _fused_kernels(ops):
+    """Custom kernels whose matrix work is priced from their shapes (cuDNN's flash attention)."""
+    return ops[ops["kernel_mxu_flops"] > 0]
+
+
+def _convolutions(ops):
+    """cuDNN's convolutions (XLA:GPU names its conv custom-calls ``cudnn-conv*``)."""
+    return ops[(ops["opcode"] == "custom-call") & ops["name"].str.startswith("cudnn-conv")]
+
+
+def uncovered(card: str, case: str) -> tuple[float, float]:
+    """(the step's time no kernel covers: measured step − Σ the kernels' measured times, the
+    kernel runs the model gives a launch gap: rows with a bound time, times their count)."""
+    report = gpu_reports(card, case)
+    ops = report.ops
+    kernels = ops[(ops["t_bound_s"] > 0) & (ops["count"] > 0)]
+    covered = ops.loc[ops["measured_s"] > 0, "measured_s"].sum()
+    return report.summary["measured_step_s"] - covered, float(kernels["count"].sum())
+
+
+def _launch_fits(card: str) -> list[Fit]:
+    """The host's dispatch of a step (the median uncovered time of the fitting programs of few
+    kernels) and its launch gap per kernel run (over those of many, the uncovered time less the
+    dispatch, per kernel run, pooled)."""
+    gaps = {case: uncovered(card, case) for case in GPU_FITTING}
+    few = [g for g, runs in gaps.values() if runs <= GPU_FEW_KERNELS]
+    dispatch = float(f"{statistics.median(few):.2g}")
+    many = [(g - dispatch, runs) for g, runs in gaps.values() if runs > GPU_MANY_KERNELS]
+    launch = float(f"{sum(g for g, _ in many) / sum(r for _, r in many):.2g}")
+    return [
+        Fit(CARDS[card], "step_launch", dispatch, "fixtures/measured_gpu",
+            tuple(g / dispatch for g in few)),
+        Fit(CARDS[card], "launch_gap", launch, "fixtures/measured_gpu",
+            tuple(g / runs / launch for g, runs in many)),
+    ]  # fmt: skip
 
 
 @cache

@@ -195,6 +195,11 @@ class TimeModel:
         )
 
     # -- calibrated effects (the expected model's alone) ----------------------------------------
+    def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:
+        """Calibrated times an op takes on top of its run (the stream idle before it), per row:
+        none on a host."""
+        return {}
+
     def calibrated_effects(
         self, ops: pd.DataFrame, rates: Rates, bound: Bound
     ) -> dict[str, np.ndarray]:
@@ -226,10 +231,67 @@ class GpuTimeModel(TimeModel):
     """A GPU's: tensor cores at the matmul dtype's peak (f32 on TF32 unless ``highest``), CUDA
     cores for the rest, HBM; collectives on NVLink inside a node and the node's scale-out
     network across nodes, sharing the GPU's NVLink and network ports in the schedule (one
-    queue); the per-op floor and the efficiencies measured on the traces of
-    ``fixtures/measured_gpu``."""
+    queue); the per-op floor, the efficiencies measured on the traces of
+    ``fixtures/measured_gpu`` (GEMMs, streaming ops, fused attention kernels, cuDNN's
+    convolutions) and the stream's idle time between kernels; an async copy (not a collective)
+    runs beside the stream's kernels on the same HBM, so the stream waits for it."""
 
     kind = "gpu"
+
+    @classmethod
+    def walk(cls, ops: pd.DataFrame, durations: np.ndarray) -> schedule.Scheduled:
+        """XLA's schedule, with each asynchronous op that is not a collective (an async copy:
+        ``fusion-start``, ``copy-start``) on the stream: it moves its bytes through the HBM the
+        kernels beside it stream from, so it hides nothing (gpt_step on H100 and H200: every
+        kernel's time, async copies included, sums to the measured step)."""
+        opcodes = ops["opcode"].to_numpy().astype(str)
+        local = np.char.endswith(opcodes, "-start") & (ops["collective"].to_numpy() == "")
+        if not local.any():
+            return super().walk(ops, durations)
+        names = set(ops["name"].to_numpy()[local].tolist())
+        waits = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
+        on_stream = ops.assign(
+            opcode=np.where(local, np.char.replace(opcodes, "-start", ""), opcodes),
+            waits_for=[("" if w in names else w) for w in waits.tolist()],
+        )
+        return super().walk(on_stream, durations)
+
+    def calibrated_effects(
+        self, ops: pd.DataFrame, rates: Rates, bound: Bound
+    ) -> dict[str, np.ndarray]:
+        """The effects measured on whole kernels (:meth:`TimeModel.measured_effects`) and two
+        classes of kernel of their own: a fused kernel's matrix work (cuDNN's flash attention,
+        priced from its shapes: ``kernel_mxu_flops``) at the share of its bound such kernels
+        reached (``calibrated.kernel_efficiency``), and cuDNN's convolutions at theirs
+        (``calibrated.conv_efficiency``: their algorithms, chosen per shape, run far below the
+        GEMMs' rate)."""
+        cal, zero = self.chip.calibration, np.zeros(len(ops))
+        fused = rates.kernel_mxu > 0
+        conv = ops["opcode"].to_numpy() == "custom-call"
+        conv &= ops["name"].astype(str).str.startswith("cudnn-conv").to_numpy()
+        return {
+            **self.measured_effects(ops, rates, bound),
+            "kernel_rate": np.where(fused, bound.t_bound / cal.kernel_efficiency, 0.0)
+            if cal.kernel_efficiency
+            else zero,
+            "conv_rate": np.where(conv, bound.t_bound / cal.conv_efficiency, 0.0)
+            if cal.conv_efficiency
+            else zero,
+        }
+
+    def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:
+        """The stream's idle time before each kernel's run (``calibrated.launch_gap``: the
+        host's launch) and, before the step's first kernel, the host's dispatch of the program
+        (``calibrated.step_launch``); a row that launches no kernel (a parameter, a tuple, a
+        bitcast: no bound time) has none."""
+        cal = self.chip.calibration
+        launch = np.zeros(len(ops))
+        kernel = (bound.t_bound > 0) & (ops["count"].to_numpy(dtype=float) > 0)
+        if cal.launch_gap_s:
+            launch[kernel] = cal.launch_gap_s * ops["count"].to_numpy(dtype=float)[kernel]
+        if cal.step_launch_s and kernel.any():
+            launch[np.flatnonzero(kernel)[0]] += cal.step_launch_s
+        return {"launch": launch}
 
 
 class TpuTimeModel(TimeModel):
@@ -369,8 +431,9 @@ class BoundModel:
 
 class ExpectedModel:
     """The bound and every calibrated effect (each named with its evidence, never below the
-    bound: ``t_expected_s``, ``expected_by``), and the step as XLA scheduled those times
-    (``step_expected_s``, never below the bound's step)."""
+    bound: ``t_expected_s``, ``expected_by``; the largest sets the op's run, and the backend's
+    added effects, such as a GPU kernel's launch gap, come on top of it), and the step as XLA
+    scheduled those times (``step_expected_s``, never below the bound's step)."""
 
     def __init__(self, model: TimeModel) -> None:
         self.model = model
@@ -379,10 +442,17 @@ class ExpectedModel:
         effects = self.model.calibrated_effects(ops, rates, bound)
         names = np.array(["", *effects], dtype=object)
         times = np.stack([bound.t_bound, *effects.values()])
-        t_expected = times.max(axis=0)
-        return Expected(
-            t_expected, names[times.argmax(axis=0)], effects, self.model.walk(ops, t_expected)
-        )
+        t_expected, expected_by = times.max(axis=0), names[times.argmax(axis=0)]
+        added = self.model.added_effects(ops, bound)  # on top of the op's run, not instead
+        if added:
+            extra = np.stack(list(added.values()))
+            largest = np.array(list(added), dtype=object)[extra.argmax(axis=0)]
+            t_expected = t_expected + extra.sum(axis=0)
+            expected_by = np.where(
+                (expected_by == "") & (extra.sum(axis=0) > 0), largest, expected_by
+            )
+            effects = {**effects, **added}
+        return Expected(t_expected, expected_by, effects, self.model.walk(ops, t_expected))
 
     def step(self, expected: Expected, step_bound: float) -> float:
         """XLA's schedule of the expected ops, and never below what the hardware allows (the walk
