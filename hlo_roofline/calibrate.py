@@ -48,19 +48,25 @@ from functools import cache
 from pathlib import Path
 
 from hlo_roofline import chips
+from hlo_roofline.judge import time_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 CARDS = {"h100": "h100-sxm", "h200": "h200"}
 # The measured GPU programs each card's fits read (fixtures/measured_gpu/README.md): the
-# micro-benchmarks, one program per kernel class of its own (cuDNN's flash attention, cuDNN's
-# convolutions) and one step of many small kernels (a decode loop). The training steps and the
-# attention written out (and MaxText's published A3 configs) are held out.
-GPU_FITTING = ("matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax",
-               "attention_cudnn", "convnet_step", "kv_decode")  # fmt: skip
+# micro-benchmarks (its GEMMs' and streams' efficiencies, per-op floor and step dispatch), and one
+# program for each effect they hold none of: cuDNN's flash attention, cuDNN's convolutions, and a
+# step of many small kernels (a decode loop: the launch gap). The training steps and the attention
+# written out (and MaxText's published A3 configs) are held out.
+GPU_MICRO = ("matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax")
+GPU_CLASS_FITTING = {
+    "kernel_efficiency": "attention_cudnn",
+    "conv_efficiency": "convnet_step",
+    "conv_narrow_efficiency": "convnet_step",
+    "launch_gap": "kv_decode",
+}
+GPU_FITTING = (*GPU_MICRO, *dict.fromkeys(GPU_CLASS_FITTING.values()))
 GPU_HELD_OUT = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "attention_block")
-GPU_FEW_KERNELS = 20  # kernel runs a step few enough that its uncovered time is the dispatch alone
-GPU_MANY_KERNELS = 100  # kernel runs a step many enough that their launch gaps outweigh it
 # The published configs a fit reads (one slice); the two-slice configs are held out.
 PUBLISHED_FITTING = {"v4": "v4_22b"}
 # The multi-slice config and the slice counts the DCN fit reads (fixtures/published/predict.py's
@@ -116,19 +122,18 @@ def _large(ops, kind: str):
 
 
 def gpu_fits(card: str) -> list[Fit]:
-    """The card's matmul and memory efficiencies: medians over the fitting programs' large ops."""
+    """The card's calibration: its GEMMs', streams' and smallest kernels' rates over the
+    micro-benchmarks, each kernel class of its own and the launch gap on its one program."""
     found = []
     for kind in ("matmul", "memory"):
         seen = [
-            e
-            for case in GPU_FITTING
-            for e in _large(gpu_reports(card, case).ops, kind)["efficiency"]
+            e for case in GPU_MICRO for e in _large(gpu_reports(card, case).ops, kind)["efficiency"]
         ]
         value = _round(statistics.median(seen))
         found.append(Fit(CARDS[card], f"{kind}_efficiency", value, "fixtures/measured_gpu",
                          tuple(e / value for e in seen)))  # fmt: skip
     small = []  # what a kernel far below any roof took a run: launch and drain
-    for case in GPU_FITTING:
+    for case in GPU_MICRO:
         ops = gpu_reports(card, case).ops
         timed = ops[(ops["measured_s"] > 0) & (ops["t_bound_s"] > 0) & (ops["count"] > 0)]
         tiny = timed[timed["t_bound_s"] / timed["count"] < SMALL_RUN_S]
@@ -136,17 +141,13 @@ def gpu_fits(card: str) -> list[Fit]:
     value = float(f"{statistics.median(small):.2g}")
     found.append(Fit(CARDS[card], "op_floor", value, "fixtures/measured_gpu",
                      tuple(t / value for t in small)))  # fmt: skip
-    for key, rows in (("kernel_efficiency", _fused_kernels), ("conv_efficiency", _convolutions)):
-        bound = measured = 0.0
-        seen = []
-        for case in GPU_FITTING:
-            ops = rows(gpu_reports(card, case).ops)
-            ops = ops[ops["efficiency"].notna()]
-            bound, measured = bound + ops["t_bound_s"].sum(), measured + ops["measured_s"].sum()
-            seen += list(ops["efficiency"])
-        value = _round(bound / measured)  # time-weighted: the share a step's sum of them reached
+    for key, rows in KERNEL_CLASSES.items():
+        ops = rows(gpu_reports(card, GPU_CLASS_FITTING[key]).ops)
+        ops = ops[ops["efficiency"].notna()]
+        # time-weighted: the share of the bound the class's kernels reached together
+        value = _round(ops["t_bound_s"].sum() / ops["measured_s"].sum())
         found.append(Fit(CARDS[card], key, value, "fixtures/measured_gpu",
-                         tuple(e / value for e in seen)))  # fmt: skip
+                         tuple(e / value for e in ops["efficiency"])))  # fmt: skip
     return found + _launch_fits(card)
 
 
@@ -155,9 +156,18 @@ def _fused_kernels(ops):
     return ops[ops["kernel_mxu_flops"] > 0]
 
 
-def _convolutions(ops):
-    """cuDNN's convolutions (XLA:GPU names its conv custom-calls ``cudnn-conv*``)."""
-    return ops[(ops["opcode"] == "custom-call") & ops["name"].str.startswith("cudnn-conv")]
+def _convolutions(ops, narrow: bool):
+    """cuDNN's convolutions (XLA:GPU names its conv custom-calls ``cudnn-conv*``), those whose
+    contraction is not a whole number of the tensor cores' K steps (``narrow``) or the rest."""
+    conv = ops[(ops["opcode"] == "custom-call") & ops["name"].str.startswith("cudnn-conv")]
+    return conv[(conv["mm_k"] % time_model.CONV_K_STEP != 0) == narrow]
+
+
+KERNEL_CLASSES = {
+    "kernel_efficiency": _fused_kernels,
+    "conv_efficiency": lambda ops: _convolutions(ops, narrow=False),
+    "conv_narrow_efficiency": lambda ops: _convolutions(ops, narrow=True),
+}
 
 
 def uncovered(card: str, case: str) -> tuple[float, float]:
@@ -171,19 +181,18 @@ def uncovered(card: str, case: str) -> tuple[float, float]:
 
 
 def _launch_fits(card: str) -> list[Fit]:
-    """The host's dispatch of a step (the median uncovered time of the fitting programs of few
-    kernels) and its launch gap per kernel run (over those of many, the uncovered time less the
-    dispatch, per kernel run, pooled)."""
-    gaps = {case: uncovered(card, case) for case in GPU_FITTING}
-    few = [g for g, runs in gaps.values() if runs <= GPU_FEW_KERNELS]
+    """The host's dispatch of a step (the median uncovered time of the micro-benchmarks: a
+    kernel or a few each) and its launch gap per kernel run (on the decode loop's hundreds: its
+    uncovered time less the dispatch, per kernel run)."""
+    few = [uncovered(card, case)[0] for case in GPU_MICRO]
     dispatch = float(f"{statistics.median(few):.2g}")
-    many = [(g - dispatch, runs) for g, runs in gaps.values() if runs > GPU_MANY_KERNELS]
-    launch = float(f"{sum(g for g, _ in many) / sum(r for _, r in many):.2g}")
+    gap, runs = uncovered(card, GPU_CLASS_FITTING["launch_gap"])
+    launch = float(f"{(gap - dispatch) / runs:.2g}")
     return [
         Fit(CARDS[card], "step_launch", dispatch, "fixtures/measured_gpu",
             tuple(g / dispatch for g in few)),
         Fit(CARDS[card], "launch_gap", launch, "fixtures/measured_gpu",
-            tuple(g / runs / launch for g, runs in many)),
+            ((gap - dispatch) / runs / launch,)),
     ]  # fmt: skip
 
 

@@ -57,8 +57,9 @@ EXPECTED_EFFECTS = {
     "where measured (`calibrated.memory_efficiency`)",
     "kernel_rate": "a fused kernel's matrix work (cuDNN's flash attention) at the share of its bound "
     "such kernels reached where measured (`calibrated.kernel_efficiency`)",
-    "conv_rate": "a cuDNN convolution at the share of its bound cuDNN's convolutions reached where "
-    "measured (`calibrated.conv_efficiency`)",
+    "conv_rate": "a cuDNN convolution at the share of its bound cuDNN's convolutions of its class "
+    "reached where measured (`calibrated.conv_efficiency`; a K of no whole number of the tensor "
+    "cores' K steps: `conv_narrow_efficiency`)",
     "launch": "a GPU stream's idle time before the kernel's runs, on top of them: the host's launch "
     "per run (`calibrated.launch_gap`), and its dispatch of the program before the step's first "
     "kernel (`calibrated.step_launch`)",

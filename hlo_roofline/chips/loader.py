@@ -58,6 +58,7 @@ CALIBRATED = {
     "dcn_step": "dcn_step_s",
     "kernel_efficiency": "kernel_efficiency",
     "conv_efficiency": "conv_efficiency",
+    "conv_narrow_efficiency": "conv_narrow_efficiency",
     "launch_gap": "launch_gap_s",
     "step_launch": "step_launch_s",
 }

@@ -228,6 +228,7 @@ class Calibration:
     # kernel's matrix work (cuDNN's flash attention: ``kernel_mxu_flops``) and cuDNN's convolutions
     kernel_efficiency: float | None = None
     conv_efficiency: float | None = None
+    conv_narrow_efficiency: float | None = None  # a conv whose K is no whole number of MMA steps
     # a GPU stream's idle time that no kernel covers, measured on traces: before each kernel's
     # run (the host's launch), and once per step (the host's dispatch of the program)
     launch_gap_s: float | None = None

@@ -39,6 +39,7 @@ from hlo_roofline.judge.compute import (
 )
 from hlo_roofline.schema import BOUNDS
 
+CONV_K_STEP = 8  # the K a tensor-core MMA takes at once (tf32's; 16-bit types take 16)
 NO_RATE = "compute time unknown: "  # how a row whose matmul dtype the chip has no rate for begins
 
 
@@ -262,21 +263,25 @@ class GpuTimeModel(TimeModel):
         """The effects measured on whole kernels (:meth:`TimeModel.measured_effects`) and two
         classes of kernel of their own: a fused kernel's matrix work (cuDNN's flash attention,
         priced from its shapes: ``kernel_mxu_flops``) at the share of its bound such kernels
-        reached (``calibrated.kernel_efficiency``), and cuDNN's convolutions at theirs
-        (``calibrated.conv_efficiency``: their algorithms, chosen per shape, run far below the
-        GEMMs' rate)."""
+        reached (``calibrated.kernel_efficiency``), and cuDNN's convolutions at theirs: their
+        algorithms, chosen per shape, run far below the GEMMs' rate, and further below where the
+        contraction (input channels × filter taps) is no whole number of the tensor cores'
+        K step (a 3-channel stem: ``calibrated.conv_narrow_efficiency``; the rest:
+        ``calibrated.conv_efficiency``)."""
         cal, zero = self.chip.calibration, np.zeros(len(ops))
         fused = rates.kernel_mxu > 0
         conv = ops["opcode"].to_numpy() == "custom-call"
         conv &= ops["name"].astype(str).str.startswith("cudnn-conv").to_numpy()
+        narrow = conv & (ops["mm_k"].to_numpy() % CONV_K_STEP != 0)
+        share = np.full(len(ops), np.inf)  # the share of its bound each conv reaches
+        share[conv & ~narrow] = cal.conv_efficiency or np.inf
+        share[narrow] = cal.conv_narrow_efficiency or cal.conv_efficiency or np.inf
         return {
             **self.measured_effects(ops, rates, bound),
             "kernel_rate": np.where(fused, bound.t_bound / cal.kernel_efficiency, 0.0)
             if cal.kernel_efficiency
             else zero,
-            "conv_rate": np.where(conv, bound.t_bound / cal.conv_efficiency, 0.0)
-            if cal.conv_efficiency
-            else zero,
+            "conv_rate": bound.t_bound / share,
         }
 
     def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:
