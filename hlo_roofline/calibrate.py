@@ -180,20 +180,22 @@ def uncovered(card: str, case: str) -> tuple[float, float]:
     return report.summary["measured_step_s"] - covered, float(kernels["count"].sum())
 
 
-def _launch_fits(card: str) -> list[Fit]:
-    """The host's dispatch of a step (the median uncovered time of the micro-benchmarks: a
-    kernel or a few each) and its launch gap per kernel run (on the decode loop's hundreds: its
-    uncovered time less the dispatch, per kernel run)."""
+def dispatch(card: str) -> tuple[float, list[float]]:
+    """The host's dispatch of a step and the wait for its end, as ``measure`` runs steps (each
+    waits for its outputs): the median time no kernel covers in the micro-benchmarks (a kernel or
+    a few each), and each of theirs. Not the program's (a training loop dispatches the next step
+    while this one runs): the launch gap's fit takes it out, the expectation leaves it out."""
     few = [uncovered(card, case)[0] for case in GPU_MICRO]
-    dispatch = float(f"{statistics.median(few):.2g}")
+    return statistics.median(few), few
+
+
+def _launch_fits(card: str) -> list[Fit]:
+    """The launch gap per kernel run: the decode loop's uncovered time (hundreds of kernel runs
+    a step) less the dispatch, per kernel run."""
     gap, runs = uncovered(card, GPU_CLASS_FITTING["launch_gap"])
-    launch = float(f"{(gap - dispatch) / runs:.2g}")
-    return [
-        Fit(CARDS[card], "step_launch", dispatch, "fixtures/measured_gpu",
-            tuple(g / dispatch for g in few)),
-        Fit(CARDS[card], "launch_gap", launch, "fixtures/measured_gpu",
-            ((gap - dispatch) / runs / launch,)),
-    ]  # fmt: skip
+    launch = float(f"{(gap - dispatch(card)[0]) / runs:.2g}")
+    residual = (gap - dispatch(card)[0]) / runs / launch
+    return [Fit(CARDS[card], "launch_gap", launch, "fixtures/measured_gpu", (residual,))]
 
 
 @cache

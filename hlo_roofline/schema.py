@@ -60,9 +60,8 @@ EXPECTED_EFFECTS = {
     "conv_rate": "a cuDNN convolution at the share of its bound cuDNN's convolutions of its class "
     "reached where measured (`calibrated.conv_efficiency`; a K of no whole number of the tensor "
     "cores' K steps: `conv_narrow_efficiency`)",
-    "launch": "a GPU stream's idle time before the kernel's runs, on top of them: the host's launch "
-    "per run (`calibrated.launch_gap`), and its dispatch of the program before the step's first "
-    "kernel (`calibrated.step_launch`)",
+    "launch": "a GPU stream's idle time before each of the kernel's runs, on top of them: the "
+    "host's launch (`calibrated.launch_gap`)",
     "dcn": "a multi-slice transfer over the data-centre network at the share of the DCN egress "
     "and the time per ring step over the slices measured on whole steps "
     "(`calibrated.dcn_efficiency`, `dcn_step`)",

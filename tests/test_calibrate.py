@@ -42,8 +42,6 @@ def test_the_fits_are_measurements_not_the_peak(fits):
 WIDE = {
     # cuDNN picks an algorithm per convolution's shape: 0.18-0.92 of the bound
     **{(chip, "conv_efficiency"): "cuDNN's algorithm per shape" for chip in ("h100-sxm", "h200")},
-    # the H200's matmul_8192 step holds 0.81 ms no kernel covers, its other programs 0.23-0.40
-    ("h200", "step_launch"): "one program's host time",
 }
 
 

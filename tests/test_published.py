@@ -223,8 +223,14 @@ def test_gpu_attention_is_cudnn_flash_partitioned(name):
     forward = rows[targets == "__cudnn$fmhaSoftmax"]
     per_layer = rec["tflops_training_per_device"]["attention"] * 1e12 / 3 / layers
     assert forward["kernel_mxu_flops"].to_numpy() == pytest.approx(per_layer, rel=1e-3)
+    # priced on the tensor cores (on the vector unit it would be most of the step): its share of
+    # the expected step is its share of MaxText's FLOPs (7.5%) at most three times over, the flash
+    # kernel's measured share of its bound (calibrated.kernel_efficiency, 0.49) against the GEMMs'
+    # (matmul_efficiency, 0.81) making up the most of it
     judged = _predicted(name)
-    assert judged["attention_s"] < 0.1 * judged["predicted_step_s"]
+    flops = rec["tflops_training_per_device"]
+    share = flops["attention"] / flops["total"]
+    assert judged["attention_s"] < 3 * share * judged["predicted_step_s"]
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,6 @@ CALIBRATED = {
     "conv_efficiency": "conv_efficiency",
     "conv_narrow_efficiency": "conv_narrow_efficiency",
     "launch_gap": "launch_gap_s",
-    "step_launch": "step_launch_s",
 }
 _LEAF_FIELDS = ("source", "note", "kind", "fitted_on", "per")
 

@@ -229,10 +229,9 @@ class Calibration:
     kernel_efficiency: float | None = None
     conv_efficiency: float | None = None
     conv_narrow_efficiency: float | None = None  # a conv whose K is no whole number of MMA steps
-    # a GPU stream's idle time that no kernel covers, measured on traces: before each kernel's
-    # run (the host's launch), and once per step (the host's dispatch of the program)
+    # a GPU stream's idle time before each kernel's run that no kernel covers (the host's
+    # launch), measured on traces
     launch_gap_s: float | None = None
-    step_launch_s: float | None = None
 
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
               "major_reduce_rate", "reduced_stream_rate", "depthwise_tap_rate",

@@ -285,17 +285,17 @@ class GpuTimeModel(TimeModel):
         }
 
     def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:
-        """The stream's idle time before each kernel's run (``calibrated.launch_gap``: the
-        host's launch) and, before the step's first kernel, the host's dispatch of the program
-        (``calibrated.step_launch``); a row that launches no kernel (a parameter, a tuple, a
-        bitcast: no bound time) has none."""
+        """The stream's idle time before each kernel's run (``calibrated.launch_gap``: the host's
+        launch); none for a row that launches no kernel (a parameter, a tuple, a bitcast: no
+        bound time) nor for a collective (its launch is in its transfer's time). The host's
+        dispatch of the whole program is not the program's: a step that waits for its outputs
+        (as ``measure`` runs them) adds it, a training loop dispatches the next step meanwhile."""
         cal = self.chip.calibration
         launch = np.zeros(len(ops))
         kernel = (bound.t_bound > 0) & (ops["count"].to_numpy(dtype=float) > 0)
+        kernel &= ops["collective"].to_numpy() == ""
         if cal.launch_gap_s:
             launch[kernel] = cal.launch_gap_s * ops["count"].to_numpy(dtype=float)[kernel]
-        if cal.step_launch_s and kernel.any():
-            launch[np.flatnonzero(kernel)[0]] += cal.step_launch_s
         return {"launch": launch}
 
 
