@@ -5,9 +5,14 @@ residuals: ``python -m hlo_roofline.calibrate`` (``--write`` puts the values in
 What it fits, each on a named half of its fixtures (the other half held out, reported here and
 checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
 
-- ``calibrated.matmul_efficiency`` and ``calibrated.memory_efficiency`` of the H100 and H200: the
-  median share of the bound (``efficiency``) that the large library GEMMs, and the large
-  memory-bound ops, reached in the traces of :data:`GPU_FITTING` (``fixtures/measured_gpu``);
+- the H100's and H200's calibration, each card on its own traces of :data:`GPU_FITTING`
+  (``fixtures/measured_gpu``, its README names the half): ``matmul_efficiency`` and
+  ``memory_efficiency``, the median share of the bound (``efficiency``) that the large library
+  GEMMs and the large memory-bound ops reached, and ``op_floor``, on the micro-benchmarks
+  (:data:`GPU_MICRO`); ``kernel_efficiency`` (cuDNN's flash attention), ``conv_efficiency`` and
+  ``conv_narrow_efficiency`` (cuDNN's convolutions), time-weighted over the one program that holds
+  them, and ``launch_gap``, the decode loop's time no kernel covers per kernel run
+  (:data:`GPU_CLASS_FITTING`); the training steps are held out (:data:`GPU_HELD_OUT`);
 - ``calibrated.matmul_efficiency`` of TPU v4: the share of the MXU peak at which the expected step
   of MaxText's published ``v4_22b`` (:data:`PUBLISHED_FITTING`, ``fixtures/published``) equals
   its measured step.
