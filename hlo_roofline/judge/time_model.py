@@ -39,6 +39,8 @@ from hlo_roofline.judge.compute import (
 )
 from hlo_roofline.schema import BOUNDS
 
+# a GPU's async starts whose work runs on the device beside the stream, sharing its HBM
+HBM_SHARING_STARTS = ("fusion-start", "async-start")
 CONV_K_STEP = 8  # the K a tensor-core MMA takes at once (tf32's; 16-bit types take 16)
 NO_RATE = "compute time unknown: "  # how a row whose matmul dtype the chip has no rate for begins
 
@@ -241,12 +243,13 @@ class GpuTimeModel(TimeModel):
 
     @classmethod
     def walk(cls, ops: pd.DataFrame, durations: np.ndarray) -> schedule.Scheduled:
-        """XLA's schedule, with each asynchronous op that is not a collective (an async copy:
-        ``fusion-start``, ``copy-start``) on the stream: it moves its bytes through the HBM the
-        kernels beside it stream from, so it hides nothing (gpt_step on H100 and H200: every
-        kernel's time, async copies included, sums to the measured step)."""
+        """XLA's schedule, with each asynchronous computation that is not a collective (an async
+        fusion: a scanned layer's weight slice, ``fusion-start``; ``async-start``) on the stream:
+        it moves its bytes through the HBM the kernels beside it stream from, so it hides nothing
+        (gpt_step on H100 and H200: every kernel's time, async copies included, sums to the
+        measured step). A ``copy-start`` (to or from the host, over its link) still overlaps."""
         opcodes = ops["opcode"].to_numpy().astype(str)
-        local = np.char.endswith(opcodes, "-start") & (ops["collective"].to_numpy() == "")
+        local = np.isin(opcodes, HBM_SHARING_STARTS) & (ops["collective"].to_numpy() == "")
         if not local.any():
             return super().walk(ops, durations)
         names = set(ops["name"].to_numpy()[local].tolist())
