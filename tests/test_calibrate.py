@@ -53,3 +53,17 @@ def test_writing_changes_only_the_fitted_values():
     assert len(diff) == 1 and "value = 0.5," in diff[0][1]
     with pytest.raises(ValueError, match="has no nothing"):
         calibrate.written(text, [calibrate.Fit("h200", "nothing", 1.0, "", ())])
+
+
+def test_each_gpu_fit_holds_on_the_other_card(fits):
+    """The H100 and the H200 share their SMs, tensor cores, cuDNN and driver, and differ in HBM:
+    what one card's traces fit, the other's (which that fit never read) agree with within 15%,
+    but for the convolutions bound by HBM (the narrow stem's share of a faster HBM's roof)."""
+    by_card = {
+        chip: {fit.key: fit.value for fit in fits if fit.chip == chip}
+        for chip in calibrate.CARDS.values()
+    }
+    h100, h200 = by_card.values()
+    assert set(h100) == set(h200) >= {"launch_gap", "kernel_efficiency", "conv_efficiency"}
+    for key in h100.keys() - {"conv_narrow_efficiency"}:
+        assert h200[key] == pytest.approx(h100[key], rel=0.15), key
