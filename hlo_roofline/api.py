@@ -134,14 +134,28 @@ def _lacks_tiling(module: Module) -> bool:
     """An XLA:TPU module (tiled layouts) none of whose fusions carries the tiling code
     generation writes in its ``backend_config`` (``window_config``): a dump's
     ``after_optimizations`` module, read where its ``after_codegen`` one was not."""
-    fusions = [
-        i for i in module.instructions()
-        if i.opcode == "fusion" and i.attrs.get("kind") in ("kLoop", "kInput", "kOutput")
-    ]  # fmt: skip
-    if not any(":T(" in i.attrs.get("backend_config", "") or ":T(" in str(i.shape)
-               for i in fusions):  # fmt: skip
-        return False
-    return not any("window_config" in i.attrs.get("backend_config", "") for i in fusions)
+    tiled = False
+    for computation in module.computations.values():
+        for i in computation.instructions:
+            if i.opcode != "fusion":
+                continue
+            # the attributes' text, where it is not split yet: a fusion whose text holds neither
+            # mark, and whose shape could change nothing, is passed without splitting it
+            text = i.attr_text
+            if (
+                text is not None
+                and "window_config" not in text
+                and (tiled or (":T(" not in text and ":T(" not in str(i.shape)))
+            ):
+                continue
+            attrs = i.peek_attrs()
+            if attrs.get("kind") not in ("kLoop", "kInput", "kOutput"):
+                continue
+            config = attrs.get("backend_config", "")
+            if "window_config" in config:
+                return False
+            tiled = tiled or ":T(" in config or ":T(" in str(i.shape)
+    return tiled
 
 
 class UnoptimizedHloWarning(UserWarning):
