@@ -69,8 +69,7 @@ def _frame_of_arrays(arrays: dict) -> pd.DataFrame | None:
     rows = len(values[0])
     for array in values:
         if (
-            isinstance(array, np.ndarray)
-            and (array.dtype == object or array.ndim != 1)
+            (isinstance(array, np.ndarray) and (array.dtype == object or array.ndim != 1))
             or not isinstance(array, np.ndarray | pd.api.extensions.ExtensionArray)
             or len(array) != rows
         ):

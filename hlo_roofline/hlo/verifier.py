@@ -200,6 +200,11 @@ class _Refused(Exception):
         self.message, self.key = message, key
 
 
+# How many instructions that passed are remembered (their attribute text with each): a module whose
+# metadata makes every text distinct remembers no more than this.
+_PASSED_KEPT = 4096
+
+
 def check_shapes(computations, text: str) -> None:
     """Every instruction whose shapes the cost model reads agrees with its operands, as XLA's shape
     inference has it: dot and convolution dimension numbers, elementwise operands, reduce
@@ -219,9 +224,8 @@ def check_shapes(computations, text: str) -> None:
             if rule is None:
                 continue
             shape = instr.shape
-            if rule is _elementwise:  # most ops of a large module: operands of its very shape
-                if all(operand.shape is shape for operand in instr.operands):
-                    continue
+            if rule is _elementwise and all(o.shape is shape for o in instr.operands):
+                continue  # most ops of a large module: operands of its very shape
             attr_text = instr.attr_text
             if attr_text is not None:
                 key = (instr.opcode, id(shape), attr_text, *[id(o.shape) for o in instr.operands])
@@ -229,7 +233,7 @@ def check_shapes(computations, text: str) -> None:
                     continue
             try:
                 rule(instr)
-                if attr_text is not None:
+                if attr_text is not None and len(passed) < _PASSED_KEPT:
                     passed.add(key)
             except _Refused as refused:
                 line = SourceLine(instr.line, line_text(text, instr.line))
