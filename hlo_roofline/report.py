@@ -51,10 +51,16 @@ def _as_text(values):
     dtype = _text_dtype()
     if isinstance(dtype, np.dtype):  # object: pandas before 3 keeps text as it is
         return values
-    try:
-        return pd.array(values, dtype=dtype, copy=False)
+    try:  # what pd.array(values, dtype=dtype, copy=False) does, without its dispatch
+        return _text_array_type()._from_sequence(values, dtype=dtype, copy=False)
     except (TypeError, ValueError):  # not all strings: pandas infers what it is
         return values
+
+
+@functools.cache
+def _text_array_type():
+    """The array type of pandas' string dtype (pandas 3 and later)."""
+    return _text_dtype().construct_array_type()
 
 
 def _frame_of_arrays(arrays: dict) -> pd.DataFrame | None:
@@ -78,12 +84,19 @@ def _frame_of_arrays(arrays: dict) -> pd.DataFrame | None:
         from pandas.core.internals.construction import arrays_to_mgr
 
         manager = arrays_to_mgr(
-            values, pd.Index(list(arrays)), pd.RangeIndex(rows),
+            values, _column_index(tuple(arrays)), pd.RangeIndex(rows),
             verify_integrity=False, consolidate=False,
         )  # fmt: skip
         return pd.DataFrame._from_mgr(manager, axes=manager.axes)
     except (ImportError, AttributeError, TypeError):  # another pandas: the public way
         return None
+
+
+@functools.lru_cache(maxsize=16)
+def _column_index(names: tuple[str, ...]) -> pd.Index:
+    """The columns' index, made once for the schema's names (an index never changes: frames
+    share it as they share one when copied)."""
+    return pd.Index(list(names))
 
 
 @functools.cache
