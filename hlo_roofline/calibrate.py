@@ -18,6 +18,10 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   for a rate); the held-out programs are checked in ``tests/test_tpu_estimates.py``. The pass
   counts (``*_passes``, ``loop_reads``) are chosen against the fitting set, not fitted: printed,
   not refitted.
+- ``calibrated.depthwise_taps`` and ``calibrated.expanded_elements`` of v5e, v5p, v6e and 7x (a
+  mechanism's rate each: a depthwise conv's taps, an array a fusion expands and folds), on the fit
+  half of the generated corpus ``fixtures/tpu_heldout`` (:func:`heldout_fits`); its report half is
+  held out, checked in ``tests/test_tpu_heldout.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import importlib.util
+import json
 import math
 import re
 import statistics
@@ -273,9 +278,85 @@ def tpu_fits(chip: str) -> list[Fit]:
     return found
 
 
+HELDOUT = FIXTURES / "tpu_heldout"  # the generated corpus: fit half here, report half held out
+
+
+def heldout_programs(half: str) -> list[str]:
+    """The names of ``fixtures/tpu_heldout``'s programs in one half (``fit`` or ``report``), as
+    its manifest records the seeded split."""
+    manifest = json.loads((HELDOUT / "manifest.json").read_text())
+    return sorted(n for n, e in manifest.items() if not n.startswith("_") and e["half"] == half)
+
+
+def _heldout_ops(chip: str, program: str):
+    from hlo_roofline import analyze_hlo
+
+    text = gzip.decompress((HELDOUT / f"{program}.{chip}.hlo.txt.gz").read_bytes()).decode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = analyze_hlo(text).classify(chip).ops
+    return ops[ops["xla_estimate_s"].notna()]
+
+
+SPREAD_LIMIT = 0.5  # the slowest fitting op's rate ÷ the fastest's a single fitted rate allows
+
+
+def heldout_fits(chip: str) -> list[Fit]:
+    """The charges fitted on the fit half of ``fixtures/tpu_heldout`` (the report half is never
+    read here), each over every fit-half op its mechanism's column marks, whatever its program:
+
+    - ``depthwise_taps``: the multiply-adds per second per TensorCore at which XLA charges an
+      op holding a depthwise convolution its taps;
+    - ``expanded_elements``: the elements per second per TensorCore XLA charges an array a fusion
+      expands and folds inside itself.
+
+    A chip whose fit-half ops imply rates more than 2x apart gets none (``SPREAD_LIMIT``: one
+    rate would leave some of them below half XLA's estimate; XLA:TPU charges v6e's and 7x's
+    small expansions in VMEM 2.9-4x faster per element than large ones, so they have no
+    ``expanded_elements``). Each is the fastest rate any fit-half op implies (the least charge:
+    the expected model is not to go above XLA's estimate on an op the fit saw), rounded up; the
+    residuals printed are each op's rate ÷ the fit (≤ 1)."""
+    spec = chips.get(chip)
+    per_core = (spec.devices_per_chip or 1) / spec.cores.get("tensorcore", 1)
+    counted: dict[str, list[tuple[float, float]]] = {"depthwise_taps": [], "expanded_elements": []}
+    for program in heldout_programs("fit"):
+        if chip not in _heldout_chips(program):
+            continue
+        ops = _heldout_ops(chip, program)
+        rows = ops[ops["depthwise_taps"] > 0]
+        counted["depthwise_taps"] += list(
+            zip(rows["depthwise_taps"], rows["xla_estimate_s"], strict=True)
+        )
+        rows = ops[ops["expanded_elements"] > 0]
+        counted["expanded_elements"] += list(
+            zip(rows["expanded_elements"], rows["xla_estimate_s"], strict=True)
+        )
+    found = []
+    for key, samples in counted.items():
+        if not any(s > 0 for _, s in samples):
+            continue
+        value = _round_up(max(a / s for a, s in samples if s > 0) * per_core)  # least charge
+        residuals = tuple(a / s * per_core / value for a, s in samples if s > 0)
+        if min(residuals) < SPREAD_LIMIT:  # no one rate: the mechanism is not this chip's charge
+            continue
+        found.append(Fit(chip, key, value, "fixtures/tpu_heldout", residuals))
+    return found
+
+
+def _round_up(x: float, digits: int = 4) -> float:
+    """``x`` rounded up to ``digits`` significant digits (a rate: the lower charge)."""
+    unit = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return float(f"{math.ceil(x / unit - 1e-9) * unit:.{digits}g}")
+
+
+def _heldout_chips(program: str) -> set[str]:
+    manifest = json.loads((HELDOUT / "manifest.json").read_text())
+    return set(manifest[program].get("chips", {}))
+
+
 def fits() -> list[Fit]:
     """Every fit this module makes."""
-    tpu = [fit for chip in TPU_CHIPS for fit in tpu_fits(chip)]
+    tpu = [fit for chip in TPU_CHIPS for fit in (*tpu_fits(chip), *heldout_fits(chip))]
     return [*tpu, *gpu_fits("h100"), *gpu_fits("h200"), *published_fits()]
 
 

@@ -47,6 +47,10 @@ EXPECTED_EFFECTS = {
     "loop_reads": "a vector loop's HBM reads beyond its fitted loop's, after it "
     "(`calibrated.loop_reads`)",
     "major_reduce": "a deep-buffered reduce over major dimensions (`calibrated.major_reduce`)",
+    "depthwise": "a TPU depthwise convolution's taps on the vector unit "
+    "(`calibrated.depthwise_taps`)",
+    "expanded": "the elements a TPU fusion expands and folds inside itself "
+    "(`calibrated.expanded_elements`)",
     "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
@@ -203,6 +207,17 @@ COLUMNS: tuple[Column, ...] = (
        "(`vector_elements` is these) where its fusion also reduces the product (a decode step's "
        "attention scores fused with their mask and max), per step; priced at the chip's "
        "`calibrated.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost"),
+    _c("depthwise_taps", "float", "operations",
+       "multiply-adds of the op's depthwise convolutions (one input feature per group: each output "
+       "element once per tap of its window), which run on a TPU's vector unit, per step; priced at "
+       "the chip's `calibrated.depthwise_taps` rate by the expected model; 0 elsewhere", "cost"),
+    _c("expanded_elements", "float", "elements",
+       "elements of an array a fusion expands and folds inside itself (larger than any array it "
+       "reads or writes, reduced over its lanes or sublanes: a selective scan's `[B, L, D, N]` "
+       "summed over N), in 32-bit words (16-bit values two to a word), which its loop computes "
+       "though no boundary array holds them, per step; "
+       "priced at the chip's `calibrated.expanded_elements` rate by the expected model; 0 "
+       "elsewhere", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "

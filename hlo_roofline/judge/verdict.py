@@ -31,6 +31,8 @@ from hlo_roofline.judge.compute import (
     charged_times,
     column,
     compute_times,
+    depthwise_convs,
+    expanded_loops,
     fills,
     kernel_mxu_flops,
     loop_reads,
@@ -341,6 +343,8 @@ def expected_effects(
         "pipeline": pipeline,
         "loop_reads": loop_reads(ops, chip, matmul | no_rate, charged["loop"], hbm_bytes),
         "major_reduce": major_reduces(ops, chip, no_rate),
+        "depthwise": depthwise_convs(ops, chip) * priced,
+        "expanded": expanded_loops(ops, chip) * priced,
         "matmul_rate": unit_times["mxu"] / cal.matmul_efficiency if cal.matmul_efficiency else zero,
         "memory_rate": (t_memory - t_vmem) / cal.memory_efficiency + t_vmem
         if cal.memory_efficiency
