@@ -12,6 +12,13 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   of MaxText's published ``v4_22b`` (:data:`PUBLISHED_FITTING`, ``fixtures/published``) equals
   its measured step.
 
+- ``calibrated.dcn_efficiency`` and ``calibrated.dcn_step`` of the TPUs with a DCN figure: the share
+  of the DCN egress a multi-slice transfer reaches and the time each step of its ring over the
+  slices adds, at which the expected step of MaxText's v5e 16B grows from 1 slice to 2 and to 32
+  as its published table does (:data:`DCN_FITTING`; the 4, 8 and 16 slices are held out, as
+  are v5e 128B on 2 to 32 slices and the other chips' two-slice configs). One data-centre network
+  and one megascale runtime: the same two numbers on every TPU.
+
 - XLA:TPU's charges on v5e, v5p, v6e and 7x, read off ``fixtures/tpu_estimates`` by the
   arithmetic each number's note writes out (:data:`TPU_FITS`: the program and the op each reads),
   rounded as the note says (to the stored digits, down where a lower charge is the safe side, up
@@ -52,6 +59,10 @@ GPU_HELD_OUT = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "convnet_step", "k
                 "attention_block", "attention_cudnn")  # fmt: skip
 # The published configs a fit reads (one slice); the two-slice configs are held out.
 PUBLISHED_FITTING = {"v4": "v4_22b"}
+# The multi-slice config and the slice counts the DCN fit reads (fixtures/published/predict.py's
+# SLICES: MaxText's published TFLOP/s per chip on each count, its 1-slice config beside it).
+DCN_FITTING = ("v5e_16b", "v5e_16b_x2", (2, 32))
+DCN_CHIPS = ("v4", "v5e", "v5p", "v6e", "7x")  # the TPUs with a DCN egress figure
 LARGE_RUN_S = 50e-6  # an op's bound time per run large enough to measure its rate
 SMALL_RUN_S = 2e-6  # an op's bound time per run far below what launching a kernel takes
 DIGITS = 3  # significant digits a fitted value is written with
@@ -181,6 +192,58 @@ def published_fits() -> list[Fit]:
         found.append(Fit(key, "matmul_efficiency", value, "fixtures/published",
                          (expected / measured,)))  # fmt: skip
     return found
+
+
+def dcn_loss(efficiency: float, step_s: float, slices: int) -> tuple[float, float]:
+    """(expected, measured) step of :data:`DCN_FITTING`'s config on ``slices`` slices over its
+    step on one, at a DCN efficiency and ring step time."""
+    one, many, _ = DCN_FITTING
+    module = _published()
+    base = module.chip(one)
+    calibration = dataclasses.replace(
+        base.calibration, dcn_efficiency=efficiency, dcn_step_s=step_s
+    )
+    chip = dataclasses.replace(base, calibration=calibration)
+    alone = published_step(one, base)[0]  # one slice: no DCN transfer to calibrate
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = _published_plain(many)
+        if slices != module.record(many)["num_slices"]:
+            program = module.over_slices(program, slices)
+        expected = float(program.classify(chip).summary["step_expected_s"])
+    measured = module.measured_step(many, slices) / module.measured_step(one)
+    return expected / alone, measured
+
+
+def dcn_fits() -> list[Fit]:
+    """The DCN efficiency that gives the fitting config's loss on its fewest slices, with the
+    ring step time that gives it on its most (each solved with the other: the step time hardly
+    moves two slices, the efficiency hardly moves the 32 ring steps' part). Stored on every
+    TPU with a DCN egress figure."""
+    few, most = DCN_FITTING[2]
+
+    def efficiency_at(step_s: float) -> float:
+        def excess(e: float) -> float:  # measured − expected loss: grows with the efficiency
+            expected, measured = dcn_loss(e, step_s, few)
+            return measured - expected
+
+        return _solve(lambda e: -excess(e), 0.02, 1.0, steps=10)
+
+    def short(step_s: float) -> float:  # measured − expected loss on the most slices
+        expected, measured = dcn_loss(efficiency_at(step_s), step_s, most)
+        return measured - expected
+
+    step_s = _round(_solve(short, 0.0, 2e-4, steps=10))
+    efficiency = _round(efficiency_at(step_s))
+    residuals = []
+    for slices in DCN_FITTING[2]:
+        expected, measured = dcn_loss(efficiency, step_s, slices)
+        residuals.append(expected / measured)
+    return [
+        Fit(chip, key, value, "fixtures/published", tuple(residuals))
+        for chip in DCN_CHIPS
+        for key, value in (("dcn_efficiency", efficiency), ("dcn_step", step_s))
+    ]
 
 
 TPU_CHIPS = ("v5e", "v5p", "v6e", "7x")
@@ -357,7 +420,7 @@ def _heldout_chips(program: str) -> set[str]:
 def fits() -> list[Fit]:
     """Every fit this module makes."""
     tpu = [fit for chip in TPU_CHIPS for fit in (*tpu_fits(chip), *heldout_fits(chip))]
-    return [*tpu, *gpu_fits("h100"), *gpu_fits("h200"), *published_fits()]
+    return [*tpu, *gpu_fits("h100"), *gpu_fits("h200"), *published_fits(), *dcn_fits()]
 
 
 _LEAF = re.compile(
@@ -395,7 +458,7 @@ def held_out() -> list[tuple[str, str, float]]:
             s = gpu_reports(card, case).summary
             rows.append((CARDS[card], case, s["step_expected_s"] / s["measured_step_s"]))
     for name in _published().names():
-        if name in PUBLISHED_FITTING.values():
+        if name in PUBLISHED_FITTING.values() or name in DCN_FITTING[:2]:
             continue
         chip = _published().chip(name)
         expected, measured = published_step(name, chip)

@@ -55,6 +55,9 @@ EXPECTED_EFFECTS = {
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
     "where measured (`calibrated.memory_efficiency`)",
+    "dcn": "a multi-slice transfer over the data-centre network at the share of the DCN egress "
+    "and the time per ring step over the slices measured on whole steps "
+    "(`calibrated.dcn_efficiency`, `dcn_step`)",
 }
 
 # Names a report written before the bound and the expectation were split used, and theirs now
@@ -100,6 +103,10 @@ COLUMNS: tuple[Column, ...] = (
     _c("lower_bound", "bool", "",
        "the op's count is a lower bound (it runs in a loop whose trip count is unknown: its body "
        "is counted once)", "cost"),
+    _c("upper_bound", "bool", "",
+       "the op's count may be high: a value its work depends on is not in the text (an attention "
+       "kernel's mask or lengths, a grouped matmul's group sizes), so every candidate is counted",
+       "cost"),
     _c("fusion_kind", "text", "", "a fusion's kind", "cost"),
     _c("dtype", "text", "", "the dtype it computes in (a matmul's input type)", "cost"),
     _c("precision", "text", "",

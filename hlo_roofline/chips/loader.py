@@ -54,6 +54,8 @@ CALIBRATED = {
     "prologue_passes": "prologue_passes",
     "matmul_efficiency": "matmul_efficiency",
     "memory_efficiency": "memory_efficiency",
+    "dcn_efficiency": "dcn_efficiency",
+    "dcn_step": "dcn_step_s",
 }
 _LEAF_FIELDS = ("source", "note", "kind", "fitted_on", "per")
 

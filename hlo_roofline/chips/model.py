@@ -219,6 +219,11 @@ class Calibration:
     # bandwidth its streaming ops reach (measured on whole steps or traces: fractions, not shared)
     matmul_efficiency: float | None = None
     memory_efficiency: float | None = None
+    # a multi-slice (megascale) transfer over the data-centre network: the share of the chip's DCN
+    # egress it reaches, and the time each step of its ring over the slices adds (the hop from
+    # one slice to the next through the hosts and their NICs); measured on whole steps
+    dcn_efficiency: float | None = None
+    dcn_step_s: float | None = None
 
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
               "major_reduce_rate", "reduced_stream_rate", "depthwise_tap_rate",

@@ -683,6 +683,7 @@ def _op_columns(
         "comm_bytes": per_step("comm_bytes"),
         "unknown": list(map(_cost_field("unknown"), costs)),
         "lower_bound": list(map(_cost_field("lower_bound"), costs)),
+        "upper_bound": list(map(_cost_field("upper_bound"), costs)),
         "loop": list(map(loops.get, map(id, computations), itertools.repeat(""))),
         "shape": list(map(_first, shapes)),
         "op_name": list(map(_first, metas)),
