@@ -389,10 +389,10 @@ def local_chip():
         return None
 
 
-def _default_target(chip) -> str | None:
+def _default_target(chip) -> targets.Target | None:
     """The compile-only target that produces this chip's HLO, if there is one."""
     try:
-        return targets.parse_target(chip.key).spec
+        return targets.parse_target(chip.key)
     except targets.TargetError:
         return None
 
@@ -415,13 +415,13 @@ def context_mesh() -> jax.sharding.Mesh | None:
     return mesh if isinstance(mesh, jax.sharding.Mesh) and not mesh.empty else None
 
 
-def place_args(args, target: str | None, by_jit: bool = False):
+def place_args(args, target: str | targets.Target | None, by_jit: bool = False):
     """Abstract array arguments, placed for the target unless already sharded on it: replicated on
     the caller's context mesh when it is the target's (what ``jit`` does in that context), else on
     the target's first device; ``by_jit`` (the step has ``in_shardings``) leaves them to jit."""
     if target is None:
         return args
-    devices = targets.devices(target)
+    devices = targets.parse_target(target).devices
     own = {d.id for d in devices}
 
     def on_target(mesh) -> bool:
@@ -497,15 +497,19 @@ def as_chip(chip) -> chips.Chip | None:
     )
 
 
-def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, str]:
-    """(chip, compile-only target or None for local, a sentence saying what is compiled for what).
+def resolve(
+    chip=None, target: str | targets.Target | None = None
+) -> tuple[object, targets.Target | None, str]:
+    """(chip, compile-only :class:`~hlo_roofline.targets.Target` or None for local, a sentence
+    saying what is compiled for what). The target string is parsed here, once: everything after
+    (placement, the cache key, warnings) takes the :class:`Target`.
 
     One meaning everywhere: ``target`` says what to compile for ("local" for this machine);
     without it, an accelerator ``chip`` is compiled for compile-only, unless the local device is
     that chip. ``chip`` defaults to the target's chip, else the local device's.
     """
     chip = as_chip(chip)
-    if target is not None and not isinstance(target, str | targets.TargetSpec):
+    if target is not None and not isinstance(target, str | targets.Target):
         raise TypeError(f"target must be a string such as 'v5e:2x2' or 'h100', got {target!r}")
     if target == "local":
         chip = chip or local_chip()
@@ -520,7 +524,7 @@ def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, s
                 stacklevel=3,
             )
         chip = chip or chips.get(spec.chip)
-        return chip, spec.spec, f"compiled compile-only for {spec.spec}"
+        return chip, spec, f"compiled compile-only for {spec.spec}"
     if chip is not None and chip.kind in ("tpu", "gpu"):
         local = local_chip()
         if local is not None and local.key == chip.key:
@@ -552,7 +556,7 @@ def analyze(
     fn,
     *args,
     chip=None,
-    target: str | None = None,
+    target: str | targets.Target | None = None,
     cost_model: str = "roofline",
     cache: bool | str | os.PathLike = True,
     user_packages: Sequence[str] = (),
@@ -568,7 +572,8 @@ def analyze(
     (``jax.jit``, ``nnx.jit``, ``eqx.filter_jit``: the jax lowering inside is read, and abstract
     arguments keep the framework's split of array and static leaves), and ``jit_kwargs``
     (``static_argnums``, ``in_shardings``, …) go to ``jax.jit`` for a plain ``fn``.
-    ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that accelerator;
+    ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …, or a parsed :class:`~hlo_roofline.targets.Target`)
+    compiles compile-only for that accelerator;
     ``chip`` defaults to the target's chip (or the local device's). Naming an accelerator ``chip``
     without a target compiles for that chip, not for the local CPU.
     The optimized HLO is kept on disk (:mod:`hlo_roofline.cache`): analyzing the same step again,
@@ -799,7 +804,7 @@ def _analyze_step(
     except Exception as exc:
         if not memory.is_out_of_memory(str(exc)):
             raise
-        compiled_for = chips.get(targets.parse_target(target).chip) if target else local_chip()
+        compiled_for = chips.get(target.chip) if target is not None else local_chip()
         capacity = compiled_for.per_device().hbm_capacity if compiled_for else None
         report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity, target)
         how += "; the compiler refused it: out of memory"
@@ -822,7 +827,7 @@ def _analyze_step(
 def _names_a_topology(target) -> bool:
     """``"v5e:2x2"`` chooses its devices; ``"v5e"`` (a chip's default slice) and "local" do not:
     only a chosen multi-device target is warned about a program that shards nothing."""
-    return isinstance(target, targets.TargetSpec) or (isinstance(target, str) and ":" in target)
+    return isinstance(target, targets.Target) or (isinstance(target, str) and ":" in target)
 
 
 class UnshardedProgramWarning(UserWarning):
@@ -833,12 +838,14 @@ _MODULE_HEADER = re.compile(r"^HloModule [^\n]*")
 _SHAPE_DIMS = re.compile(r"\b[a-z]+\d*\[([\d,]*)\]")
 
 
-def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lowered) -> None:
+def _warn_if_unsharded(
+    report: Report, text: str, target: targets.Target | None, inputs, lowered
+) -> None:
     """A step compiled for several devices whose program is one device's (no partitions), or
     partitioned with nothing split: every input and output whole on each device and no
     collective. A mesh or sharding that was meant to hold was not there (a ``jax.set_mesh``
     outside the trace, say), and the figures are the whole step's on each device."""
-    if target is None or len(targets.devices(target)) <= 1:
+    if target is None or target.device_count <= 1:
         return
     header = _MODULE_HEADER.search(text)
     header = header.group(0) if header else ""
@@ -857,7 +864,7 @@ def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lo
     else:
         what = "compiled for one device"
     warnings.warn(
-        f"{target} has {len(targets.devices(target))} devices but the program is {what}: "
+        f"{target} has {target.device_count} devices but the program is {what}: "
         "nothing is sharded, so the figures are the whole step's on one device. Shard the "
         "arguments (NamedSharding), or trace in the mesh context the step expects "
         "(jax.set_mesh; a CLI step yields from inside it)",
@@ -1064,9 +1071,9 @@ def _devices(lowered) -> int | None:
     return math.prod(counts)
 
 
-def labelled(report: Report, target: str | None, how: str) -> Report:
+def labelled(report: Report, target: targets.Target | None, how: str) -> Report:
     """Record in the summary what the program was compiled for, and why."""
-    report.summary["compiled_for"] = target or "local"
+    report.summary["compiled_for"] = target.spec if target is not None else "local"
     report.summary["how"] = how
     return report
 
@@ -1075,7 +1082,7 @@ def wrap_step(
     fn=None,
     *,
     chip=None,
-    target: str | None = None,
+    target: str | targets.Target | None = None,
     logdir=None,
     run: str | None = None,
     cost_model: str = "roofline",

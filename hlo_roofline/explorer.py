@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import pandas as pd
 
@@ -46,6 +46,9 @@ from hlo_roofline import schema
 from hlo_roofline._atomic import write_atomic
 from hlo_roofline.judge import memory
 from hlo_roofline.text import one_line
+
+if TYPE_CHECKING:
+    from hlo_roofline.targets import Target
 
 __all__ = [
     "BookConstants",
@@ -248,7 +251,7 @@ class Candidate:
 
 
 def candidates(
-    target: str,
+    target: str | Target,
     axes: Sequence[str],
     knobs: Mapping[str, Iterable] | None = None,
     constraints: Constraints | Mapping | None = None,
@@ -258,9 +261,10 @@ def candidates(
     the knobs; the pruned ones with the reason."""
     from hlo_roofline import targets
 
+    target = targets.parse_target(target)
     rules = Constraints.of(constraints)
-    n = len(targets.devices(target))
-    rules.check(tuple(axes), n, target)
+    n = target.device_count
+    rules.check(tuple(axes), n, target.spec)
     knob_names = list(knobs or {})
     knob_values = list(itertools.product(*[list(v) for v in (knobs or {}).values()]))
     kept, pruned = [], []
@@ -276,7 +280,7 @@ def candidates(
         if reason is not None:
             pruned.append((sizes, reason))
             continue
-        gpu = targets.parse_target(target).platform == "cuda"
+        gpu = target.platform == "cuda"
         spans = () if gpu else tuple((a, _torus_axes(mesh, i)) for i, a in enumerate(axes))
         nodes = tuple((a, _nodes(mesh, i)) for i, a in enumerate(axes)) if gpu else ()
         for values in knob_values:
@@ -1741,7 +1745,7 @@ def default_name(make_step, target: str) -> str:
 
 def explore(
     make_step,
-    target: str,
+    target: str | Target,
     axes: Sequence[str] = ("data", "fsdp", "tensor"),
     knobs: Mapping[str, Iterable] | None = None,
     constraints: Constraints | Mapping | None = None,
@@ -1809,7 +1813,7 @@ def explore(
     flops_of = _per_knob(model_flops, "model_flops", knobs)
     if hidden is not None and not callable(hidden):
         _positive(hidden, "hidden")
-    found, pruned = candidates(spec.spec, axes, knobs, constraints)
+    found, pruned = candidates(spec, axes, knobs, constraints)
     jobs_list = []
     for c in found:  # every expression evaluated for every candidate before anything compiles
         values = dict(c.knobs)
@@ -1818,7 +1822,7 @@ def explore(
         flops = flops_of(**values) if flops_of is not None else None
         jobs_list.append({
             "reference": reference,
-            "target": spec.spec,
+            "target": spec,  # the parsed Target: a worker reads no string again
             "sizes": c.sizes,
             "knobs": c.knobs,
             "cache": str(cache) if isinstance(cache, os.PathLike) else cache,

@@ -126,11 +126,15 @@ def _chip(ctx: click.Context, param: click.Parameter, value: str | None) -> chip
         raise click.BadParameter(one_line(exc)) from None
 
 
-def _target(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def _target(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> targets.Target | str | None:
+    """The parsed :class:`~hlo_roofline.targets.Target` (or "local"): the commands pass it on,
+    so the string is read once."""
     if value is None or value == "local":
         return value
     try:
-        return targets.parse_target(value).spec
+        return targets.parse_target(value)
     except targets.TargetError as exc:
         raise click.BadParameter(one_line(exc)) from None
 

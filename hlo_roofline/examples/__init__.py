@@ -118,14 +118,15 @@ def analyze_example(
     """
     example = get(name)
     target = target or example.target
-    step, args, jit_kwargs = example.load(api.resolve(chip, target)[1])
+    resolved = api.resolve(chip, target)[1]  # parsed once: the step's mesh and the compile
+    step, args, jit_kwargs = example.load(resolved)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", api.UnshardedProgramWarning)
         return api.analyze(
             step,
             *args,
             chip=chip,
-            target=target,
+            target=resolved if resolved is not None else target,
             cost_model=cost_model,
             cache=cache_dir if cache_dir is not None else False,
             jit_kwargs=jit_kwargs,
