@@ -49,6 +49,8 @@ LAYERS = [
         [
             "hlo_roofline.targets",
             "hlo_roofline.cache",
+            "hlo_roofline.placement",
+            "hlo_roofline.compile",
             "hlo_roofline.api",
             "hlo_roofline.xplane",
             "hlo_roofline.measured",
@@ -64,6 +66,7 @@ LAYERS = [
             "hlo_roofline.testing",
             "hlo_roofline.demo",
             "hlo_roofline.explorer",
+            "hlo_roofline.explorer.*",
             "hlo_roofline.calibrate",
             "hlo_roofline.examples",
             "hlo_roofline.examples.*",
