@@ -95,7 +95,7 @@ def _closure(f: int):
     path = str(MLP)
 
     def make(mesh, batch):
-        from hlo_roofline.explorer import _resolve
+        from hlo_roofline.explorer.step import _resolve
 
         return _resolve(("file", path, "make_mlp_step"))(mesh, batch=batch, d=128, f=f, layers=1)
 
