@@ -1,4 +1,8 @@
-"""The Python entry points: HLO text, a dump directory, or a JAX function in; :class:`Report` out."""
+"""The Python entry points: HLO text, a dump directory, or a JAX function in; :class:`Report` out.
+
+A function's target is resolved here once (:func:`resolve`: a :class:`~hlo_roofline.targets.Target`);
+:mod:`hlo_roofline.placement` places its arguments and :mod:`hlo_roofline.compile` lowers and
+compiles it."""
 
 from __future__ import annotations
 

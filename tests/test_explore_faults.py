@@ -29,7 +29,7 @@ from hlo_roofline import check as gate
 from hlo_roofline import cli, explorer
 from hlo_roofline.cli import explore as cli_explore
 from hlo_roofline.explorer.run import _empty_table
-from hlo_roofline.explorer.step import _parameters_of, _reference
+from hlo_roofline.explorer.step import _parameters_of, make_step_reference
 
 MLP = FIXTURES / "explore" / "mlp.py"
 TARGET = "v5e:2x2"
@@ -384,7 +384,7 @@ def test_a_script_without_cloudpickle_is_loaded_by_path_once_guarded(tmp_path, m
 
         make_step.__module__, make_step.__qualname__ = "__main__", "make_step"  # as a script's
         if guarded:
-            assert _reference(make_step) == ("file", str(script), "make_step")
+            assert make_step_reference(make_step) == ("file", str(script), "make_step")
         else:
             with pytest.raises(ValueError, match=r"calls explore\(\) at the top level.*install cloudpickle"):
-                _reference(make_step)
+                make_step_reference(make_step)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from hlo_roofline.explorer.layouts import Candidate, _is_number
+from hlo_roofline.explorer.layouts import Candidate, is_number
 from hlo_roofline.explorer.status import STATUS_NO_FIT
 
 BATCH_AXES = ("data", "fsdp")  # axes that split the batch (the book's X)
@@ -60,7 +60,7 @@ def book_constants(chip) -> BookConstants:
     return BookConstants(chip.key, per_device.peak_flops("bf16"), w, w_node)
 
 
-def _bound(compute: float, memory: float, comm: float) -> str:
+def bound_of(compute: float, memory: float, comm: float) -> str:
     """What the compiled step is bound by: its largest total time."""
     times = {"compute": compute, "memory": memory, "communication": comm}
     times = {k: v for k, v in times.items() if v == v}
@@ -87,7 +87,7 @@ def why(out: dict, candidate: Candidate, k: BookConstants, tokens, hidden) -> st
             else "does not fit"
         )
     share = out.get("exposed_comm_share")
-    share = share if _is_number(share) and math.isfinite(share) else 0.0
+    share = share if is_number(share) and math.isfinite(share) else 0.0
     if out["bound"] == "unknown":  # the compiler refused it: no optimized program to judge
         parts.append("compiled: refused by the compiler, no program to time")
     else:
@@ -207,12 +207,12 @@ def _pass_words(out: dict) -> str:
     parts = []
     for name, short in PASSES.items():
         mm, comm = out.get(f"matmul_{short}_s"), out.get(f"collective_{short}_s")
-        if not _is_number(mm) or not math.isfinite(mm) or (mm == 0 and not comm):
+        if not is_number(mm) or not math.isfinite(mm) or (mm == 0 and not comm):
             continue
         side = "compute" if mm >= comm else "communication"
         exposed = out.get(f"exposed_{short}_s")
         hidden = (
-            f" ({format_seconds(exposed)} exposed)" if comm and _is_number(exposed) else ""
+            f" ({format_seconds(exposed)} exposed)" if comm and is_number(exposed) else ""
         )  # fmt: skip
         parts.append(
             f"{name} matmuls {format_seconds(mm)} vs collectives {format_seconds(comm)}{hidden} "

@@ -59,7 +59,7 @@ class Constraints:
                 if axis not in axes:
                     raise ValueError(
                         f"constraints {kind} names the axis {axis!r}, not one of the axes "
-                        f"{', '.join(axes)}" + _did_you_mean(str(axis), axes)
+                        f"{', '.join(axes)}" + did_you_mean(str(axis), axes)
                     )
                 values = [value] if not isinstance(value, Sequence) else list(value)
                 if not values or any(
@@ -217,14 +217,14 @@ class KnobExpression:
             self._check(node.right)
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd | ast.USub):
             self._check(node.operand)
-        elif isinstance(node, ast.Constant) and _is_number(node.value):
+        elif isinstance(node, ast.Constant) and is_number(node.value):
             pass
         elif isinstance(node, ast.Name):
             if node.id not in self.names:
                 known = ", ".join(sorted(self.names)) or "none"
                 raise ValueError(
                     f"{self.what} {self.text!r}: {node.id!r} is not a knob (knobs: {known})"
-                    + _did_you_mean(node.id, self.names)
+                    + did_you_mean(node.id, self.names)
                 )
         else:
             raise ValueError(
@@ -237,7 +237,7 @@ class KnobExpression:
             return node.value
         if isinstance(node, ast.Name):
             value = knobs[node.id]
-            if not _is_number(value):
+            if not is_number(value):
                 raise ValueError(
                     f"{self.what} {self.text!r}: knob {node.id}={value!r} is no number"
                 )
@@ -256,19 +256,19 @@ class KnobExpression:
 
     def __call__(self, **knobs) -> float:
         value = self._value(self.tree, knobs)
-        return _positive(value, f"{self.what} {self.text!r} at {_knob_text(knobs)}")
+        return positive(value, f"{self.what} {self.text!r} at {_knob_text(knobs)}")
 
     def __repr__(self) -> str:
         return f"KnobExpression({self.text!r})"
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _positive(value, what: str) -> float:
+def positive(value, what: str) -> float:
     """``value`` as a float when it is a finite number above 0; else a ValueError naming it."""
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    if not is_number(value) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{what} is {value!r}: it must be a finite number above 0")
     return float(value)
 
@@ -277,14 +277,14 @@ def _knob_text(knobs: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in knobs.items()) or "no knobs"
 
 
-def _did_you_mean(name: str, known: Iterable[str]) -> str:
+def did_you_mean(name: str, known: Iterable[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(name, sorted(known), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _per_knob(value, what: str, knob_names: Iterable[str]) -> Callable[..., float] | None:
+def per_knob(value, what: str, knob_names: Iterable[str]) -> Callable[..., float] | None:
     """A number, a function of the knobs or a :class:`KnobExpression` text, as one function of
     the knobs (None where not given); a number is checked here, the rest where evaluated."""
     if value is None:
@@ -292,12 +292,12 @@ def _per_knob(value, what: str, knob_names: Iterable[str]) -> Callable[..., floa
     if isinstance(value, str):
         return KnobExpression(value, knob_names, what)
     if callable(value):
-        return lambda **knobs: _positive(value(**knobs), f"{what} at {_knob_text(knobs)}")
-    number = _positive(value, what)
+        return lambda **knobs: positive(value(**knobs), f"{what} at {_knob_text(knobs)}")
+    number = positive(value, what)
     return lambda **knobs: number
 
 
-def _work(returned_work, what: str) -> dict[str, float]:
+def work_of(returned_work, what: str) -> dict[str, float]:
     """The 4th item make_step may return: ``{"tokens": ..., "model_flops": ...}`` (the step's,
     all devices together), checked."""
     if returned_work is None:
@@ -313,7 +313,7 @@ def _work(returned_work, what: str) -> dict[str, float]:
             f"{what}'s work has the key(s) {sorted(unknown)}; known: tokens, model_flops"
         )
     return {
-        k: _positive(v, f"{what}'s work {k}") for k, v in returned_work.items() if v is not None
+        k: positive(v, f"{what}'s work {k}") for k, v in returned_work.items() if v is not None
     }
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 
 from hlo_roofline._atomic import write_atomic
-from hlo_roofline.explorer.book import BookConstants, _bound, pass_times, why
-from hlo_roofline.explorer.layouts import Candidate, _is_number
+from hlo_roofline.explorer.book import BookConstants, bound_of, pass_times, why
+from hlo_roofline.explorer.layouts import Candidate, is_number
 from hlo_roofline.explorer.ranking import knob_columns, rank_by
 from hlo_roofline.explorer.status import FAILURES, STATUS_NO_FIT, status_of, status_text
 from hlo_roofline.judge import memory
@@ -251,10 +251,10 @@ def step_seconds(summary: Mapping) -> float | None:
     """The step time a candidate is ranked on, from its report's summary: the one place that
     names the key (the expected step as XLA scheduled it)."""
     value = summary.get("step_expected_s")
-    return float(value) if _is_number(value) else None
+    return float(value) if is_number(value) else None
 
 
-def _flags_text(flags: Mapping[str, str]) -> str:
+def flags_text(flags: Mapping[str, str]) -> str:
     """A report's compiler flags as one table cell (``XLA_FLAGS=--a --b``; "" for none)."""
     return "; ".join(f"{var}={flags[var]}" for var in sorted(flags) if flags[var])
 
@@ -280,7 +280,7 @@ def row(candidate: Candidate, result: dict, report, constants: BookConstants, **
         error=result["error"],
         traceback=result.get("traceback") or "",
         compile_s=result["compile_s"],
-        flags=_flags_text(flags) if flags is not None else given.get("flags", ""),
+        flags=flags_text(flags) if flags is not None else given.get("flags", ""),
         tokens_per_step=float(tokens) if tokens else math.nan,
     )
     if report is None:
@@ -311,13 +311,13 @@ def row(candidate: Candidate, result: dict, report, constants: BookConstants, **
         **pass_times(ops),
         mfu_upper_bound=_number(s.get("mfu_upper_bound")) if program else math.nan,
         mfu_model=_number(s.get("mfu_model")) if program else math.nan,
-        model_flops=model_flops * devices if _is_number(model_flops) else math.nan,
+        model_flops=model_flops * devices if is_number(model_flops) else math.nan,
         tokens_per_s_per_chip=per_chip(tokens / devices) if tokens else math.nan,
-        model_flops_per_s_per_chip=per_chip(model_flops) if _is_number(model_flops) else math.nan,
-        flops_per_s_per_chip=per_chip(s["flops"]) if _is_number(s.get("flops")) else math.nan,
+        model_flops_per_s_per_chip=per_chip(model_flops) if is_number(model_flops) else math.nan,
+        flops_per_s_per_chip=per_chip(s["flops"]) if is_number(s.get("flops")) else math.nan,
         hbm_per_device=fit.get("need_bytes", mem.get("need_bytes")),
         fit=memory.verdict_of(fit),
-        bound=_bound(compute, memory_t, comm) if program else "unknown",
+        bound=bound_of(compute, memory_t, comm) if program else "unknown",
     )
     if memory.verdict_of(fit) == memory.DOES_NOT_FIT:
         out["status"] = STATUS_NO_FIT
@@ -334,7 +334,7 @@ def _given(value, knobs: dict):
     return value(**knobs) if callable(value) else value
 
 
-def _per_device(model_flops: float | None, candidate: Candidate) -> float | None:
+def per_device(model_flops: float | None, candidate: Candidate) -> float | None:
     """The step's model FLOPs (all devices) as :func:`hlo_roofline.analyze` takes them: per
     device, so the summary's ``mfu_model`` is the row's."""
     if model_flops is None:

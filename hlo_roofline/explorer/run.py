@@ -12,20 +12,20 @@ from typing import TYPE_CHECKING, TextIO
 import pandas as pd
 
 from hlo_roofline.explorer.book import book_constants
-from hlo_roofline.explorer.layouts import Constraints, _is_number, _per_knob, _positive, candidates
+from hlo_roofline.explorer.layouts import Constraints, candidates, is_number, per_knob, positive
 from hlo_roofline.explorer.ranking import rank
-from hlo_roofline.explorer.results import Exploration, _flags_text, _per_device, row
+from hlo_roofline.explorer.results import Exploration, flags_text, per_device, row
 from hlo_roofline.explorer.status import STATUS_NOT_RUN
-from hlo_roofline.explorer.step import _parameters, _reference, check_knobs
+from hlo_roofline.explorer.step import check_knobs, make_step_reference, parameters_of_step
 from hlo_roofline.explorer.workers import (
     FLAG_VARIABLES,
     WORKER_VARIABLE,
     Progress,
-    _failed,
-    _run_executor,
-    _run_pool,
-    _user_executor,
     compiler_flags,
+    failed_result,
+    run_on_executor,
+    run_pool,
+    user_executor,
 )
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def explore(
     axes = tuple(axes)
     if len(set(axes)) != len(axes) or not axes or not all(isinstance(a, str) for a in axes):
         raise ValueError(f"axes must be distinct names, got {axes}")
-    if timeout is not None and not (_is_number(timeout) and math.isfinite(timeout) and timeout > 0):
+    if timeout is not None and not (is_number(timeout) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a number of seconds above 0, not {timeout!r}")
     knobs = {k: list(v) if not isinstance(v, str) else [v] for k, v in (knobs or {}).items()}
     for knob, values in knobs.items():
@@ -103,15 +103,15 @@ def explore(
     flags = compiler_flags(xla_flags, libtpu_flags)
     spec = targets.parse_target(target)
     constants = book_constants(chips.get(spec.chip))
-    reference = _reference(make_step)
+    reference = make_step_reference(make_step)
     what = (
         make_step if isinstance(make_step, str) else getattr(make_step, "__qualname__", "make_step")
     )
-    check_knobs(_parameters(make_step, reference), knobs, str(what))
-    tokens_of = _per_knob(tokens_per_step, "tokens_per_step", knobs)
-    flops_of = _per_knob(model_flops, "model_flops", knobs)
+    check_knobs(parameters_of_step(make_step, reference), knobs, str(what))
+    tokens_of = per_knob(tokens_per_step, "tokens_per_step", knobs)
+    flops_of = per_knob(model_flops, "model_flops", knobs)
     if hidden is not None and not callable(hidden):
-        _positive(hidden, "hidden")
+        positive(hidden, "hidden")
     found, pruned = candidates(spec, axes, knobs, constraints)
     jobs_list = []
     for c in found:  # every expression evaluated for every candidate before anything compiles
@@ -125,7 +125,7 @@ def explore(
             "sizes": c.sizes,
             "knobs": c.knobs,
             "cache": str(cache) if isinstance(cache, os.PathLike) else cache,
-            "model_flops": _per_device(flops, c),
+            "model_flops": per_device(flops, c),
             "flags": {FLAG_VARIABLES[k]: v for k, v in flags.items()},
         })  # fmt: skip
     results: dict[int, dict] = {}
@@ -138,18 +138,18 @@ def explore(
     if found:
         if executor is None:
             workers = min(jobs or os.cpu_count() or 1, len(found))
-            _run_pool(jobs_list, workers, timeout, jobs_list[0]["flags"], on_result)
+            run_pool(jobs_list, workers, timeout, jobs_list[0]["flags"], on_result)
         else:
-            _run_executor(_user_executor(executor), jobs_list, timeout, on_result)
+            run_on_executor(user_executor(executor), jobs_list, timeout, on_result)
     from hlo_roofline.report import Report
 
-    wanted_flags = _flags_text({
+    wanted_flags = flags_text({
         var: " ".join([os.environ.get(var, "").strip(), *flags.get(kind, [])]).strip()
         for kind, var in FLAG_VARIABLES.items()
     })  # fmt: skip
     rows, reports = [], {}
     for i, c in enumerate(found):
-        result = results.get(i) or _failed(STATUS_NOT_RUN, "never run", None)
+        result = results.get(i) or failed_result(STATUS_NOT_RUN, "never run", None)
         report = Report.from_dict(result["report"]) if result["report"] else None
         reports[c.label] = report
         rows.append(

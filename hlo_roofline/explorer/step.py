@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hlo_roofline.explorer.layouts import _did_you_mean, _is_number
+from hlo_roofline.explorer.layouts import did_you_mean, is_number
 from hlo_roofline.text import one_line
 
 
@@ -67,7 +67,7 @@ def _parameters_in_file(path: str, qualname: str) -> list[_Parameter] | None:
         functions = sorted(n for n, v in defined.items() if isinstance(v, ast.FunctionDef))
         raise ValueError(
             f"{path} defines no {top!r}"
-            + _did_you_mean(top, defined)
+            + did_you_mean(top, defined)
             + (f" (its functions: {', '.join(functions)})" if functions else "")
         )
     node = defined[top]
@@ -158,7 +158,7 @@ def check_knobs(parameters: list[_Parameter] | None, knobs: Mapping[str, Iterabl
             raise ValueError(
                 f"{what} has no parameter {name!r} for the knob {name}="
                 f" (its parameters after the mesh: {', '.join(by_name) or 'none'})"
-                + _did_you_mean(name, by_name)
+                + did_you_mean(name, by_name)
             )
         kind = _kind(by_name[name])
         for value in values:
@@ -199,11 +199,11 @@ def _is_kind(value, kind: type, parameter: _Parameter) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if kind is float:
-        return _is_number(value)
+        return is_number(value)
     return isinstance(value, kind)
 
 
-def _parameters(make_step, reference: tuple) -> list[_Parameter] | None:
+def parameters_of_step(make_step, reference: tuple) -> list[_Parameter] | None:
     """make_step's parameters, found before any worker starts: a ValueError for a file or module
     that does not define it (with the names that are close)."""
     if not isinstance(make_step, str):
@@ -220,7 +220,7 @@ def _parameters(make_step, reference: tuple) -> list[_Parameter] | None:
     for part in qualname.split("."):
         if not hasattr(value, part):
             known = [n for n in dir(value) if not n.startswith("_")]
-            raise ValueError(f"{where} has no {qualname!r}" + _did_you_mean(part, known))
+            raise ValueError(f"{where} has no {qualname!r}" + did_you_mean(part, known))
         value = getattr(value, part)
     if not callable(value):
         raise ValueError(f"{where}:{qualname} is a {type(value).__name__}, not a function")
@@ -230,11 +230,11 @@ def _parameters(make_step, reference: tuple) -> list[_Parameter] | None:
 def parameter_kinds(make_step) -> dict[str, type]:
     """The type of each of make_step's knobs that its signature tells (``batch: int``,
     ``policy="full"``): how the CLI reads a knob's text. A ValueError where it is not found."""
-    parameters = _parameters(make_step, _reference(make_step)) or []
+    parameters = parameters_of_step(make_step, make_step_reference(make_step)) or []
     return {p.name: kind for p in parameters if (kind := _kind(p)) is not None}
 
 
-def _reference(make_step) -> tuple:
+def make_step_reference(make_step) -> tuple:
     """How a worker finds ``make_step``: ("module", name, qualname), ("file", path, qualname) or
     ("pickle", bytes) for what neither reaches (closures, lambdas, ``__main__``)."""
     if isinstance(make_step, str):
@@ -297,7 +297,7 @@ def _importable(name: str) -> bool:
 _files: dict[str, Any] = {}
 
 
-def _resolve(reference: tuple) -> Callable:
+def make_step_from(reference: tuple) -> Callable:
     kind = reference[0]
     if kind == "pickle":
         return pickle.loads(reference[1])

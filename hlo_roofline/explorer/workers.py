@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from hlo_roofline.explorer.layouts import _work
+from hlo_roofline.explorer.layouts import work_of
 from hlo_roofline.explorer.status import (
     STATUS_CRASHED,
     STATUS_ERROR,
@@ -25,7 +25,7 @@ from hlo_roofline.explorer.status import (
     STATUS_TIMED_OUT,
     Refused,
 )
-from hlo_roofline.explorer.step import _resolve
+from hlo_roofline.explorer.step import make_step_from
 from hlo_roofline.text import one_line
 
 # The environment variables compiler flags reach XLA through (read when JAX starts its backend),
@@ -36,7 +36,7 @@ FLAG_VARIABLES = {"xla": "XLA_FLAGS", "libtpu": "LIBTPU_INIT_ARGS"}
 WORKER_VARIABLE = "HLO_ROOFLINE_EXPLORE_WORKER"  # set in the default pool's workers
 
 
-def _failed(status: str, error: str, start: float | None, trace: str = "", **more) -> dict:
+def failed_result(status: str, error: str, start: float | None, trace: str = "", **more) -> dict:
     return {
         "status": status,
         "error": error,
@@ -74,7 +74,7 @@ def _evaluate(job: dict) -> dict:
             )
         from hlo_roofline import api, targets
 
-        make_step = _resolve(job["reference"])
+        make_step = make_step_from(job["reference"])
         sizes = dict(job["sizes"])
         mesh = targets.make_mesh(job["target"], tuple(sizes.values()), tuple(sizes))
         returned = make_step(mesh, **dict(job["knobs"]))
@@ -85,7 +85,7 @@ def _evaluate(job: dict) -> dict:
             )
         fn, args, *rest = returned
         jit_kwargs = dict(rest[0]) if rest and rest[0] is not None else {}
-        work = _work(rest[1] if len(rest) > 1 else None, "make_step")
+        work = work_of(rest[1] if len(rest) > 1 else None, "make_step")
         model_flops = job.get("model_flops")  # per device
         if model_flops is None and "model_flops" in work:
             model_flops = work["model_flops"] / math.prod(sizes.values())
@@ -99,12 +99,12 @@ def _evaluate(job: dict) -> dict:
         )
         report.summary["compiler_flags"] = env
     except Refused as exc:
-        return _failed(STATUS_REFUSED, one_line(exc), start)
+        return failed_result(STATUS_REFUSED, one_line(exc), start)
     except MemoryError as exc:
-        return _failed(STATUS_CRASHED, f"MemoryError: {one_line(exc)} (out of host memory)",
+        return failed_result(STATUS_CRASHED, f"MemoryError: {one_line(exc)} (out of host memory)",
                        start, traceback.format_exc(), retry=True)  # fmt: skip
     except (Exception, SystemExit) as exc:  # sys.exit() in make_step is its error too
-        return _failed(STATUS_ERROR, f"{type(exc).__name__}: {one_line(exc)}", start,
+        return failed_result(STATUS_ERROR, f"{type(exc).__name__}: {one_line(exc)}", start,
                        traceback.format_exc())  # fmt: skip
     return {
         "status": STATUS_OK,
@@ -170,7 +170,7 @@ def _worker_main(job_fd: int, result_fd: int, parent: int) -> None:
         try:
             _write_message(results, result)
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as exc:
-            _write_message(results, _failed(STATUS_ERROR, f"its result cannot be sent back: "
+            _write_message(results, failed_result(STATUS_ERROR, f"its result cannot be sent back: "
                                             f"{type(exc).__name__}: {one_line(exc)}", None))  # fmt: skip
 
 
@@ -254,7 +254,7 @@ def _worker_environment(flags: Mapping[str, Sequence[str]]) -> dict[str, str]:
     return env
 
 
-def _run_pool(jobs_list, workers, timeout, flags, on_result) -> None:
+def run_pool(jobs_list, workers, timeout, flags, on_result) -> None:
     """Run every job on ``workers`` worker processes of our own. A candidate whose worker dies
     (the OOM killer, a segfault) or that runs out of host memory is retried once on a fresh
     worker; one past ``timeout`` seconds is killed with its worker (``timed_out``)."""
@@ -310,7 +310,7 @@ def _run_pool(jobs_list, workers, timeout, flags, on_result) -> None:
                 if now >= deadline:
                     del running[worker]
                     worker.close(kill=True)
-                    on_result(i, _failed(
+                    on_result(i, failed_result(
                         STATUS_TIMED_OUT, f"no result in {timeout:g} s (--timeout): killed", None,
                     ))  # fmt: skip
     finally:
@@ -326,12 +326,12 @@ def _died(i, worker: _Worker, tries, pending, on_result) -> None:
         pending.appendleft(i)
         return
     first, _, rest = words.partition("\n")
-    on_result(i, _failed(
+    on_result(i, failed_result(
         STATUS_CRASHED, f"its worker died twice ({first.rstrip(';')})", None, rest,
     ))  # fmt: skip
 
 
-def _run_executor(pool, jobs_list, timeout, on_result) -> None:
+def run_on_executor(pool, jobs_list, timeout, on_result) -> None:
     """Run every job on the user's executor (or a Dask client's). A candidate whose future fails
     (its worker died) is submitted once more; with ``timeout``, when no candidate finishes for
     that long, the rest are given up (``timed_out``: a foreign executor's worker cannot be
@@ -345,7 +345,7 @@ def _run_executor(pool, jobs_list, timeout, on_result) -> None:
         if not done:
             for future, i in futures.items():
                 future.cancel()
-                on_result(i, _failed(
+                on_result(i, failed_result(
                     STATUS_TIMED_OUT, f"no candidate finished in {timeout:g} s (--timeout)", None
                 ))  # fmt: skip
             return
@@ -354,7 +354,7 @@ def _run_executor(pool, jobs_list, timeout, on_result) -> None:
             try:
                 result = future.result()
             except Exception as exc:  # the worker itself died
-                result = _failed(STATUS_CRASHED,
+                result = failed_result(STATUS_CRASHED,
                                  f"worker failed: {type(exc).__name__}: {one_line(exc)}", None,
                                  retry=True)  # fmt: skip
             if result.pop("retry", False) and tries[i] < 2:
@@ -392,7 +392,7 @@ class Progress:
         self.stream.flush()
 
 
-def _user_executor(executor):
+def user_executor(executor):
     """The executor to submit to: the user's, or a Dask client's ``get_executor``."""
     get = getattr(executor, "get_executor", None)  # a distributed.Client
     if get is not None and not isinstance(executor, concurrent.futures.Executor):
