@@ -181,12 +181,11 @@ def refused(
     runs on one device, none otherwise: before partitioning, a sharded program's ops have global
     shapes, not one device's, so its ops, FLOPs, bytes and coverage are unknown (absent from the
     summary), not a global count."""
-    report = as_lowered
     compiled_for = chips.get(target.chip) if target is not None else local_chip()
     capacity = compiled_for.per_device().hbm_capacity if compiled_for else None
     sharded = any(b.shape != b.global_shape for b in inputs)
-    ops = report.ops.iloc[0:0] if sharded else report.ops
-    summary = dict(report.summary)
+    ops = as_lowered.ops.iloc[0:0] if sharded else as_lowered.ops
+    summary = dict(as_lowered.summary)
     if sharded:
         for key in _PER_DEVICE_UNKNOWN:
             summary.pop(key, None)
@@ -201,7 +200,7 @@ def refused(
         error, inputs, donatable, capacity, _devices(lowered), slices
     )
     summary["ops_before_optimization"] = not sharded
-    return Report(ops.reset_index(drop=True), summary, report.module)
+    return Report(ops.reset_index(drop=True), summary, as_lowered.module)
 
 
 # What the refused program's lowered text cannot say per device once it is sharded.
