@@ -155,6 +155,26 @@ def test_no_import_cycles():
     assert not cycles, "\n".join(cycles)
 
 
+# The explorer package's modules, each importing only those before it (explorer/__init__.py).
+EXPLORER_ORDER = ["status", "layouts", "book", "step", "workers", "ranking", "results", "run"]
+
+
+def test_the_explorer_modules_import_only_those_before_them():
+    edges = graph()
+    found = {n.rpartition(".")[2] for n in edges if n.startswith("hlo_roofline.explorer.")}
+    assert found == set(EXPLORER_ORDER), "a new explorer module: give it its place here"
+    later = [
+        f"explorer.{a} imports explorer.{b}"
+        for i, a in enumerate(EXPLORER_ORDER)
+        for b in EXPLORER_ORDER[i + 1 :]
+        if f"hlo_roofline.explorer.{b}" in edges[f"hlo_roofline.explorer.{a}"]
+    ]
+    assert not later, "\n".join(later)
+    assert "hlo_roofline.explorer" not in {
+        d for n in found for d in edges[f"hlo_roofline.explorer.{n}"]
+    }
+
+
 # An ES module's static imports: `import ... from "./x.js"` (and `export ... from`).
 _JS_IMPORT = re.compile(r"""^\s*(?:import|export)\b[^;]*?\bfrom\s*["']\./([\w.-]+\.js)["']""", re.M)
 
