@@ -46,7 +46,9 @@ from hlo_roofline.cost.control_flow import (
     loop_multipliers,
     loop_paths,
 )
+from hlo_roofline.cost.depthwise import depthwise_taps
 from hlo_roofline.cost.inplace import sliced_reads
+from hlo_roofline.cost.intermediates import expanded_elements
 from hlo_roofline.cost.linalg import (
     MATMUL_OPCODES,
     VMEM_SPACE,
@@ -102,7 +104,8 @@ _RARE_DEFAULTS = {
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes"), 0.0),
     **dict.fromkeys(
         ("vector_elements", "lane_reduced_elements", "major_reduced_elements",
-         "major_reduce_results", "reduced_stream_words", "kernel_mxu_flops"),
+         "major_reduce_results", "reduced_stream_words", "kernel_mxu_flops", "depthwise_taps",
+         "expanded_elements"),
         0.0,
     ),
     "xla_cycles": math.nan,
@@ -498,6 +501,13 @@ def rows(
             rare["major_reduced_elements"][at] = body.major_reduced * count
         if cost.mxu_flops:
             rare["kernel_mxu_flops"][at] = cost.mxu_flops * count
+        taps = body.depthwise_taps if body is not None else (
+            depthwise_taps((instr,)) if code == "convolution" else 0.0
+        )  # a depthwise conv's multiply-adds on the vector unit (cost/depthwise.py)
+        if taps:
+            rare["depthwise_taps"][at] = taps * count
+        if body is not None and body.expanded:  # an array the fusion expands and folds
+            rare["expanded_elements"][at] = body.expanded * count
         in_chunk += 1
         if in_chunk == _ROWS_PER_CHUNK:
             table.take(columns, rare, chunk, shapes_in_chunk, metas_in_chunk, loops, released)
@@ -673,6 +683,7 @@ def _op_columns(
         "comm_bytes": per_step("comm_bytes"),
         "unknown": list(map(_cost_field("unknown"), costs)),
         "lower_bound": list(map(_cost_field("lower_bound"), costs)),
+        "upper_bound": list(map(_cost_field("upper_bound"), costs)),
         "loop": list(map(loops.get, map(id, computations), itertools.repeat(""))),
         "shape": list(map(_first, shapes)),
         "op_name": list(map(_first, metas)),
@@ -700,7 +711,8 @@ class _Body:
     """What the rows of every fusion calling one computation share, found in one pass over it."""
 
     __slots__ = (
-        "async_done", "collective", "fused_ops", "geometry", "io", "major_reduced",
+        "async_done", "collective", "depthwise_taps", "expanded", "fused_ops", "geometry", "io",
+        "major_reduced",
         "matmul_dtype", "matmul_precision", "prologue_words", "reduced_stream_words",
         "root_reduces", "runs_collective", "sliced", "streamed_words",
     )  # fmt: skip
@@ -755,6 +767,8 @@ class _Body:
             else 0.0
         )
         self.root_reduces = root_reduces(fusion)
+        self.depthwise_taps = depthwise_taps(instructions) if "convolution" in counts else 0.0
+        self.expanded = expanded_elements(fusion) if self.root_reduces else 0.0
         self.matmul_precision = (
             _precision(matmul) if matmul is not None else "default" if self.geometry else ""
         )
