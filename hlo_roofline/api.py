@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from hlo_roofline import chips, cost, targets
 from hlo_roofline._gc import gc_paused
 from hlo_roofline.cache import compile_program
-from hlo_roofline.hlo import Module, parse_file, parse_module
+from hlo_roofline.hlo import Module, Shape, parse_file, parse_module
 from hlo_roofline.hlo.files import GZIP_SUFFIX, read_text
 from hlo_roofline.judge import interconnect, memory
 from hlo_roofline.report import Report, missing, missing_text
@@ -804,9 +804,10 @@ def _analyze_step(
         report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity, target)
         how += "; the compiler refused it: out of memory"
     else:
-        report = _analyze_hlo(program.text, cost_model, None, user_packages, None)
+        module = parse_module(program.text)
+        report = _analyze_hlo(module, cost_model, None, user_packages, None)
         if warn_unsharded:
-            _warn_if_unsharded(report, program.text, target, inputs, lowered)
+            _warn_if_unsharded(report, module, target, inputs, lowered)
         if program.memory is not None:
             temporaries = memory.largest_temporaries(report.summary["memory"])
             report.summary["memory"] = memory.from_stats(
@@ -829,29 +830,22 @@ class UnshardedProgramWarning(UserWarning):
     """A multi-device target got a program that shards nothing: each device runs all of it."""
 
 
-_MODULE_HEADER = re.compile(r"^HloModule [^\n]*")
-_SHAPE_DIMS = re.compile(r"\b[a-z]+\d*\[([\d,]*)\]")
-
-
-def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lowered) -> None:
+def _warn_if_unsharded(report: Report, module: Module, target: str | None, inputs, lowered) -> None:
     """A step compiled for several devices whose program is one device's (no partitions), or
     partitioned with nothing split: every input and output whole on each device and no
     collective. A mesh or sharding that was meant to hold was not there (a ``jax.set_mesh``
-    outside the trace, say), and the figures are the whole step's on each device."""
+    outside the trace, say), and the figures are the whole step's on each device. The module's
+    header facts are the parser's (its partitions, its result shape), not read again here."""
     if target is None or len(targets.devices(target)) <= 1:
         return
-    header = _MODULE_HEADER.search(text)
-    header = header.group(0) if header else ""
-    found = re.search(r"\bnum_partitions=(\d+)", header)
-    partitions = int(found.group(1)) if found else 1
+    partitions = module.num_partitions
     if partitions > 1:
         if any(b.shape != b.global_shape for b in inputs):
             return
         if "collective" in report.ops and (report.ops["collective"] != "").any():
             return
-        layout = re.search(r"entry_computation_layout=\{\(.*?\)->(.*?)\}(?:,|$)", header)
         whole = sum(math.prod(o.shape) for o in jax.tree_util.tree_leaves(lowered.out_info))
-        if layout is None or _elements(layout.group(1)) < whole:
+        if _elements(module.entry.root.shape) < whole:
             return
         what = f"partitioned {partitions} ways with nothing split (no collective)"
     else:
@@ -866,11 +860,9 @@ def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lo
     )
 
 
-def _elements(shapes: str) -> int:
-    """Elements of every array in HLO shape text (``(f32[2,3]{1,0}, s32[])`` → 7)."""
-    return sum(
-        math.prod(int(d) for d in dims.split(",") if d) for dims in _SHAPE_DIMS.findall(shapes)
-    )
+def _elements(shape: Shape) -> int:
+    """Elements of every array of a (tuple) shape: ``(f32[2,3], s32[])`` → 7."""
+    return sum(math.prod(leaf.dims) for leaf in shape.leaves())
 
 
 def _mesh(*placed) -> jax.sharding.Mesh | None:

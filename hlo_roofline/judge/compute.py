@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Calibration, Chip
+from hlo_roofline.cost.facts import shape_of
 from hlo_roofline.hlo.ir import DTYPE_BYTES
-from hlo_roofline.hlo.parser import parse_shape
+from hlo_roofline.hlo.parser import HloParseError
 
 
 def column(ops: pd.DataFrame, name: str, rows: np.ndarray, default: float) -> np.ndarray:
@@ -244,11 +245,15 @@ def matmul_pipeline(
 
 @lru_cache(maxsize=4096)
 def hbm_result_bytes(shape: str) -> float:
-    """Bytes of an op's result that land in HBM (leaves without an ``S(n)`` memory space)."""
+    """Bytes of an op's result (its ``shape`` text, typed by the cost layer: ``shape_of``) that
+    land in HBM (leaves without an ``S(n)`` memory space)."""
+    typed = shape_of(shape)
+    if typed is None:
+        raise HloParseError(f"not a shape: {shape!r}")
     return float(
         sum(
             leaf.elements * DTYPE_BYTES.get(leaf.dtype, 4)
-            for leaf in parse_shape(shape).leaves()
+            for leaf in typed.leaves()
             if leaf.layout is None or leaf.layout.memory_space == 0
         )
     )
