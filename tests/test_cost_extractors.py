@@ -40,15 +40,18 @@ def _rows(path, monkeypatch, applies_always: bool = False):
     ``applies_always`` every extractor runs whatever its ``applies`` says."""
     calls = dict.fromkeys((e.concern for e in extractors.EXTRACTORS), 0)
 
-    def counted(e):
-        function = e.row or e.chunk
-
+    def counting(concern, function):
         def run(*args):
-            calls[e.concern] += 1
+            calls[concern] += 1
             return function(*args)
 
-        field = "row" if e.row else "chunk"
-        changes = {field: run}
+        return run
+
+    def counted(e):
+        if e.row:
+            changes = {"row": lambda build, e=e: counting(e.concern, e.row(build))}
+        else:
+            changes = {"chunk": counting(e.concern, e.chunk)}
         if applies_always:
             changes["applies"] = lambda module: True
         return dataclasses.replace(e, **changes)

@@ -3,9 +3,10 @@ the declared list :data:`EXTRACTORS` says which columns each one makes (every co
 extractor's), and for which modules it runs (as ``jax.experimental.roofline`` keeps one rule per
 primitive in a registry, this keeps one extractor per concern in a list).
 
-An extractor runs either per row (``row(op, build)``: it gives a rare column's value only where
-the row has one, ``build.rare[column][op.at] = value``, and a full column's every row,
-``build.put[column](value)``) or per chunk of rows (``chunk(chunk) -> {column: values}``: columns
+An extractor runs either per row (``row(build)`` makes the table's function of an op, with its
+memos and columns bound once; that gives a rare column's value only where the row has one,
+``rare[column][op.at] = value``, and a full column's every row, ``build.put[column](value)``) or
+per chunk of rows (``chunk(chunk) -> {column: values}``: columns
 that are what the priced ops, their shapes and attributions say, made with ``map`` over C getters,
 no Python step per value). Row extractors run in the list's order, and a later one reads what an
 earlier one found (:class:`~hlo_roofline.cost.row.Op`: a fusion's body, the collective it
@@ -51,14 +52,18 @@ class Chunk:
     loops: dict[int, str]
 
 
+RowExtractor = Callable[[Op], None]
+
+
 @dataclass(frozen=True)
 class Extractor:
-    """One concern's columns: made per row (``row``) or per chunk (``chunk``), for the modules
-    ``applies`` accepts (every module by default)."""
+    """One concern's columns: made per row (``row(build)`` makes the table's row function, its
+    memos and columns bound once) or per chunk (``chunk``), for the modules ``applies`` accepts
+    (every module by default)."""
 
     concern: str
     columns: tuple[str, ...]
-    row: Callable[[Op, Build], None] | None = None
+    row: Callable[[Build], RowExtractor] | None = None
     chunk: Callable[[Chunk], dict[str, list]] | None = None
     applies: Callable[[Module], bool] = lambda module: True
 
@@ -117,141 +122,147 @@ def attribution(chunk: Chunk) -> dict[str, list]:
     }
 
 
-class Attributes:
-    """Each row's attribute text split once (many rows share one: a TPU module of 17k
-    instructions has 750 distinct texts), for the attribution, the fusions' kind and XLA's
-    estimates, and its shape described once per distinct shape."""
+def attributes(build: Build) -> Callable[[PricedOp, Op, int], tuple]:
+    """The table's reader of a row's op (before its extractors): ``read(priced, op, at)`` refills
+    ``op`` (:meth:`Op.start`) with its attribute facts (its kind, backend_config and whether that
+    holds XLA's estimate; its first result's dtype) and returns its (shape text, first dtype) and
+    attribution. Each distinct attribute text is split once (a TPU module of 17k instructions has
+    750), each distinct shape described once."""
+    # attribute text -> (attribution, kind, backend_config, whether that holds XLA's estimate)
+    by_text: dict[str, tuple[tuple[str, str, str, str, str], str, str, bool]] = build.memo()
+    metadata: dict[str, tuple[str, str, str, str, str]] = build.memo()  # text -> its columns
+    stacks, callers = build.memo(), build.memo()  # see metadata_columns
+    shapes: dict[int, tuple[str, str]] = {}  # id(shape) -> (its text, dtype of its first leaf)
+    module, user_packages = build.module, build.user_packages
 
-    __slots__ = ("build", "by_text", "callers", "metadata", "shapes", "stacks")
-
-    def __init__(self, build: Build) -> None:
-        self.build = build
-        # attribute text -> (attribution, kind, backend_config, whether that holds XLA's estimate)
-        self.by_text: dict[str, tuple[tuple[str, str, str, str, str], str, str, bool]] = (
-            build.memo()
-        )
-        self.metadata: dict[str, tuple[str, str, str, str, str]] = build.memo()  # text -> columns
-        self.stacks: dict = build.memo()  # see metadata_columns
-        self.callers: dict = build.memo()
-        self.shapes: dict[int, tuple[str, str]] = build.memo(trimmed=False)  # id(shape) -> ...
-
-    def read(self, op: Op) -> tuple[tuple[str, str], tuple[str, str, str, str, str]]:
-        """Set ``op``'s attribute facts; its (shape text, first dtype) and attribution."""
+    def read(priced: PricedOp, op: Op, at: int) -> tuple:
+        op.start(priced, at)
         instr = op.instr
         text = instr.attr_text
-        read = self.by_text.get(text) if text is not None else None
+        read = by_text.get(text) if text is not None else None
         if read is None:  # split here, not kept by the instruction: one read of many rows
             split = instr.peek_attrs()
             meta_text = split.get("metadata", "")
-            meta = self.metadata.get(meta_text)
+            meta = metadata.get(meta_text)
             if meta is None:
-                build = self.build
-                meta = self.metadata[meta_text] = metadata_columns(
-                    attrs.parse_metadata(meta_text), build.module, self.stacks, self.callers,
-                    build.user_packages,
-                )  # fmt: skip
+                meta = metadata[meta_text] = metadata_columns(
+                    attrs.parse_metadata(meta_text), module, stacks, callers, user_packages
+                )
             config = split.get("backend_config", "")
             read = (meta, split.get("kind", ""), config, "estimated_cycles" in config)
             if text is not None:
-                self.by_text[text] = read
+                by_text[text] = read
         meta, op.kind_attr, op.backend_config, op.has_estimate = read
-        described = self.shapes.get(id(instr.shape))
+        described = shapes.get(id(instr.shape))
         if described is None:
             leaves = instr.shape.leaves()
             first = leaves[0].dtype if leaves else instr.shape.dtype
-            described = self.shapes[id(instr.shape)] = (str(instr.shape), first)
+            described = shapes[id(instr.shape)] = (str(instr.shape), first)
             remember_shape(described[0], instr.shape)  # the judges' typed value of the text
         op.dtype = described[1]
         return described, meta
 
+    return read
+
 
 # -- per row ----------------------------------------------------------------------------------
-def fusions(op: Op, build: Build) -> None:
+def fusions(build: Build) -> RowExtractor:
     """A fusion's kind and the ops inside it; its body (:class:`Body`) for the extractors after."""
-    if op.code != "fusion":
-        return
-    memo = build.memo_of(fusions)
-    instr = op.instr
-    config_key = (op.kind_attr, op.backend_config)
-    fusion_kind = memo.get(config_key)
-    if fusion_kind is None:
-        fusion_kind = memo[config_key] = attrs.fusion_kind(instr)
-    build.rare["fusion_kind"][op.at] = fusion_kind
-    if instr.called:
-        bodies = build.memo_of(Body)
-        body = bodies.get(id(instr.called[0]))
-        if body is None:
-            body = bodies[id(instr.called[0])] = Body(
-                instr, build.walks, build.channels_in_flight()
-            )
-        op.body = body
-        build.rare["fused_ops"][op.at] = body.fused_ops
+    kinds, bodies = build.memo(), build.memo()  # (kind, backend_config) -> kind; id(body) -> Body
+    kind_at, fused_ops_at, walks = build.rare["fusion_kind"], build.rare["fused_ops"], build.walks
+
+    def row(op: Op) -> None:
+        if op.code != "fusion":
+            return
+        instr = op.instr
+        config_key = (op.kind_attr, op.backend_config)
+        fusion_kind = kinds.get(config_key)
+        if fusion_kind is None:
+            fusion_kind = kinds[config_key] = attrs.fusion_kind(instr)
+        kind_at[op.at] = fusion_kind
+        if instr.called:
+            body = bodies.get(id(instr.called[0]))
+            if body is None:
+                body = bodies[id(instr.called[0])] = Body(instr, walks, build.channels_in_flight())
+            op.body = body
+            fused_ops_at[op.at] = body.fused_ops
+
+    return row
 
 
-def matmuls(op: Op, build: Build) -> None:
+def matmuls(build: Build) -> RowExtractor:
     """The dtype an op computes in, and a matmul's precision and geometry (its batch, M, N, K and
     how its arrays cross HBM); ``op.geometry`` and ``op.io`` for the extractors after."""
-    instr, code, body, at = op.instr, op.code, op.body, op.at
-    dtype, geometry, io = op.dtype, None, None
-    if code == "fusion":
-        if body is not None:
-            geometry, io = body.geometry, body.io
-            dtype = body.matmul_dtype or dtype
-            build.rare["precision"][at] = body.matmul_precision
-    else:
-        if code in _MATMULS and instr.operands:
-            dtype = instr.operands[0].shape.dtype
-        if code in _WITH_GEOMETRY:
-            geometry = build.walks.geometry(instr)
-            if geometry:
-                build.rare["precision"][at] = precision(instr)
-                io = build.walks.io(instr)
-                if code == "custom-call":  # a library gemm runs in its inputs' type (fp8 in,
-                    dtype = instr.operands[0].shape.dtype  # bf16 out: the fp8 rate)
-    if geometry is not None:
-        if io is None:  # a matmul whose arrays cannot be traced: its own types
-            io = MatmulIO(*(element_bytes(s) for s in first_two(instr)), 1)
-        rare = build.rare
-        for name, value in zip(GEOMETRY_COLUMNS, (*geometry, *io), strict=True):
-            rare[name][at] = value
-    op.geometry, op.io = geometry, io
-    build.put["dtype"](dtype)
+    precision_at, put_dtype, walks = build.rare["precision"], build.put["dtype"], build.walks
+    geometry_at = [build.rare[name] for name in GEOMETRY_COLUMNS]
+
+    def row(op: Op) -> None:
+        instr, code, body, at = op.instr, op.code, op.body, op.at
+        dtype, geometry, io = op.dtype, None, None
+        if code == "fusion":
+            if body is not None:
+                geometry, io = body.geometry, body.io
+                dtype = body.matmul_dtype or dtype
+                precision_at[at] = body.matmul_precision
+        else:
+            if code in _MATMULS and instr.operands:
+                dtype = instr.operands[0].shape.dtype
+            if code in _WITH_GEOMETRY:
+                geometry = walks.geometry(instr)
+                if geometry:
+                    precision_at[at] = precision(instr)
+                    io = walks.io(instr)
+                    if code == "custom-call":  # a library gemm runs in its inputs' type (fp8
+                        dtype = instr.operands[0].shape.dtype  # in, bf16 out: the fp8 rate)
+        if geometry is not None:
+            if io is None:  # a matmul whose arrays cannot be traced: its own types
+                io = MatmulIO(*(element_bytes(s) for s in first_two(instr)), 1)
+            for column, value in zip(geometry_at, (*geometry, *io), strict=True):
+                column[at] = value
+        op.geometry, op.io = geometry, io
+        put_dtype(dtype)
+
+    return row
 
 
-def collectives(op: Op, build: Build) -> None:
+def collectives(build: Build) -> RowExtractor:
     """The collective an op performs (its own, or one it wraps), its kind and device groups, the
     start an async done waits for, and a SparseCore offload; ``op.found`` for the extractors
     after."""
-    instr, code, body, at, rare = op.instr, op.code, op.body, op.at, build.rare
-    found = None
-    if code == "fusion":
-        found = body.collective if body is not None else None
-    elif _is_collective(code, build.memo_of(_is_collective, trimmed=False)):
-        found = instr
-    elif code in WRAPPERS:
-        found = build.walks.collective(instr)
-        if custom_call.on_sparsecore(instr):
-            rare["offload"][at] = custom_call.SPARSECORE
-    if found is not None:
-        groups = build.memo_of(collectives)
-        known = groups.get(id(found))
-        if known is None:
-            module = build.module
-            known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
-        rare["collective"][at], rare["replica_group"][at] = known
-        rare["group_size"][at] = _group_size(found, build.module)
-    if (body is not None and body.async_done) or code.endswith("-done"):
-        start = _async_start(instr)
-        if start is not None:
-            rare["waits_for"][at] = start.name
-    op.found = found
+    module, rare, walks = build.module, build.rare, build.walks
+    own: dict[str, bool] = {}  # opcode -> the op is itself a collective (or its start)
+    groups = build.memo()  # id(collective) -> (kind, group text)
+    collective_at, group_at, size_at = rare["collective"], rare["replica_group"], rare["group_size"]
+
+    def row(op: Op) -> None:
+        instr, code, body = op.instr, op.code, op.body
+        found = None
+        if code == "fusion":
+            found = body.collective if body is not None else None
+        elif own.get(code) or (code not in own and _is_collective(code, own)):
+            found = instr
+        elif code in WRAPPERS:
+            found = walks.collective(instr)
+            if custom_call.on_sparsecore(instr):
+                rare["offload"][op.at] = custom_call.SPARSECORE
+        if found is not None:
+            known = groups.get(id(found))
+            if known is None:
+                known = groups[id(found)] = (_kind(found, module), _group_text(found, module))
+            collective_at[op.at], group_at[op.at] = known
+            size_at[op.at] = _group_size(found, module)
+        if (body is not None and body.async_done) or code.endswith("-done"):
+            start = _async_start(instr)
+            if start is not None:
+                rare["waits_for"][op.at] = start.name
+        op.found = found
+
+    return row
 
 
 def _is_collective(code: str, memo: dict[str, bool]) -> bool:
-    """The opcode is a collective's own (or its start), by opcode once."""
-    own = memo.get(code)
-    if own is None:
-        own = memo[code] = not code.endswith("-done") and code.removesuffix("-start") in COLLECTIVES
+    """The opcode is a collective's own (or its start), kept in ``memo``."""
+    own = memo[code] = not code.endswith("-done") and code.removesuffix("-start") in COLLECTIVES
     return own
 
 

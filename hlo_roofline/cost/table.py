@@ -13,7 +13,7 @@ import numpy as np
 
 from hlo_roofline import schema
 from hlo_roofline.cost.control_flow import loop_paths
-from hlo_roofline.cost.extractors import EXTRACTORS, GEOMETRY_COLUMNS, Attributes, Chunk
+from hlo_roofline.cost.extractors import EXTRACTORS, GEOMETRY_COLUMNS, Chunk, attributes
 from hlo_roofline.cost.row import Build, Op, PricedOp
 from hlo_roofline.cost.tpu.extractors import TILING_COLUMNS, UNIT_COLUMNS
 from hlo_roofline.hlo.ir import Module
@@ -59,28 +59,27 @@ def rows(
     with ``consume`` a list's ops become ``None`` as their rows are made.
     """
     build = Build(module, pad_to_tiles, tuple(user_packages))
-    active = [e for e in EXTRACTORS if e.applies(module)]
-    per_row = [e.row for e in active if e.row is not None]
-    per_chunk = [e.chunk for e in active if e.chunk is not None]
     build.rare = {name: {} for name in RARE_DEFAULTS}
     full = {name: [] for name in ROW_COLUMNS if name not in RARE_DEFAULTS and name not in _MADE}
     build.put = {name: column.append for name, column in full.items()}
+    active = [e for e in EXTRACTORS if e.applies(module)]
+    per_row = [e.row(build) for e in active if e.row is not None]
+    per_chunk = [e.chunk for e in active if e.chunk is not None]
     listed = isinstance(ops, Sequence)
     table = _Table(len(ops) if listed else _most_rows(module))
     released = ops if consume and isinstance(ops, list) else None
-    attributes = Attributes(build)
+    read = attributes(build)
     chunk = Chunk([], [], [], loop_paths(module))
     append_op, append_shape, append_meta = chunk.ops.append, chunk.shapes.append, chunk.metas.append
     op = Op()
     at = 0  # the row's place in its chunk
     for priced in _by_chunks(ops):  # (consume: a chunk of rows made, its ops become None)
         append_op(priced)
-        op.start(priced, at)
-        described, meta = attributes.read(op)
+        described, meta = read(priced, op, at)
         append_shape(described)
         append_meta(meta)
         for extract in per_row:
-            extract(op, build)
+            extract(op)
         at += 1
         if at == _ROWS_PER_CHUNK:
             table.take(full, build.rare, chunk, per_chunk, released)

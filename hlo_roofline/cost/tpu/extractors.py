@@ -10,10 +10,12 @@ never calls those extractors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hlo_roofline.cost.base import array_bytes
 from hlo_roofline.cost.inplace import sliced_reads
 from hlo_roofline.cost.linalg import VMEM_SPACE, fused_operand_words, streamed_operand_words
-from hlo_roofline.cost.row import Build, Op
+from hlo_roofline.cost.row import Body, Build, Op
 from hlo_roofline.cost.tpu.tiling import (
     epilogue_pass,
     major_reduce_results,
@@ -35,6 +37,7 @@ UNIT_COLUMNS = (
 )  # fmt: skip
 TILING_COLUMNS = ("tile_reread_bytes", "tile_k_steps", "epilogue_elements", "prologue_elements")
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
+RowExtractor = Callable[[Op], None]
 
 
 def places_in_vmem(module: Module) -> bool:
@@ -48,28 +51,33 @@ def has_estimates(module: Module) -> bool:
 
 
 # -- memory placement ---------------------------------------------------------------------------
-def placement(op: Op, build: Build) -> None:
+def placement(build: Build) -> RowExtractor:
     """Bytes of an op's operands and results in VMEM (capped by what its rule counts: a slice
     reads less), and the readers of what an HBM→VMEM copy prefetches."""
-    instr, count = op.instr, op.count
-    in_vmem = build.memo_of(placement, trimmed=False)  # id(shape) -> its bytes in VMEM
+    in_vmem: dict[int, int] = {}  # id(shape) -> its bytes in VMEM
+    prefetches: dict[int, dict[Instruction, str]] = {}  # id(computation) -> its prefetches
     vmem_of, pad = in_vmem.get, build.pad_to_tiles
-    vmem = vmem_of(id(instr.shape))
-    if vmem is None:
-        vmem = _shape_vmem_bytes(instr.shape, in_vmem, pad)
-    for operand in instr.operands:
-        size = vmem_of(id(operand.shape))
-        vmem += _shape_vmem_bytes(operand.shape, in_vmem, pad) if size is None else size
-    if vmem:
-        read = op.cost.bytes_accessed
-        build.rare["vmem_bytes"][op.at] = (read if read < vmem else vmem) * count  # min(), inline
-    if op.code == "copy-start":  # (a prefetch's readers are in its computation)
-        prefetches = build.memo_of(_prefetch_consumers, trimmed=False)
-        readers = prefetches.get(id(instr.computation))
-        if readers is None:
-            readers = prefetches[id(instr.computation)] = _prefetch_consumers(instr.computation)
-        if instr in readers:
-            build.rare["prefetch_for"][op.at] = readers[instr]
+    vmem_at, prefetch_at = build.rare["vmem_bytes"], build.rare["prefetch_for"]
+
+    def row(op: Op) -> None:
+        instr = op.instr
+        vmem = vmem_of(id(instr.shape))
+        if vmem is None:
+            vmem = _shape_vmem_bytes(instr.shape, in_vmem, pad)
+        for operand in instr.operands:
+            size = vmem_of(id(operand.shape))
+            vmem += _shape_vmem_bytes(operand.shape, in_vmem, pad) if size is None else size
+        if vmem:
+            read = op.cost.bytes_accessed
+            vmem_at[op.at] = (read if read < vmem else vmem) * op.count  # min(), inline
+        if op.code == "copy-start":  # (a prefetch's readers are in its computation)
+            readers = prefetches.get(id(instr.computation))
+            if readers is None:
+                readers = prefetches[id(instr.computation)] = _prefetch_consumers(instr.computation)
+            if instr in readers:
+                prefetch_at[op.at] = readers[instr]
+
+    return row
 
 
 def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -> int:
@@ -118,33 +126,38 @@ def _prefetch_consumers(comp: Computation) -> dict[Instruction, str]:
 
 
 # -- the vector unit ----------------------------------------------------------------------------
-def vector_units(op: Op, build: Build) -> None:
+def vector_units(build: Build) -> RowExtractor:
     """Elements an op's loop passes through the vector unit (:func:`vector_elements`; none for a
     collective's), and those its reduces fold across the lanes or over major dimensions."""
-    instr, code, body, count, at, rare = op.instr, op.code, op.body, op.count, op.at, build.rare
-    major = 0.0
-    if body is not None:
-        units = _body_units(op, build)
-        major = units[4]
-    if op.found is None and _has_vector_loop(instr, code, build.memo_of(no_vector_loop, False)):
-        if body is None:
-            streamed = streamed_operand_words(instr) if op.geometry is not None else 0.0
-            elements = vector_elements(instr, op.cost, op.geometry, False, streamed_words=streamed)
-            rare["vector_elements"][at] = elements * count
-        else:
-            prologue, sliced, streamed, reduced_stream, _ = units
-            elements = vector_elements(
-                instr, op.cost, op.geometry, "dynamic-update-slice" in body.fused_ops,
-                prologue, sliced, streamed,
-            )  # fmt: skip
-            rare["vector_elements"][at] = elements * count
-            if reduced_stream and elements == reduced_stream:
-                rare["reduced_stream_words"][at] = elements * count
-    if code == "reduce":
-        rare["lane_reduced_elements"][at] = lane_reduced_elements(instr) * count
-        rare["major_reduced_elements"][at] = major_reduced_elements((instr,)) * count
-    elif major:
-        rare["major_reduced_elements"][at] = major * count
+    loops: dict[str, bool] = {}  # opcode -> a vector loop of its runs (a custom call's: per target)
+    bodies = build.memo()  # id(fused computation) -> _body_units
+    geometries = build.walks.geometries
+    elements_at, stream_at = build.rare["vector_elements"], build.rare["reduced_stream_words"]
+    lane_at, major_at = build.rare["lane_reduced_elements"], build.rare["major_reduced_elements"]
+
+    def row(op: Op) -> None:
+        instr, code, body, count, at = op.instr, op.code, op.body, op.count, op.at
+        units = None if body is None else _body_units(instr, body, bodies, geometries)
+        if op.found is None and _has_vector_loop(instr, code, loops):
+            if units is None:
+                streamed = streamed_operand_words(instr) if op.geometry is not None else 0.0
+                elements = vector_elements(instr, op.cost, op.geometry, False, 0.0, None, streamed)
+            else:
+                prologue, sliced, streamed, reduced_stream, _ = units
+                elements = vector_elements(
+                    instr, op.cost, op.geometry, "dynamic-update-slice" in body.fused_ops,
+                    prologue, sliced, streamed,
+                )  # fmt: skip
+                if reduced_stream and elements == reduced_stream:
+                    stream_at[at] = elements * count
+            elements_at[at] = elements * count
+        if code == "reduce":
+            lane_at[at] = lane_reduced_elements(instr) * count
+            major_at[at] = major_reduced_elements((instr,)) * count
+        elif units is not None and units[4]:
+            major_at[at] = units[4] * count
+
+    return row
 
 
 def _has_vector_loop(instr: Instruction, code: str, memo: dict[str, bool]) -> bool:
@@ -157,17 +170,16 @@ def _has_vector_loop(instr: Instruction, code: str, memo: dict[str, bool]) -> bo
     return vector_loop
 
 
-def _body_units(op: Op, build: Build) -> tuple[float, dict[int, int], float, float, float]:
-    """A fused body's vector work, walked once however many fusions call it: the words of the
-    operands a matmul's prologue computes, the operands read only through slices, the words of a
-    matmul's wide operand streamed through the registers (those again where the fusion also
+def _body_units(
+    fusion: Instruction, body: Body, memo: dict, geometries: dict
+) -> tuple[float, dict[int, int], float, float, float]:
+    """A fused body's vector work, walked once however many fusions call it (``memo``): the words
+    of the operands a matmul's prologue computes, the operands read only through slices, the words
+    of a matmul's wide operand streamed through the registers (those again where the fusion also
     reduces the product: XLA:TPU charges them at a rate of their own on some chips,
     ``calibrated.reduced_stream``), and the elements its reduces fold over major dimensions."""
-    memo = build.memo_of(_body_units)
-    fusion, body = op.instr, op.body
     units = memo.get(id(fusion.called[0]))
     if units is None:
-        geometries = build.walks.geometries
         has_geometry = body.geometry is not None
         streamed = streamed_operand_words(fusion, geometries) if has_geometry else 0.0
         units = memo[id(fusion.called[0])] = (
@@ -183,55 +195,82 @@ def _body_units(op: Op, build: Build) -> tuple[float, dict[int, int], float, flo
 
 
 # -- XLA:TPU's estimates and tiling loops --------------------------------------------------------
-def estimates(op: Op, build: Build) -> None:
+def estimates(build: Build) -> RowExtractor:
     """XLA:TPU's own estimate of the op (shown beside the roofline, never in it), the steps of the
-    tiling loop it compiled the op into, and the results a deeply pipelined reduce writes."""
-    if not op.has_estimate:
-        return
-    instr, config, count, at, rare = op.instr, op.backend_config, op.count, op.at, build.rare
-    cycles_of = build.memo_of(estimates)
-    cycles = cycles_of.get(config, _UNREAD)  # decoded once per distinct config
-    if cycles is _UNREAD:
-        cycles = cycles_of[config] = attrs.estimated_cycles(instr)
-    if cycles is not None:
-        rare["xla_cycles"][at] = cycles * count
-    steps_of = build.memo_of(attrs.tile_steps, trimmed=False)
-    steps = op.steps = steps_of.get(config)
-    if steps is None:
-        steps = op.steps = steps_of[config] = attrs.tile_steps(instr)
-    if steps:
-        rare["tile_steps"][at] = steps * count
-    reduces = (instr,) if op.code == "reduce" else root_reduces(instr) if op.body else ()
-    if reduces and "buffering_level" in config:  # a reduce's deep pipeline
-        results = major_reduce_results(reduces, _decoded(op, build))
-        if results:
-            rare["major_reduce_results"][at] = results * count
+    tiling loop it compiled the op into (``op.steps``, for :func:`tiling`), and the results a
+    deeply pipelined reduce writes."""
+    cycles_of = build.memo()  # backend_config -> XLA:TPU's estimated cycles
+    steps_of: dict[str, int] = {}  # backend_config -> steps of its tiling loop
+    returned = build.memo()  # id(fused body) -> the reduces it returns
+    decoded = _decoder(build)
+    cycles_at, steps_at = build.rare["xla_cycles"], build.rare["tile_steps"]
+    results_at = build.rare["major_reduce_results"]
+
+    def row(op: Op) -> None:
+        if not op.has_estimate:
+            return
+        instr, config, count, at = op.instr, op.backend_config, op.count, op.at
+        cycles = cycles_of.get(config, _UNREAD)  # decoded once per distinct config
+        if cycles is _UNREAD:
+            cycles = cycles_of[config] = attrs.estimated_cycles(instr)
+        if cycles is not None:
+            cycles_at[at] = cycles * count
+        steps = steps_of.get(config)
+        if steps is None:
+            steps = steps_of[config] = attrs.tile_steps(instr)
+        op.steps = steps
+        if steps:
+            steps_at[at] = steps * count
+        if op.code == "reduce":
+            reduces = (instr,)
+        elif op.body is not None:
+            reduces = returned.get(id(instr.called[0]))
+            if reduces is None:
+                reduces = returned[id(instr.called[0])] = root_reduces(instr)
+        else:
+            reduces = ()
+        if reduces and "buffering_level" in config:  # a reduce's deep pipeline
+            results = major_reduce_results(reduces, decoded(op))
+            if results:
+                results_at[at] = results * count
+
+    return row
 
 
-def tiling(op: Op, build: Build) -> None:
+def tiling(build: Build) -> RowExtractor:
     """What a TPU matmul fusion's tiling loop (``op.steps``, from :func:`estimates`) adds: the
     operand tiles it fetches again, its K steps and epilogue, and a computed lhs's prologue."""
-    body = op.body
-    if not op.steps or op.geometry is None or body is None or body.runs_collective:
-        return
-    instr, count, at, rare = op.instr, op.count, op.at, build.rare
-    geometries, decoded = build.walks.geometries, _decoded(op, build)
-    reread = tile_reread_bytes(instr, op.io, geometries, decoded)
-    if reread:
-        rare["tile_reread_bytes"][at] = reread * count
-    k_steps, epilogue = epilogue_pass(instr, geometries, decoded)
-    if epilogue:  # a K-split tiling's pass over the result-sized arrays
-        rare["tile_k_steps"][at] = k_steps
-        rare["epilogue_elements"][at] = epilogue * count
-    recomputed = prologue_elements(instr, geometries, decoded)
-    if recomputed:  # a computed lhs, once per fetch of its window
-        rare["prologue_elements"][at] = recomputed * count
+    geometries, decoded = build.walks.geometries, _decoder(build)
+    reread_at, k_steps_at = build.rare["tile_reread_bytes"], build.rare["tile_k_steps"]
+    epilogue_at, prologue_at = build.rare["epilogue_elements"], build.rare["prologue_elements"]
+
+    def row(op: Op) -> None:
+        body = op.body
+        if not op.steps or op.geometry is None or body is None or body.runs_collective:
+            return
+        instr, count, at, config = op.instr, op.count, op.at, decoded(op)
+        reread = tile_reread_bytes(instr, op.io, geometries, config)
+        if reread:
+            reread_at[at] = reread * count
+        k_steps, epilogue = epilogue_pass(instr, geometries, config)
+        if epilogue:  # a K-split tiling's pass over the result-sized arrays
+            k_steps_at[at] = k_steps
+            epilogue_at[at] = epilogue * count
+        recomputed = prologue_elements(instr, geometries, config)
+        if recomputed:  # a computed lhs, once per fetch of its window
+            prologue_at[at] = recomputed * count
+
+    return row
 
 
-def _decoded(op: Op, build: Build) -> dict:
-    """The op's ``backend_config`` decoded, once per distinct text."""
-    configs = build.memo_of(_decoded, trimmed=False)
-    decoded = configs.get(op.backend_config)
-    if decoded is None:
-        decoded = configs[op.backend_config] = attrs.backend_config(op.instr)
+def _decoder(build: Build) -> Callable[[Op], dict]:
+    """An op's ``backend_config`` decoded, once per distinct text for the table's extractors."""
+    configs = build.memo_of(_decoder, trimmed=False)
+
+    def decoded(op: Op) -> dict:
+        config = configs.get(op.backend_config)
+        if config is None:
+            config = configs[op.backend_config] = attrs.backend_config(op.instr)
+        return config
+
     return decoded
