@@ -312,8 +312,9 @@ EXTRACTORS: tuple[Extractor, ...] = (
         row=tpu.placement,
         applies=tpu.places_in_vmem,
     ),
-    # The vector unit's counts run for every module: a CPU or GPU module's report has carried
-    # them as information, and a TPU chip judging such a module reads them.
+    # The vector unit's counts run for every module: the GPU time model's op floor reads them too
+    # (judge.compute.op_floors: an op with vector_elements > 0 launches a kernel), a TPU chip may
+    # judge any module, and a CPU or GPU module's report has always carried them.
     Extractor("vector units", tpu.UNIT_COLUMNS, row=tpu.vector_units),
     Extractor(
         "XLA estimates",
