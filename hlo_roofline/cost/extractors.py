@@ -44,7 +44,7 @@ GEOMETRY_COLUMNS = (
 @dataclass
 class Chunk:
     """A chunk of rows for the chunk extractors: the priced ops, each one's (shape text, dtype of
-    its first leaf) and attribution (:func:`read_attributes`), and the loops of each computation."""
+    its first leaf) and attribution (:func:`attributes`), and the loops of each computation."""
 
     ops: list[PricedOp]
     shapes: list[tuple[str, str]]

@@ -53,7 +53,7 @@ class Op:
         self.body = self.found = self.geometry = self.io = None
         self.steps = 0  # steps of XLA:TPU's tiling loop (set by the estimates' extractor)
 
-    # set by the attributes' read (:func:`hlo_roofline.cost.extractors.read_attributes`):
+    # set by the attributes' reader (:func:`hlo_roofline.cost.extractors.attributes`):
     # kind_attr, backend_config, has_estimate (its backend_config holds XLA's estimate) and dtype
     # (its first result's, until the matmuls' extractor says otherwise)
     instr: Instruction
