@@ -12,12 +12,23 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   of MaxText's published ``v4_22b`` (:data:`PUBLISHED_FITTING`, ``fixtures/published``) equals
   its measured step.
 
+- ``calibrated.dcn_efficiency`` and ``calibrated.dcn_step`` of the TPUs with a DCN figure: the share
+  of the DCN egress a multi-slice transfer reaches and the time each step of its ring over the
+  slices adds, at which the expected step of MaxText's v5e 16B grows from 1 slice to 2 and to 32
+  as its published table does (:data:`DCN_FITTING`; the 4, 8 and 16 slices are held out, as
+  are v5e 128B on 2 to 32 slices and the other chips' two-slice configs). One data-centre network
+  and one megascale runtime: the same two numbers on every TPU.
+
 - XLA:TPU's charges on v5e, v5p, v6e and 7x, read off ``fixtures/tpu_estimates`` by the
   arithmetic each number's note writes out (:data:`TPU_FITS`: the program and the op each reads),
   rounded as the note says (to the stored digits, down where a lower charge is the safe side, up
   for a rate); the held-out programs are checked in ``tests/test_tpu_estimates.py``. The pass
   counts (``*_passes``, ``loop_reads``) are chosen against the fitting set, not fitted: printed,
   not refitted.
+- ``calibrated.depthwise_taps`` and ``calibrated.expanded_elements`` of v5e, v5p, v6e and 7x (a
+  mechanism's rate each: a depthwise conv's taps, an array a fusion expands and folds), on the fit
+  half of the generated corpus ``fixtures/tpu_heldout`` (:func:`heldout_fits`); its report half is
+  held out, checked in ``tests/test_tpu_heldout.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import importlib.util
+import json
 import math
 import re
 import statistics
@@ -47,6 +59,10 @@ GPU_HELD_OUT = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "convnet_step", "k
                 "attention_block", "attention_cudnn")  # fmt: skip
 # The published configs a fit reads (one slice); the two-slice configs are held out.
 PUBLISHED_FITTING = {"v4": "v4_22b"}
+# The multi-slice config and the slice counts the DCN fit reads (fixtures/published/predict.py's
+# SLICES: MaxText's published TFLOP/s per chip on each count, its 1-slice config beside it).
+DCN_FITTING = ("v5e_16b", "v5e_16b_x2", (2, 32))
+DCN_CHIPS = ("v4", "v5e", "v5p", "v6e", "7x")  # the TPUs with a DCN egress figure
 LARGE_RUN_S = 50e-6  # an op's bound time per run large enough to measure its rate
 SMALL_RUN_S = 2e-6  # an op's bound time per run far below what launching a kernel takes
 DIGITS = 3  # significant digits a fitted value is written with
@@ -178,6 +194,58 @@ def published_fits() -> list[Fit]:
     return found
 
 
+def dcn_loss(efficiency: float, step_s: float, slices: int) -> tuple[float, float]:
+    """(expected, measured) step of :data:`DCN_FITTING`'s config on ``slices`` slices over its
+    step on one, at a DCN efficiency and ring step time."""
+    one, many, _ = DCN_FITTING
+    module = _published()
+    base = module.chip(one)
+    calibration = dataclasses.replace(
+        base.calibration, dcn_efficiency=efficiency, dcn_step_s=step_s
+    )
+    chip = dataclasses.replace(base, calibration=calibration)
+    alone = published_step(one, base)[0]  # one slice: no DCN transfer to calibrate
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = _published_plain(many)
+        if slices != module.record(many)["num_slices"]:
+            program = module.over_slices(program, slices)
+        expected = float(program.classify(chip).summary["step_expected_s"])
+    measured = module.measured_step(many, slices) / module.measured_step(one)
+    return expected / alone, measured
+
+
+def dcn_fits() -> list[Fit]:
+    """The DCN efficiency that gives the fitting config's loss on its fewest slices, with the
+    ring step time that gives it on its most (each solved with the other: the step time hardly
+    moves two slices, the efficiency hardly moves the 32 ring steps' part). Stored on every
+    TPU with a DCN egress figure."""
+    few, most = DCN_FITTING[2]
+
+    def efficiency_at(step_s: float) -> float:
+        def excess(e: float) -> float:  # measured − expected loss: grows with the efficiency
+            expected, measured = dcn_loss(e, step_s, few)
+            return measured - expected
+
+        return _solve(lambda e: -excess(e), 0.02, 1.0, steps=10)
+
+    def short(step_s: float) -> float:  # measured − expected loss on the most slices
+        expected, measured = dcn_loss(efficiency_at(step_s), step_s, most)
+        return measured - expected
+
+    step_s = _round(_solve(short, 0.0, 2e-4, steps=10))
+    efficiency = _round(efficiency_at(step_s))
+    residuals = []
+    for slices in DCN_FITTING[2]:
+        expected, measured = dcn_loss(efficiency, step_s, slices)
+        residuals.append(expected / measured)
+    return [
+        Fit(chip, key, value, "fixtures/published", tuple(residuals))
+        for chip in DCN_CHIPS
+        for key, value in (("dcn_efficiency", efficiency), ("dcn_step", step_s))
+    ]
+
+
 TPU_CHIPS = ("v5e", "v5p", "v6e", "7x")
 # Each fitted XLA:TPU charge: (program of fixtures/tpu_estimates, how its op is picked, what the
 # charge is of that op per second of XLA's estimate, or for tile_step / op_floor, a time).
@@ -273,10 +341,86 @@ def tpu_fits(chip: str) -> list[Fit]:
     return found
 
 
+HELDOUT = FIXTURES / "tpu_heldout"  # the generated corpus: fit half here, report half held out
+
+
+def heldout_programs(half: str) -> list[str]:
+    """The names of ``fixtures/tpu_heldout``'s programs in one half (``fit`` or ``report``), as
+    its manifest records the seeded split."""
+    manifest = json.loads((HELDOUT / "manifest.json").read_text())
+    return sorted(n for n, e in manifest.items() if not n.startswith("_") and e["half"] == half)
+
+
+def _heldout_ops(chip: str, program: str):
+    from hlo_roofline import analyze_hlo
+
+    text = gzip.decompress((HELDOUT / f"{program}.{chip}.hlo.txt.gz").read_bytes()).decode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = analyze_hlo(text).classify(chip).ops
+    return ops[ops["xla_estimate_s"].notna()]
+
+
+SPREAD_LIMIT = 0.5  # the slowest fitting op's rate ÷ the fastest's a single fitted rate allows
+
+
+def heldout_fits(chip: str) -> list[Fit]:
+    """The charges fitted on the fit half of ``fixtures/tpu_heldout`` (the report half is never
+    read here), each over every fit-half op its mechanism's column marks, whatever its program:
+
+    - ``depthwise_taps``: the multiply-adds per second per TensorCore at which XLA charges an
+      op holding a depthwise convolution its taps;
+    - ``expanded_elements``: the elements per second per TensorCore XLA charges an array a fusion
+      expands and folds inside itself.
+
+    A chip whose fit-half ops imply rates more than 2x apart gets none (``SPREAD_LIMIT``: one
+    rate would leave some of them below half XLA's estimate; XLA:TPU charges v6e's and 7x's
+    small expansions in VMEM 2.9-4x faster per element than large ones, so they have no
+    ``expanded_elements``). Each is the fastest rate any fit-half op implies (the least charge:
+    the expected model is not to go above XLA's estimate on an op the fit saw), rounded up; the
+    residuals printed are each op's rate ÷ the fit (≤ 1)."""
+    spec = chips.get(chip)
+    per_core = (spec.devices_per_chip or 1) / spec.cores.get("tensorcore", 1)
+    counted: dict[str, list[tuple[float, float]]] = {"depthwise_taps": [], "expanded_elements": []}
+    for program in heldout_programs("fit"):
+        if chip not in _heldout_chips(program):
+            continue
+        ops = _heldout_ops(chip, program)
+        rows = ops[ops["depthwise_taps"] > 0]
+        counted["depthwise_taps"] += list(
+            zip(rows["depthwise_taps"], rows["xla_estimate_s"], strict=True)
+        )
+        rows = ops[ops["expanded_elements"] > 0]
+        counted["expanded_elements"] += list(
+            zip(rows["expanded_elements"], rows["xla_estimate_s"], strict=True)
+        )
+    found = []
+    for key, samples in counted.items():
+        if not any(s > 0 for _, s in samples):
+            continue
+        value = _round_up(max(a / s for a, s in samples if s > 0) * per_core)  # least charge
+        residuals = tuple(a / s * per_core / value for a, s in samples if s > 0)
+        if min(residuals) < SPREAD_LIMIT:  # no one rate: the mechanism is not this chip's charge
+            continue
+        found.append(Fit(chip, key, value, "fixtures/tpu_heldout", residuals))
+    return found
+
+
+def _round_up(x: float, digits: int = 4) -> float:
+    """``x`` rounded up to ``digits`` significant digits (a rate: the lower charge)."""
+    unit = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return float(f"{math.ceil(x / unit - 1e-9) * unit:.{digits}g}")
+
+
+def _heldout_chips(program: str) -> set[str]:
+    manifest = json.loads((HELDOUT / "manifest.json").read_text())
+    return set(manifest[program].get("chips", {}))
+
+
 def fits() -> list[Fit]:
     """Every fit this module makes."""
-    tpu = [fit for chip in TPU_CHIPS for fit in tpu_fits(chip)]
-    return [*tpu, *gpu_fits("h100"), *gpu_fits("h200"), *published_fits()]
+    tpu = [fit for chip in TPU_CHIPS for fit in (*tpu_fits(chip), *heldout_fits(chip))]
+    return [*tpu, *gpu_fits("h100"), *gpu_fits("h200"), *published_fits(), *dcn_fits()]
 
 
 _LEAF = re.compile(
@@ -314,7 +458,7 @@ def held_out() -> list[tuple[str, str, float]]:
             s = gpu_reports(card, case).summary
             rows.append((CARDS[card], case, s["step_expected_s"] / s["measured_step_s"]))
     for name in _published().names():
-        if name in PUBLISHED_FITTING.values():
+        if name in PUBLISHED_FITTING.values() or name in DCN_FITTING[:2]:
             continue
         chip = _published().chip(name)
         expected, measured = published_step(name, chip)

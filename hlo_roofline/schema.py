@@ -47,10 +47,17 @@ EXPECTED_EFFECTS = {
     "loop_reads": "a vector loop's HBM reads beyond its fitted loop's, after it "
     "(`calibrated.loop_reads`)",
     "major_reduce": "a deep-buffered reduce over major dimensions (`calibrated.major_reduce`)",
+    "depthwise": "a TPU depthwise convolution's taps on the vector unit "
+    "(`calibrated.depthwise_taps`)",
+    "expanded": "the elements a TPU fusion expands and folds inside itself "
+    "(`calibrated.expanded_elements`)",
     "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
     "where measured (`calibrated.memory_efficiency`)",
+    "dcn": "a multi-slice transfer over the data-centre network at the share of the DCN egress "
+    "and the time per ring step over the slices measured on whole steps "
+    "(`calibrated.dcn_efficiency`, `dcn_step`)",
 }
 
 # Names a report written before the bound and the expectation were split used, and theirs now
@@ -96,6 +103,10 @@ COLUMNS: tuple[Column, ...] = (
     _c("lower_bound", "bool", "",
        "the op's count is a lower bound (it runs in a loop whose trip count is unknown: its body "
        "is counted once)", "cost"),
+    _c("upper_bound", "bool", "",
+       "the op's count may be high: a value its work depends on is not in the text (an attention "
+       "kernel's mask or lengths, a grouped matmul's group sizes), so every candidate is counted",
+       "cost"),
     _c("fusion_kind", "text", "", "a fusion's kind", "cost"),
     _c("dtype", "text", "", "the dtype it computes in (a matmul's input type)", "cost"),
     _c("precision", "text", "",
@@ -203,6 +214,17 @@ COLUMNS: tuple[Column, ...] = (
        "(`vector_elements` is these) where its fusion also reduces the product (a decode step's "
        "attention scores fused with their mask and max), per step; priced at the chip's "
        "`calibrated.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost"),
+    _c("depthwise_taps", "float", "operations",
+       "multiply-adds of the op's depthwise convolutions (one input feature per group: each output "
+       "element once per tap of its window), which run on a TPU's vector unit, per step; priced at "
+       "the chip's `calibrated.depthwise_taps` rate by the expected model; 0 elsewhere", "cost"),
+    _c("expanded_elements", "float", "elements",
+       "elements of an array a fusion expands and folds inside itself (larger than any array it "
+       "reads or writes, reduced over its lanes or sublanes: a selective scan's `[B, L, D, N]` "
+       "summed over N), in 32-bit words (16-bit values two to a word), which its loop computes "
+       "though no boundary array holds them, per step; "
+       "priced at the chip's `calibrated.expanded_elements` rate by the expected model; 0 "
+       "elsewhere", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "
@@ -474,7 +496,7 @@ class MemorySummary(TypedDict, total=False):
     compiled_for: str  # the target, or "local" (api.labelled)
     how: str  # a sentence: what was compiled for what, and why
     compiler_flags: dict[str, str]  # XLA_FLAGS / LIBTPU_INIT_ARGS it compiled under (explorer)
-    ops_before_optimization: bool  # a refused program's ops, as lowered (api._refused)
+    ops_before_optimization: bool  # a refused program's ops, as lowered (compile.refused)
     missing: list[str]  # MISSING_FACTS codes: what the HLO did not say (report.missing)
 
 

@@ -108,3 +108,8 @@ def test_mixtral_experts_run_on_the_matrix_unit():
         assert cost.flops == flops == declared(instr)
     assert set(kernels["compute_unit"]) == {"mxu"}
     assert (kernels["kernel_mxu_flops"] == kernels["flops"]).all()
+    # the report says which counts may be high: the kernels' (group sizes are runtime values),
+    # and no plain matmul's
+    assert kernels["upper_bound"].all()
+    plain = ops[(ops["mm_k"] > 0) & ~ops.index.isin(kernels.index)]
+    assert len(plain) and not plain["upper_bound"].any()

@@ -152,8 +152,12 @@ def test_gaps_far_below_xla_are_named():
         assert (ops.loc[far, "xla_gap"] != "").all() and not (far & floor).any()
         assert (ops.loc[~far & ~floor, "xla_gap"] == "").all()
         assert set(ops["xla_gap"]) - {""} <= set(verdict.XLA_GAPS)
+        # the depthwise conv: 0.2x XLA at its FLOPs' vector time (a "vector_matmul" gap) before
+        # its taps were priced (calibrated.depthwise_taps, fitted on fixtures/tpu_heldout's fit
+        # half alone); now in the band with no gap to name
         depthwise = ops[(ops["program"] == "conv_depthwise_c128") & (ops["mm_k"] > 0)]
-        assert (depthwise["xla_gap"] == "vector_matmul").all()
+        assert len(depthwise) and (depthwise["expected_by"] == "depthwise").all(), chip
+        assert (depthwise["xla_gap"] == "").all(), chip
 
 
 @pytest.mark.parametrize("chip", CHIPS)

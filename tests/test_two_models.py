@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from hlo_roofline import analyze_hlo, chips, schema
+from hlo_roofline.judge import time_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 PROGRAMS = {  # a real compiled step per platform, and programs XLA:TPU's calibration reads
@@ -27,6 +28,7 @@ PROGRAMS = {  # a real compiled step per platform, and programs XLA:TPU's calibr
     "gpt_tiny/h100.hlo.txt": "h100",
     "tpu_programs/llama_decode.v6e.hlo.txt.gz": "v6e",
     "tpu_programs/llama_train.7x.hlo.txt.gz": "7x",
+    "multislice/v5e_2x2_x4_grad.hlo.txt.gz": "v5e",  # its all-reduce over 4 slices on DCN
 }
 # Every column and summary key the bound model writes: none may read a calibrated number.
 BOUND_COLUMNS = ("intensity", "critical_intensity", "bound", "t_compute_s", "compute_unit",
@@ -131,3 +133,44 @@ def test_every_bound_point_lies_on_the_roof_its_row_names(name):
     roof = np.fmin(ops["roof_flops_per_s"], ops["intensity"] * ops["roof_bytes_per_s"])
     assert np.allclose(point, roof, rtol=1e-9)
     assert (ops["flops"] / ops["t_expected_s"] <= point * (1 + 1e-12)).all()
+
+
+# -- one time model per backend, chosen once per chip --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chip", "model"),
+    [("v5e", "TpuTimeModel"), ("7x", "TpuTimeModel"), ("h100", "GpuTimeModel"),
+     ("mi300x", "GpuTimeModel")],
+)  # fmt: skip
+def test_each_backend_has_its_time_model(chip, model):
+    """A chip's kind picks its time model, over one JAX device of it (a 7x chip's half)."""
+    found = time_model.for_chip(chips.get(chip))
+    assert type(found).__name__ == model
+    assert found.chip == chips.get(chip).per_device()
+
+
+def test_a_host_cpu_has_the_plain_time_model():
+    cpu = chips.Chip.custom("a CPU", kind="cpu", peak_flops={"f32": 1e11}, hbm_bandwidth=1e10)
+    assert type(time_model.for_chip(cpu)) is time_model.TimeModel
+    assert time_model.TimeModel.link_queues(pd.DataFrame({"replica_group": ["0-3 of 4"]})) is None
+
+
+def test_a_tpu_schedules_each_device_groups_links_apart():
+    """On a TPU torus a collective's group names its links (a queue each); elsewhere one queue."""
+    ops = pd.DataFrame({"replica_group": ["0-3 of 8", "4-7 of 8"]})
+    assert list(time_model.TpuTimeModel.link_queues(ops)) == ["0-3 of 8", "4-7 of 8"]
+    assert time_model.GpuTimeModel.link_queues(ops) is None
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_the_bound_model_reads_no_calibration(name):
+    """The bound model's own answer, on a chip whose calibration was perturbed, is the same."""
+    chip = chips.get(PROGRAMS[name])
+    ops = _plain(name).ops
+    bounds = []
+    for judged in (chip, _perturbed(chip)):
+        bound_model, _ = time_model.models(judged)
+        rates = bound_model.model.rates(ops)
+        bounds.append(bound_model.judge(ops, rates, None).t_bound)
+    np.testing.assert_array_equal(*bounds)

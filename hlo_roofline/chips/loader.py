@@ -47,11 +47,15 @@ CALIBRATED = {
     "lane_reduce": "lane_reduce_rate",
     "major_reduce": "major_reduce_rate",
     "reduced_stream": "reduced_stream_rate",
+    "depthwise_taps": "depthwise_tap_rate",
+    "expanded_elements": "expanded_elements_rate",
     "epilogue_passes": "epilogue_passes",
     "epilogue_passes_k_whole": "epilogue_passes_k_whole",
     "prologue_passes": "prologue_passes",
     "matmul_efficiency": "matmul_efficiency",
     "memory_efficiency": "memory_efficiency",
+    "dcn_efficiency": "dcn_efficiency",
+    "dcn_step": "dcn_step_s",
 }
 _LEAF_FIELDS = ("source", "note", "kind", "fitted_on", "per")
 

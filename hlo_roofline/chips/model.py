@@ -195,6 +195,10 @@ class Calibration:
     # words/s XLA:TPU streams a matmul's wide operand through the vector registers where the
     # fusion also reduces the product (decode's scores and their max)
     reduced_stream_rate: float | None = None
+    # multiply-adds/s XLA:TPU charges a depthwise convolution's taps on the vector unit
+    depthwise_tap_rate: float | None = None
+    # elements/s XLA:TPU charges an array a fusion expands and folds inside itself
+    expanded_elements_rate: float | None = None
     # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
     # reads beyond these on top of its loop time
     loop_read_bytes: float | None = None
@@ -215,9 +219,15 @@ class Calibration:
     # bandwidth its streaming ops reach (measured on whole steps or traces: fractions, not shared)
     matmul_efficiency: float | None = None
     memory_efficiency: float | None = None
+    # a multi-slice (megascale) transfer over the data-centre network: the share of the chip's DCN
+    # egress it reaches, and the time each step of its ring over the slices adds (the hop from
+    # one slice to the next through the hosts and their NICs); measured on whole steps
+    dcn_efficiency: float | None = None
+    dcn_step_s: float | None = None
 
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
-              "major_reduce_rate", "reduced_stream_rate")  # fmt: skip
+              "major_reduce_rate", "reduced_stream_rate", "depthwise_tap_rate",
+              "expanded_elements_rate")  # fmt: skip
 
     def shared(self, n: int) -> Calibration:
         """Each of ``n`` devices' share of a chip's calibration (its rates divided evenly)."""

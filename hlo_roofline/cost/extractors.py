@@ -104,6 +104,7 @@ def counts(chunk: Chunk) -> dict[str, list]:
         "kernel_mxu_flops": per_step("mxu_flops"),
         "unknown": list(map(_cost_field("unknown"), costs)),
         "lower_bound": list(map(_cost_field("lower_bound"), costs)),
+        "upper_bound": list(map(_cost_field("upper_bound"), costs)),
         "note": list(map(_note, map(_cost_field("notes"), costs))),
         "loop": list(map(chunk.loops.get, map(id, computations), itertools.repeat(""))),
         "shape": list(map(_first, chunk.shapes)),
@@ -316,6 +317,7 @@ EXTRACTORS: tuple[Extractor, ...] = (
     # (judge.compute.op_floors: an op with vector_elements > 0 launches a kernel), a TPU chip may
     # judge any module, and a CPU or GPU module's report has always carried them.
     Extractor("vector units", tpu.UNIT_COLUMNS, row=tpu.vector_units),
+    Extractor("intermediates", ("depthwise_taps", "expanded_elements"), row=tpu.intermediates),
     Extractor(
         "XLA estimates",
         ("xla_cycles", "tile_steps", "major_reduce_results"),

@@ -126,6 +126,29 @@ def _root_elements(fusion: Instruction) -> list[Instruction]:
     return list(root.operands)
 
 
+FRESH_BUFFER_TARGETS = frozenset({"AllocateBuffer"})  # XLA:TPU's uninitialised buffer
+
+
+def fresh_buffer_results(fusion: Instruction) -> frozenset[int]:
+    """The result leaves of a fusion that a dynamic-update-slice writes into a buffer the fusion
+    allocates itself (XLA:TPU's ``AllocateBuffer`` custom call: a gather's result assembled slice
+    by slice, a beam cache reordered into a fresh array): only the slice is written, the rest of
+    the buffer is neither read nor written, so no loop passes it."""
+    if fusion.opcode != "fusion":
+        return frozenset()
+    fresh = set()
+    for i, value in enumerate(_root_elements(fusion)):
+        value = _unviewed(value)
+        if value.opcode != "dynamic-update-slice" or not value.operands:
+            continue
+        buffer = _unviewed(value.operands[0])
+        if buffer.opcode == "custom-call" and (
+            buffer.attrs.get("custom_call_target", "").strip('"') in FRESH_BUFFER_TARGETS
+        ):
+            fresh.add(i)
+    return frozenset(fresh)
+
+
 def passed_through(fusion: Instruction) -> dict[int, int]:
     """``result leaf -> operand`` for each result of a fusion that is one of its parameters
     returned unchanged (through views) into the very buffer it aliases

@@ -300,3 +300,35 @@ def major_reduces(ops: pd.DataFrame, chip: Chip, no_rate: np.ndarray) -> np.ndar
         return np.zeros(len(ops))
     results = ops["major_reduce_results"].to_numpy(dtype=float)
     return np.where(no_rate, 0.0, results / cal.major_reduce_rate)
+
+
+def depthwise_convs(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives an op holding a depthwise convolution (the
+    ``depthwise_taps`` column: one multiply-add per output element and tap of its window, on the
+    vector unit; :mod:`hlo_roofline.cost.depthwise`): its taps at the chip's
+    ``calibrated.depthwise_taps`` rate (0 for other rows and on chips without the rate). A
+    mechanism, not a per-program constant: the window's size sets the work (a 5×5 window 25 taps
+    per output element, a 3×3 one 9), which the result's elements alone do not see (an MBConv
+    fusion was 0.05-0.44x XLA's estimate at the loop rate). The rate is fitted on the fit half of
+    fixtures/tpu_heldout (``python -m hlo_roofline.calibrate``); like the other charges, no part
+    of the bound."""
+    cal = chip.calibration
+    if not cal.depthwise_tap_rate or "depthwise_taps" not in ops:
+        return np.zeros(len(ops))
+    return ops["depthwise_taps"].to_numpy(dtype=float) / cal.depthwise_tap_rate
+
+
+def expanded_loops(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a fusion that expands an array and folds it
+    inside itself (the ``expanded_elements`` column: a selective scan's ``[B, L, D, N]`` computed
+    from ``[B, L, D]`` and ``[D, N]`` and summed over N; :mod:`hlo_roofline.cost.intermediates`):
+    those elements at the chip's ``calibrated.expanded_elements`` rate (0 for other rows and on
+    chips without it). The loop computes every element of the expansion though no array at the
+    fusion's boundary holds them, so the boundary's elements (what the loop rate prices) were
+    0.06-0.20x XLA's estimate. XLA:TPU charges them about the same cycles on every chip (86-97 a
+    cycle per TensorCore on the fit half of fixtures/tpu_heldout), below v6e's and 7x's loop
+    rates, so they have a rate of their own; no part of the bound."""
+    cal = chip.calibration
+    if not cal.expanded_elements_rate or "expanded_elements" not in ops:
+        return np.zeros(len(ops))
+    return ops["expanded_elements"].to_numpy(dtype=float) / cal.expanded_elements_rate

@@ -28,6 +28,8 @@ __all__ = [
     "Span",
     "Topology",
     "collective_time",
+    "dcn_expected_time",
+    "dcn_ring_steps",
     "dcn_time",
     "from_devices",
     "infer",
@@ -330,6 +332,29 @@ def dcn_time(chip: Chip, collective: str, comm_bytes: float) -> float:
     if not chip.dcn_per_chip:
         return collective_time(chip, collective, comm_bytes, 2, None)
     return comm_bytes / chip.dcn_per_chip
+
+
+def dcn_ring_steps(comm_bytes: float, buffer_bytes: float, slices: int) -> float:
+    """The steps of a multi-slice transfer's ring over ``slices`` slices: each step carries
+    1/n of its buffer, so a ring all-reduce (2·(n−1)/n of its buffer on the wire) makes 2·(n−1);
+    a transfer whose buffer is unknown is taken for that all-reduce. The report does not carry a
+    megascale transfer's type: a one-to-one of its whole buffer counts n steps where it makes
+    one (of the published programs' DCN transfers, only seven small v4 ones are not all-reduces)."""
+    if buffer_bytes <= 0:
+        return 2.0 * (slices - 1)
+    return comm_bytes * slices / buffer_bytes
+
+
+def dcn_expected_time(chip: Chip, comm_bytes: float, buffer_bytes: float, slices: int) -> float:
+    """The expected model's seconds for one multi-slice transfer (0 where the chip has no DCN
+    figure or no DCN calibration): its bytes at ``calibrated.dcn_efficiency`` of the chip's DCN
+    egress, and ``calibrated.dcn_step`` for each step of its ring over the slices
+    (:func:`dcn_ring_steps`): what the megascale runtime takes beyond the NIC's wire time."""
+    cal = chip.calibration
+    if comm_bytes <= 0 or not chip.dcn_per_chip or not (cal.dcn_efficiency or cal.dcn_step_s):
+        return 0.0
+    wire = comm_bytes / (chip.dcn_per_chip * (cal.dcn_efficiency or 1.0))
+    return wire + dcn_ring_steps(comm_bytes, buffer_bytes, slices) * (cal.dcn_step_s or 0.0)
 
 
 def _torus_time(chip: Chip, collective: str, comm: float, n: int, span: Span | None) -> float:

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hlo_roofline.cost.base import array_bytes
+from hlo_roofline.cost.depthwise import depthwise_taps
 from hlo_roofline.cost.inplace import sliced_reads
+from hlo_roofline.cost.intermediates import expanded_elements
 from hlo_roofline.cost.linalg import VMEM_SPACE, fused_operand_words, streamed_operand_words
 from hlo_roofline.cost.row import Body, Build, Op
 from hlo_roofline.cost.tpu.tiling import (
@@ -192,6 +194,34 @@ def _body_units(
             ) if body.reduces else 0.0,
         )  # fmt: skip
     return units
+
+
+def intermediates(build: Build) -> RowExtractor:
+    """A depthwise convolution's multiply-adds on the vector unit (:func:`depthwise_taps`, a
+    fusion's once per body), and the elements of an array a fusion expands and folds
+    (:func:`expanded_elements`)."""
+    bodies = build.memo()  # id(fused computation) -> (its taps, its expanded elements)
+    taps_at, expanded_at = build.rare["depthwise_taps"], build.rare["expanded_elements"]
+
+    def row(op: Op) -> None:
+        instr, expanded = op.instr, 0.0
+        if op.body is not None:
+            found = bodies.get(id(instr.called[0]))
+            if found is None:
+                fused = instr.called[0].instructions
+                found = bodies[id(instr.called[0])] = (
+                    depthwise_taps(fused) if any(i.opcode == "convolution" for i in fused) else 0.0,
+                    expanded_elements(instr) if root_reduces(instr) else 0.0,
+                )
+            taps, expanded = found
+        else:
+            taps = depthwise_taps((instr,)) if op.code == "convolution" else 0.0
+        if taps:
+            taps_at[op.at] = taps * op.count
+        if expanded:  # an array the fusion expands and folds
+            expanded_at[op.at] = expanded * op.count
+
+    return row
 
 
 # -- XLA:TPU's estimates and tiling loops --------------------------------------------------------

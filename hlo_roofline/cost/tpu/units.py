@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from hlo_roofline.cost import custom_call
 from hlo_roofline.cost.base import BOOKKEEPING, RULE_ERRORS, Cost
 from hlo_roofline.cost.control_flow import CONTAINERS
-from hlo_roofline.cost.inplace import NOTHING_MOVED, in_place, moved_by_dma
+from hlo_roofline.cost.inplace import NOTHING_MOVED, fresh_buffer_results, in_place, moved_by_dma
 from hlo_roofline.cost.linalg import (
     comparison_passes,
     words,
@@ -102,6 +102,10 @@ def vector_elements(
         }
         results = [leaf for leaf in results if (leaf.dtype, leaf.dims) not in buffers]
         operands = [leaf for leaf in operands if (leaf.dtype, leaf.dims) not in buffers]
+        fresh = fresh_buffer_results(instr)  # a slice written into a buffer it allocates
+        if fresh:
+            results = [leaf for i, leaf in enumerate(instr.shape.leaves()) if i not in fresh
+                       and (leaf.dtype, leaf.dims) not in buffers]  # fmt: skip
     if geometry is not None:
         result_words = max((result_pass(leaf) for leaf in results), default=0.0)
         return float(max(result_words, prologue_words, streamed_words))
