@@ -86,7 +86,7 @@ XLA_GAPS = {
 }
 
 COLUMNS: tuple[Column, ...] = (
-    # -- cost: what the op is and what it costs, per device and per step (cost/analysis.py) -------
+    # -- cost: what the op is and what it costs, per device and per step (cost/extractors.py) -----
     _c("name", "text", "", "the instruction, as in the HLO text", "cost"),
     _c("opcode", "text", "", "its opcode", "cost"),
     _c("computation", "text", "", "the computation it is in", "cost"),

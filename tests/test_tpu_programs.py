@@ -130,7 +130,7 @@ def test_ops_against_xla_estimates(chip):
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_loops_writing_fewer_than_8_rows_pass_whole_registers(chip):
-    """A loop whose result is tiled with r < 8 rows (tpu_units.register_elements: 8/r times its
+    """A loop whose result is tiled with r < 8 rows (tpu.units.register_elements: 8/r times its
     elements) is within the band for most of XLA's time; counted per element they were 1/8 to
     4/8 of XLA's."""
     ops = chip_ops(chip)

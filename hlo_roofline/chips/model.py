@@ -338,8 +338,13 @@ class Chip:
 
     def critical_intensity(self, dtype: Any = "bf16", bandwidth: float | str = "hbm") -> float:
         """FLOP per byte above which an op is compute-bound: peak / bandwidth (B/s or a name)."""
+        return self.ridge(self.peak_flops(dtype), bandwidth)
+
+    def ridge(self, rate: float, bandwidth: float | str = "hbm") -> float:
+        """FLOP per byte at which ``rate`` (FLOP/s: a peak, the vector unit's) meets
+        ``bandwidth`` (B/s or a memory's name): the one formula of a roof's critical intensity."""
         bw = self.bandwidth(bandwidth) if isinstance(bandwidth, str) else float(bandwidth)
-        return self.peak_flops(dtype) / bw
+        return rate / bw
 
     # -- the rates ops run at -----------------------------------------------------------------
     def peak(self, dtype: Any = "bf16") -> float:

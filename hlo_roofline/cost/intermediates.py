@@ -4,18 +4,18 @@ operand or result holds.
 A fusion that broadcasts its operands to a larger array, computes on it and reduces it back (a
 selective scan's discretisation ``exp(dt[..., None] * A) * x[..., None]`` summed over the state
 dimension, a GNN's per-edge messages summed per node) never reads or writes that array, so the
-result-or-operand count of :func:`hlo_roofline.cost.tpu_units.vector_elements` misses it; but its
+result-or-operand count of :func:`hlo_roofline.cost.tpu.units.vector_elements` misses it; but its
 loop computes every element. XLA:TPU charges those elements at a rate of its own, about the same
 number of cycles on every chip (``calibrated.expanded_elements``), well below the loop rate of
 v6e and 7x: the report's ``expanded_elements`` column counts them, and the expected model
 charges them (:func:`hlo_roofline.judge.compute.expanded_loops`). Folds over major dimensions
 only (a router's one-hot summed over its two picks) are the vector loop's own
-(:func:`hlo_roofline.cost.tpu_units.folded_intermediate`) and are not counted here.
+(:func:`hlo_roofline.cost.tpu.units.folded_intermediate`) and are not counted here.
 """
 
 from __future__ import annotations
 
-from hlo_roofline.cost.tpu_units import root_reduces
+from hlo_roofline.cost.tpu.units import root_reduces
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction
 

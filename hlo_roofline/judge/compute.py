@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Calibration, Chip
+from hlo_roofline.cost.facts import shape_of
 from hlo_roofline.hlo.ir import DTYPE_BYTES
-from hlo_roofline.hlo.parser import parse_shape
+from hlo_roofline.hlo.parser import HloParseError
 
 
 def column(ops: pd.DataFrame, name: str, rows: np.ndarray, default: float) -> np.ndarray:
@@ -191,14 +192,14 @@ def matmul_pipeline(
     """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
     without its rates): its HBM bytes, with the operand
     tiles its tiling loop reads again (``reread_bytes``:
-    :func:`hlo_roofline.cost.tpu_units.tile_reread_bytes`), at the rate XLA:TPU streams a
+    :func:`hlo_roofline.cost.tpu.tiling.tile_reread_bytes`), at the rate XLA:TPU streams a
     matmul's operands (``calibrated.matmul_stream``, calibrated against its ``estimated_cycles``); and,
     where XLA:TPU wrote the fusion's tiling loop (``tile_steps``: the steps of its
     ``window_config``), the MXU's time plus each step's fill and drain (``Calibration.tile_step_s``,
     calibrated against its ``estimated_cycles``): a finely tiled matmul pays the pipeline's start
     and end once per tile, not once per op; where that loop splits K (``epilogue``: each row's
     K steps per result tile and the elements of its result-sized arrays, the f32 accumulator
-    first: :func:`hlo_roofline.cost.tpu_units.epilogue_pass`), also the vector unit's pass over
+    first: :func:`hlo_roofline.cost.tpu.tiling.epilogue_pass`), also the vector unit's pass over
     those arrays, ``Calibration.epilogue_passes`` loop passes per element, less the one K step of MXU
     time it overlaps, on the chips whose database has that figure (one pass, derived: every
     fixture of the fitting set implies XLA:TPU charges at least that); where the loop keeps K
@@ -206,7 +207,7 @@ def matmul_pipeline(
     arrays and a relaid operand's windows) is charged ``Calibration.epilogue_passes_k_whole`` passes
     (7x); where the loop splits K and fetches a computed left operand's windows more than once
     (``prologue``: those elements times the fetches,
-    :func:`hlo_roofline.cost.tpu_units.prologue_elements`), ``Calibration.prologue_passes`` loop passes
+    :func:`hlo_roofline.cost.tpu.tiling.prologue_elements`), ``Calibration.prologue_passes`` loop passes
     per element after the MXU (calibrated against its ``estimated_cycles``). The elementwise
     chain a fusion computes beside its matmul (SiLU, GELU, softmax backward) is not charged:
     XLA:TPU's estimates price the result-sized arrays, not the chain.
@@ -244,11 +245,15 @@ def matmul_pipeline(
 
 @lru_cache(maxsize=4096)
 def hbm_result_bytes(shape: str) -> float:
-    """Bytes of an op's result that land in HBM (leaves without an ``S(n)`` memory space)."""
+    """Bytes of an op's result (its ``shape`` text, typed by the cost layer: ``shape_of``) that
+    land in HBM (leaves without an ``S(n)`` memory space)."""
+    typed = shape_of(shape)
+    if typed is None:
+        raise HloParseError(f"not a shape: {shape!r}")
     return float(
         sum(
             leaf.elements * DTYPE_BYTES.get(leaf.dtype, 4)
-            for leaf in parse_shape(shape).leaves()
+            for leaf in typed.leaves()
             if leaf.layout is None or leaf.layout.memory_space == 0
         )
     )
