@@ -48,7 +48,11 @@ from hlo_roofline.cost.control_flow import (
 )
 from hlo_roofline.cost.depthwise import depthwise_taps
 from hlo_roofline.cost.inplace import sliced_reads
-from hlo_roofline.cost.intermediates import expanded_elements
+from hlo_roofline.cost.intermediates import (
+    expanded_elements,
+    second_pass_elements,
+    sublane_fold_results,
+)
 from hlo_roofline.cost.linalg import (
     MATMUL_OPCODES,
     VMEM_SPACE,
@@ -105,7 +109,7 @@ _RARE_DEFAULTS = {
     **dict.fromkeys(
         ("vector_elements", "lane_reduced_elements", "major_reduced_elements",
          "major_reduce_results", "reduced_stream_words", "kernel_mxu_flops", "depthwise_taps",
-         "expanded_elements"),
+         "expanded_elements", "sublane_fold_results", "second_pass_elements"),
         0.0,
     ),
     "xla_cycles": math.nan,
@@ -508,6 +512,15 @@ def rows(
             rare["depthwise_taps"][at] = taps * count
         if body is not None and body.expanded:  # an array the fusion expands and folds
             rare["expanded_elements"][at] = body.expanded * count
+            # ... folded over its sublanes one lane tile at a time (this call's own tiling)
+            if folds := sublane_fold_results(instr):
+                rare["sublane_fold_results"][at] = folds * count
+        if (  # a row folded, then used again
+            body is not None
+            and "reduce-window" in body.fused_ops
+            and (again := second_pass_elements(instr))
+        ):
+            rare["second_pass_elements"][at] = again * count
         in_chunk += 1
         if in_chunk == _ROWS_PER_CHUNK:
             table.take(columns, rare, chunk, shapes_in_chunk, metas_in_chunk, loops, released)
