@@ -513,7 +513,7 @@ class MemorySummary(TypedDict, total=False):
     compiled_for: str  # the target, or "local" (api.labelled)
     how: str  # a sentence: what was compiled for what, and why
     compiler_flags: dict[str, str]  # XLA_FLAGS / LIBTPU_INIT_ARGS it compiled under (explorer)
-    ops_before_optimization: bool  # a refused program's ops, as lowered (api._refused)
+    ops_before_optimization: bool  # a refused program's ops, as lowered (compile.refused)
     missing: list[str]  # MISSING_FACTS codes: what the HLO did not say (report.missing)
 
 

@@ -289,6 +289,8 @@ def _number(value) -> int:
 
 # XLA prints metadata strings C-escaped (absl::CEscape): \' \" \\ \n \t \r and octal bytes.
 _C_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))", re.DOTALL)
+_OTHER_ESCAPE = re.compile(r"\\[^'\"\\]")  # an escape other than \' \" \\ (or a false hit)
+_QUOTE_ESCAPE = re.compile(r"\\(['\"\\])")
 _C_SIMPLE = {"n": b"\n", "t": b"\t", "r": b"\r", "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v"}
 
 
@@ -296,6 +298,8 @@ def _unescape(text: str) -> str:
     """A C-escaped string as the text it stands for (``state[\\'params\\']`` → ``state['params']``)."""
     if "\\" not in text:
         return text
+    if _OTHER_ESCAPE.search(text) is None:  # only \' \" \\ (params['w']): one substitution in C
+        return _QUOTE_ESCAPE.sub(r"\1", text)
     out = bytearray()
     pos = 0
     for m in _C_ESCAPE.finditer(text):
