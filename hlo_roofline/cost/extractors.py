@@ -317,7 +317,11 @@ EXTRACTORS: tuple[Extractor, ...] = (
     # (judge.compute.op_floors: an op with vector_elements > 0 launches a kernel), a TPU chip may
     # judge any module, and a CPU or GPU module's report has always carried them.
     Extractor("vector units", tpu.UNIT_COLUMNS, row=tpu.vector_units),
-    Extractor("intermediates", ("depthwise_taps", "expanded_elements"), row=tpu.intermediates),
+    Extractor(
+        "intermediates",
+        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements"),
+        row=tpu.intermediates,
+    ),
     Extractor(
         "XLA estimates",
         ("xla_cycles", "tile_steps", "major_reduce_results"),

@@ -37,7 +37,10 @@ RARE_DEFAULTS: dict[str, object] = {
     **dict.fromkeys(("group_size", *GEOMETRY_COLUMNS), 0),
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "vmem_bytes"), 0.0),
     **dict.fromkeys((*UNIT_COLUMNS, *TILING_COLUMNS, "tile_steps", "major_reduce_results"), 0.0),
-    **dict.fromkeys(("depthwise_taps", "expanded_elements"), 0.0),
+    **dict.fromkeys(
+        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements"),
+        0.0,
+    ),
     "xla_cycles": math.nan,
 }
 

@@ -326,9 +326,46 @@ def expanded_loops(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     chips without it). The loop computes every element of the expansion though no array at the
     fusion's boundary holds them, so the boundary's elements (what the loop rate prices) were
     0.06-0.20x XLA's estimate. XLA:TPU charges them about the same cycles on every chip (86-97 a
-    cycle per TensorCore on the fit half of fixtures/tpu_heldout), below v6e's and 7x's loop
-    rates, so they have a rate of their own; no part of the bound."""
+    cycle per TensorCore on v5e's fit half of fixtures/tpu_heldout, 148-210 on v6e's and 7x's),
+    below v6e's and 7x's loop rates, so they have a rate of their own; no part of the bound. A
+    fusion tiled into column strips is charged by its result instead (:func:`sublane_folds`),
+    not by this."""
     cal = chip.calibration
     if not cal.expanded_elements_rate or "expanded_elements" not in ops:
         return np.zeros(len(ops))
-    return ops["expanded_elements"].to_numpy(dtype=float) / cal.expanded_elements_rate
+    expanded = ops["expanded_elements"].to_numpy(dtype=float)
+    if cal.sublane_fold_rate and "sublane_fold_results" in ops:
+        expanded = np.where(ops["sublane_fold_results"].to_numpy(dtype=float) > 0, 0.0, expanded)
+    return expanded / cal.expanded_elements_rate
+
+
+def sublane_folds(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a fusion that folds an expansion over its
+    sublanes in a loop tiled one lane tile wide (the ``sublane_fold_results`` column;
+    :func:`hlo_roofline.cost.intermediates.sublane_fold_results`): its result elements at the
+    chip's ``calibrated.sublane_fold`` rate (0 for other rows and on chips without it). Each
+    result register is assembled from eight rows folded apart, so the charge follows the result,
+    not the expansion: a selective scan summed over N = 8 and over N = 16 costs the same per
+    result element on every chip (about 6.5 a cycle per TensorCore), where the loop rate alone was
+    0.06-0.10x XLA's estimate on v6e and 7x and one rate per expanded element 2-4x apart.
+    Fitted on the fit half of fixtures/tpu_heldout; like the other charges, no part of the
+    bound."""
+    cal = chip.calibration
+    if not cal.sublane_fold_rate or "sublane_fold_results" not in ops:
+        return np.zeros(len(ops))
+    return ops["sublane_fold_results"].to_numpy(dtype=float) / cal.sublane_fold_rate
+
+
+def second_passes(ops: pd.DataFrame, loop: np.ndarray, chip: Chip) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a fusion that folds an array over a whole row
+    and then uses it elementwise, streaming an operand from HBM (the ``second_pass_elements``
+    column; :func:`hlo_roofline.cost.intermediates.second_pass_elements`: a softmax whose row sum
+    is a row-spanning ``reduce-window``): its loop (``loop``, the charged loop time) and a second
+    pass over the folded array at the same rate, ``calibrated.loop_elements`` (0 for other rows).
+    No rate is fitted: the count of passes is the mechanism. At one pass these fusions were
+    0.46-0.71x XLA's estimate on v5e and v5p; no part of the bound."""
+    rate = chip.calibration.vector_elements_rate
+    if not rate or "second_pass_elements" not in ops:
+        return np.zeros(len(ops))
+    again = ops["second_pass_elements"].to_numpy(dtype=float)
+    return np.where(again > 0, loop + again / rate, 0.0)

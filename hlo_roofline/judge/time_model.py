@@ -35,6 +35,8 @@ from hlo_roofline.judge.compute import (
     matmul_pipeline,
     mxu_padding,
     op_floors,
+    second_passes,
+    sublane_folds,
 )
 from hlo_roofline.schema import BOUNDS
 
@@ -295,6 +297,8 @@ class TpuTimeModel(TimeModel):
             "major_reduce": major_reduces(ops, chip, no_rate),
             "depthwise": depthwise_convs(ops, chip) * priced,
             "expanded": expanded_loops(ops, chip) * priced,
+            "sublane_fold": sublane_folds(ops, chip) * priced,
+            "second_pass": second_passes(ops, charged["loop"], chip) * priced,
             "matmul_rate": measured["matmul_rate"],
             "memory_rate": measured["memory_rate"],
             "dcn": self.dcn_times(ops),

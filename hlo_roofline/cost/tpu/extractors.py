@@ -15,7 +15,11 @@ from collections.abc import Callable
 from hlo_roofline.cost.base import array_bytes
 from hlo_roofline.cost.depthwise import depthwise_taps
 from hlo_roofline.cost.inplace import sliced_reads
-from hlo_roofline.cost.intermediates import expanded_elements
+from hlo_roofline.cost.intermediates import (
+    expanded_elements,
+    second_pass_elements,
+    sublane_fold_results,
+)
 from hlo_roofline.cost.linalg import VMEM_SPACE, fused_operand_words, streamed_operand_words
 from hlo_roofline.cost.row import Body, Build, Op
 from hlo_roofline.cost.tpu.tiling import (
@@ -198,10 +202,13 @@ def _body_units(
 
 def intermediates(build: Build) -> RowExtractor:
     """A depthwise convolution's multiply-adds on the vector unit (:func:`depthwise_taps`, a
-    fusion's once per body), and the elements of an array a fusion expands and folds
-    (:func:`expanded_elements`)."""
+    fusion's once per body), the elements of an array a fusion expands and folds
+    (:func:`expanded_elements`) and of those the results it folds a column strip at a time (its
+    call's own tiling: :func:`sublane_fold_results`), and a row a fusion folds with a
+    ``reduce-window`` and then uses again (:func:`second_pass_elements`)."""
     bodies = build.memo()  # id(fused computation) -> (its taps, its expanded elements)
     taps_at, expanded_at = build.rare["depthwise_taps"], build.rare["expanded_elements"]
+    folds_at, again_at = build.rare["sublane_fold_results"], build.rare["second_pass_elements"]
 
     def row(op: Op) -> None:
         instr, expanded = op.instr, 0.0
@@ -220,6 +227,15 @@ def intermediates(build: Build) -> RowExtractor:
             taps_at[op.at] = taps * op.count
         if expanded:  # an array the fusion expands and folds
             expanded_at[op.at] = expanded * op.count
+            # ... folded over its sublanes one lane tile at a time (this call's own tiling)
+            if folds := sublane_fold_results(instr):
+                folds_at[op.at] = folds * op.count
+        if (  # a row folded, then used again
+            op.body is not None
+            and "reduce-window" in op.body.fused_ops
+            and (again := second_pass_elements(instr))
+        ):
+            again_at[op.at] = again * op.count
 
     return row
 
