@@ -332,5 +332,40 @@ def generate_module(instructions: int = 100_000, frames: int = 200) -> str:
     return "\n".join(out + entry) + "\n"
 
 
+_FLAT_OPS = ("add", "multiply", "exponential", "maximum", "negate", "subtract", "tanh", "divide")
+
+
+def generate_flat_module(instructions: int = 200_000) -> str:
+    """A module as flat as HLO gets (deterministic): one entry computation of ``instructions``
+    elementwise ops on one small array, short lines as ``compiled.as_text()`` prints them, no
+    metadata, no layouts past the default, no stack frames: the most instructions per byte of
+    text, so the most memory per byte (each instruction is an object and a row however short
+    its line)."""
+    shape = "f32[1024]{0}"
+    lines = [
+        "HloModule jit_flat, is_scheduled=true, entry_computation_layout="
+        "{(f32[1024]{0}, f32[1024]{0})->f32[1024]{0}}",
+        "",
+        "ENTRY %main.0 (x.1: f32[1024], y.2: f32[1024]) -> f32[1024] {",
+        f"  %x.1 = {shape} parameter(0)",
+        f"  %y.2 = {shape} parameter(1)",
+    ]
+    names = ["x.1", "y.2"]
+    for k in range(3, instructions + 1):
+        op = _FLAT_OPS[k % len(_FLAT_OPS)]
+        name = f"{op}.{k}"
+        if op in ("exponential", "negate", "tanh"):
+            operands = f"%{names[-1]}"
+        else:
+            operands = f"%{names[-1]}, %{names[-2 - k % 7 if len(names) > 8 else -2]}"
+        root = "ROOT " if k == instructions else ""
+        lines.append(f"  {root}%{name} = {shape} {op}({operands})")
+        names.append(name)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    sys.stdout.write(generate_module(int(sys.argv[1]) if len(sys.argv) > 1 else 100_000))
+    size = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    flat = len(sys.argv) > 2 and sys.argv[2] == "--flat"
+    sys.stdout.write(generate_flat_module(size) if flat else generate_module(size))

@@ -18,8 +18,14 @@ each measured in this run next to its target ("figure: measured vs target (met /
 (d) that run re-judged for another chip (the tab's chip switch, ``/report?chip=``; the median of
     three chips, each asked for the first time), target ≤ 0.3 s.
 
-The details: the same ratio as (a) on every committed fixture and on the examples' steps (the GPT
-step for the CPU and TPU v5e, the conv net for v5e); our analysis of each step ÷ its
+Then every committed module (``fixtures/**/*.hlo.txt[.gz]`` and the ``--xla_dump_to`` modules, all
+but those XLA's parser refuses: ``benchmarks/xla_refuses.json``), the median of each one's paired
+CPU-time ratios: per kind (CPU, GPU, TPU, dump) and over all the median of the files' ratios, and
+each module past 100 KB against the 1.3 target; and the fixed cost of an analysis (parse +
+``analyze_hlo`` of a two-instruction module), target ≤ 2 ms (``--no-modules`` skips them).
+
+The details: the same ratio as (a) on every fixture of the generated corpus and on the examples'
+steps (the GPT step for the CPU and TPU v5e, the conv net for v5e); our analysis of each step ÷ its
 ``jit(step).lower(...).compile()``; the generated module's time; and ``hlo_roofline.analyze`` of
 each example step in a new process with an empty compile cache, then in another new process.
 
@@ -47,6 +53,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -99,12 +106,13 @@ def _timed(steps) -> list[tuple[float, float]]:
     return out
 
 
-def _ours(text: str) -> list[tuple[float, float]]:
+def _ours(text: str, collect: bool = True) -> list[tuple[float, float]]:
     """(wall, CPU) seconds of hlo_roofline's parse, then of its analysis, on ``text``."""
     from hlo_roofline import analyze_hlo
     from hlo_roofline.hlo import parse_module
 
-    gc.collect()
+    if collect:
+        gc.collect()
     module = []
     return _timed([lambda: module.append(parse_module(text)), lambda: analyze_hlo(module[0])])
 
@@ -181,7 +189,9 @@ def speed_ratio(text: str, repeat: int = 9) -> dict:
     (``cpu_ratio``; each pair measured moments apart, so a load that comes and goes moves it
     little, and an outlier run, a full collection or a burst of load, not at all), and the median
     times of ours and XLA's."""
-    runs = _interleaved(text, repeat)
+    with warnings.catch_warnings():  # a dump's missing tiling, warned once a run: not printed
+        warnings.simplefilter("ignore")
+        runs = _interleaved(text, repeat)
     ours = [parse + analysis for (_, parse), (_, analysis) in zip(
         runs["parse"], runs["analysis"], strict=True)]  # fmt: skip
     xla = [parse + cost for (_, parse), (_, cost) in zip(
@@ -195,17 +205,56 @@ def speed_ratio(text: str, repeat: int = 9) -> dict:
     }
 
 
-def write_baseline(repeat: int) -> dict:
-    """Measure the committed GPT-2 module's speed ratio and a generated 200k-instruction module's
-    peak RSS ÷ text, and write them to ``benchmarks/baseline.json``."""
-    import gzip
+# Committed modules of every kind and size, small ones most (as the corpus is), whose median ratio
+# tests/test_speed.py holds: a few seconds where all of them take minutes.
+REPRESENTATIVE = (
+    "ppermute/cpu.hlo.txt", "scan10/cpu.hlo.txt", "gpt_tiny/cpu.hlo.txt",
+    "scan10/h100.hlo.txt", "collectives/windowed_h100.hlo.txt.gz", "moe_tiny/h100.hlo.txt",
+    "reductions/tpu_v5p.hlo.txt", "scan10/tpu_v5e.hlo.txt", "fsdp_train_step/tpu_v5e.hlo.txt",
+    "tpu_programs/lora_train.v5e.hlo.txt.gz",
+    "memory_dump/cpu/module_0000.jit_step.cpu_after_optimizations.txt",
+    "memory_dump/tpu_v5p/module_0000.jit_step.cl_1004524046.after_optimizations.txt",
+    "memory_dump/gpu_h100/module_0001.jit_step.sm_9.0a_gpu_after_optimizations.txt",
+)  # fmt: skip
+GPT2 = ROOT / "fixtures" / "gpt2_small" / "tpu_v5e.hlo.txt.gz"
 
+
+def representative_ratio(repeat: int = 3) -> dict:
+    """The median over :data:`REPRESENTATIVE` of each module's median paired CPU-time ratio, and
+    the ratios by module."""
+    ratios = {
+        name: speed_ratio(read_module(ROOT / "fixtures" / name), repeat)["cpu_ratio"]
+        for name in REPRESENTATIVE
+    }
+    return {"median": statistics.median(ratios.values()), "files": ratios}
+
+
+def fixed_cost_share(repeat: int = 5) -> dict:
+    """The fixed cost of an analysis (:func:`fixed_cost`) ÷ XLA's parse + cost analysis of the
+    GPT-2 module (CPU time, median of ``repeat``), measured in turn: a share that a slower or
+    faster machine moves little, where the cost itself in milliseconds would move with it."""
+    text = read_module(GPT2)
+    shares, fixed, xla = [], [], []
+    for _ in range(repeat):
+        tiny = fixed_cost(40)["ours"]
+        reference = sum(cpu for _, cpu in _xla(text))
+        shares.append(tiny / reference)
+        fixed.append(tiny)
+        xla.append(reference)
+    return {"share": statistics.median(shares), "fixed": statistics.median(fixed),
+            "xla_gpt2": statistics.median(xla)}  # fmt: skip
+
+
+def write_baseline(repeat: int) -> dict:
+    """Measure what the tests hold: the committed GPT-2 module's speed ratio, the median ratio
+    over :data:`REPRESENTATIVE`, the fixed cost's share of XLA's time on GPT-2, and a generated
+    200k-instruction module's peak RSS ÷ text; write them to ``benchmarks/baseline.json``."""
     import jaxlib
     from generate import generate_module
 
-    path = ROOT / "fixtures" / "gpt2_small" / "tpu_v5e.hlo.txt.gz"
-    with gzip.open(path, "rt") as f:
-        measured = speed_ratio(f.read(), repeat)
+    measured = speed_ratio(read_module(GPT2), repeat)
+    representative = representative_ratio()
+    fixed = fixed_cost_share()
     with tempfile.TemporaryDirectory() as tmp:
         generated = Path(tmp) / "generated.hlo.txt"
         generated.write_text(generate_module(200_000))
@@ -214,6 +263,9 @@ def write_baseline(repeat: int) -> dict:
         "gpt2_v5e_cpu_ratio": round(measured["cpu_ratio"], 3),
         "ours_cpu_ms": round(measured["ours_cpu"] * 1e3, 1),
         "xla_cpu_ms": round(measured["xla_cpu"] * 1e3, 1),
+        "representative_median_cpu_ratio": round(representative["median"], 3),
+        "fixed_cost_share_of_xla_gpt2": round(fixed["share"], 5),
+        "fixed_cost_ms": round(fixed["fixed"] * 1e3, 3),
         "rss_over_text_200k": round(memory["ru_over_text"], 2),
         "rss_added_mib_200k": round(memory["ru_added"] / 2**20, 1),
         "jaxlib": jaxlib.__version__,
@@ -251,6 +303,177 @@ def bench_fixtures(repeat: int) -> dict:
         "median_ratio": statistics.median(ratios),
         "max_ratio": max(ratios),
     }
+
+
+# -- every committed module, by kind --------------------------------------------------------------
+
+KINDS = ("cpu", "gpu", "tpu", "dump")
+LARGE = 100 * 1024  # a module past this many bytes of text is held to the ratio on its own
+XLA_REFUSES = ROOT / "benchmarks" / "xla_refuses.json"  # modules XLA's parser rejects or aborts on
+_MODULE_FILE = re.compile(r"(\.hlo\.txt|after_optimizations\.txt)(\.gz)?$")
+_GPU_WORDS = {"gpu", "h100", "h200", "a100", "a3", "cudnn", "triton", "cublas"}
+_TPU_WORD = re.compile(r"(tpu|v4|v5e|v5p|v6e|7x)")
+_FATAL = re.compile(r"F\d{4} [\d:.]+\s+\d+ ")  # glog's fatal line: F<date> <time> <thread>
+
+
+def fixture_modules() -> list[tuple[str, Path]]:
+    """Every HLO module committed under ``fixtures/``: ``*.hlo.txt`` and the ``--xla_dump_to``
+    modules (``*after_optimizations.txt``), gzipped or not; (name, path), sorted."""
+    return sorted(
+        (str(path.relative_to(ROOT / "fixtures")), path)
+        for path in (ROOT / "fixtures").rglob("*")
+        if _MODULE_FILE.search(path.name) and path.is_file()
+    )
+
+
+def read_module(path: Path) -> str:
+    from hlo_roofline.hlo.files import read_text
+
+    return read_text(path)
+
+
+def module_kind(name: str, text: str) -> str:
+    """``dump`` for an ``--xla_dump_to`` module, else the backend it was compiled for: named in
+    its path (``cpu``, ``h100``, ``tpu_v5e``, ``7x`` ...), or else told by its text (a TPU tiled
+    layout, a GPU library call)."""
+    if "after_optimizations" in name:
+        return "dump"
+    words = set(re.split(r"[/._\-]", name.lower()))
+    if "cpu" in words:
+        return "cpu"
+    if words & _GPU_WORDS or any(w.startswith(("h100", "h200")) for w in words):
+        return "gpu"
+    if any(_TPU_WORD.fullmatch(w) for w in words) or ":T(" in text:
+        return "tpu"
+    return "gpu" if re.search(r'custom_call_target="__(cublas|cudnn|triton)', text) else "cpu"
+
+
+_PROBE_CHILD = """
+import os, sys
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, sys.argv[1])
+import jax
+from jaxlib import _hlo, _jax
+from hlo_roofline.hlo.files import read_text
+client = jax.devices("cpu")[0].client
+for path in sys.argv[2:]:
+    print("start", path, flush=True)
+    try:
+        _jax.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text(read_text(path)))
+        print("ok", path, flush=True)
+    except Exception as error:
+        print("refused", path, " ".join(str(error).split())[:160], flush=True)
+"""
+
+
+def xla_refuses(names: list[str]) -> dict[str, str]:
+    """The modules among ``names`` (paths under fixtures/) that XLA's parser or cost analysis
+    cannot take: an error, or a CHECK that aborts the process (SparseCore offloads, TPU7x), so
+    they cannot be timed against it. Known answers are kept in ``benchmarks/xla_refuses.json``
+    (for this jaxlib); the others are asked of XLA in a child process, restarted past each
+    abort."""
+    import jaxlib
+
+    known: dict = {}
+    if XLA_REFUSES.exists():
+        known = json.loads(XLA_REFUSES.read_text())
+    if known.get("jaxlib") != jaxlib.__version__:
+        known = {"jaxlib": jaxlib.__version__, "timed": [], "refused": {}}
+    asked = set(known["timed"]) | set(known["refused"])
+    rest = [name for name in names if name not in asked]
+    while rest:
+        command = [sys.executable, "-c", _PROBE_CHILD, str(ROOT),
+                   *(str(ROOT / "fixtures" / name) for name in rest)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+        started = None
+        for line in done.stdout.splitlines():
+            verdict, path, *why = line.split(" ", 2)
+            name = str(Path(path).relative_to(ROOT / "fixtures"))
+            if verdict == "start":
+                started = name
+                continue
+            started = None
+            if verdict == "ok":
+                known["timed"].append(name)
+            else:
+                known["refused"][name] = why[0] if why else ""
+        if started is None:
+            break
+        lines = done.stderr.strip().splitlines()
+        fatal = next((line for line in lines if _FATAL.match(line)), f"exit {done.returncode}")
+        known["refused"][started] = "aborted: " + _FATAL.sub("", fatal).strip()[:160]
+        rest = rest[rest.index(started) + 1 :]
+    known["timed"] = sorted(set(known["timed"]))
+    known["refused"] = dict(sorted(known["refused"].items()))
+    if rest or not XLA_REFUSES.exists():
+        XLA_REFUSES.write_text(json.dumps(known, indent=1) + "\n")
+    return {name: why for name, why in known["refused"].items() if name in set(names)}
+
+
+def bench_modules(repeat: int, names: list[str] | None = None) -> dict:
+    """Ours ÷ XLA's on every committed module XLA can take (or those of ``names``): the median
+    of ``repeat`` paired CPU-time ratios each (:func:`speed_ratio`), then per kind (CPU, GPU,
+    TPU, dump) and over all the median of the files' ratios, and every module past
+    :data:`LARGE` on its own."""
+    modules = dict(fixture_modules())
+    chosen = list(modules) if names is None else names
+    refused = xla_refuses(chosen)
+    files = {}
+    for name in chosen:
+        if name in refused:
+            continue
+        text = read_module(modules[name])
+        files[name] = {"bytes": len(text), "kind": module_kind(name, text),
+                       **speed_ratio(text, repeat)}  # fmt: skip
+    ratios = {kind: [r["cpu_ratio"] for r in files.values() if r["kind"] == kind] for kind in KINDS}
+    kinds = {
+        kind: {"files": len(v), "median": statistics.median(v) if v else None, "worst": max(v)}
+        for kind, v in ratios.items()
+        if v
+    }
+    return {
+        "files": files,
+        "refused": refused,
+        "median": statistics.median(r["cpu_ratio"] for r in files.values()),
+        "kinds": kinds,
+        "large": {name: r for name, r in files.items() if r["bytes"] > LARGE},
+    }
+
+
+# A module of one instruction past its parameter: what an analysis costs whatever the module.
+TINY_MODULE = """HloModule tiny, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
+
+ENTRY %main (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %a = f32[8]{0} add(f32[8]{0} %p, f32[8]{0} %p)
+}
+"""
+
+
+def fixed_cost(repeat: int = 200) -> dict:
+    """The fixed cost of an analysis: CPU seconds of our parse + ``analyze_hlo`` of
+    :data:`TINY_MODULE` (median of ``repeat`` runs, after a first), and of XLA's parse + cost
+    analysis of it, interleaved."""
+    for _ in range(3):
+        _ours(TINY_MODULE), _xla(TINY_MODULE)
+    ours, xla = [], []
+    for _ in range(repeat):
+        ours.append(sum(cpu for _, cpu in _ours(TINY_MODULE, collect=False)))
+        xla.append(sum(cpu for _, cpu in _xla(TINY_MODULE)))
+    return {"ours": statistics.median(ours), "xla": statistics.median(xla)}
+
+
+def fixed_cost_judged(chip: str = "v5e", repeat: int = 20) -> float:
+    """CPU seconds of the same analysis judged against ``chip`` (``analyze_hlo(..., chip=)``, what
+    ``analyze`` and the CLI run), median of ``repeat``."""
+    from hlo_roofline import analyze_hlo
+    from hlo_roofline.hlo import parse_module
+
+    def judged() -> None:
+        analyze_hlo(parse_module(TINY_MODULE), chip=chip)
+
+    judged()
+    return statistics.median(cpu for _, cpu in _timed([judged] * repeat))
 
 
 # -- (a) and (b) on the examples ----------------------------------------------------------------
@@ -603,6 +826,33 @@ def report(results: dict) -> None:
               f"text  target <= 4x: {_met(g['rss_over_text'] <= TARGETS['rss'])}")  # fmt: skip
 
 
+def report_modules(modules: dict, fixed: dict) -> None:
+    """Every committed module XLA takes: per kind and over all, the median of the files' ratios;
+    every module past :data:`LARGE` not within the target; the fixed cost of an analysis."""
+    print()
+    target = TARGETS["gpt2"]
+    print(f"every committed module, ours ÷ XLA's C++ (CPU time, the median of each file's paired "
+          f"runs), {len(modules['files'])} modules ({len(modules['refused'])} that XLA refuses "
+          f"left out, benchmarks/xla_refuses.json):")  # fmt: skip
+    for kind, k in modules["kinds"].items():
+        print(f"    {kind:5} {k['files']:4} modules: median {k['median']:.2f}x, worst "
+              f"{k['worst']:.2f}x  target <= {target:g}: {_met(k['median'] <= target)}")  # fmt: skip
+    large = modules["large"]
+    over = {n: r for n, r in large.items() if r["cpu_ratio"] > target}
+    print(f"    all   {len(modules['files']):4} modules: median {modules['median']:.2f}x  "
+          f"target <= {target:g}: {_met(modules['median'] <= target)}")  # fmt: skip
+    print(f"    past {LARGE // 1024} KB: {len(large) - len(over)} of {len(large)} within "
+          f"{target:g}x: {_met(not over)}")  # fmt: skip
+    for name, r in sorted(over.items(), key=lambda kv: -kv[1]["cpu_ratio"])[:12]:
+        print(f"        {name:60} {r['kind']:4} {r['bytes'] / 1024:6.0f} KB {r['cpu_ratio']:5.2f}x "
+              f"(parse {_ms(r['parse_cpu'])} + analysis {_ms(r['analysis_cpu'])} vs "
+              f"{_ms(r['xla_cpu'])})")  # fmt: skip
+    print(f"    the fixed cost of an analysis (parse + analyze_hlo of a 2-instruction module): "
+          f"{fixed['ours'] * 1e3:.2f} ms (XLA {fixed['xla'] * 1e3:.3f} ms)  target <= 2 ms: "
+          f"{_met(fixed['ours'] <= 2e-3)}; judged against v5e as well (chip=): "
+          f"{fixed['judged'] * 1e3:.2f} ms  {_met(fixed['judged'] <= 2e-3)}")  # fmt: skip
+
+
 def _figure(name: str, measured: float, target: float, unit: str) -> None:
     value = f"{measured:.2f}{unit}"
     print(
@@ -657,6 +907,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", help="only the GPT step, for these targets: cpu,v5e:2x2,...")
     parser.add_argument("--no-compile", action="store_true", help="skip the example steps")
     parser.add_argument("--quick", action="store_true", help="--repeat 2 --no-compile, 20k module")
+    parser.add_argument(
+        "--no-modules", action="store_true", help="skip every committed module by kind (minutes)"
+    )
     parser.add_argument("--tab-ops", type=int, default=20_000, help="ops of the tab's run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -687,12 +940,18 @@ def main(argv: list[str] | None = None) -> int:
         gpt2_target = "cpu" if args.targets or ("gpt", "v5e:2x2") not in cases else "v5e:2x2"
         print(f"compiling GPT-2 small for {gpt2_target} ...", file=sys.stderr)
         results["gpt2"] = bench_gpt2(gpt2_target, args.repeat)
+    if not args.no_modules:
+        print("measuring every committed module ...", file=sys.stderr)
+        results["modules"] = bench_modules(1 if args.quick else args.repeat)
+        results["fixed_cost"] = {**fixed_cost(), "judged": fixed_cost_judged()}
     print(f"measuring a generated {args.instructions}-instruction module ...", file=sys.stderr)
     results["generated"] = bench_generated(args.instructions, max(args.repeat // 2, 1) + 1)
     print(f"serving a {args.tab_ops}-op run from a real TensorBoard ...", file=sys.stderr)
     results["tab"] = bench_tab(args.tab_ops, 1 if args.repeat < 3 else 2)
     results["load_average_end"] = os.getloadavg()
     report(results)
+    if "modules" in results:
+        report_modules(results["modules"], results["fixed_cost"])
     if "cache" in results:
         report_cache(results["cache"])
     print()

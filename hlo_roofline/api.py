@@ -1,33 +1,55 @@
-"""The Python entry points: HLO text, a dump directory, or a JAX function in; :class:`Report` out."""
+"""The Python entry points: HLO text, a dump directory, or a JAX function in; :class:`Report` out.
+
+A function's target is resolved here once (:func:`resolve`: a :class:`~hlo_roofline.targets.Target`);
+:mod:`hlo_roofline.placement` places its arguments and :mod:`hlo_roofline.compile` lowers and
+compiles it."""
 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import functools
 import inspect
 import logging
-import math
 import os
 import re
-import sys
-import threading
-import types
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec
 
 from hlo_roofline import chips, cost, targets
 from hlo_roofline._gc import gc_paused
-from hlo_roofline.cache import compile_program
+from hlo_roofline.compile import compile_lowered, jitted, local_chip, lower, refused
 from hlo_roofline.hlo import Module, parse_file, parse_module
 from hlo_roofline.hlo.files import GZIP_SUFFIX, read_text
 from hlo_roofline.judge import interconnect, memory
+from hlo_roofline.placement import (
+    UnshardedProgramWarning,
+    mesh_of,
+    names_a_topology,
+    place_args,
+    step_inputs,
+    warn_if_unsharded,
+)
 from hlo_roofline.report import Report, missing, missing_text
+
+__all__ = [  # the entry points, and the warnings they give (UnshardedProgramWarning: analyze's)
+    "IncompleteHloWarning",
+    "JudgedElsewhereWarning",
+    "UnoptimizedHloWarning",
+    "UnshardedProgramWarning",
+    "analyze",
+    "analyze_dump",
+    "analyze_file",
+    "analyze_hlo",
+    "dump_files",
+    "module_key",
+    "place_args",
+    "resolve",
+    "roofline",
+    "wrap_step",
+]
 
 log = logging.getLogger(__name__)
 DUMP_SUFFIX = "after_optimizations.txt"
@@ -134,14 +156,28 @@ def _lacks_tiling(module: Module) -> bool:
     """An XLA:TPU module (tiled layouts) none of whose fusions carries the tiling code
     generation writes in its ``backend_config`` (``window_config``): a dump's
     ``after_optimizations`` module, read where its ``after_codegen`` one was not."""
-    fusions = [
-        i for i in module.instructions()
-        if i.opcode == "fusion" and i.attrs.get("kind") in ("kLoop", "kInput", "kOutput")
-    ]  # fmt: skip
-    if not any(":T(" in i.attrs.get("backend_config", "") or ":T(" in str(i.shape)
-               for i in fusions):  # fmt: skip
-        return False
-    return not any("window_config" in i.attrs.get("backend_config", "") for i in fusions)
+    tiled = False
+    for computation in module.computations.values():
+        for i in computation.instructions:
+            if i.opcode != "fusion":
+                continue
+            # the attributes' text, where it is not split yet: a fusion whose text holds neither
+            # mark, and whose shape could change nothing, is passed without splitting it
+            text = i.attr_text
+            if (
+                text is not None
+                and "window_config" not in text
+                and (tiled or (":T(" not in text and ":T(" not in str(i.shape)))
+            ):
+                continue
+            attrs = i.peek_attrs()
+            if attrs.get("kind") not in ("kLoop", "kInput", "kOutput"):
+                continue
+            config = attrs.get("backend_config", "")
+            if "window_config" in config:
+                return False
+            tiled = tiled or ":T(" in config or ":T(" in str(i.shape)
+    return tiled
 
 
 class UnoptimizedHloWarning(UserWarning):
@@ -357,7 +393,6 @@ def _as_compiled(path: Path) -> Path:
     return _beside(path, name.removesuffix(DUMP_SUFFIX) + CODEGEN_SUFFIX) or path
 
 
-
 def _beside(path: Path, name: str) -> Path | None:
     """The file ``name`` (or ``name.gz``) in ``path``'s folder, if there is one."""
     for candidate in (path.with_name(name), path.with_name(name + GZIP_SUFFIX)):
@@ -377,112 +412,12 @@ def module_key(path: Path) -> str:
 # -- JAX functions ------------------------------------------------------------------------------
 
 
-def local_chip():
-    """The chip of the local default device, when the database knows it (None on a CPU)."""
-    device = jax.devices()[0]
-    if device.platform == "cpu":
-        return None
-    try:
-        return chips.get(device.device_kind)
-    except chips.UnknownChipError:
-        log.warning("local device %r is not in the chip database", device.device_kind)
-        return None
-
-
-def _default_target(chip) -> str | None:
+def _default_target(chip) -> targets.Target | None:
     """The compile-only target that produces this chip's HLO, if there is one."""
     try:
-        return targets.parse_target(chip.key).spec
+        return targets.parse_target(chip.key)
     except targets.TargetError:
         return None
-
-
-def context_mesh() -> jax.sharding.Mesh | None:
-    """The concrete mesh the caller's JAX context holds (``jax.set_mesh``, ``use_mesh``, a
-    ``with mesh:`` block), or None: unsharded arguments go on it, as ``jit`` itself would."""
-    mesh = None
-    get_mesh = getattr(jax.sharding, "get_mesh", None)
-    if get_mesh is not None:
-        with contextlib.suppress(Exception):
-            mesh = get_mesh()
-    if not isinstance(mesh, jax.sharding.Mesh) or mesh.empty:
-        try:  # the older ``with mesh:`` resource environment
-            from jax._src.mesh import thread_resources
-
-            mesh = thread_resources.env.physical_mesh
-        except (ImportError, AttributeError):
-            return None
-    return mesh if isinstance(mesh, jax.sharding.Mesh) and not mesh.empty else None
-
-
-def place_args(args, target: str | None, by_jit: bool = False):
-    """Abstract array arguments, placed for the target unless already sharded on it: replicated on
-    the caller's context mesh when it is the target's (what ``jit`` does in that context), else on
-    the target's first device; ``by_jit`` (the step has ``in_shardings``) leaves them to jit."""
-    if target is None:
-        return args
-    devices = targets.devices(target)
-    own = {d.id for d in devices}
-
-    def on_target(mesh) -> bool:
-        return isinstance(mesh, jax.sharding.Mesh) and (
-            {d.id for d in mesh.devices.flat} <= own
-            and mesh.devices.flat[0].platform == devices[0].platform
-        )
-
-    mesh = context_mesh()
-    if mesh is None or not on_target(mesh):
-        mesh = jax.sharding.Mesh([devices[0]], ("_",))
-    default = NamedSharding(mesh, PartitionSpec())
-
-    def place(x):
-        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-            return x
-        sharding = getattr(x, "sharding", None)
-        placed = isinstance(sharding, NamedSharding) and on_target(sharding.mesh)
-        if not placed and by_jit:
-            return jax.ShapeDtypeStruct(x.shape, x.dtype)
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding if placed else default)
-
-    return map_arrays(place, args)
-
-
-def map_arrays(place, args):
-    """``place`` applied to every array leaf of ``args``, keeping each framework's own view of its
-    objects: Flax NNX modules and optimizers go through ``nnx.split`` and ``nnx.merge`` together,
-    so a variable two of them share (tied weights, an optimizer's model) stays one variable. The
-    arguments themselves are left as they are: their copies carry the new leaves."""
-    nnx = _loaded("flax.nnx")
-    is_node = getattr(getattr(nnx, "graph", None), "is_graph_node", None)
-    if is_node is None:
-        return jax.tree_util.tree_map(place, args)
-    leaves, tree = jax.tree_util.tree_flatten(args, is_leaf=is_node)
-    nodes = [i for i, leaf in enumerate(leaves) if is_node(leaf)]
-    if nodes:
-        graphdef, state = nnx.split(tuple(leaves[i] for i in nodes))
-        merged = nnx.merge(graphdef, jax.tree_util.tree_map(place, state))
-        for i, node in zip(nodes, merged, strict=True):
-            leaves[i] = node
-    leaves = [leaf if is_node(leaf) else jax.tree_util.tree_map(place, leaf) for leaf in leaves]
-    return jax.tree_util.tree_unflatten(tree, leaves)
-
-
-def _loaded(name: str):
-    """The module ``name`` if the user's program has imported it, else None: a framework the
-    step does not use is never imported here."""
-    return sys.modules.get(name)
-
-
-def jitted(fn, jit_kwargs: dict):
-    if not callable(fn):
-        raise TypeError(
-            f"expected a function (plain or jitted) to analyze, got {type(fn).__name__}"
-        )
-    if hasattr(fn, "lower"):
-        if jit_kwargs:
-            raise TypeError(f"{fn} is already jitted: pass {sorted(jit_kwargs)} to jax.jit instead")
-        return fn
-    return jax.jit(fn, **jit_kwargs)
 
 
 def as_chip(chip) -> chips.Chip | None:
@@ -497,15 +432,19 @@ def as_chip(chip) -> chips.Chip | None:
     )
 
 
-def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, str]:
-    """(chip, compile-only target or None for local, a sentence saying what is compiled for what).
+def resolve(
+    chip=None, target: str | targets.Target | None = None
+) -> tuple[object, targets.Target | None, str]:
+    """(chip, compile-only :class:`~hlo_roofline.targets.Target` or None for local, a sentence
+    saying what is compiled for what). The target string is parsed here, once: everything after
+    (placement, the cache key, warnings) takes the :class:`Target`.
 
     One meaning everywhere: ``target`` says what to compile for ("local" for this machine);
     without it, an accelerator ``chip`` is compiled for compile-only, unless the local device is
     that chip. ``chip`` defaults to the target's chip, else the local device's.
     """
     chip = as_chip(chip)
-    if target is not None and not isinstance(target, str | targets.TargetSpec):
+    if target is not None and not isinstance(target, str | targets.Target):
         raise TypeError(f"target must be a string such as 'v5e:2x2' or 'h100', got {target!r}")
     if target == "local":
         chip = chip or local_chip()
@@ -520,7 +459,7 @@ def resolve(chip=None, target: str | None = None) -> tuple[object, str | None, s
                 stacklevel=3,
             )
         chip = chip or chips.get(spec.chip)
-        return chip, spec.spec, f"compiled compile-only for {spec.spec}"
+        return chip, spec, f"compiled compile-only for {spec.spec}"
     if chip is not None and chip.kind in ("tpu", "gpu"):
         local = local_chip()
         if local is not None and local.key == chip.key:
@@ -552,7 +491,7 @@ def analyze(
     fn,
     *args,
     chip=None,
-    target: str | None = None,
+    target: str | targets.Target | None = None,
     cost_model: str = "roofline",
     cache: bool | str | os.PathLike = True,
     user_packages: Sequence[str] = (),
@@ -568,7 +507,8 @@ def analyze(
     (``jax.jit``, ``nnx.jit``, ``eqx.filter_jit``: the jax lowering inside is read, and abstract
     arguments keep the framework's split of array and static leaves), and ``jit_kwargs``
     (``static_argnums``, ``in_shardings``, …) go to ``jax.jit`` for a plain ``fn``.
-    ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …) compiles compile-only for that accelerator;
+    ``target`` ("v5e:2x2", "h100:1x1x8", "a100", …, or a parsed :class:`~hlo_roofline.targets.Target`)
+    compiles compile-only for that accelerator;
     ``chip`` defaults to the target's chip (or the local device's). Naming an accelerator ``chip``
     without a target compiles for that chip, not for the local CPU.
     The optimized HLO is kept on disk (:mod:`hlo_roofline.cache`): analyzing the same step again,
@@ -587,7 +527,7 @@ def analyze(
     go to ``jax.jit`` with a DeprecationWarning where ``fn`` has no parameter of that name.
     """
     jit_kwargs, fn_kwargs = _split_loose_jit_kwargs(fn, dict(jit_kwargs or {}), fn_kwargs)
-    asked = _names_a_topology(target)
+    asked = names_a_topology(target)
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
     report = _analyze_step(
@@ -662,116 +602,6 @@ def _keyword_parameters(fn) -> frozenset[str] | None:
     return frozenset(p.name for p in parameters if p.kind in by_keyword)
 
 
-def _lower(step, args: tuple, kwargs: dict):
-    """``step.lower`` of arguments already placed, on the caller's thread (so in the caller's JAX
-    context: its mesh, axis rules, config), with the caller's own frames kept out of the HLO."""
-    with _callers_hidden(sys._getframe()), _abstract_arrays_seen_as_arrays(step):
-        lowered = step.lower(*args, **kwargs)  # this frame and every one above it hidden
-    return _jax_lowered(step, lowered)
-
-
-def _jax_lowered(step, lowered) -> jax.stages.Lowered:
-    """The ``jax.stages.Lowered`` a framework's wrapper returns inside its own (Flax NNX's
-    ``nnx.jit``, Equinox's ``filter_jit``: both keep it as ``.lowered``)."""
-    if isinstance(lowered, jax.stages.Lowered):
-        return lowered
-    inner = getattr(lowered, "lowered", None)
-    if isinstance(inner, jax.stages.Lowered):
-        return inner
-    raise TypeError(
-        f"{_wrapper_name(step)}.lower() returned a {type(lowered).__module__}."
-        f"{type(lowered).__qualname__}, not a jax.stages.Lowered (nor one holding it as "
-        "`.lowered`), so its program cannot be read. Analyze the function it wraps, jitted with "
-        "jax.jit (or pass the plain function: analyze jits it), or its optimized HLO with "
-        "analyze_hlo(lowered.compile().as_text())"
-    )
-
-
-def _wrapper_name(step) -> str:
-    kind = type(step)
-    name = getattr(step, "__name__", None) or getattr(step, "fn", None) or "step"
-    return f"{name} ({kind.__module__}.{kind.__qualname__})"
-
-
-_EQUINOX_FILTER = threading.Lock()
-
-
-@contextlib.contextmanager
-def _abstract_arrays_seen_as_arrays(step) -> Iterator[None]:
-    """While ``step`` (an Equinox ``filter_jit``) is lowered, its filter takes an abstract array
-    (``jax.ShapeDtypeStruct``) for the array it stands for: traced, not static. Equinox's filter
-    sees only concrete arrays, and the arguments placed for a compile-only target, or given as
-    shapes, are abstract; without this they would be closed over as constants and fail."""
-    equinox_jit = _loaded("equinox._jit")
-    if equinox_jit is None or not isinstance(step, getattr(equinox_jit, "_JitWrapper", ())):
-        yield
-        return
-    concrete = getattr(equinox_jit, "is_array", None)
-    if not callable(concrete):
-        raise TypeError(
-            f"this Equinox ({getattr(_loaded('equinox'), '__version__', '?')}) filters "
-            f"{_wrapper_name(step)}'s arguments in a way hlo_roofline does not know: analyze "
-            "the function it wraps (step.__wrapped__) with jax.jit, its arrays as arguments"
-        )
-
-    def is_array(x) -> bool:
-        return isinstance(x, jax.ShapeDtypeStruct) or concrete(x)
-
-    with _EQUINOX_FILTER:
-        equinox_jit.is_array = is_array
-        try:
-            yield
-        finally:
-            equinox_jit.is_array = concrete
-
-
-# Code objects that were on the stack when a step was lowered: what called the analysis (a script,
-# a test, the CLI) is not where the step's ops come from. Their frames are left out of the stack
-# each op records in the HLO, so the HLO, and with it the compile cache's key, does not depend on
-# who asked. The set only grows: a step traced once is lowered again from jax's trace cache with
-# the stacks of its first caller, whose frames must go too.
-_CALLER_CODES: set[types.CodeType] = set()
-_hiding = threading.local()
-
-
-@contextlib.contextmanager
-def _callers_hidden(frame: types.FrameType | None) -> Iterator[None]:
-    while frame is not None:
-        _CALLER_CODES.add(frame.f_code)
-        frame = frame.f_back
-    if not _install_frame_filter():
-        yield
-        return
-    before = getattr(_hiding, "active", False)
-    _hiding.active = True
-    try:
-        yield
-    finally:
-        _hiding.active = before
-
-
-@functools.cache
-def _install_frame_filter() -> bool:
-    """Wrap jax's choice of the frames an MLIR location records (per code object) so that, only
-    while this thread is inside :func:`_callers_hidden`, callers' frames are left out. False where
-    this jax has no such hook: the HLO then holds the callers' frames (only cache hits suffer)."""
-    try:
-        from jax._src.interpreters import mlir
-    except ImportError:
-        return False
-    original = getattr(mlir, "_code_to_filename", None)
-    if not callable(original):
-        return False
-
-    def code_to_filename(code):
-        if getattr(_hiding, "active", False) and code in _CALLER_CODES:
-            return None
-        return original(code)
-
-    mlir._code_to_filename = code_to_filename
-    return True
-
-
 def _analyze_step(
     step,
     args,
@@ -792,21 +622,20 @@ def _analyze_step(
     log.info("%s", how)
     placed_args = place_args(args, target, placed_by_jit)
     placed_kwargs = place_args(kwargs, target, placed_by_jit)
-    lowered = _lower(step, placed_args, placed_kwargs)
-    inputs, donatable = _inputs(step, lowered, (placed_args, placed_kwargs))
-    try:
-        program = compile_program(lowered, target, cache)
-    except Exception as exc:
-        if not memory.is_out_of_memory(str(exc)):
-            raise
-        compiled_for = chips.get(targets.parse_target(target).chip) if target else local_chip()
-        capacity = compiled_for.per_device().hbm_capacity if compiled_for else None
-        report = _refused(lowered, str(exc), inputs, donatable, cost_model, capacity, target)
+    lowered = lower(step, placed_args, placed_kwargs)
+    inputs, donatable = step_inputs(step, lowered, (placed_args, placed_kwargs))
+    program, error = compile_lowered(lowered, target, cache)
+    if program is None:
+        with warnings.catch_warnings():  # the lowered program is unoptimized by design
+            warnings.simplefilter("ignore", UnoptimizedHloWarning)
+            as_lowered = analyze_hlo(lowered.as_text(dialect="hlo"), cost_model)
+        report = refused(lowered, as_lowered, error, inputs, donatable, target)
         how += "; the compiler refused it: out of memory"
     else:
-        report = _analyze_hlo(program.text, cost_model, None, user_packages, None)
+        module = parse_module(program.text)
+        report = _analyze_hlo(module, cost_model, None, user_packages, None)
         if warn_unsharded:
-            _warn_if_unsharded(report, program.text, target, inputs, lowered)
+            warn_if_unsharded(report, module, target, inputs, lowered)
         if program.memory is not None:
             temporaries = memory.largest_temporaries(report.summary["memory"])
             report.summary["memory"] = memory.from_stats(
@@ -816,257 +645,12 @@ def _analyze_step(
     report = labelled(report, target, how)
     if chip is None:
         return report
-    return report.classify(chip, topology=_mesh(placed_args, placed_kwargs))
+    return report.classify(chip, topology=mesh_of(placed_args, placed_kwargs))
 
 
-def _names_a_topology(target) -> bool:
-    """``"v5e:2x2"`` chooses its devices; ``"v5e"`` (a chip's default slice) and "local" do not:
-    only a chosen multi-device target is warned about a program that shards nothing."""
-    return isinstance(target, targets.TargetSpec) or (isinstance(target, str) and ":" in target)
-
-
-class UnshardedProgramWarning(UserWarning):
-    """A multi-device target got a program that shards nothing: each device runs all of it."""
-
-
-_MODULE_HEADER = re.compile(r"^HloModule [^\n]*")
-_SHAPE_DIMS = re.compile(r"\b[a-z]+\d*\[([\d,]*)\]")
-
-
-def _warn_if_unsharded(report: Report, text: str, target: str | None, inputs, lowered) -> None:
-    """A step compiled for several devices whose program is one device's (no partitions), or
-    partitioned with nothing split: every input and output whole on each device and no
-    collective. A mesh or sharding that was meant to hold was not there (a ``jax.set_mesh``
-    outside the trace, say), and the figures are the whole step's on each device."""
-    if target is None or len(targets.devices(target)) <= 1:
-        return
-    header = _MODULE_HEADER.search(text)
-    header = header.group(0) if header else ""
-    found = re.search(r"\bnum_partitions=(\d+)", header)
-    partitions = int(found.group(1)) if found else 1
-    if partitions > 1:
-        if any(b.shape != b.global_shape for b in inputs):
-            return
-        if "collective" in report.ops and (report.ops["collective"] != "").any():
-            return
-        layout = re.search(r"entry_computation_layout=\{\(.*?\)->(.*?)\}(?:,|$)", header)
-        whole = sum(math.prod(o.shape) for o in jax.tree_util.tree_leaves(lowered.out_info))
-        if layout is None or _elements(layout.group(1)) < whole:
-            return
-        what = f"partitioned {partitions} ways with nothing split (no collective)"
-    else:
-        what = "compiled for one device"
-    warnings.warn(
-        f"{target} has {len(targets.devices(target))} devices but the program is {what}: "
-        "nothing is sharded, so the figures are the whole step's on one device. Shard the "
-        "arguments (NamedSharding), or trace in the mesh context the step expects "
-        "(jax.set_mesh; a CLI step yields from inside it)",
-        UnshardedProgramWarning,
-        stacklevel=4,  # the caller of analyze() (or of a roofline-wrapped step)
-    )
-
-
-def _elements(shapes: str) -> int:
-    """Elements of every array in HLO shape text (``(f32[2,3]{1,0}, s32[])`` → 7)."""
-    return sum(
-        math.prod(int(d) for d in dims.split(",") if d) for dims in _SHAPE_DIMS.findall(shapes)
-    )
-
-
-def _mesh(*placed) -> jax.sharding.Mesh | None:
-    """The mesh the step's arguments are sharded on (the largest, if several): it places the
-    devices of the collective model exactly (TPU torus coordinates, GPU hosts)."""
-    meshes = [
-        x.sharding.mesh
-        for x in jax.tree_util.tree_leaves(placed)
-        if isinstance(getattr(x, "sharding", None), NamedSharding)
-        and x.sharding.mesh.devices.size > 1  # not the one-device default place_args gives
-    ]
-    return max(meshes, key=lambda m: m.devices.size, default=None)
-
-
-def _inputs(step, lowered, placed) -> tuple[list[memory.Buffer], int]:
-    """The step's array inputs per device, named by their place in the arguments, and the bytes
-    of those an output could reuse if they were donated (same shape and type, not donated).
-
-    The program's own inputs (``args_info``) are the truth; each is named after the caller's
-    argument it is, matched in order (:func:`_matched`): static arguments are skipped, a Python
-    number is an input too. A framework's wrapper that passes jit its own split of them, in
-    another order (Equinox's ``filter_jit`` with arrays in the function), has each named by its
-    place in what the wrapper passed."""
-    names = _parameter_names(step)
-    given = [
-        (_argument_name(path, names), x)
-        for path, x in jax.tree_util.tree_flatten_with_path(placed)[0]
-        if (hasattr(x, "shape") and hasattr(x, "dtype")) or _is_number(x)
-    ]
-    compiled = [
-        (path, info)
-        for path, info in jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
-        if hasattr(info, "donated")
-    ]
-    donated = [info.donated for _, info in compiled]
-    leaves = _matched(given, [info for _, info in compiled])
-    if leaves is None and compiled:
-        wrapper = getattr(step, "__name__", "step")
-        leaves = [
-            (f"{wrapper}{jax.tree_util.keystr(path)}", jax.ShapeDtypeStruct(info.shape, info.dtype))
-            for path, info in compiled
-        ]
-    elif leaves is None:  # this jax does not say: the caller's arrays, none known donated
-        leaves = [(name, x) for name, x in given if not _is_number(x)]
-        donated = [False] * len(leaves)
-    outputs = _signatures(jax.tree_util.tree_leaves(lowered.out_info))
-    signatures = _signatures([x for _, x in leaves])
-    for signature, was_donated in zip(signatures, donated, strict=True):
-        if was_donated and signature in outputs:  # that output already reuses this input
-            outputs.remove(signature)
-    compiled_with = _in_shardings(lowered, len(leaves))
-    buffers, donatable = [], 0
-    for i, ((name, x), signature, was_donated) in enumerate(
-        zip(leaves, signatures, donated, strict=True)
-    ):
-        sharding = getattr(x, "sharding", None) or compiled_with[i]
-        shape = tuple(sharding.shard_shape(x.shape)) if sharding is not None else tuple(x.shape)
-        size = math.prod(shape) * element_bytes(x.dtype)
-        dtype = "float0" if x.dtype == jax.dtypes.float0 else str(x.dtype)
-        buffers.append(
-            memory.Buffer(
-                name, "parameter", size, f"{dtype}{list(shape)}", f"{dtype}{list(x.shape)}"
-            )
-        )
-        if not was_donated and signature in outputs:
-            outputs.remove(signature)
-            donatable += size
-    return buffers, donatable
-
-
-def _signatures(arrays) -> list[tuple[tuple[int, ...], str]]:
-    return [(tuple(x.shape), str(x.dtype)) for x in arrays]
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, int | float | complex) and not isinstance(x, bool | jax.Array)
-
-
-def _matched(given: list, compiled: list) -> list | None:
-    """Each of the program's inputs paired, in order, with the caller's argument of its shape and
-    type (a Python number as the array jit makes of it); the arguments left over are static.
-    None where they do not line up."""
-    matched, at = [], 0
-    for info in compiled:
-        wanted = (tuple(info.shape), str(info.dtype))
-        while at < len(given):
-            name, x = given[at]
-            at += 1
-            if _is_number(x):
-                x = jax.ShapeDtypeStruct((), jnp.result_type(x))
-            if (tuple(x.shape), str(x.dtype)) == wanted:
-                matched.append((name, x))
-                break
-        else:
-            return None
-    return matched
-
-
-def _in_shardings(lowered, count: int) -> list:
-    """The sharding jit lowered each array input with (its ``in_shardings`` where the argument
-    had none), or Nones where this jax does not say."""
-    try:
-        found = list(lowered._lowering.compile_args["in_shardings"])
-    except (AttributeError, KeyError, TypeError):
-        return [None] * count
-    if len(found) != count:
-        return [None] * count
-    return [s if hasattr(s, "shard_shape") else None for s in found]
-
-
-def element_bytes(dtype) -> int:
-    """Bytes of one element as the device stores it: a typed PRNG key's (``key<fry>``) is its key
-    data's (two uint32), any other extended dtype its physical element's; ``float0`` (the gradient
-    of an integer input) holds nothing but is passed as a bool (the compiler counts 1 byte)."""
-    dtype = getattr(dtype, "dtype", dtype)
-    if dtype == jax.dtypes.float0:
-        return 1
-    if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
-        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-            data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct((), dtype))
-            return math.prod(data.shape) * data.dtype.itemsize
-        physical = dtype._rules.physical_element_aval(dtype)  # no public form
-        return math.prod(physical.shape) * physical.dtype.itemsize
-    return jnp.dtype(dtype).itemsize
-
-
-def _parameter_names(step) -> list[str]:
-    try:
-        return list(inspect.signature(step).parameters)
-    except (TypeError, ValueError):
-        return []
-
-
-def _argument_name(path, names: list[str]) -> str:
-    """``m['w']`` for the leaf ``['w']`` of the step's argument ``m`` (``args[1]['w']`` if the
-    step's signature does not say)."""
-    (group, *rest) = path
-    if group.idx == 1:  # keyword arguments: their names are the first key
-        return jax.tree_util.keystr(tuple(rest)).removeprefix("['").replace("']", "", 1)
-    index, *inner = rest
-    name = names[index.idx] if index.idx < len(names) else f"args[{index.idx}]"
-    return name + jax.tree_util.keystr(tuple(inner))
-
-
-def _refused(
-    lowered, error: str, inputs, donatable: int, cost_model: str, capacity, target=None
-) -> Report:
-    """The report of a program the compiler would not build: the memory figures from its error;
-    the ops of the program as lowered (before fusion) when it runs on one device, none otherwise:
-    before partitioning, a sharded program's ops have global shapes, not one device's, so its ops,
-    FLOPs, bytes and coverage are unknown (absent from the summary), not a global count."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnoptimizedHloWarning)
-        report = analyze_hlo(lowered.as_text(dialect="hlo"), cost_model)
-    sharded = any(b.shape != b.global_shape for b in inputs)
-    ops = report.ops.iloc[0:0] if sharded else report.ops
-    summary = dict(report.summary)
-    if sharded:
-        for key in _PER_DEVICE_UNKNOWN:
-            summary.pop(key, None)
-        summary["unknown_ops"] = []
-    slices = None
-    if target is not None:
-        try:
-            slices = targets.slice_shapes(target)
-        except (targets.TargetError, KeyError):
-            slices = None
-    summary["memory"] = memory.from_error(
-        error, inputs, donatable, capacity, _devices(lowered), slices
-    )
-    summary["ops_before_optimization"] = not sharded
-    return Report(ops.reset_index(drop=True), summary, report.module)
-
-
-# What the refused program's lowered text cannot say per device once it is sharded.
-_PER_DEVICE_UNKNOWN = (
-    "flops", "transcendentals", "bytes_accessed", "comm_bytes", "coverage", "notes",
-)  # fmt: skip
-
-
-def _devices(lowered) -> int | None:
-    """The lowered program's device count (``mhlo.num_partitions`` × ``mhlo.num_replicas``)."""
-    try:
-        text = lowered.as_text()
-    except Exception:  # a count we can do without
-        return None
-    counts = [
-        int(m.group(1)) if (m := re.search(rf"mhlo\.{name} = (\d+)", text)) else 1
-        for name in ("num_partitions", "num_replicas")
-    ]
-    return math.prod(counts)
-
-
-def labelled(report: Report, target: str | None, how: str) -> Report:
+def labelled(report: Report, target: targets.Target | None, how: str) -> Report:
     """Record in the summary what the program was compiled for, and why."""
-    report.summary["compiled_for"] = target or "local"
+    report.summary["compiled_for"] = target.spec if target is not None else "local"
     report.summary["how"] = how
     return report
 
@@ -1075,7 +659,7 @@ def wrap_step(
     fn=None,
     *,
     chip=None,
-    target: str | None = None,
+    target: str | targets.Target | None = None,
     logdir=None,
     run: str | None = None,
     cost_model: str = "roofline",
@@ -1111,7 +695,7 @@ def wrap_step(
                         *resolved,
                         cost_model=cost_model,
                         cache=cache,
-                        warn_unsharded=_names_a_topology(target),
+                        warn_unsharded=names_a_topology(target),
                     )
                     if logdir is not None:
                         report.write_tensorboard(logdir, run or name)

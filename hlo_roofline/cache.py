@@ -110,7 +110,7 @@ MEMORY_FIELDS = (
 
 def compile_program(
     lowered,
-    target: str | None,
+    target: targets.Target | None,
     cache: bool | str | os.PathLike = True,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
 ) -> Program:
@@ -166,8 +166,10 @@ def optimized_text(compiled) -> str:
         return text
 
 
-def key(lowered, target: str | None) -> str:
-    """A digest of everything the optimized HLO depends on (see the module docstring)."""
+def key(lowered, target: targets.Target | str | None) -> str:
+    """A digest of everything the optimized HLO depends on (see the module docstring). The
+    analysis passes its :class:`~hlo_roofline.targets.Target`; a string is parsed here."""
+    target = targets.parse_target(target) if target is not None else None
     digest = hashlib.sha256(f"hlo_roofline cache {FORMAT}\0".encode())
     digest.update(lowered.as_text(debug_info=True).encode())
     digest.update(f"\0{target}\0".encode())
@@ -179,10 +181,9 @@ def key(lowered, target: str | None) -> str:
         except importlib.metadata.PackageNotFoundError:
             digest.update(f"{dist}=none\0".encode())
     if target is not None:
-        spec = targets.parse_target(target)
-        if spec.platform == "cuda":
-            digest.update(targets.gpu_target_config(spec.chip).encode())
-        digest.update(repr([(d.id, str(d)) for d in targets.devices(spec)]).encode())
+        if target.platform == "cuda":
+            digest.update(targets.gpu_target_config(target.chip).encode())
+        digest.update(repr([(d.id, str(d)) for d in target.devices]).encode())
     return digest.hexdigest()[:KEY_LENGTH]
 
 

@@ -46,8 +46,8 @@ from hlo_roofline import chips
 from hlo_roofline.text import one_line
 
 __all__ = [
+    "Target",
     "TargetError",
-    "TargetSpec",
     "TargetUnavailableError",
     "create_gpu_topology",
     "devices",
@@ -127,12 +127,14 @@ _SHAPE = re.compile(r"^\d+(x\d+)*$")
 
 
 @dataclass(frozen=True)
-class TargetSpec:
-    """A parsed target. ``spec`` is canonical (``"h100" -> "h100-sxm:1x1x1"``)."""
+class Target:
+    """A resolved target: made once from its string (:func:`parse_target`) and passed as this
+    object to everything that compiles, places, caches or warns for it, so none parses it again.
+    ``spec`` is canonical (``"h100" -> "h100-sxm:1x1x1"``); ``str(target)`` is ``spec``."""
 
     spec: str
     platform: str  # "tpu" | "cuda"
-    chip: str  # "v5e", "7x", "h100-sxm", "a100-80gb", "b200"
+    chip: str  # the chip database's key: "v5e", "7x", "h100-sxm", "a100-80gb", "b200"
     topology: str  # "2x2", "2x2x1", "1x1x8"
 
     @property
@@ -142,11 +144,21 @@ class TargetSpec:
             return f"{_CHIPS[self.chip].libtpu_name}:{self.topology}"
         return self.topology
 
+    @property
+    def devices(self) -> list[jax.Device]:
+        """The target's devices (TPU v4 and TPU7x expose 2 devices per chip); the topology is
+        made once per target (it loads libtpu or the CUDA plugin)."""
+        return list(_topology(self).devices)
+
+    @property
+    def device_count(self) -> int:
+        return len(_topology(self).devices)
+
     def __str__(self) -> str:
         return self.spec
 
 
-def slice_shapes(chip: str) -> list[tuple[int, str]]:
+def slice_shapes(chip: str | Target) -> list[tuple[int, str]]:
     """(devices, shape) of the standard slices of a chip that has a target, smallest first: TPU
     slices doubling from one host (2x2 / 2x2x1; a 2D chip also 1x1), axes up to 16; GPUs 1, 2,
     4 and 8 on a host, then whole hosts of 8. Memory advice names only these."""
@@ -170,14 +182,20 @@ def known_targets() -> list[str]:
     return [f"{c.key}:{c.default_topology}" for c in _CHIPS.values()]
 
 
-def parse_target(spec: str | TargetSpec) -> TargetSpec:
-    """Parse ``"chip[:topology]"``; raise ``TargetError`` with close matches for unknown chips.
+def parse_target(spec: str | Target) -> Target:
+    """The :class:`Target` of ``"chip[:topology]"`` (a :class:`Target` is returned as it is);
+    raise ``TargetError`` with close matches for unknown chips.
 
     The chip part is any name the chip database knows (key, alias or jax ``device_kind``), so
     ``"TPU v5 lite:2x2"`` and ``"v5e:2x2"`` are the same target.
     """
-    if isinstance(spec, TargetSpec):
+    if isinstance(spec, Target):
         return spec
+    return _parse(spec)
+
+
+def _parse(spec: str) -> Target:
+    """The one place a target string is read (``tests/test_target_once.py`` counts its calls)."""
     if not isinstance(spec, str) or not spec.strip():
         raise TargetError(f"target must be a non-empty string like 'v5e:2x2', got {spec!r}")
     name, _, topo = spec.strip().partition(":")
@@ -203,7 +221,7 @@ def parse_target(spec: str | TargetSpec) -> TargetSpec:
             f"bad topology {topo!r} for {key} in {spec!r} ({why}). Valid {key} shapes: "
             f"{chip.examples}"
         )
-    return TargetSpec(f"{key}:{topo}", chip.platform, key, topo)
+    return Target(f"{key}:{topo}", chip.platform, key, topo)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -410,13 +428,13 @@ _CUDA_UNREGISTERED = (
 )
 
 
-def get_topology(spec: str | TargetSpec) -> topologies.TopologyDescription:
+def get_topology(spec: str | Target) -> topologies.TopologyDescription:
     """The deviceless topology for a target (cached: creating one loads libtpu or the plugin)."""
     return _topology(parse_target(spec))
 
 
 @functools.cache
-def _topology(target: TargetSpec) -> topologies.TopologyDescription:
+def _topology(target: Target) -> topologies.TopologyDescription:
     if target.platform == "cuda":
         topo, _ = create_gpu_topology(gpu_target_config(target.chip), target.topology)
         return topo
@@ -433,13 +451,13 @@ def _topology(target: TargetSpec) -> topologies.TopologyDescription:
         ) from None
 
 
-def devices(spec: str | TargetSpec) -> list[jax.Device]:
+def devices(spec: str | Target) -> list[jax.Device]:
     """The target's devices (TPU v4 and TPU7x expose 2 devices per chip)."""
     return list(get_topology(spec).devices)
 
 
 def make_mesh(
-    spec: str | TargetSpec,
+    spec: str | Target,
     axis_shape: Sequence[int] | None = None,
     axis_names: Sequence[str] = ("data",),
 ) -> jax.sharding.Mesh:

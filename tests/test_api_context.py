@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from hlo_roofline import analyze, api, cache, cli, targets
+from hlo_roofline import analyze, api, cache, cli, placement, targets
 
 P = PartitionSpec
 S = jax.ShapeDtypeStruct
@@ -122,7 +122,7 @@ def in_process(steps, name: str):
     context NAME opens, beside the same program compiled by jax itself there."""
     with cli.opened_entry(f"{steps}:{name}") as (step, args, _):
         report = analyze(step, *args, target=TARGET, cache=False)
-        compiled = jax.jit(step).lower(*api.place_args(args, TARGET)).compile()
+        compiled = jax.jit(step).lower(*placement.place_args(args, TARGET)).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return report, cost["flops"], compiled.memory_analysis().argument_size_in_bytes
@@ -266,8 +266,8 @@ def test_typed_keys_in_nnx_state_and_raw_keys_are_sized_as_stored():
     key = jax.random.key(0)
     report = analyze(sample, key, jnp.ones((64, 64)), cache=False)
     assert report.summary["memory"]["arguments_bytes"] == 8 + 64 * 64 * 4
-    assert api.element_bytes(jax.random.key(0, impl="rbg").dtype) == 16  # four uint32
-    assert api.element_bytes(jax.dtypes.float0) == 1  # passed as a bool, as XLA counts it
+    assert placement.element_bytes(jax.random.key(0, impl="rbg").dtype) == 16  # four uint32
+    assert placement.element_bytes(jax.dtypes.float0) == 1  # passed as a bool, as XLA counts it
 
     def grads(x, i):
         return jax.grad(lambda x, i: (x * i).sum(), argnums=(0, 1), allow_int=True)(x, i)

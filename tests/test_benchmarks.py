@@ -16,6 +16,7 @@ def test_benchmark_prints_its_figures_against_their_targets(tmp_path):
     command = [
         sys.executable, str(ROOT / "benchmarks" / "run.py"), "--repeat", "1",
         "--targets", "cpu", "--instructions", "3000", "--tab-ops", "1000", "--json", str(out),
+        "--no-modules",  # minutes: every committed module, below on a few
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -44,6 +45,27 @@ def test_benchmark_prints_its_figures_against_their_targets(tmp_path):
     assert results["gpt2"]["instructions"] > 10_000 and results["gpt2"]["ratio"] > 0
     tab = results["tab"]
     assert tab["ops"] >= 1000 and tab["response_bytes"] > 0 and tab["first"] > 0 < tab["switch"]
+
+
+def test_every_module_is_timed_by_its_kind_and_those_xla_refuses_are_left_out():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run
+
+    names = [name for name, _ in run.fixture_modules()]
+    assert len(names) > 500 and len(set(names)) == len(names)
+    refused = run.xla_refuses(names)  # known answers: nothing asked of XLA again
+    assert "tpu_programs/moe_train.7x.hlo.txt.gz" in refused  # XLA's parser aborts on it
+    assert len(refused) < len(names) / 5
+    chosen = [
+        "ppermute/cpu.hlo.txt", "scan10/h100.hlo.txt", "scan10/tpu_v5e.hlo.txt",
+        "memory_dump/cpu/module_0000.jit_step.cpu_after_optimizations.txt",
+        "tpu_programs/moe_train.7x.hlo.txt.gz",
+    ]  # fmt: skip
+    measured = run.bench_modules(1, chosen)
+    assert set(measured["files"]) == set(chosen[:4]) and list(measured["refused"]) == chosen[4:]
+    assert [measured["files"][name]["kind"] for name in chosen[:4]] == ["cpu", "gpu", "tpu", "dump"]
+    assert all(kind["files"] == 1 for kind in measured["kinds"].values())
+    assert all(r["cpu_ratio"] > 0 for r in measured["files"].values())
 
 
 def test_scaling_script_measures_time_and_memory_per_instruction(tmp_path):

@@ -4,7 +4,7 @@ The owner is ``hlo.ir.DTYPE_BYTES`` (bytes per element of every XLA ``PrimitiveT
 as fractions). Derived from it: the byte size XLA's shape-size function uses (``cost.base``: a
 sub-byte element takes a whole byte unless its layout packs it). Its twins: the rate classes of the chip
 database (``chips.rate_class``) and the bytes the API counts for an argument
-(``api.element_bytes``). The oracles are jaxlib's ``PrimitiveType`` enum and the bit widths NumPy
+(``placement.element_bytes``). The oracles are jaxlib's ``PrimitiveType`` enum and the bit widths NumPy
 and ml_dtypes give each type.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from jax._src.lib import xla_client
 
-from hlo_roofline import api, chips
+from hlo_roofline import chips, placement
 from hlo_roofline.cost import base
 from hlo_roofline.hlo.ir import DTYPE_BYTES, NON_ARRAY_TYPES
 
@@ -101,4 +101,4 @@ def test_every_numeric_type_has_a_rate_class(hlo):
 
 @pytest.mark.parametrize("hlo", [t for t in sorted(DTYPE_BYTES) if DTYPE_BYTES[t] >= 1])
 def test_the_apis_argument_bytes_agree(hlo):
-    assert api.element_bytes(jnp.dtype(numpy_dtype(hlo))) == DTYPE_BYTES[hlo]
+    assert placement.element_bytes(jnp.dtype(numpy_dtype(hlo))) == DTYPE_BYTES[hlo]

@@ -18,6 +18,7 @@ from conftest import FIXTURES
 
 from hlo_roofline import cli, explorer
 from hlo_roofline.cli import explore as cli_explore
+from hlo_roofline.explorer.step import make_step_from, make_step_reference
 
 MLP = FIXTURES / "explore" / "mlp.py"
 TARGET = "v5e:2x2"
@@ -94,9 +95,9 @@ def _closure(f: int):
     path = str(MLP)
 
     def make(mesh, batch):
-        from hlo_roofline.explorer import _resolve
+        from hlo_roofline.explorer.step import make_step_from
 
-        return _resolve(("file", path, "make_mlp_step"))(mesh, batch=batch, d=128, f=f, layers=1)
+        return make_step_from(("file", path, "make_mlp_step"))(mesh, batch=batch, d=128, f=f, layers=1)
 
     return make
 
@@ -104,7 +105,7 @@ def _closure(f: int):
 @pytest.fixture(scope="module")
 def pool_run(tmp_path_factory):
     cache = tmp_path_factory.mktemp("explore-cache")
-    assert explorer._reference(f"{MLP}:tiny") == ("file", str(MLP), "tiny")  # imported by path
+    assert make_step_reference(f"{MLP}:tiny") == ("file", str(MLP), "tiny")  # imported by path
     result = explorer.explore(
         f"{MLP}:tiny", TARGET, axes=AXES, knobs=KNOBS, jobs=2, cache=cache, tokens_per_step=64
     )
@@ -152,7 +153,7 @@ def test_dask_local_cluster_gives_the_same_table(pool_run, tmp_path):
     distributed = pytest.importorskip("distributed")
     first, _ = pool_run
     make = _closure(256)
-    assert explorer._reference(make)[0] == "pickle"
+    assert make_step_reference(make)[0] == "pickle"
     with (
         distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -316,13 +317,13 @@ def test_why_states_the_books_thresholds():
 def test_how_a_worker_finds_make_step():
     """By module path when its module is importable, by file path when it was loaded from a file
     no package holds, by value (cloudpickle) otherwise; each resolves to the same function."""
-    ref = explorer._reference(explorer.factorizations)
-    assert ref == ("module", "hlo_roofline.explorer", "factorizations")
-    assert explorer._resolve(ref) is explorer.factorizations
-    from_file = explorer._resolve(("file", str(MLP), "make_mlp_step"))
-    assert explorer._reference(from_file) == ("file", str(MLP), "make_mlp_step")
-    assert explorer._reference("pkg.mod:make") == ("module", "pkg.mod", "make")
-    kind, data = explorer._reference(lambda mesh: None)
-    assert kind == "pickle" and callable(explorer._resolve((kind, data)))
+    ref = make_step_reference(explorer.factorizations)
+    assert ref == ("module", "hlo_roofline.explorer.layouts", "factorizations")
+    assert make_step_from(ref) is explorer.factorizations
+    from_file = make_step_from(("file", str(MLP), "make_mlp_step"))
+    assert make_step_reference(from_file) == ("file", str(MLP), "make_mlp_step")
+    assert make_step_reference("pkg.mod:make") == ("module", "pkg.mod", "make")
+    kind, data = make_step_reference(lambda mesh: None)
+    assert kind == "pickle" and callable(make_step_from((kind, data)))
     with pytest.raises(ValueError, match=r"FILE\.py:NAME"):
-        explorer._reference("no_colon")
+        make_step_reference("no_colon")

@@ -28,6 +28,8 @@ from conftest import FIXTURES, ROOT
 from hlo_roofline import check as gate
 from hlo_roofline import cli, explorer
 from hlo_roofline.cli import explore as cli_explore
+from hlo_roofline.explorer.run import _empty_table
+from hlo_roofline.explorer.step import _parameters_of, make_step_reference
 
 MLP = FIXTURES / "explore" / "mlp.py"
 TARGET = "v5e:2x2"
@@ -326,7 +328,7 @@ def test_knob_types_from_the_signature():
     def make(mesh, batch: int, adam: bool = False, rate: float = 1.0, policy: str = "full"):
         return None
 
-    params = explorer._parameters_of(make)
+    params = _parameters_of(make)
     explorer.check_knobs(params, {"batch": [8], "adam": [True], "rate": [2], "policy": ["x"]}, "m")
     for knobs, message in [
         ({"batch": [8], "adam": ["False"]}, "adam='False' is a str"),
@@ -342,7 +344,7 @@ def test_knob_types_from_the_signature():
 def test_best_of_an_empty_exploration_says_why():
     """Before: KeyError: 'rank'. Now a ValueError that says what became of the candidates."""
     k = explorer.book_constants("v5e")
-    empty = explorer.Exploration(explorer._empty_table(AXES, {}), {}, [({"data": 3}, "x")], k,
+    empty = explorer.Exploration(_empty_table(AXES, {}), {}, [({"data": 3}, "x")], k,
                                  TARGET, AXES)  # fmt: skip
     with pytest.raises(ValueError, match="no candidate compiled and fits: 0 candidates; 1 layouts"):
         empty.best()
@@ -382,7 +384,7 @@ def test_a_script_without_cloudpickle_is_loaded_by_path_once_guarded(tmp_path, m
 
         make_step.__module__, make_step.__qualname__ = "__main__", "make_step"  # as a script's
         if guarded:
-            assert explorer._reference(make_step) == ("file", str(script), "make_step")
+            assert make_step_reference(make_step) == ("file", str(script), "make_step")
         else:
             with pytest.raises(ValueError, match=r"calls explore\(\) at the top level.*install cloudpickle"):
-                explorer._reference(make_step)
+                make_step_reference(make_step)

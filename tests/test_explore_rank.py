@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES
 
 from hlo_roofline import cli, explorer
+from hlo_roofline.explorer.workers import _worker_environment
 
 MLP = FIXTURES / "explore" / "mlp.py"
 TARGET = "v5e:2x2"
@@ -235,7 +236,7 @@ def test_flags_from_toml(tmp_path):
     (tmp_path / "other.toml").write_text('gpu = ["--a"]\n')
     with pytest.raises(ValueError, match="unknown key"):
         explorer.read_flags_file(tmp_path / "other.toml")
-    env = explorer._worker_environment({"XLA_FLAGS": ["--x"]})
+    env = _worker_environment({"XLA_FLAGS": ["--x"]})
     assert env["XLA_FLAGS"].split()[-1] == "--x"
 
 

@@ -187,14 +187,15 @@ def test_inputs_are_named_after_the_arguments_past_static_ones_and_numbers():
     """The program's inputs paired with the caller's arguments in order: the static argument
     between them is skipped, a Python number is an input (the f32[] jit makes of it), and the
     donated one is known donated (nothing left to donate)."""
-    from hlo_roofline import api
+    from hlo_roofline import placement
+    from hlo_roofline.compile import lower
 
     def f(x, n, y, scale):
         return x * n + y * scale
 
     step = jax.jit(f, static_argnums=1, donate_argnums=2)
     vector = jax.ShapeDtypeStruct((256,), "float32")
-    placed = api.place_args((vector, 2, vector, 0.5), "v5e")
-    inputs, donatable = api._inputs(step, api._lower(step, placed, {}), (placed, {}))
+    placed = placement.place_args((vector, 2, vector, 0.5), "v5e")
+    inputs, donatable = placement.step_inputs(step, lower(step, placed, {}), (placed, {}))
     assert [(b.name, b.bytes) for b in inputs] == [("x", 1024), ("y", 1024), ("scale", 4)]
     assert donatable == 0  # the one output reuses y, donated

@@ -32,7 +32,7 @@ LAYERS = [
         ],
     ),
     ("text → IR", ["hlo_roofline.hlo", "hlo_roofline.hlo.*"]),
-    ("prices", ["hlo_roofline.cost", "hlo_roofline.cost.*"]),
+    ("prices", ["hlo_roofline.cost", "hlo_roofline.cost.*", "hlo_roofline.cost.tpu*"]),
     ("chip data", ["hlo_roofline.chips", "hlo_roofline.chips.*"]),
     (
         "judgments",
@@ -49,6 +49,8 @@ LAYERS = [
         [
             "hlo_roofline.targets",
             "hlo_roofline.cache",
+            "hlo_roofline.placement",
+            "hlo_roofline.compile",
             "hlo_roofline.api",
             "hlo_roofline.xplane",
             "hlo_roofline.measured",
@@ -64,6 +66,7 @@ LAYERS = [
             "hlo_roofline.testing",
             "hlo_roofline.demo",
             "hlo_roofline.explorer",
+            "hlo_roofline.explorer.*",
             "hlo_roofline.calibrate",
             "hlo_roofline.examples",
             "hlo_roofline.examples.*",
@@ -150,6 +153,26 @@ def cycles_of(edges: dict[str, set[str]]) -> list[str]:
 def test_no_import_cycles():
     cycles = cycles_of(graph())
     assert not cycles, "\n".join(cycles)
+
+
+# The explorer package's modules, each importing only those before it (explorer/__init__.py).
+EXPLORER_ORDER = ["status", "layouts", "book", "step", "workers", "ranking", "results", "run"]
+
+
+def test_the_explorer_modules_import_only_those_before_them():
+    edges = graph()
+    found = {n.rpartition(".")[2] for n in edges if n.startswith("hlo_roofline.explorer.")}
+    assert found == set(EXPLORER_ORDER), "a new explorer module: give it its place here"
+    later = [
+        f"explorer.{a} imports explorer.{b}"
+        for i, a in enumerate(EXPLORER_ORDER)
+        for b in EXPLORER_ORDER[i + 1 :]
+        if f"hlo_roofline.explorer.{b}" in edges[f"hlo_roofline.explorer.{a}"]
+    ]
+    assert not later, "\n".join(later)
+    assert "hlo_roofline.explorer" not in {
+        d for n in found for d in edges[f"hlo_roofline.explorer.{n}"]
+    }
 
 
 # An ES module's static imports: `import ... from "./x.js"` (and `export ... from`).

@@ -24,6 +24,7 @@ from hlo_roofline import api, chips, cost, measured, targets
 from hlo_roofline._atomic import is_remote, unwritable
 from hlo_roofline.check import PERCENT_RANGES, RuleError, percent_error, read_toml
 from hlo_roofline.cli.render import modules_table, report_text, step_time
+from hlo_roofline.compile import jitted
 from hlo_roofline.diff import NotClassifiedError
 from hlo_roofline.hlo import HloParseError
 from hlo_roofline.report import Report, ReportError
@@ -126,11 +127,15 @@ def _chip(ctx: click.Context, param: click.Parameter, value: str | None) -> chip
         raise click.BadParameter(one_line(exc)) from None
 
 
-def _target(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def _target(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> targets.Target | str | None:
+    """The parsed :class:`~hlo_roofline.targets.Target` (or "local"): the commands pass it on,
+    so the string is read once."""
     if value is None or value == "local":
         return value
     try:
-        return targets.parse_target(value).spec
+        return targets.parse_target(value)
     except targets.TargetError as exc:
         raise click.BadParameter(one_line(exc)) from None
 
@@ -613,7 +618,7 @@ def _analyze_entry(
         if steps:
             if target is not None:
                 raise InputError("--measure runs the step here: it cannot use --target")
-            return measured.measure(api.jitted(step, kwargs), *args, steps=steps, chip=chip)
+            return measured.measure(jitted(step, kwargs), *args, steps=steps, chip=chip)
         return api.analyze(
             step,
             *args,

@@ -284,7 +284,7 @@ def explore_command(
     if file.endswith(".py") and not Path(file).is_file():
         raise InputError(f"no such file: {file}")
     try:
-        target = targets.parse_target(target).spec
+        target = targets.parse_target(target)  # read once: explore() and its workers take it
     except targets.TargetError as exc:
         raise InputError(one_line(exc)) from None
     _writable(logdir, csv_path, json_path)  # asked before minutes of compiling, not after

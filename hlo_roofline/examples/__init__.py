@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_roofline import api, cache
+from hlo_roofline.targets import Target
 
 __all__ = ["EXAMPLES", "Example", "analyze_example", "default_cache_dir", "get"]
 
@@ -62,7 +63,7 @@ class Example:
             path = path.relative_to(Path.cwd())
         return f"{path}:{self.function}"
 
-    def load(self, target: str | None = None) -> tuple[Callable, tuple, dict]:
+    def load(self, target: str | Target | None = None) -> tuple[Callable, tuple, dict]:
         """(step, args, jit_kwargs); examples that shard over a mesh build it on ``target``."""
         factory = getattr(self._module(), self.function)
         takes_target = "target" in inspect.signature(factory).parameters
@@ -101,7 +102,7 @@ def get(name: str) -> Example:
 
 def analyze_example(
     name: str,
-    target: str | None = None,
+    target: str | Target | None = None,
     *,
     chip=None,
     cost_model: str = "roofline",
@@ -118,14 +119,15 @@ def analyze_example(
     """
     example = get(name)
     target = target or example.target
-    step, args, jit_kwargs = example.load(api.resolve(chip, target)[1])
+    resolved = api.resolve(chip, target)[1]  # parsed once: the step's mesh and the compile
+    step, args, jit_kwargs = example.load(resolved)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", api.UnshardedProgramWarning)
         return api.analyze(
             step,
             *args,
             chip=chip,
-            target=target,
+            target=resolved if resolved is not None else target,
             cost_model=cost_model,
             cache=cache_dir if cache_dir is not None else False,
             jit_kwargs=jit_kwargs,

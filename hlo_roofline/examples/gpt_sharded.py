@@ -66,10 +66,11 @@ def gpt_sharded_step(target: str = TARGET, config: gpt.GptConfig = CONFIG):
     ``v5p:4x4x4``). AdamW moments are sharded like their params.
     """
     canonical = {targets.parse_target(t).spec: shape for t, shape in MESH_SHAPES.items()}
-    shape = canonical.get(targets.parse_target(target).spec)
+    parsed = targets.parse_target(target)
+    shape = canonical.get(parsed.spec)
     if shape is None:
-        raise ValueError(f"no mesh shape for {target!r}; known: {', '.join(MESH_SHAPES)}")
-    mesh = targets.make_mesh(target, shape, ("data", "model"))
+        raise ValueError(f"no mesh shape for {str(target)!r}; known: {', '.join(MESH_SHAPES)}")
+    mesh = targets.make_mesh(parsed, shape, ("data", "model"))
     params = gpt.abstract_params(
         config, sharding_of=lambda path, _: NamedSharding(mesh, param_spec(path))
     )

@@ -98,7 +98,12 @@ def is_library(
     ``libraries`` (where it is installed here) — unless it is inside one of ``user_packages``
     (package names or directories): the user's own code even when installed (MaxText in
     site-packages, driven by a script)."""
+    # a module's ops share a few dozen files over thousands of frames: each answered once
+    return _is_library(path, tuple(libraries), tuple(user_packages))
 
+
+@functools.lru_cache(maxsize=8192)
+def _is_library(path: str, libraries: tuple[str, ...], user_packages: tuple[str, ...]) -> bool:
     def inside(entries) -> bool:
         return any(path.startswith(d) for entry in entries for d in _library_dirs(entry))
 

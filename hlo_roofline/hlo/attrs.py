@@ -215,6 +215,22 @@ def tile_steps(instr: Instruction) -> int:
         return 0
 
 
+def output_window(instr: Instruction) -> tuple[int, ...]:
+    """XLA:TPU's ``window_config.output_window_bounds`` (``backend_config``): the extent of one
+    step of the op's tiling loop along each dimension of the array it iterates, in the order the
+    compiler lists them (major to minor; the minor-most in 128-lane tiles); () where the compiler
+    wrote none."""
+    if "output_window_bounds" not in instr.attrs.get("backend_config", ""):
+        return ()
+    bounds = _field(backend_config(instr), "window_config", "output_window_bounds")
+    if not isinstance(bounds, list):
+        return ()
+    try:
+        return tuple(int(b) for b in bounds)
+    except (TypeError, ValueError):
+        return ()
+
+
 def _find_key(node, key: str):
     if isinstance(node, dict):
         if key in node:
@@ -273,6 +289,8 @@ def _number(value) -> int:
 
 # XLA prints metadata strings C-escaped (absl::CEscape): \' \" \\ \n \t \r and octal bytes.
 _C_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))", re.DOTALL)
+_OTHER_ESCAPE = re.compile(r"\\[^'\"\\]")  # an escape other than \' \" \\ (or a false hit)
+_QUOTE_ESCAPE = re.compile(r"\\(['\"\\])")
 _C_SIMPLE = {"n": b"\n", "t": b"\t", "r": b"\r", "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v"}
 
 
@@ -280,6 +298,8 @@ def _unescape(text: str) -> str:
     """A C-escaped string as the text it stands for (``state[\\'params\\']`` → ``state['params']``)."""
     if "\\" not in text:
         return text
+    if _OTHER_ESCAPE.search(text) is None:  # only \' \" \\ (params['w']): one substitution in C
+        return _QUOTE_ESCAPE.sub(r"\1", text)
     out = bytearray()
     pos = 0
     for m in _C_ESCAPE.finditer(text):

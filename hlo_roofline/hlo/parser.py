@@ -547,6 +547,7 @@ def _parse_module(text: str) -> Module:
     entry: Computation | None = None
     current: Computation | None = None
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
+    append = [].append  # and its instructions' append, bound once a computation
     parameters: list[Instruction] = []  # and its parameters
     elements: dict[tuple[int, int], Instruction] = {}  # get-tuple-elements made for "%x#N"
     short_head, fast_tail, called_key = _SHORT_HEAD.match, _FAST_TAIL.match, _CALLED_KEY_TEXT.search
@@ -664,7 +665,7 @@ def _parse_module(text: str) -> Module:
                         raise _wrong_arity(instr, arity, n, text[start:end])
                 if code == "parameter":
                     parameters.append(instr)
-                if instr.name in by_name:
+                if by_name.setdefault(instr.name, instr) is not instr:  # the name is taken
                     spelled = instr.name
                     if not elements or _made_for_compact_gte(by_name[spelled], elements) is None:
                         col = text.find(spelled, start, end) - start
@@ -674,8 +675,8 @@ def _parse_module(text: str) -> Module:
                     # this instruction takes the next free one, and the text's name means it.
                     instr.name = _unique_name(spelled, by_name)
                     by_name[spelled] = instr
-                by_name[instr.name] = instr
-                current.instructions.append(instr)
+                    by_name[instr.name] = instr
+                append(instr)
                 if instr._place & 1:  # is_root, read without the property (per instruction)
                     current.root = instr
                 if code in caller_opcodes or (
@@ -718,6 +719,7 @@ def _parse_module(text: str) -> Module:
             line = SourceLine(number, raw.rstrip())
             raise line.error(f"duplicate computation '{current.name}'", m.start(2))
         by_name = {}
+        append = current.instructions.append
         parameters = []
         elements = {}
     if current is not None:  # the text ends inside a computation: truncated

@@ -200,6 +200,11 @@ class _Refused(Exception):
         self.message, self.key = message, key
 
 
+# How many instructions that passed are remembered (their attribute text with each): a module whose
+# metadata makes every text distinct remembers no more than this.
+_PASSED_KEPT = 4096
+
+
 def check_shapes(computations, text: str) -> None:
     """Every instruction whose shapes the cost model reads agrees with its operands, as XLA's shape
     inference has it: dot and convolution dimension numbers, elementwise operands, reduce
@@ -207,17 +212,29 @@ def check_shapes(computations, text: str) -> None:
     indices, transposes, broadcasts, reshapes, dynamic slices and reduce windows. The first that
     does not is an :class:`HloParseError` at its line and attribute."""
     rules = _SHAPE_RULES
+    # What a rule reads of an instruction is its opcode, its shape, its operands' shapes and its
+    # attributes: an instruction equal to one that passed in all four passes too. Shapes are
+    # compared by identity (the parser shares one object per spelling, all alive here) and
+    # attributes by their text (where it is not split yet); a module repeats a few hundred
+    # such instructions over thousands of lines.
+    passed: set[tuple] = set()
     for computation in computations.values():
         for instr in computation.instructions:
             rule = rules.get(instr.opcode)
             if rule is None:
                 continue
-            if rule is _elementwise:  # most ops of a large module: operands of its very shape
-                shape = instr.shape  # (the parser shares one object per shape text)
-                if all(operand.shape is shape for operand in instr.operands):
+            shape = instr.shape
+            if rule is _elementwise and all(o.shape is shape for o in instr.operands):
+                continue  # most ops of a large module: operands of its very shape
+            attr_text = instr.attr_text
+            if attr_text is not None:
+                key = (instr.opcode, id(shape), attr_text, *[id(o.shape) for o in instr.operands])
+                if key in passed:
                     continue
             try:
                 rule(instr)
+                if attr_text is not None and len(passed) < _PASSED_KEPT:
+                    passed.add(key)
             except _Refused as refused:
                 line = SourceLine(instr.line, line_text(text, instr.line))
                 col = line.text.find(refused.key + "=") if refused.key else -1

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from hlo_roofline.api import jitted, local_chip, map_arrays
+from hlo_roofline.compile import jitted, local_chip
 from hlo_roofline.host import host_chip
 from hlo_roofline.measured.join import joined_reports, resolve_chip
+from hlo_roofline.placement import map_arrays
 from hlo_roofline.report import Report
 from hlo_roofline.xplane import TraceError
 
