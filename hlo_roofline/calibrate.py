@@ -25,11 +25,11 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   and one megascale runtime: the same two numbers on every TPU.
 
 - XLA:TPU's charges on v5e, v5p, v6e and 7x, read off ``fixtures/tpu_estimates`` by the
-  arithmetic each number's note writes out (:data:`TPU_FITS`: the program and the op each reads),
-  rounded as the note says (to the stored digits, down where a lower charge is the safe side, up
-  for a rate); the held-out programs are checked in ``tests/test_tpu_estimates.py``. The pass
-  counts (``*_passes``, ``loop_reads``) are chosen against the fitting set, not fitted: printed,
-  not refitted.
+  arithmetic each number's note writes out (:func:`tpu_fits`; ``_LOOP_FIT_POINT`` the program
+  each loop rate is read from), rounded as the note says (to the stored digits, down where a
+  lower charge is the safe side, up for a rate); the held-out programs are checked in
+  ``tests/test_tpu_estimates.py``. The pass counts (``*_passes``, ``loop_reads``) are chosen
+  against the fitting set, not fitted: printed, not refitted.
 - ``calibrated.depthwise_taps``, ``calibrated.expanded_elements`` and ``calibrated.sublane_fold``
   of v5e, v5p, v6e and 7x (a mechanism's rate each: a depthwise conv's taps, an array a fusion
   expands and folds in blocks, the result of one folded in column strips), on the fit
@@ -178,10 +178,11 @@ KERNEL_CLASSES = {
 
 def uncovered(card: str, case: str) -> tuple[float, float]:
     """(the step's time no kernel covers: measured step − Σ the kernels' measured times, the
-    kernel runs the model gives a launch gap: rows with a bound time, times their count)."""
+    kernel runs the model gives a launch gap: :func:`~hlo_roofline.judge.time_model.kernel_runs`,
+    times their count)."""
     report = gpu_reports(card, case)
     ops = report.ops
-    kernels = ops[(ops["t_bound_s"] > 0) & (ops["count"] > 0)]
+    kernels = ops[time_model.kernel_runs(ops, ops["t_bound_s"].to_numpy(dtype=float))]
     covered = ops.loc[ops["measured_s"] > 0, "measured_s"].sum()
     return report.summary["measured_step_s"] - covered, float(kernels["count"].sum())
 
@@ -316,8 +317,7 @@ def dcn_fits() -> list[Fit]:
 
 
 TPU_CHIPS = ("v5e", "v5p", "v6e", "7x")
-# Each fitted XLA:TPU charge: (program of fixtures/tpu_estimates, how its op is picked, what the
-# charge is of that op per second of XLA's estimate, or for tile_step / op_floor, a time).
+# The fixtures/tpu_estimates program whose loop fusion each chip's loop rate is read from.
 _LOOP_FIT_POINT = {"v5e": "convert_reduce_fusion", "v5p": "convert_reduce_fusion",
                    "v6e": "fusion.4", "7x": "convert_reduce_fusion"}  # fmt: skip
 

@@ -18,8 +18,8 @@ Your own chips: ``load_file("my_chips.toml")`` (same schema as the built-in file
 
 The package keeps one job per module: :mod:`~hlo_roofline.chips.model` (the dataclasses),
 :mod:`~hlo_roofline.chips.loader` (the data file, validated), :mod:`~hlo_roofline.chips.registry`
-(look-up by name, close matches, your own chips), :mod:`~hlo_roofline.chips.rates` (the peak an op
-runs at) and :mod:`~hlo_roofline.chips.table` (docs/chips.md's table).
+(look-up by name, close matches, your own chips) and :mod:`~hlo_roofline.chips.table`
+(docs/chips.md's table); the peak an op runs at is ``Chip.matmul_peak`` or ``Chip.vector_peak``.
 """
 
 from __future__ import annotations

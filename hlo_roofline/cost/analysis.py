@@ -27,9 +27,6 @@ from hlo_roofline.cost.control_flow import CONTAINERS, branches, heaviest_branch
 from hlo_roofline.cost.row import PricedOp
 from hlo_roofline.hlo.ir import Computation, Instruction, Module
 
-_RULE_ERRORS = RULE_ERRORS
-
-
 _priced_op = tuple.__new__  # PricedOp(...) without its keyword-handling constructor (one per row)
 
 
@@ -51,7 +48,7 @@ def price(instr: Instruction, ctx: CostContext) -> Cost:
         return cost
     except RecursionError:
         return Cost(unknown=True, notes=("computation nesting too deep to price",))
-    except _RULE_ERRORS as exc:
+    except RULE_ERRORS as exc:
         return Cost(unknown=True, notes=(f"could not price {instr.opcode}: {exc!r}",))
 
 
@@ -149,7 +146,7 @@ class _Walk:
                         comp, count if i == taken else 0, branch_note or note, short, depth + 1
                     )
                 return True
-        except _RULE_ERRORS:
+        except RULE_ERRORS:
             return False  # priced as one flagged row instead
         return False
 

@@ -28,7 +28,15 @@ from hlo_roofline.cost.base import RULE_ERRORS, Cost, element_bytes
 from hlo_roofline.cost.collectives import COLLECTIVES, WRAPPERS, async_start_of, group_text, kind
 from hlo_roofline.cost.facts import remember_shape
 from hlo_roofline.cost.linalg import MATMUL_OPCODES, MatmulIO
-from hlo_roofline.cost.row import Body, Build, Op, PricedOp, first_two, precision
+from hlo_roofline.cost.row import (
+    Body,
+    Build,
+    Op,
+    PricedOp,
+    RowExtractor,
+    first_two,
+    precision,
+)
 from hlo_roofline.cost.tpu import extractors as tpu
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.attribution import metadata_columns
@@ -52,7 +60,6 @@ class Chunk:
     loops: dict[int, str]
 
 
-RowExtractor = Callable[[Op], None]
 
 
 @dataclass(frozen=True)

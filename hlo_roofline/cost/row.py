@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import operator
+from collections.abc import Callable
 from typing import NamedTuple
 
 from hlo_roofline.cost import custom_call
@@ -25,8 +26,7 @@ _opcode = operator.attrgetter("opcode")
 class PricedOp(NamedTuple):
     """One executed instruction, its execution count per step and its cost per execution.
 
-    A named tuple (immutable, like the frozen dataclass it replaced, and cheaper to build: there is
-    one per row).
+    A named tuple: immutable, and cheaper to build than a dataclass (there is one per row).
     """
 
     instr: Instruction
@@ -70,6 +70,10 @@ class Op:
     geometry: tuple[int, int, int, int] | None  # a matmul's (the matmuls' extractor)
     io: MatmulIO | None
     steps: int
+
+
+# An extractor made for one table: called once per row with the row's Op, it writes its columns.
+RowExtractor = Callable[[Op], None]
 
 
 class Build:

@@ -231,6 +231,14 @@ class TimeModel:
         }
 
 
+def kernel_runs(ops: pd.DataFrame, t_bound: np.ndarray) -> np.ndarray:
+    """The GPU rows that launch a kernel of their own: a bound time (a parameter, a tuple, a
+    bitcast has none), executed, and no collective (its launch is in its transfer's time). The
+    launch gap is charged to these, and fitted over these (``calibrate.uncovered``)."""
+    runs = (t_bound > 0) & (ops["count"].to_numpy(dtype=float) > 0)
+    return runs & (ops["collective"].to_numpy() == "")
+
+
 class GpuTimeModel(TimeModel):
     """A GPU's: tensor cores at the matmul dtype's peak (f32 on TF32 unless ``highest``), CUDA
     cores for the rest, HBM; collectives on NVLink inside a node and the node's scale-out
@@ -296,8 +304,7 @@ class GpuTimeModel(TimeModel):
         (as ``measure`` runs them) adds it, a training loop dispatches the next step meanwhile."""
         cal = self.chip.calibration
         launch = np.zeros(len(ops))
-        kernel = (bound.t_bound > 0) & (ops["count"].to_numpy(dtype=float) > 0)
-        kernel &= ops["collective"].to_numpy() == ""
+        kernel = kernel_runs(ops, bound.t_bound)
         if cal.launch_gap_s:
             launch[kernel] = cal.launch_gap_s * ops["count"].to_numpy(dtype=float)[kernel]
         return {"launch": launch}

@@ -1,4 +1,5 @@
-"""What only the TPU compute model reads: the vector unit's element counts (:mod:`.units`), the
+"""The TPU compute model's counts: the vector unit's element counts (:mod:`.units`; every backend's
+op floor also asks whether an op has any, so they are counted for every module), the
 tiling loops XLA:TPU's code generation wrote (:mod:`.tiling`), and the extractors that make the
 report's TPU columns of them, with the arrays XLA:TPU places in VMEM (:mod:`.extractors`).
 

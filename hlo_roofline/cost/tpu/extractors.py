@@ -21,7 +21,7 @@ from hlo_roofline.cost.intermediates import (
     sublane_fold_results,
 )
 from hlo_roofline.cost.linalg import VMEM_SPACE, fused_operand_words, streamed_operand_words
-from hlo_roofline.cost.row import Body, Build, Op
+from hlo_roofline.cost.row import Body, Build, Op, RowExtractor
 from hlo_roofline.cost.tpu.tiling import (
     epilogue_pass,
     major_reduce_results,
@@ -43,7 +43,6 @@ UNIT_COLUMNS = (
 )  # fmt: skip
 TILING_COLUMNS = ("tile_reread_bytes", "tile_k_steps", "epilogue_elements", "prologue_elements")
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
-RowExtractor = Callable[[Op], None]
 
 
 def places_in_vmem(module: Module) -> bool:

@@ -2,8 +2,9 @@
 unit, and those a reduce folds across its lanes or over major dimensions.
 
 These are not XLA's and not a cost: the report's ``vector_elements`` and ``lane_reduced_elements``
-columns, which the TPU time model (:mod:`hlo_roofline.judge.verdict`) runs at the chip's loop rate. They
-are counted here, beside the rules, because they read what the rules read (in-place updates, sliced
+columns, which the TPU time model (:mod:`hlo_roofline.judge.compute`, through
+:class:`~hlo_roofline.judge.time_model.TpuTimeModel`) runs at the chip's loop rate. They are counted in
+``cost/``, not by the judges, because they read what the cost rules read (in-place updates, sliced
 reads, matmul prologues); docs/cost-model.md ("Vector work") says how.
 """
 
