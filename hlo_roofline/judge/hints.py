@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ from hlo_roofline.schema import BOUNDS
 
 def hint_columns(
     ops: pd.DataFrame,
+    verdicts: Mapping[str, np.ndarray],
     matmul: np.ndarray,
     no_rate: np.ndarray,
     rates: dict,
@@ -26,18 +28,23 @@ def hint_columns(
 ) -> dict[str, object]:
     """The hint columns of classified ops: fields for matmuls that have a verdict (NumPy over
     those rows), the text rendered from them, and the rows that say why they have no verdict
-    (no rate for the dtype) or no time (a prefetch)."""
+    (no rate for the dtype) or no time (a prefetch). ``verdicts``: the rows' ``bound``,
+    ``intensity``, ``critical_intensity`` and ``expected_by``, judged before their hints."""
     size = len(ops)
     reason = np.full(size, "", dtype=object)
     hint = np.full(size, "", dtype=object)
     ridge_m, ridge_k, waste = np.full(size, np.nan), np.full(size, np.nan), np.zeros(size)
-    bound = ops["bound"].to_numpy()
+    bound = np.asarray(verdicts["bound"])
     rows = np.flatnonzero(matmul & ~no_rate & np.isin(bound, BOUNDS[:3]))
     if len(rows):
-        intensity = ops["intensity"].to_numpy(dtype=float)[rows]
-        ridge = ops["critical_intensity"].to_numpy(dtype=float)[rows]
+        intensity = np.asarray(verdicts["intensity"], dtype=float)[rows]
+        ridge = np.asarray(verdicts["critical_intensity"], dtype=float)[rows]
         fields = ridge_fields(ops, rows, ridge, chip, padding[rows])
-        by = ops["expected_by"].to_numpy()[rows] if "expected_by" in ops else np.full(len(rows), "")
+        by = (
+            np.asarray(verdicts["expected_by"])[rows]
+            if "expected_by" in verdicts
+            else np.full(len(rows), "")
+        )
         loop = by == "loop"  # expected at its result's loop, not the MXU
         fields["hint_reason"][loop] = "vector_loop"
         reason[rows] = fields["hint_reason"]
