@@ -632,9 +632,10 @@ def _analyze_step(
         report = refused(lowered, as_lowered, error, inputs, donatable, target)
         how += "; the compiler refused it: out of memory"
     else:
-        report = _analyze_hlo(program.text, cost_model, None, user_packages, None)
+        module = parse_module(program.text)
+        report = _analyze_hlo(module, cost_model, None, user_packages, None)
         if warn_unsharded:
-            warn_if_unsharded(report, program.text, target, inputs, lowered)
+            warn_if_unsharded(report, module, target, inputs, lowered)
         if program.memory is not None:
             temporaries = memory.largest_temporaries(report.summary["memory"])
             report.summary["memory"] = memory.from_stats(

@@ -25,8 +25,9 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   for a rate); the held-out programs are checked in ``tests/test_tpu_estimates.py``. The pass
   counts (``*_passes``, ``loop_reads``) are chosen against the fitting set, not fitted: printed,
   not refitted.
-- ``calibrated.depthwise_taps`` and ``calibrated.expanded_elements`` of v5e, v5p, v6e and 7x (a
-  mechanism's rate each: a depthwise conv's taps, an array a fusion expands and folds), on the fit
+- ``calibrated.depthwise_taps``, ``calibrated.expanded_elements`` and ``calibrated.sublane_fold``
+  of v5e, v5p, v6e and 7x (a mechanism's rate each: a depthwise conv's taps, an array a fusion
+  expands and folds in blocks, the result of one folded in column strips), on the fit
   half of the generated corpus ``fixtures/tpu_heldout`` (:func:`heldout_fits`); its report half is
   held out, checked in ``tests/test_tpu_heldout.py``.
 """
@@ -371,17 +372,21 @@ def heldout_fits(chip: str) -> list[Fit]:
     - ``depthwise_taps``: the multiply-adds per second per TensorCore at which XLA charges an
       op holding a depthwise convolution its taps;
     - ``expanded_elements``: the elements per second per TensorCore XLA charges an array a fusion
-      expands and folds inside itself.
+      expands and folds inside itself, over the expansions ``sublane_fold`` does not charge
+      (the expected model charges each expansion by one of the two);
+    - ``sublane_fold``: the result elements per second per TensorCore XLA charges a fusion that
+      folds an expansion's sublanes in a loop tiled into column strips (its charge follows the
+      result, not the expansion: cost/intermediates.py).
 
     A chip whose fit-half ops imply rates more than 2x apart gets none (``SPREAD_LIMIT``: one
-    rate would leave some of them below half XLA's estimate; XLA:TPU charges v6e's and 7x's
-    small expansions in VMEM 2.9-4x faster per element than large ones, so they have no
-    ``expanded_elements``). Each is the fastest rate any fit-half op implies (the least charge:
-    the expected model is not to go above XLA's estimate on an op the fit saw), rounded up; the
-    residuals printed are each op's rate ÷ the fit (≤ 1)."""
+    rate would leave some of them below half XLA's estimate). Each is the fastest rate any
+    fit-half op implies (the least charge: the expected model is not to go above XLA's estimate
+    on an op the fit saw), rounded up; the residuals printed are each op's rate ÷ the fit (≤ 1)."""
     spec = chips.get(chip)
     per_core = (spec.devices_per_chip or 1) / spec.cores.get("tensorcore", 1)
-    counted: dict[str, list[tuple[float, float]]] = {"depthwise_taps": [], "expanded_elements": []}
+    counted: dict[str, list[tuple[float, float]]] = {
+        "depthwise_taps": [], "expanded_elements": [], "sublane_fold": []
+    }
     for program in heldout_programs("fit"):
         if chip not in _heldout_chips(program):
             continue
@@ -391,9 +396,14 @@ def heldout_fits(chip: str) -> list[Fit]:
             zip(rows["depthwise_taps"], rows["xla_estimate_s"], strict=True)
         )
         rows = ops[ops["expanded_elements"] > 0]
+        by_fold = rows["sublane_fold_results"] > 0
         counted["expanded_elements"] += list(
-            zip(rows["expanded_elements"], rows["xla_estimate_s"], strict=True)
+            zip(rows["expanded_elements"][~by_fold], rows["xla_estimate_s"][~by_fold], strict=True)
         )
+        counted["sublane_fold"] += list(
+            zip(rows["sublane_fold_results"][by_fold], rows["xla_estimate_s"][by_fold],
+                strict=True)
+        )  # fmt: skip
     found = []
     for key, samples in counted.items():
         if not any(s > 0 for _, s in samples):

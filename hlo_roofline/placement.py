@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import re
 import sys
 import warnings
 
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from hlo_roofline import targets
+from hlo_roofline.hlo.ir import Module, Shape
 from hlo_roofline.judge import memory
 from hlo_roofline.report import Report
 
@@ -108,33 +108,24 @@ class UnshardedProgramWarning(UserWarning):
     """A multi-device target got a program that shards nothing: each device runs all of it."""
 
 
-_MODULE_HEADER = re.compile(r"^HloModule [^\n]*")
-
-
-_SHAPE_DIMS = re.compile(r"\b[a-z]+\d*\[([\d,]*)\]")
-
-
 def warn_if_unsharded(
-    report: Report, text: str, target: targets.Target | None, inputs, lowered
+    report: Report, module: Module, target: targets.Target | None, inputs, lowered
 ) -> None:
     """A step compiled for several devices whose program is one device's (no partitions), or
     partitioned with nothing split: every input and output whole on each device and no
     collective. A mesh or sharding that was meant to hold was not there (a ``jax.set_mesh``
-    outside the trace, say), and the figures are the whole step's on each device."""
+    outside the trace, say), and the figures are the whole step's on each device. The module's
+    header facts are the parser's (its partitions, its result shape), not read again here."""
     if target is None or target.device_count <= 1:
         return
-    header = _MODULE_HEADER.search(text)
-    header = header.group(0) if header else ""
-    found = re.search(r"\bnum_partitions=(\d+)", header)
-    partitions = int(found.group(1)) if found else 1
+    partitions = module.num_partitions
     if partitions > 1:
         if any(b.shape != b.global_shape for b in inputs):
             return
         if "collective" in report.ops and (report.ops["collective"] != "").any():
             return
-        layout = re.search(r"entry_computation_layout=\{\(.*?\)->(.*?)\}(?:,|$)", header)
         whole = sum(math.prod(o.shape) for o in jax.tree_util.tree_leaves(lowered.out_info))
-        if layout is None or _elements(layout.group(1)) < whole:
+        if _elements(module.entry.root.shape) < whole:
             return
         what = f"partitioned {partitions} ways with nothing split (no collective)"
     else:
@@ -149,11 +140,9 @@ def warn_if_unsharded(
     )
 
 
-def _elements(shapes: str) -> int:
-    """Elements of every array in HLO shape text (``(f32[2,3]{1,0}, s32[])`` → 7)."""
-    return sum(
-        math.prod(int(d) for d in dims.split(",") if d) for dims in _SHAPE_DIMS.findall(shapes)
-    )
+def _elements(shape: Shape) -> int:
+    """Elements of every array of a (tuple) shape: ``(f32[2,3], s32[])`` → 7."""
+    return sum(math.prod(leaf.dims) for leaf in shape.leaves())
 
 
 def mesh_of(*placed) -> jax.sharding.Mesh | None:

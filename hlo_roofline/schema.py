@@ -51,6 +51,10 @@ EXPECTED_EFFECTS = {
     "(`calibrated.depthwise_taps`)",
     "expanded": "the elements a TPU fusion expands and folds inside itself "
     "(`calibrated.expanded_elements`)",
+    "sublane_fold": "the results of a TPU fusion folding an expansion's sublanes in column "
+    "strips (`calibrated.sublane_fold`)",
+    "second_pass": "a TPU fusion's loop passing twice over an array it folds over a whole row "
+    "and then uses (`calibrated.loop_elements`)",
     "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
@@ -86,7 +90,7 @@ XLA_GAPS = {
 }
 
 COLUMNS: tuple[Column, ...] = (
-    # -- cost: what the op is and what it costs, per device and per step (cost/analysis.py) -------
+    # -- cost: what the op is and what it costs, per device and per step (cost/extractors.py) -----
     _c("name", "text", "", "the instruction, as in the HLO text", "cost"),
     _c("opcode", "text", "", "its opcode", "cost"),
     _c("computation", "text", "", "the computation it is in", "cost"),
@@ -225,6 +229,19 @@ COLUMNS: tuple[Column, ...] = (
        "though no boundary array holds them, per step; "
        "priced at the chip's `calibrated.expanded_elements` rate by the expected model; 0 "
        "elsewhere", "cost"),
+    _c("sublane_fold_results", "float", "elements",
+       "result elements, in 32-bit words, of a fusion that folds such an expansion over its "
+       "sublanes (its second-minor dimension) in a loop XLA:TPU tiled into column strips "
+       "(`window_config.output_window_bounds`: one 128-lane tile wide, one index of every "
+       "dimension above the rows), which assembles each result register from folded rows, per "
+       "step; priced at the chip's `calibrated.sublane_fold` rate by the expected model, in "
+       "place of `expanded_elements`; 0 elsewhere", "cost"),
+    _c("second_pass_elements", "float", "elements",
+       "elements, in 32-bit words, of an array a fusion computes, folds over a whole row (a "
+       "row-spanning `reduce-window`: a softmax's row sum) and then uses elementwise, where it "
+       "streams an operand from HBM: its loop passes over them a second time once the row is "
+       "folded, per step; priced at the chip's loop rate by the expected model; 0 elsewhere",
+       "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "

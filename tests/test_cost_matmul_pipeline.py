@@ -12,7 +12,7 @@ import pytest
 from tpu_oracle import priced_ops
 
 from hlo_roofline import chips
-from hlo_roofline.cost.tpu_units import result_pass
+from hlo_roofline.cost.tpu.units import result_pass
 from hlo_roofline.hlo.parser import parse_shape
 
 ROOT = Path(__file__).resolve().parent.parent

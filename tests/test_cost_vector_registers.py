@@ -1,5 +1,5 @@
 """The TPU vector loop counts whole registers of 8 sublanes: a result whose layout tile has r < 8
-rows fills r of them, so its loop passes 8/r times its elements (:func:`tpu_units.register_elements`).
+rows fills r of them, so its loop passes 8/r times its elements (:func:`tpu.units.register_elements`).
 Counted from the shapes alone here; test_tpu_programs.py checks the rule against XLA:TPU's
 estimates on the report set."""
 

@@ -1,9 +1,8 @@
 """``make demo`` end to end: it runs, writes its files, and its verdicts follow from the numbers.
 
-pytestmark = SLOW  # compiles the GPT step for v5e and H100
-
 The demo runs in-process with a temporary output directory; its compiles go through the same
-optimized-HLO cache as tests/test_examples.py (see there), which compiles the same GPT programs.
+optimized-HLO cache as tests/test_examples.py (see there), which compiles the same GPT programs. Not marked slow: the demo must run on the oldest supported JAX
+too, so both environments of `make test` run it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """Every example workload analyzes, compile-only, on every target it lists, and says what it should.
 
-pytestmark = SLOW  # compiles every example for every target it lists
-
 A TPU compile of a training step takes one to three minutes on a 2-core machine, so the optimized HLO
 is cached (``hlo_roofline.cache``: keyed by the lowered program, the target and the
 compiler versions; a file lock stops two xdist workers compiling the same program). By default the
 cache is ``make demo``'s, ``~/.cache/hlo_roofline/hlo``, so only new or changed programs compile.
 ``HLO_ROOFLINE_TEST_HLO_CACHE=session`` compiles everything afresh into a per-session directory;
 any other value names the directory. ``tests/test_demo.py`` compiles the GPT step for v5e and H100
-through the same cache, so the GPT cases run last here.
+through the same cache, so the GPT cases run last here. Not marked slow: every example must compile on the oldest supported
+JAX too, so both environments of `make test` run these.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Real framework code: a Flax NNX decoder LM with optax.adamw, the same model in Flax Linen, and an
-
-pytestmark = SLOW  # compiles Flax, Equinox and Optax models for three targets
 Equinox MLP, each compiled for the CPU here and compile-only for TPU v5e and H100.
 
 The oracles are the models' own shapes: the step's FLOPs are the analytic count (6·N·T plus
 attention for the language models), each marked line of the model source (``# <- name``) carries
 exactly the FLOPs of the matmuls it calls, and the verdicts are the ones a practitioner expects of
 such a step. The optimized HLO is cached like the examples' (see tests/test_examples.py), so only
-a first run compiles.
+a first run compiles. Not marked slow: the frameworks' idioms must compile on the oldest supported
+JAX too, so both environments of `make test` run these.
 """
 
 from __future__ import annotations

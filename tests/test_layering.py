@@ -33,7 +33,7 @@ LAYERS = [
         ],
     ),
     ("text → IR", ["hlo_roofline.hlo", "hlo_roofline.hlo.*"]),
-    ("prices", ["hlo_roofline.cost", "hlo_roofline.cost.*"]),
+    ("prices", ["hlo_roofline.cost", "hlo_roofline.cost.*", "hlo_roofline.cost.tpu*"]),
     ("chip data", ["hlo_roofline.chips", "hlo_roofline.chips.*"]),
     (
         "judgments",

@@ -148,15 +148,15 @@ def test_a_streamed_walk_makes_the_same_rows_and_summary_holding_a_chunk_at_most
 ):
     """``analyze_hlo``'s stream (the walk priced as its rows are made) gives the rows and totals
     of the walk's list, and no more than a chunk of priced ops is ever waiting for its rows."""
-    from hlo_roofline.cost import analysis
+    from hlo_roofline.cost import table
 
     module = parse_module(gpt2_text)
     ops = cost.walk(module, "roofline", pad_to_tiles=True)
     listed = cost.rows(module, ops, pad_to_tiles=True)
     waiting = []
-    take = analysis._Table.take
+    take = table._Table.take
     monkeypatch.setattr(
-        analysis._Table,
+        table._Table,
         "take",
         lambda table, *a: (waiting.append(given[0] - table.done), take(table, *a)),
     )
@@ -170,8 +170,8 @@ def test_a_streamed_walk_makes_the_same_rows_and_summary_holding_a_chunk_at_most
     totals: dict = {}
     priced = cost.tallied(counted(cost.priced(module, "roofline", True)), "roofline", totals)
     streamed = cost.rows(module, priced, pad_to_tiles=True)
-    assert given[0] == len(ops) > analysis._ROWS_PER_CHUNK
-    assert 0 < max(waiting) <= analysis._ROWS_PER_CHUNK
+    assert given[0] == len(ops) > table._ROWS_PER_CHUNK
+    assert 0 < max(waiting) <= table._ROWS_PER_CHUNK
     assert totals == cost.summarize(ops, "roofline")
     for name, values in listed.items():
         assert values.dtype == streamed[name].dtype, name
@@ -182,7 +182,7 @@ def test_what_the_analysis_forgets_it_works_out_again_the_same(gpt2_text, monkey
     """Every bound on what a walk and its rows remember (split attributes, users, computations'
     costs and the rules' memos, the rows' memos), made tiny, changes no value of the report: the
     forgotten is worked out again, the same."""
-    from hlo_roofline.cost import analysis, base
+    from hlo_roofline.cost import analysis, base, table
 
     def report():
         return Report.from_columns(*_analyzed(parse_module(gpt2_text)), "m").ops
@@ -192,8 +192,8 @@ def test_what_the_analysis_forgets_it_works_out_again_the_same(gpt2_text, monkey
     monkeypatch.setattr(base, "USERS_KEPT", 2)
     monkeypatch.setattr(analysis, "COSTS_KEPT", 2)
     monkeypatch.setattr(base, "COSTS_KEPT", 2)
-    monkeypatch.setattr(analysis, "_MEMO_KEPT", 2)
-    monkeypatch.setattr(analysis, "_ROWS_PER_CHUNK", 512)  # the rows' memos trimmed often
+    monkeypatch.setattr(table, "_MEMO_KEPT", 2)
+    monkeypatch.setattr(table, "_ROWS_PER_CHUNK", 512)  # the rows' memos trimmed often
     forgetful = report()
     pd.testing.assert_frame_equal(plain, forgetful, check_exact=True)
 
@@ -227,12 +227,12 @@ ENTRY %e (x: f32[4]) -> f32[4] {
 def test_a_stream_with_more_rows_than_its_bound_is_made_whole():
     """A body both fused and a loop's is left out of the rows' bound (fused computations make no
     rows) yet walked: the stream's arrays grow, and the rows are the walk list's."""
-    from hlo_roofline.cost import analysis
+    from hlo_roofline.cost import table
 
     module = parse_module(SHARED_BODY)
     streamed = cost.rows(module, cost.priced(module, "roofline", True), pad_to_tiles=True)
     listed = cost.rows(module, cost.walk(module, "roofline", True), pad_to_tiles=True)
-    assert len(streamed["name"]) == 6 > analysis._most_rows(module)
+    assert len(streamed["name"]) == 6 > table._most_rows(module)
     for name, values in listed.items():
         assert values.dtype == streamed[name].dtype, name
         np.testing.assert_array_equal(values, streamed[name], err_msg=name)

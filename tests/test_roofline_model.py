@@ -405,3 +405,43 @@ def test_convolution_with_a_window_of_2_to_the_40_taps():
     (flops,) = report.ops.loc[report.ops.opcode == "convolution", "flops"]
     batch, in_features, out_features = 2, 3, 5
     assert flops == 2 * batch * in_features * out_features * 3 * h * h
+
+
+def _sliding_window_module(reducer: str, size: int) -> str:
+    """A row-wise sliding window of ``size`` over f32[8, 512], stride 1, centred (a local
+    attention's row max)."""
+    low = (size - 1) // 2
+    return f"""HloModule sliding
+%combine (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %c = f32[] {reducer}(%a, %b)
+}}
+
+ENTRY %e (x: f32[8,512]) -> f32[8,512] {{
+  %x = f32[8,512] parameter(0)
+  %init = f32[] constant(0)
+  ROOT %window = f32[8,512] reduce-window(%x, %init), window={{size=1x{size} pad=0_0x{low}_{size - 1 - low}}}, to_apply=%combine
+}}
+"""
+
+
+@pytest.mark.parametrize("size", [3, 8, 17, 32])
+def test_a_sliding_max_is_doubled_windows(size):
+    """A sliding max of n: XLA's model counts n − 1 compares per output (its own cost analysis,
+    the base model's oracle); the roofline model ceil(log2 n), windows doubled (max is
+    idempotent, so the last step's overlap is free). A sum keeps XLA's count: overlapping sums
+    would count twice."""
+    import jax
+    from jaxlib import _hlo, _jax
+
+    elements = 8 * 512
+    text = _sliding_window_module("maximum", size)
+    client = jax.devices("cpu")[0].client
+    oracle = _jax.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text(text))["flops"]
+    assert analyze_hlo(text, cost_model="xla").ops.set_index("name").loc["window", "flops"] == oracle
+    assert oracle == elements * (size - 1)
+    roofline = analyze_hlo(text).ops.set_index("name").loc["window", "flops"]
+    assert roofline == elements * math.ceil(math.log2(size))
+    summed = analyze_hlo(_sliding_window_module("add", size)).ops.set_index("name")
+    assert summed.loc["window", "flops"] == elements * (size - 1)

@@ -32,15 +32,18 @@ CHIPS = ("v5e", "v5p", "v6e", "7x")
 
 # Floors a little below what the expected model reaches on the report half (measured, then set
 # under it: docs/validation.md says by how much); shares of XLA's time.
-IN_BAND_FLOOR = {"v5e": 0.82, "v5p": 0.80, "v6e": 0.46, "7x": 0.32}  # measured 83.5/82.1/48.1/34.2%
+IN_BAND_FLOOR = {"v5e": 0.92, "v5p": 0.88, "v6e": 0.97, "7x": 0.97}  # measured 94.2/90.3/99.4/99.6%
 ABOVE_CEILING = {"v5e": 0.005, "v5p": 0.005, "v6e": 0.005, "7x": 0.005}  # 0.04/0/0.15/0%
 BOUND_ABOVE_CEILING = 0.01  # the bound above XLA's estimate: at most this share of XLA's time
 # The ops holding a depthwise convolution (MBConv's fused 1×1 + depthwise + swish + SE), priced by
 # their taps at the rate fitted on the fit half: their share of XLA's time within the band.
 DEPTHWISE_IN_BAND_FLOOR = 0.95  # measured 100% on every chip (3 ops each)
 # The fusions that expand an array and fold it (a selective scan's discretisation summed over its
-# state), on the chips with a rate for them: their share of XLA's time within the band.
-EXPANDED_IN_BAND_FLOOR = {"v5e": 0.95, "v5p": 0.95}  # measured 100% (3 ops each)
+# state), per expanded element or per result as XLA tiled them: their share of XLA's time within
+# the band.
+EXPANDED_IN_BAND_FLOOR = 0.95  # measured 100% on every chip (3 ops each)
+# The softmax fusions that fold a row and then use it (two passes of the loop): within the band.
+SECOND_PASS_IN_BAND_FLOOR = 0.95
 # The fusions writing a slice into a buffer they allocate (the beam cache's reorder): in the band.
 FRESH_BUFFER_IN_BAND_FLOOR = 0.95
 
@@ -158,17 +161,56 @@ def test_depthwise_taps_hold_on_shapes_they_were_not_fitted_on(chip):
 
 
 
-@pytest.mark.parametrize("chip", sorted(EXPANDED_IN_BAND_FLOOR))
+@pytest.mark.parametrize("chip", CHIPS)
 def test_expanded_arrays_hold_on_shapes_they_were_not_fitted_on(chip):
-    """``calibrated.expanded_elements`` (v5e, v5p), fitted on the fit half's expansions: on the
+    """The fusions that expand an array and fold it (a selective scan's ``[B, L, D, N]`` summed
+    over N), each charged by one of two mechanisms whose rates were fitted on the fit half: per
+    expanded element (``calibrated.expanded_elements``) where XLA tiled the loop in blocks, per
+    result element (``calibrated.sublane_fold``) where it tiled it in column strips. On the
     report half's (other batches, lengths, widths and state sizes) in the band for most of their
-    XLA time, never above. At the loop rate alone they were 0.06-0.24x XLA's."""
+    XLA time, never above. At the loop rate alone they were 0.06-0.24x XLA's; on v6e and 7x no
+    one rate per expanded element held (2.9-4x apart)."""
     ops = chip_ops(chip)
     held = ops[(ops["expanded_elements"] > 0) & ops["xla_estimate_s"].notna()]
     bands = band_shares(held)
     print(f"\n{chip}: {len(held)} expanding ops, {bands}")
-    assert len(held) >= 3 and (held["expected_by"] == "expanded").any(), (chip, len(held))
-    assert bands["within"] >= EXPANDED_IN_BAND_FLOOR[chip] and bands["above"] == 0, (chip, bands)
+    assert len(held) >= 3, (chip, len(held))
+    assert held["expected_by"].isin(["expanded", "sublane_fold"]).all(), held["expected_by"]
+    assert bands["within"] >= EXPANDED_IN_BAND_FLOOR and bands["above"] == 0, (chip, bands)
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_strip_folds_count_the_result(chip):
+    """``sublane_fold_results`` is the result of a scan's fold over N, B·L·D words (f32), on
+    every report-half fusion XLA tiled in column strips, whatever N: the analytic count from the
+    drawn shape, not the expansion's B·L·D·N."""
+    ops = chip_ops(chip)
+    rows = ops[ops["sublane_fold_results"] > 0]
+    assert len(rows) >= 1, chip
+    for _, row in rows.iterrows():
+        drawn = MANIFEST[row["program"]]["params"]
+        assert row["family"] == "f32_passes", row["program"]
+        assert row["sublane_fold_results"] == drawn["b"] * drawn["length"] * drawn["d"], row
+        assert row["expanded_elements"] == row["sublane_fold_results"] * drawn["n"], row
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_a_row_folded_then_used_passes_twice(chip):
+    """A softmax whose row sum is a row-spanning ``reduce-window`` over its ``exp``, streaming
+    an operand from HBM, passes over the scores twice (``second_pass_elements``: B·H·S·S, the
+    analytic count of the drawn shape, at the loop rate; nothing fitted): on the report half in
+    the band, never above. At one pass they were 0.46-0.71x XLA's estimate on v5e and v5p."""
+    ops = chip_ops(chip)
+    held = ops[(ops["second_pass_elements"] > 0) & ops["xla_estimate_s"].notna()]
+    for _, row in held.iterrows():
+        drawn = MANIFEST[row["program"]]["params"]
+        assert row["family"] == "softmax_window", row["program"]
+        scores = drawn["b"] * drawn["h"] * drawn["s"] * drawn["s"]
+        assert row["second_pass_elements"] == scores, row
+    bands = band_shares(held)
+    print(f"\n{chip}: {len(held)} rows folded then used, {bands}")
+    assert len(held) >= 2 and (held["expected_by"] == "second_pass").any(), (chip, len(held))
+    assert bands["within"] >= SECOND_PASS_IN_BAND_FLOOR and bands["above"] == 0, (chip, bands)
 
 
 @pytest.mark.parametrize("chip", CHIPS)

@@ -32,7 +32,7 @@ STEP_BAND = (0.8, 1.25)  # a whole step's Σ roofline ÷ Σ XLA counted as agree
 
 # Floors a little below what the model reaches today (docs/validation.md, "Realistic programs");
 # raised as the model improves. Shares of XLA's time:
-IN_BAND_FLOOR = {"v5e": 0.93, "v5p": 0.89, "v6e": 0.86, "7x": 0.91}
+IN_BAND_FLOOR = {"v5e": 0.955, "v5p": 0.93, "v6e": 0.905, "7x": 0.95}  # measured 96.7/94.0/91.6/96.2%
 ABOVE_CEILING = {"v5e": 0.004, "v5p": 0.002, "v6e": 0.003, "7x": 0.002}
 # Programs whose whole step is within 0.8–1.25× of XLA's, and the worst program's ratio (sampling:
 # its sorts, gathers and SparseCore offloads are priced, and XLA estimates none of them, so its
@@ -130,7 +130,7 @@ def test_ops_against_xla_estimates(chip):
 
 @pytest.mark.parametrize("chip", CHIPS)
 def test_loops_writing_fewer_than_8_rows_pass_whole_registers(chip):
-    """A loop whose result is tiled with r < 8 rows (tpu_units.register_elements: 8/r times its
+    """A loop whose result is tiled with r < 8 rows (tpu.units.register_elements: 8/r times its
     elements) is within the band for most of XLA's time; counted per element they were 1/8 to
     4/8 of XLA's."""
     ops = chip_ops(chip)

@@ -49,6 +49,7 @@ CALIBRATED = {
     "reduced_stream": "reduced_stream_rate",
     "depthwise_taps": "depthwise_tap_rate",
     "expanded_elements": "expanded_elements_rate",
+    "sublane_fold": "sublane_fold_rate",
     "epilogue_passes": "epilogue_passes",
     "epilogue_passes_k_whole": "epilogue_passes_k_whole",
     "prologue_passes": "prologue_passes",

@@ -199,6 +199,8 @@ class Calibration:
     depthwise_tap_rate: float | None = None
     # elements/s XLA:TPU charges an array a fusion expands and folds inside itself
     expanded_elements_rate: float | None = None
+    # results/s XLA:TPU charges a fusion folding an expansion's sublanes one lane tile at a time
+    sublane_fold_rate: float | None = None
     # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
     # reads beyond these on top of its loop time
     loop_read_bytes: float | None = None
@@ -227,7 +229,7 @@ class Calibration:
 
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
               "major_reduce_rate", "reduced_stream_rate", "depthwise_tap_rate",
-              "expanded_elements_rate")  # fmt: skip
+              "expanded_elements_rate", "sublane_fold_rate")  # fmt: skip
 
     def shared(self, n: int) -> Calibration:
         """Each of ``n`` devices' share of a chip's calibration (its rates divided evenly)."""
@@ -338,8 +340,13 @@ class Chip:
 
     def critical_intensity(self, dtype: Any = "bf16", bandwidth: float | str = "hbm") -> float:
         """FLOP per byte above which an op is compute-bound: peak / bandwidth (B/s or a name)."""
+        return self.ridge(self.peak_flops(dtype), bandwidth)
+
+    def ridge(self, rate: float, bandwidth: float | str = "hbm") -> float:
+        """FLOP per byte at which ``rate`` (FLOP/s: a peak, the vector unit's) meets
+        ``bandwidth`` (B/s or a memory's name): the one formula of a roof's critical intensity."""
         bw = self.bandwidth(bandwidth) if isinstance(bandwidth, str) else float(bandwidth)
-        return self.peak_flops(dtype) / bw
+        return rate / bw
 
     # -- the rates ops run at -----------------------------------------------------------------
     def peak(self, dtype: Any = "bf16") -> float:

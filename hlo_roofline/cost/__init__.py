@@ -12,7 +12,7 @@ from hlo_roofline.cost import (  # noqa: F401  (importing registers the rules)
     linalg,
     reductions,
 )
-from hlo_roofline.cost.analysis import PricedOp, price, priced, rows, summarize, tallied, walk
+from hlo_roofline.cost.analysis import PricedOp, price, priced, summarize, tallied, walk
 from hlo_roofline.cost.base import (
     BASE_MODEL,
     COST_MODELS,
@@ -25,6 +25,7 @@ from hlo_roofline.cost.base import (
     Override,
     overrides,
 )
+from hlo_roofline.cost.table import rows
 
 __all__ = [
     "BASE_MODEL",

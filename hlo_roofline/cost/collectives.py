@@ -19,7 +19,9 @@ so (``dcn 2 slices``), and the verdict prices it at the chip's DCN egress.
 
 from __future__ import annotations
 
+import itertools
 import re
+from typing import NamedTuple
 
 from hlo_roofline.cost.base import Cost, CostContext, rule
 from hlo_roofline.hlo import attrs
@@ -235,20 +237,78 @@ WRAPPERS = frozenset({"fusion", "async-start", "call-start", "custom-call", "cus
 MAY_HOLD_ONE = frozenset({*COLLECTIVES, *(c + "-start" for c in COLLECTIVES), *WRAPPERS})
 
 
-def group_text(instr: Instruction, module: Module) -> str:
-    """The devices a collective talks to, as a report stores them: its first replica group
-    (``0-3``, ``0-28:4``, ``0-3,16-19``) or a permute's pairs (``0>1,1>2``), then ``of`` the
-    devices of the program (``0-3 of 32``): enough to place the group on a topology later."""
+class DeviceGroup(NamedTuple):
+    """The devices a collective talks to, typed: what its row's ``replica_group`` text says
+    (:func:`device_group` reads one back). ``ids`` its first replica group, sorted, or ``pairs`` a
+    permute's (source, target) pairs, and ``devices`` the program's; or for a multi-slice
+    transfer over DCN, only ``dcn_slices``."""
+
+    ids: list[int] | None
+    pairs: list[tuple[int, int]] | None
+    devices: int
+    dcn_slices: int | None = None
+
+    @property
+    def text(self) -> str:
+        """The report's text of it: ``0-3 of 32``, ``0>1,1>2 of 4``, ``dcn 2 slices``."""
+        if self.dcn_slices:
+            return DCN_GROUP.format(self.dcn_slices)
+        if self.pairs is not None:
+            return ",".join(f"{a}>{b}" for a, b in self.pairs) + f" of {self.devices}"
+        return f"{_ranges(self.ids or [])} of {self.devices}"
+
+
+def device_groups(instr: Instruction, module: Module) -> DeviceGroup | None:
+    """The devices a collective talks to (None: a host transfer within its slice), read from its
+    attributes: its first replica group or a permute's pairs, and the program's devices (at
+    least those the groups name): enough to place the group on a topology later."""
     devices = max(module.num_partitions * module.replica_count, 1)
     if instr.opcode.removesuffix("-start") == "collective-permute":
-        pairs = attrs.ints(instr, "source_target_pairs")
-        body = ",".join(f"{a}>{b}" for a, b in zip(pairs[::2], pairs[1::2], strict=True))
-        return f"{body} of {max(devices, max(pairs, default=-1) + 1)}"
+        ints = attrs.ints(instr, "source_target_pairs")
+        pairs = list(zip(ints[::2], ints[1::2], strict=True))
+        return DeviceGroup(None, pairs, max(devices, max(ints, default=-1) + 1))
     if instr.opcode in ("send", "recv"):
         slices = megascale_slices(instr)
-        return DCN_GROUP.format(slices) if slices else ""
+        return DeviceGroup(None, None, 0, slices) if slices else None
     group = sorted(attrs.replica_groups(instr, module)[0])
-    return f"{_ranges(group)} of {max(devices, group[-1] + 1 if group else 0)}"
+    return DeviceGroup(group, None, max(devices, group[-1] + 1 if group else 0))
+
+
+def group_text(instr: Instruction, module: Module) -> str:
+    """The devices a collective talks to, as a report stores them (:attr:`DeviceGroup.text`):
+    its first replica group (``0-3``, ``0-28:4``, ``0-3,16-19``) or a permute's pairs
+    (``0>1,1>2``), then ``of`` the devices of the program (``0-3 of 32``). The typed value is
+    kept by its text, so that the judges read it (:func:`device_group`) rather than the text."""
+    group = device_groups(instr, module)
+    if group is None:
+        return ""
+    text = group.text
+    ids = group.ids
+    if ids is None or all(a < b for a, b in itertools.pairwise(ids)):  # (the text says
+        if len(_WRITTEN) >= _WRITTEN_KEPT:  # them all: distinct ids are what its ranges spell)
+            _WRITTEN.clear()
+        _WRITTEN[text] = group
+    return text
+
+
+_WRITTEN: dict[str, DeviceGroup] = {}  # group text -> the typed value it was written from
+_WRITTEN_KEPT = 4096
+
+
+def device_group(text: str) -> DeviceGroup | None:
+    """The typed devices of a row's ``replica_group`` text: the value it was written from, or for
+    a report read from a file, its text read back (:func:`parse_group_text`); None for no text or
+    one that cannot be read (such a collective is priced as one ring)."""
+    group = _WRITTEN.get(text)
+    if group is not None or not text:
+        return group
+    slices = dcn_slices(text)
+    if slices:
+        return DeviceGroup(None, None, 0, slices)
+    try:
+        return DeviceGroup(*parse_group_text(text))
+    except ValueError:
+        return None
 
 
 MEGASCALE_RUNTIME = "xla_megascale_runtime"

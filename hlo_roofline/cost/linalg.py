@@ -596,7 +596,7 @@ def fused_operand_words(fusion: Instruction, memo: dict | None = None) -> float:
     matrix unit's): XLA:TPU's estimates of such fusions with K whole (softmax backward, GELU
     backward, scanned weight relayouts, compiled for v5e-7x in fixtures/inplace) agree with one
     pass. Where the tiling loop splits K, the left operand is computed again per fetch of its
-    window, after the MXU (:func:`hlo_roofline.cost.tpu_units.prologue_elements`).
+    window, after the MXU (:func:`hlo_roofline.cost.tpu.tiling.prologue_elements`).
     ``memo``: :func:`matmul_geometry`'s."""
     if fusion.opcode != "fusion" or not fusion.called:
         return 0.0

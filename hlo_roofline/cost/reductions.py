@@ -39,7 +39,9 @@ def reduce_window(instr: Instruction, ctx: CostContext) -> Cost:
 @rule("reduce-window", model="roofline")
 def reduce_window_scan(instr: Instruction, ctx: CostContext) -> Cost:
     """A cumulative window (``jnp.cumsum`` on TPU) is a scan: ceil(log2 n) combines per element (a
-    parallel prefix), not the n − 1 of a window of n."""
+    parallel prefix), not the n − 1 of a window of n; a sliding max or min of n (a local
+    attention's row max) is ceil(log2 n) combines per element too (windows doubled, overlapping:
+    the combine is idempotent)."""
     return _reduce_window(instr, ctx, scans=True)
 
 
@@ -63,11 +65,39 @@ def _reduce_window(instr: Instruction, ctx: CostContext, scans: bool) -> Cost:
                 span = out.dims[i]
                 times = out.elements // span + span - 1
     span = _prefix_span(window, instr.operands[0].shape, out) if scans else 0
+    sliding = _sliding_span(window) if scans and span <= 1 and _idempotent(instr, ctx) else 0
+    if sliding > 1:  # a sliding max or min: windows doubled (never more than XLA's count)
+        times = min(times, out.elements * (sliding - 1).bit_length())
     if span > 1:
         # A cumulative sum: a scan takes ceil(log2 n) shifted combines per element (Hillis and
         # Steele's parallel prefix, the form a vector unit runs), not the n − 1 of a window of n.
         times = out.elements * (span - 1).bit_length()
     return _applied(instr, ctx, "to_apply", times).replace(bytes_accessed=ctx.default_bytes(instr))
+
+
+_IDEMPOTENT = frozenset({"maximum", "minimum", "and", "or"})  # x ∘ x = x: overlaps fold freely
+
+
+def _idempotent(instr: Instruction, ctx: CostContext) -> bool:
+    """The window's combine is one idempotent op (max, min, and, or)."""
+    try:
+        root = callee(instr, ctx, "to_apply").root
+    except (KeyError, AttributeError):
+        return False
+    return root is not None and root.opcode in _IDEMPOTENT
+
+
+def _sliding_span(window) -> int:
+    """n where the window slides n wide along one dimension, stride 1, undilated (every output
+    the combination of n neighbours); 0 for any other window. With an idempotent combine, m(2k)
+    = m(k) ∘ m(k) shifted by k covers it in ceil(log2 n) combines per output (the last step's
+    windows overlapping)."""
+    wide = [w for w in window if w.size != 1]
+    if len(wide) != 1:
+        return 0
+    w = wide[0]
+    plain = w.stride == 1 and w.base_dilation == w.window_dilation == 1
+    return w.size if plain else 0
 
 
 def _prefix_span(window, operand, out) -> int:

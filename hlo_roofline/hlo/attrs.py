@@ -215,6 +215,22 @@ def tile_steps(instr: Instruction) -> int:
         return 0
 
 
+def output_window(instr: Instruction) -> tuple[int, ...]:
+    """XLA:TPU's ``window_config.output_window_bounds`` (``backend_config``): the extent of one
+    step of the op's tiling loop along each dimension of the array it iterates, in the order the
+    compiler lists them (major to minor; the minor-most in 128-lane tiles); () where the compiler
+    wrote none."""
+    if "output_window_bounds" not in instr.attrs.get("backend_config", ""):
+        return ()
+    bounds = _field(backend_config(instr), "window_config", "output_window_bounds")
+    if not isinstance(bounds, list):
+        return ()
+    try:
+        return tuple(int(b) for b in bounds)
+    except (TypeError, ValueError):
+        return ()
+
+
 def _find_key(node, key: str):
     if isinstance(node, dict):
         if key in node:

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Calibration, Chip
+from hlo_roofline.cost.facts import shape_of
 from hlo_roofline.hlo.ir import DTYPE_BYTES
-from hlo_roofline.hlo.parser import parse_shape
+from hlo_roofline.hlo.parser import HloParseError
 
 
 def column(ops: pd.DataFrame, name: str, rows: np.ndarray, default: float) -> np.ndarray:
@@ -191,14 +192,14 @@ def matmul_pipeline(
     """The least time XLA:TPU's cost model gives a matmul (0 for other rows, and on chips
     without its rates): its HBM bytes, with the operand
     tiles its tiling loop reads again (``reread_bytes``:
-    :func:`hlo_roofline.cost.tpu_units.tile_reread_bytes`), at the rate XLA:TPU streams a
+    :func:`hlo_roofline.cost.tpu.tiling.tile_reread_bytes`), at the rate XLA:TPU streams a
     matmul's operands (``calibrated.matmul_stream``, calibrated against its ``estimated_cycles``); and,
     where XLA:TPU wrote the fusion's tiling loop (``tile_steps``: the steps of its
     ``window_config``), the MXU's time plus each step's fill and drain (``Calibration.tile_step_s``,
     calibrated against its ``estimated_cycles``): a finely tiled matmul pays the pipeline's start
     and end once per tile, not once per op; where that loop splits K (``epilogue``: each row's
     K steps per result tile and the elements of its result-sized arrays, the f32 accumulator
-    first: :func:`hlo_roofline.cost.tpu_units.epilogue_pass`), also the vector unit's pass over
+    first: :func:`hlo_roofline.cost.tpu.tiling.epilogue_pass`), also the vector unit's pass over
     those arrays, ``Calibration.epilogue_passes`` loop passes per element, less the one K step of MXU
     time it overlaps, on the chips whose database has that figure (one pass, derived: every
     fixture of the fitting set implies XLA:TPU charges at least that); where the loop keeps K
@@ -206,7 +207,7 @@ def matmul_pipeline(
     arrays and a relaid operand's windows) is charged ``Calibration.epilogue_passes_k_whole`` passes
     (7x); where the loop splits K and fetches a computed left operand's windows more than once
     (``prologue``: those elements times the fetches,
-    :func:`hlo_roofline.cost.tpu_units.prologue_elements`), ``Calibration.prologue_passes`` loop passes
+    :func:`hlo_roofline.cost.tpu.tiling.prologue_elements`), ``Calibration.prologue_passes`` loop passes
     per element after the MXU (calibrated against its ``estimated_cycles``). The elementwise
     chain a fusion computes beside its matmul (SiLU, GELU, softmax backward) is not charged:
     XLA:TPU's estimates price the result-sized arrays, not the chain.
@@ -244,11 +245,15 @@ def matmul_pipeline(
 
 @lru_cache(maxsize=4096)
 def hbm_result_bytes(shape: str) -> float:
-    """Bytes of an op's result that land in HBM (leaves without an ``S(n)`` memory space)."""
+    """Bytes of an op's result (its ``shape`` text, typed by the cost layer: ``shape_of``) that
+    land in HBM (leaves without an ``S(n)`` memory space)."""
+    typed = shape_of(shape)
+    if typed is None:
+        raise HloParseError(f"not a shape: {shape!r}")
     return float(
         sum(
             leaf.elements * DTYPE_BYTES.get(leaf.dtype, 4)
-            for leaf in parse_shape(shape).leaves()
+            for leaf in typed.leaves()
             if leaf.layout is None or leaf.layout.memory_space == 0
         )
     )
@@ -321,9 +326,46 @@ def expanded_loops(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     chips without it). The loop computes every element of the expansion though no array at the
     fusion's boundary holds them, so the boundary's elements (what the loop rate prices) were
     0.06-0.20x XLA's estimate. XLA:TPU charges them about the same cycles on every chip (86-97 a
-    cycle per TensorCore on the fit half of fixtures/tpu_heldout), below v6e's and 7x's loop
-    rates, so they have a rate of their own; no part of the bound."""
+    cycle per TensorCore on v5e's fit half of fixtures/tpu_heldout, 148-210 on v6e's and 7x's),
+    below v6e's and 7x's loop rates, so they have a rate of their own; no part of the bound. A
+    fusion tiled into column strips is charged by its result instead (:func:`sublane_folds`),
+    not by this."""
     cal = chip.calibration
     if not cal.expanded_elements_rate or "expanded_elements" not in ops:
         return np.zeros(len(ops))
-    return ops["expanded_elements"].to_numpy(dtype=float) / cal.expanded_elements_rate
+    expanded = ops["expanded_elements"].to_numpy(dtype=float)
+    if cal.sublane_fold_rate and "sublane_fold_results" in ops:
+        expanded = np.where(ops["sublane_fold_results"].to_numpy(dtype=float) > 0, 0.0, expanded)
+    return expanded / cal.expanded_elements_rate
+
+
+def sublane_folds(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a fusion that folds an expansion over its
+    sublanes in a loop tiled one lane tile wide (the ``sublane_fold_results`` column;
+    :func:`hlo_roofline.cost.intermediates.sublane_fold_results`): its result elements at the
+    chip's ``calibrated.sublane_fold`` rate (0 for other rows and on chips without it). Each
+    result register is assembled from eight rows folded apart, so the charge follows the result,
+    not the expansion: a selective scan summed over N = 8 and over N = 16 costs the same per
+    result element on every chip (about 6.5 a cycle per TensorCore), where the loop rate alone was
+    0.06-0.10x XLA's estimate on v6e and 7x and one rate per expanded element 2-4x apart.
+    Fitted on the fit half of fixtures/tpu_heldout; like the other charges, no part of the
+    bound."""
+    cal = chip.calibration
+    if not cal.sublane_fold_rate or "sublane_fold_results" not in ops:
+        return np.zeros(len(ops))
+    return ops["sublane_fold_results"].to_numpy(dtype=float) / cal.sublane_fold_rate
+
+
+def second_passes(ops: pd.DataFrame, loop: np.ndarray, chip: Chip) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a fusion that folds an array over a whole row
+    and then uses it elementwise, streaming an operand from HBM (the ``second_pass_elements``
+    column; :func:`hlo_roofline.cost.intermediates.second_pass_elements`: a softmax whose row sum
+    is a row-spanning ``reduce-window``): its loop (``loop``, the charged loop time) and a second
+    pass over the folded array at the same rate, ``calibrated.loop_elements`` (0 for other rows).
+    No rate is fitted: the count of passes is the mechanism. At one pass these fusions were
+    0.46-0.71x XLA's estimate on v5e and v5p; no part of the bound."""
+    rate = chip.calibration.vector_elements_rate
+    if not rate or "second_pass_elements" not in ops:
+        return np.zeros(len(ops))
+    again = ops["second_pass_elements"].to_numpy(dtype=float)
+    return np.where(again > 0, loop + again / rate, 0.0)

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Chip
-from hlo_roofline.hlo.parser import HloParseError, parse_shape
+from hlo_roofline.cost.facts import shape_of
+from hlo_roofline.hlo.parser import HloParseError
 from hlo_roofline.judge.compute import column, holds_rows
 from hlo_roofline.judge.ridge import ridge_fields
 from hlo_roofline.schema import BOUNDS
@@ -91,8 +92,11 @@ def row_tiles(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     codes, uniques = pd.factorize(pd.MultiIndex.from_frame(pairs), sort=False)
     found = np.zeros(len(uniques), dtype=int)
     for k, (text, rows_m) in enumerate(uniques):
+        shape = shape_of(text)  # typed by the cost layer (None: no shape)
+        if shape is None:
+            continue
         with contextlib.suppress(HloParseError, ValueError, IndexError, TypeError):
-            leaf = parse_shape(text).leaves()[0]
+            leaf = shape.leaves()[0]
             layout = leaf.layout
             if layout is None or not layout.tiles or len(layout.tiles[0]) < 2:
                 continue

@@ -35,10 +35,10 @@ def chip_summary(
     for dtype in RIDGE_DTYPES:
         if chip.has_rate(dtype):
             rate = chip.peak(dtype)
-            roofs[dtype] = {"peak_flops": rate, "critical_intensity": rate / chip.hbm_bandwidth}
+            roofs[dtype] = {"peak_flops": rate, "critical_intensity": chip.ridge(rate)}
     roofs["vector"] = {
         "peak_flops": chip.vector_peak(),
-        "critical_intensity": chip.vector_peak() / chip.hbm_bandwidth,
+        "critical_intensity": chip.ridge(chip.vector_peak()),
     }
     in_vmem = "vmem_bytes" in ops and float(ops["vmem_bytes"].sum()) > 0  # a second memory roof
     return {

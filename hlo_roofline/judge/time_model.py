@@ -14,7 +14,6 @@ reads the chip's :class:`~hlo_roofline.chips.Calibration`.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Chip
-from hlo_roofline.cost.collectives import dcn_slices, parse_group_text
+from hlo_roofline.cost.collectives import device_group
 from hlo_roofline.judge import interconnect, schedule
 from hlo_roofline.judge.compute import (
     charged_times,
@@ -36,6 +35,8 @@ from hlo_roofline.judge.compute import (
     matmul_pipeline,
     mxu_padding,
     op_floors,
+    second_passes,
+    sublane_folds,
 )
 from hlo_roofline.schema import BOUNDS
 
@@ -296,6 +297,8 @@ class TpuTimeModel(TimeModel):
             "major_reduce": major_reduces(ops, chip, no_rate),
             "depthwise": depthwise_convs(ops, chip) * priced,
             "expanded": expanded_loops(ops, chip) * priced,
+            "sublane_fold": sublane_folds(ops, chip) * priced,
+            "second_pass": second_passes(ops, charged["loop"], chip) * priced,
             "matmul_rate": measured["matmul_rate"],
             "memory_rate": measured["memory_rate"],
             "dcn": self.dcn_times(ops),
@@ -310,7 +313,8 @@ class TpuTimeModel(TimeModel):
             return times
         comm = ops["comm_bytes"].to_numpy(dtype=float)
         texts = ops["replica_group"].to_numpy()
-        slices = {t: dcn_slices(t) for t in dict.fromkeys(texts[comm > 0])}
+        groups = {t: device_group(t) for t in dict.fromkeys(texts[comm > 0])}  # typed (cost's)
+        slices = {t: g.dcn_slices if g is not None else None for t, g in groups.items()}
         count = ops["count"].to_numpy(dtype=float)
         buffer = ops["bytes_accessed"].to_numpy(dtype=float)
         for i in np.flatnonzero(comm > 0):
@@ -438,13 +442,10 @@ def _comm_times(ops: pd.DataFrame, chip: Chip, topology) -> tuple[np.ndarray, ob
     if not len(rows):
         return t_comm, None
     texts = ops["replica_group"].to_numpy() if "replica_group" in ops else np.full(len(ops), "")
-    distinct = dict.fromkeys(texts[rows])
-    across_slices = {text for text in distinct if dcn_slices(text)}  # each text read once
-    parsed = {}
-    for text in distinct:
-        with contextlib.suppress(ValueError):  # unreadable: that collective is priced as one ring
-            parsed[text] = parse_group_text(text) if text and text not in across_slices else None
-    parsed = {t: p for t, p in parsed.items() if p is not None}
+    # each distinct text's typed devices, from the cost layer (None: unreadable, one ring)
+    groups = {text: device_group(text) for text in dict.fromkeys(texts[rows])}
+    across_slices = {text for text, group in groups.items() if group and group.dcn_slices}
+    parsed = {t: g for t, g in groups.items() if g is not None and t not in across_slices}
     topology = _topology(chip, topology, parsed.values())
     spans: dict[str, interconnect.Span | None] = {}
     collective, group_size = ops["collective"].to_numpy(), ops["group_size"].to_numpy()
@@ -475,16 +476,17 @@ def _topology(chip: Chip, given, groups) -> interconnect.Topology | None:
             return given
     elif given is not None:
         return interconnect.from_devices(given, chip)
-    devices = max((total for _, _, total in groups), default=0)
-    ids = [g for g, _, _ in groups if g]
+    devices = max((group.devices for group in groups), default=0)
+    ids = [group.ids for group in groups if group.ids]
     return interconnect.infer(chip, devices, ids)
 
 
 def _span(topology, parsed) -> interconnect.Span | None:
     if topology is None or parsed is None:
         return None
-    ids, pairs, _ = parsed
-    return topology.pair_span(pairs) if pairs is not None else topology.span(ids)
+    return (
+        topology.pair_span(parsed.pairs) if parsed.pairs is not None else topology.span(parsed.ids)
+    )
 
 
 def _prefetch_charges(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
