@@ -34,12 +34,15 @@ def _text_array_type():
     return _text_dtype().construct_array_type()
 
 
-def frame_of_arrays(arrays: dict, index: pd.Index | None = None) -> pd.DataFrame | None:
+def frame_of_arrays(
+    arrays: dict, index: pd.Index | None = None, consolidate: bool = False
+) -> pd.DataFrame | None:
     """The DataFrame ``pd.DataFrame(arrays, copy=False)`` makes, where every column is already
     what pandas would store (a number or flag array, or text as pandas' string array): built from
     its columns as they are, skipping the checks that cost a small module's analysis more than
     its rows (a third of a millisecond for 49 columns). Its rows are ``index``, by default
-    0, 1, ... None where a column is anything else (objects, a list) or this pandas lacks the
+    0, 1, ...; ``consolidate`` stores the columns of one dtype together (a copy of them, made
+    faster than a block per column). None where a column is anything else (objects, a list) or this pandas lacks the
     means: the caller asks pandas the usual way."""
     values = list(arrays.values())
     if not values:
@@ -59,7 +62,7 @@ def frame_of_arrays(arrays: dict, index: pd.Index | None = None) -> pd.DataFrame
 
         manager = arrays_to_mgr(
             values, _column_index(tuple(arrays)), pd.RangeIndex(rows) if index is None else index,
-            verify_integrity=False, consolidate=False,
+            verify_integrity=False, consolidate=consolidate,
         )  # fmt: skip
         return pd.DataFrame._from_mgr(manager, axes=manager.axes)
     except (ImportError, AttributeError, TypeError):  # another pandas: the public way

@@ -177,7 +177,7 @@ def _judged_frame(ops: pd.DataFrame, verdicts: dict[str, np.ndarray]) -> pd.Data
     if arrays is not None:
         arrays.update((name, as_text(np.asarray(v))) for name, v in verdicts.items())
         arrays = {name: arrays[name] for name in schema.ordered(arrays)}
-        frame = frame_of_arrays(arrays, ops.index)
+        frame = frame_of_arrays(arrays, ops.index, consolidate=True)
         if frame is not None:
             return frame
     ops = ops.assign(**verdicts)  # the public way: repeated names, objects, another pandas
