@@ -13,6 +13,7 @@ import functools
 import numpy as np
 import pandas as pd
 
+
 def as_text(values):
     """An array of Python strings as the column pandas makes of them (its string type, or objects
     before pandas 3), converted in place of pandas' inference, which copies the array; anything
@@ -42,8 +43,8 @@ def frame_of_arrays(
     its columns as they are, skipping the checks that cost a small module's analysis more than
     its rows (a third of a millisecond for 49 columns). Its rows are ``index``, by default
     0, 1, ...; ``consolidate`` stores the columns of one dtype together (a copy of them, made
-    faster than a block per column). None where a column is anything else (objects, a list) or this pandas lacks the
-    means: the caller asks pandas the usual way."""
+    faster than a block per column). None where a column is anything else (objects, a list) or
+    this pandas lacks the means: the caller asks pandas the usual way."""
     values = list(arrays.values())
     if not values:
         return None
@@ -80,6 +81,7 @@ def _column_index(names: tuple[str, ...]) -> pd.Index:
 def _text_dtype():
     """The dtype pandas infers for a column of strings (object before pandas 3)."""
     return pd.Series(np.array(["x"], dtype=object)).dtype
+
 
 def column_arrays(frame: pd.DataFrame) -> dict[str, object] | None:
     """Each column of ``frame`` as its own copy of the array pandas stores (a number or flag

@@ -6,7 +6,6 @@ report written by one is read identically by the others (``Report.read`` round-t
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
 import io

@@ -55,9 +55,7 @@ def chip_summary(
             if mfu_dtype == "f32" and mfu_precision not in ("", "default")
             else str(mfu_dtype)
         ),
-        "time_share": {
-            b: time_by_bound.get(b, 0.0) / step if step else 0.0 for b in BOUNDS[:4]
-        },
+        "time_share": {b: time_by_bound.get(b, 0.0) / step if step else 0.0 for b in BOUNDS[:4]},
         "hbm_bandwidth": chip.hbm_bandwidth,
         "vmem_bandwidth": chip.vmem_bandwidth if in_vmem else None,
         "roofs": roofs,
