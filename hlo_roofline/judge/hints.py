@@ -88,8 +88,15 @@ def row_tiles(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
         return tiles
     m = column(ops, "mm_m", rows, 0.0)
     # Each distinct (shape, M) once: a big program repeats a few hundred of them.
-    pairs = pd.DataFrame({"shape": ops["shape"].to_numpy()[rows], "m": m})
-    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(pairs), sort=False)
+    uniques: dict[tuple[str, float], int] = {}
+    codes = np.fromiter(
+        (
+            uniques.setdefault((text, rows_m), len(uniques)) if isinstance(text, str) else -1
+            for text, rows_m in zip(ops["shape"].to_numpy()[rows].tolist(), m.tolist(), strict=True)
+        ),
+        int,
+        len(rows),
+    )
     found = np.zeros(len(uniques), dtype=int)
     for k, (text, rows_m) in enumerate(uniques):
         shape = shape_of(text)  # typed by the cost layer (None: no shape)
