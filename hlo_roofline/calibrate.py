@@ -5,9 +5,14 @@ residuals: ``python -m hlo_roofline.calibrate`` (``--write`` puts the values in
 What it fits, each on a named half of its fixtures (the other half held out, reported here and
 checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
 
-- ``calibrated.matmul_efficiency`` and ``calibrated.memory_efficiency`` of the H100 and H200: the
-  median share of the bound (``efficiency``) that the large library GEMMs, and the large
-  memory-bound ops, reached in the traces of :data:`GPU_FITTING` (``fixtures/measured_gpu``);
+- the H100's and H200's calibration, each card on its own traces of :data:`GPU_FITTING`
+  (``fixtures/measured_gpu``, its README names the half): ``matmul_efficiency`` and
+  ``memory_efficiency``, the median share of the bound (``efficiency``) that the large library
+  GEMMs and the large memory-bound ops reached, and ``op_floor``, on the micro-benchmarks
+  (:data:`GPU_MICRO`); ``kernel_efficiency`` (cuDNN's flash attention), ``conv_efficiency`` and
+  ``conv_narrow_efficiency`` (cuDNN's convolutions), time-weighted over the one program that holds
+  them, and ``launch_gap``, the decode loop's time no kernel covers per kernel run
+  (:data:`GPU_CLASS_FITTING`); the training steps are held out (:data:`GPU_HELD_OUT`);
 - ``calibrated.matmul_efficiency`` of TPU v4: the share of the MXU peak at which the expected step
   of MaxText's published ``v4_22b`` (:data:`PUBLISHED_FITTING`, ``fixtures/published``) equals
   its measured step.
@@ -49,15 +54,25 @@ from functools import cache
 from pathlib import Path
 
 from hlo_roofline import chips
+from hlo_roofline.judge import time_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 CARDS = {"h100": "h100-sxm", "h200": "h200"}
-# The measured GPU programs each fit reads: the micro-benchmarks. The whole steps (and MaxText's
-# published A3 configs) are held out.
-GPU_FITTING = ("matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax")
-GPU_HELD_OUT = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "convnet_step", "kv_decode",
-                "attention_block", "attention_cudnn")  # fmt: skip
+# The measured GPU programs each card's fits read (fixtures/measured_gpu/README.md): the
+# micro-benchmarks (its GEMMs' and streams' efficiencies, per-op floor and step dispatch), and one
+# program for each effect they hold none of: cuDNN's flash attention, cuDNN's convolutions, and a
+# step of many small kernels (a decode loop: the launch gap). The training steps and the attention
+# written out (and MaxText's published A3 configs) are held out.
+GPU_MICRO = ("matmul_sweep", "matmul_8192", "fp8_matmul", "f32_add", "layernorm", "softmax")
+GPU_CLASS_FITTING = {
+    "kernel_efficiency": "attention_cudnn",
+    "conv_efficiency": "convnet_step",
+    "conv_narrow_efficiency": "convnet_step",
+    "launch_gap": "kv_decode",
+}
+GPU_FITTING = (*GPU_MICRO, *dict.fromkeys(GPU_CLASS_FITTING.values()))
+GPU_HELD_OUT = ("gpt_step", "gpt_step_graphs", "nnx_lm_step", "attention_block")
 # The published configs a fit reads (one slice); the two-slice configs are held out.
 PUBLISHED_FITTING = {"v4": "v4_22b"}
 # The multi-slice config and the slice counts the DCN fit reads (fixtures/published/predict.py's
@@ -113,19 +128,18 @@ def _large(ops, kind: str):
 
 
 def gpu_fits(card: str) -> list[Fit]:
-    """The card's matmul and memory efficiencies: medians over the fitting programs' large ops."""
+    """The card's calibration: its GEMMs', streams' and smallest kernels' rates over the
+    micro-benchmarks, each kernel class of its own and the launch gap on its one program."""
     found = []
     for kind in ("matmul", "memory"):
         seen = [
-            e
-            for case in GPU_FITTING
-            for e in _large(gpu_reports(card, case).ops, kind)["efficiency"]
+            e for case in GPU_MICRO for e in _large(gpu_reports(card, case).ops, kind)["efficiency"]
         ]
         value = _round(statistics.median(seen))
         found.append(Fit(CARDS[card], f"{kind}_efficiency", value, "fixtures/measured_gpu",
                          tuple(e / value for e in seen)))  # fmt: skip
     small = []  # what a kernel far below any roof took a run: launch and drain
-    for case in GPU_FITTING:
+    for case in GPU_MICRO:
         ops = gpu_reports(card, case).ops
         timed = ops[(ops["measured_s"] > 0) & (ops["t_bound_s"] > 0) & (ops["count"] > 0)]
         tiny = timed[timed["t_bound_s"] / timed["count"] < SMALL_RUN_S]
@@ -133,7 +147,61 @@ def gpu_fits(card: str) -> list[Fit]:
     value = float(f"{statistics.median(small):.2g}")
     found.append(Fit(CARDS[card], "op_floor", value, "fixtures/measured_gpu",
                      tuple(t / value for t in small)))  # fmt: skip
-    return found
+    for key, rows in KERNEL_CLASSES.items():
+        ops = rows(gpu_reports(card, GPU_CLASS_FITTING[key]).ops)
+        ops = ops[ops["efficiency"].notna()]
+        # time-weighted: the share of the bound the class's kernels reached together
+        value = _round(ops["t_bound_s"].sum() / ops["measured_s"].sum())
+        found.append(Fit(CARDS[card], key, value, "fixtures/measured_gpu",
+                         tuple(e / value for e in ops["efficiency"])))  # fmt: skip
+    return found + _launch_fits(card)
+
+
+def _fused_kernels(ops):
+    """Custom kernels whose matrix work is priced from their shapes (cuDNN's flash attention)."""
+    return ops[ops["kernel_mxu_flops"] > 0]
+
+
+def _convolutions(ops, narrow: bool):
+    """cuDNN's convolutions (XLA:GPU names its conv custom-calls ``cudnn-conv*``), those whose
+    contraction is not a whole number of the tensor cores' K steps (``narrow``) or the rest."""
+    conv = ops[(ops["opcode"] == "custom-call") & ops["name"].str.startswith("cudnn-conv")]
+    return conv[(conv["mm_k"] % time_model.CONV_K_STEP != 0) == narrow]
+
+
+KERNEL_CLASSES = {
+    "kernel_efficiency": _fused_kernels,
+    "conv_efficiency": lambda ops: _convolutions(ops, narrow=False),
+    "conv_narrow_efficiency": lambda ops: _convolutions(ops, narrow=True),
+}
+
+
+def uncovered(card: str, case: str) -> tuple[float, float]:
+    """(the step's time no kernel covers: measured step − Σ the kernels' measured times, the
+    kernel runs the model gives a launch gap: rows with a bound time, times their count)."""
+    report = gpu_reports(card, case)
+    ops = report.ops
+    kernels = ops[(ops["t_bound_s"] > 0) & (ops["count"] > 0)]
+    covered = ops.loc[ops["measured_s"] > 0, "measured_s"].sum()
+    return report.summary["measured_step_s"] - covered, float(kernels["count"].sum())
+
+
+def dispatch(card: str) -> tuple[float, list[float]]:
+    """The host's dispatch of a step and the wait for its end, as ``measure`` runs steps (each
+    waits for its outputs): the median time no kernel covers in the micro-benchmarks (a kernel or
+    a few each), and each of theirs. Not the program's (a training loop dispatches the next step
+    while this one runs): the launch gap's fit takes it out, the expectation leaves it out."""
+    few = [uncovered(card, case)[0] for case in GPU_MICRO]
+    return statistics.median(few), few
+
+
+def _launch_fits(card: str) -> list[Fit]:
+    """The launch gap per kernel run: the decode loop's uncovered time (hundreds of kernel runs
+    a step) less the dispatch, per kernel run."""
+    gap, runs = uncovered(card, GPU_CLASS_FITTING["launch_gap"])
+    launch = float(f"{(gap - dispatch(card)[0]) / runs:.2g}")
+    residual = (gap - dispatch(card)[0]) / runs / launch
+    return [Fit(CARDS[card], "launch_gap", launch, "fixtures/measured_gpu", (residual,))]
 
 
 @cache

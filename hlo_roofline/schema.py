@@ -59,6 +59,13 @@ EXPECTED_EFFECTS = {
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
     "where measured (`calibrated.memory_efficiency`)",
+    "kernel_rate": "a fused kernel's matrix work (cuDNN's flash attention) at the share of its bound "
+    "such kernels reached where measured (`calibrated.kernel_efficiency`)",
+    "conv_rate": "a cuDNN convolution at the share of its bound cuDNN's convolutions of its class "
+    "reached where measured (`calibrated.conv_efficiency`; a K of no whole number of the tensor "
+    "cores' K steps: `conv_narrow_efficiency`)",
+    "launch": "a GPU stream's idle time before each of the kernel's runs, on top of them: the "
+    "host's launch (`calibrated.launch_gap`)",
     "dcn": "a multi-slice transfer over the data-centre network at the share of the DCN egress "
     "and the time per ring step over the slices measured on whole steps "
     "(`calibrated.dcn_efficiency`, `dcn_step`)",

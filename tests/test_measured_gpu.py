@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hlo_roofline import calibrate, measured, read_trace, xplane
+from hlo_roofline import calibrate, chips, measured, read_trace, xplane
 
 HERE = Path(__file__).resolve().parent
 TRACES = HERE.parent / "fixtures" / "measured_gpu"
@@ -168,18 +168,19 @@ def test_the_bound_is_below_every_program(reports, card):
         assert timed["t_bound_s"].sum() < timed["measured_s"].sum(), case
 
 
-# The expectation within ±15% of the measured step on the programs no calibration read (the
-# card's efficiencies and per-op floor are fitted on the micro-benchmarks:
-# hlo_roofline.calibrate.GPU_FITTING). Where it is not yet, and why (xfail: fails once it holds).
+# The expectation within ±15% of the measured step on the programs no calibration read (each
+# card's calibration is fitted on its traces of hlo_roofline.calibrate.GPU_FITTING: the
+# micro-benchmarks, attention_cudnn, convnet_step, kv_decode). Where it is not yet, and why (xfail:
+# fails once it holds).
 EXPECTED_BAND = (0.85, 1.15)
-_STEP_GAP = "whole steps lose more than their kernels' calibration covers (async copies, host gaps)"
 EXPECTED_GAPS = {
-    **{(card, case): _STEP_GAP for card in CARDS
-       for case in ("gpt_step", "gpt_step_graphs", "nnx_lm_step")},
-    **{(card, "convnet_step"): "cuDNN's convolutions run at 0.06-0.4 of their roofs: no calibration"
+    **{(card, "attention_block"): "XLA's written-out causal softmax over [8, 16, 2048, 2048] (one "
+       "fusion, half the step) runs at 0.3-0.4 of its HBM roof; no fitted program has a fusion of "
+       "its kind and the streams' efficiency (0.87-0.92) is not its rate"
        for card in CARDS},
-    **{(card, case): "attention kernels (written out, cuDNN's) below the GEMM's efficiency"
-       for card in CARDS for case in ("attention_block", "attention_cudnn")},
+    ("h200", "nnx_lm_step"): "the H200 run leaves 1.96 ms of its 8.79 ms step uncovered by any "
+    "kernel, 12 us a kernel run, against 1.6 us on kv_decode (the fit) and 6 us on the H100's run "
+    "of the same step: host time per kernel is not one number",
 }  # fmt: skip
 
 
@@ -193,6 +194,60 @@ def test_the_expectation_is_within_15_percent_where_no_calibration_saw(reports, 
     s = reports[0][card, case].summary
     ratio = s["step_expected_s"] / s["measured_step_s"]
     assert EXPECTED_BAND[0] <= ratio <= EXPECTED_BAND[1], f"{card} {case}: {ratio:.3f}"
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_async_copies_hide_nothing_on_a_gpu(reports, card):
+    """The GPT step's async copies (fusion-start: its layers' weight slices) ran beside its
+    kernels, yet the kernels' times, the copies' included, add up to the step (the copies share
+    the HBM those kernels stream from): the expectation walks them on the stream."""
+    report = reports[0][card, "gpt_step"]
+    ops, s = report.ops, report.summary
+    copies = ops["opcode"] == "fusion-start"
+    assert copies.sum() > 30 and ops.loc[copies, "measured_s"].sum() > 0.1 * s["measured_step_s"]
+    assert ops["measured_s"].sum() > 0.9 * s["measured_step_s"]
+    assert s["step_expected_s"] == pytest.approx(ops["t_expected_s"].sum(), rel=1e-9)
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_the_launch_gaps_are_the_steps_time_no_kernel_covers(reports, card):
+    """The uncovered time of a step (measured step − Σ kernel times) grows with its kernel runs:
+    a few hundred microseconds for a one-kernel program (the host's dispatch, which the
+    expectation leaves out), more for the decode loop's hundreds; the expectation adds the
+    fitted gap once per kernel run."""
+    few, _ = calibrate.uncovered(card, "f32_add")
+    many, runs = calibrate.uncovered(card, "kv_decode")
+    assert 50e-6 < few < 1e-3 and runs > 500 and many > 2 * few
+    ops = reports[0][card, "kv_decode"].ops
+    chip = chips.get(CARDS[card]).calibration
+    kernels = ops[(ops["t_bound_s"] > 0) & (ops["count"] > 0)]
+    gaps = chip.launch_gap_s * kernels["count"].sum()
+    dispatch, _ = calibrate.dispatch(card)
+    assert gaps + dispatch == pytest.approx(many, rel=0.05)  # what the fit read: its program
+    assert (kernels["expected_by"] != "").all()  # each kernel is above its bound: its launch
+    above = kernels["t_expected_s"] - kernels["t_bound_s"]
+    assert above.sum() >= gaps * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_large_kernels_are_expected_within_15_percent_where_no_calibration_saw(reports, card):
+    """Op by op on the held-out steps (the written-out attention aside: its softmax fusion is a
+    kind no calibration has), the large GEMMs and the large memory-bound ops took, together,
+    within ±15% of their expected times."""
+    took: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for case in calibrate.GPU_HELD_OUT:
+        if case in ("attention_block", "gpt_step_graphs"):  # graphs: the same kernels as gpt_step
+            continue
+        ops = reports[0][card, case].ops
+        for _, row in ops[(ops["measured_s"] > 0) & (ops["t_bound_s"] > 0)].iterrows():
+            kind = _op_class(row)
+            if kind in ("gemm ≥ 50 µs a run", "memory-bound ≥ 50 µs a run"):
+                took[kind][0] += row["measured_s"]
+                took[kind][1] += row["t_expected_s"]
+    assert len(took) == 2
+    for kind, (measured_s, expected_s) in took.items():
+        ratio = measured_s / expected_s
+        assert EXPECTED_BAND[0] <= ratio <= EXPECTED_BAND[1], f"{card} {kind}: {ratio:.3f}"
 
 
 def test_the_fitting_half_and_the_held_out_half_are_every_program():
@@ -287,10 +342,12 @@ def _op_class(row) -> str:
 
 
 def validation_tables(found) -> tuple[list[str], list[str]]:
-    """(per-program rows, per-class rows) of docs/validation.md's measured-GPU section."""
+    """(per-program rows, per-class rows) of docs/validation.md's measured-GPU section: per
+    program its half (fitted on or held out), per class Σ measured ÷ Σ bound and ÷ Σ expected
+    (the expected times hold each kernel's launch gap, which no kernel's measured time does)."""
     programs = []
     for case in PROGRAM_ROWS:
-        cells = [f"`{case}`"]
+        cells = [f"`{case}`", "fit" if case in calibrate.GPU_FITTING else "held out"]
         for card in CARDS:
             report = found[card, case]
             s = report.summary
@@ -314,8 +371,10 @@ def validation_tables(found) -> tuple[list[str], list[str]]:
         for card in CARDS:
             members = classes.get((name, card), [])
             roof = sum(r["t_bound_s"] for r in members)
+            expected = sum(r["t_expected_s"] for r in members)
             took = sum(r["measured_s"] for r in members)
             cells += [str(len(members)), f"{took / roof:.2f}" if roof else "–"]
+            cells.append(f"{took / expected:.2f}" if expected else "–")
         rows.append("| " + " | ".join(cells) + " |")
     return programs, rows
 

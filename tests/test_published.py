@@ -47,11 +47,15 @@ DCN_ONE, DCN_MANY, DCN_SLICES = calibrate.DCN_FITTING
 FITTING = set(calibrate.PUBLISHED_FITTING.values()) | {DCN_ONE, DCN_MANY}
 # Where the expectation misses the band, and why (each an xfail that fails once it holds).
 EXPECTED_GAPS = {
-    # The H100's calibration (its GEMMs at 0.81 of the dense peak, its streams at 0.92 of HBM,
-    # from fixtures/measured_gpu) covers the kernels; the published A3 step is 1.4-1.5x that:
-    # what else the run lost (host, NCCL over TCPX, the schedule) has no calibration yet.
-    "a3_llama2_7b_1vm": "A3: the step's losses beyond its kernels are not calibrated",
-    "a3_llama2_7b_2vm": "A3: the step's losses beyond its kernels are not calibrated",
+    # The H100's calibration (fixtures/measured_gpu: its GEMMs, streams, cuDNN's flash attention,
+    # the launch gaps and the step's dispatch) covers the kernels and the stream's idle time; the
+    # expected step is 0.76 and 0.69 of the published A3 step. What else that run lost (NCCL over
+    # NVLink and TCPX at a measured rate, Transformer Engine's own kernels, its pipeline) is in no
+    # trace here.
+    "a3_llama2_7b_1vm": "A3: the run's losses beyond its kernels and launches are not calibrated "
+    "(expected 0.76 of the published step)",
+    "a3_llama2_7b_2vm": "A3: the run's losses beyond its kernels and launches are not calibrated "
+    "(expected 0.69 of the published step; its NCCL over TCPX has no measured rate)",
 }
 
 
@@ -219,8 +223,14 @@ def test_gpu_attention_is_cudnn_flash_partitioned(name):
     forward = rows[targets == "__cudnn$fmhaSoftmax"]
     per_layer = rec["tflops_training_per_device"]["attention"] * 1e12 / 3 / layers
     assert forward["kernel_mxu_flops"].to_numpy() == pytest.approx(per_layer, rel=1e-3)
+    # priced on the tensor cores (on the vector unit it would be most of the step): its share of
+    # the expected step is its share of MaxText's FLOPs (7.5%) at most three times over, the flash
+    # kernel's measured share of its bound (calibrated.kernel_efficiency, 0.49) against the GEMMs'
+    # (matmul_efficiency, 0.81) making up the most of it
     judged = _predicted(name)
-    assert judged["attention_s"] < 0.1 * judged["predicted_step_s"]
+    flops = rec["tflops_training_per_device"]
+    share = flops["attention"] / flops["total"]
+    assert judged["attention_s"] < 3 * share * judged["predicted_step_s"]
 
 
 @pytest.mark.parametrize(

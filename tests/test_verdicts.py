@@ -566,9 +566,11 @@ def test_matmul_in_a_type_the_chip_has_no_rate_for_is_an_unknown_row_with_its_re
     assert dot.bound == "unknown"
     assert dot.hint_reason == "no_rate" and dot.note == ""
     assert dot.hint == f"compute time unknown: {name} has no rate for {dtype} matmuls"
-    floor = (chips.get(chip) if isinstance(chip, str) else chip).calibration.op_floor_s or 0.0  # per-op
+    calibration = (chips.get(chip) if isinstance(chip, str) else chip).calibration
+    floor = calibration.op_floor_s or 0.0  # per-op
+    launch = calibration.launch_gap_s or 0.0  # a GPU kernel's launch gap, on top of its run
     assert dot.t_compute_s == 0 and dot.t_memory_s > 0
-    assert dot.t_expected_s == max(dot.t_memory_s, floor)
+    assert dot.t_expected_s == pytest.approx(max(dot.t_memory_s, floor) + launch, rel=1e-12)
     assert report.summary["step_time_serial_s"] == pytest.approx(dot.t_expected_s)
     again = row(report.classify("v5p"), "dot")  # judged again: the old chip's reason goes
     assert again.hint == f"compute time unknown: TPU v5p has no rate for {dtype} matmuls" or (

@@ -57,6 +57,10 @@ CALIBRATED = {
     "memory_efficiency": "memory_efficiency",
     "dcn_efficiency": "dcn_efficiency",
     "dcn_step": "dcn_step_s",
+    "kernel_efficiency": "kernel_efficiency",
+    "conv_efficiency": "conv_efficiency",
+    "conv_narrow_efficiency": "conv_narrow_efficiency",
+    "launch_gap": "launch_gap_s",
 }
 _LEAF_FIELDS = ("source", "note", "kind", "fitted_on", "per")
 

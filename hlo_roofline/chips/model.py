@@ -226,6 +226,14 @@ class Calibration:
     # one slice to the next through the hosts and their NICs); measured on whole steps
     dcn_efficiency: float | None = None
     dcn_step_s: float | None = None
+    # a GPU's kernels of their own class, measured on traces (fractions of the bound): a fused
+    # kernel's matrix work (cuDNN's flash attention: ``kernel_mxu_flops``) and cuDNN's convolutions
+    kernel_efficiency: float | None = None
+    conv_efficiency: float | None = None
+    conv_narrow_efficiency: float | None = None  # a conv whose K is no whole number of MMA steps
+    # a GPU stream's idle time before each kernel's run that no kernel covers (the host's
+    # launch), measured on traces
+    launch_gap_s: float | None = None
 
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
               "major_reduce_rate", "reduced_stream_rate", "depthwise_tap_rate",

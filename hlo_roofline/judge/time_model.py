@@ -40,6 +40,9 @@ from hlo_roofline.judge.compute import (
 )
 from hlo_roofline.schema import BOUNDS
 
+# a GPU's async starts whose work runs on the device beside the stream, sharing its HBM
+HBM_SHARING_STARTS = ("fusion-start", "async-start")
+CONV_K_STEP = 8  # the K a tensor-core MMA takes at once (tf32's; 16-bit types take 16)
 NO_RATE = "compute time unknown: "  # how a row whose matmul dtype the chip has no rate for begins
 
 
@@ -195,6 +198,11 @@ class TimeModel:
         )
 
     # -- calibrated effects (the expected model's alone) ----------------------------------------
+    def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:
+        """Calibrated times an op takes on top of its run (the stream idle before it), per row:
+        none on a host."""
+        return {}
+
     def calibrated_effects(
         self, ops: pd.DataFrame, rates: Rates, bound: Bound
     ) -> dict[str, np.ndarray]:
@@ -226,10 +234,72 @@ class GpuTimeModel(TimeModel):
     """A GPU's: tensor cores at the matmul dtype's peak (f32 on TF32 unless ``highest``), CUDA
     cores for the rest, HBM; collectives on NVLink inside a node and the node's scale-out
     network across nodes, sharing the GPU's NVLink and network ports in the schedule (one
-    queue); the per-op floor and the efficiencies measured on the traces of
-    ``fixtures/measured_gpu``."""
+    queue); the per-op floor, the efficiencies measured on the traces of
+    ``fixtures/measured_gpu`` (GEMMs, streaming ops, fused attention kernels, cuDNN's
+    convolutions) and the stream's idle time between kernels; an async copy (not a collective)
+    runs beside the stream's kernels on the same HBM, so the stream waits for it."""
 
     kind = "gpu"
+
+    @classmethod
+    def walk(cls, ops: pd.DataFrame, durations: np.ndarray) -> schedule.Scheduled:
+        """XLA's schedule, with each asynchronous computation that is not a collective (an async
+        fusion: a scanned layer's weight slice, ``fusion-start``; ``async-start``) on the stream:
+        it moves its bytes through the HBM the kernels beside it stream from, so it hides nothing
+        (gpt_step on H100 and H200: every kernel's time, async copies included, sums to the
+        measured step). A ``copy-start`` (to or from the host, over its link) still overlaps."""
+        opcodes = ops["opcode"].to_numpy().astype(str)
+        local = np.isin(opcodes, HBM_SHARING_STARTS) & (ops["collective"].to_numpy() == "")
+        if not local.any():
+            return super().walk(ops, durations)
+        names = set(ops["name"].to_numpy()[local].tolist())
+        waits = ops["waits_for"].to_numpy() if "waits_for" in ops else np.full(len(ops), "")
+        on_stream = ops.assign(
+            opcode=np.where(local, np.char.replace(opcodes, "-start", ""), opcodes),
+            waits_for=[("" if w in names else w) for w in waits.tolist()],
+        )
+        return super().walk(on_stream, durations)
+
+    def calibrated_effects(
+        self, ops: pd.DataFrame, rates: Rates, bound: Bound
+    ) -> dict[str, np.ndarray]:
+        """The effects measured on whole kernels (:meth:`TimeModel.measured_effects`) and two
+        classes of kernel of their own: a fused kernel's matrix work (cuDNN's flash attention,
+        priced from its shapes: ``kernel_mxu_flops``) at the share of its bound such kernels
+        reached (``calibrated.kernel_efficiency``), and cuDNN's convolutions at theirs: their
+        algorithms, chosen per shape, run far below the GEMMs' rate, and further below where the
+        contraction (input channels × filter taps) is no whole number of the tensor cores'
+        K step (a 3-channel stem: ``calibrated.conv_narrow_efficiency``; the rest:
+        ``calibrated.conv_efficiency``)."""
+        cal, zero = self.chip.calibration, np.zeros(len(ops))
+        fused = rates.kernel_mxu > 0
+        conv = ops["opcode"].to_numpy() == "custom-call"
+        conv &= ops["name"].astype(str).str.startswith("cudnn-conv").to_numpy()
+        narrow = conv & (ops["mm_k"].to_numpy() % CONV_K_STEP != 0)
+        share = np.full(len(ops), np.inf)  # the share of its bound each conv reaches
+        share[conv & ~narrow] = cal.conv_efficiency or np.inf
+        share[narrow] = cal.conv_narrow_efficiency or cal.conv_efficiency or np.inf
+        return {
+            **self.measured_effects(ops, rates, bound),
+            "kernel_rate": np.where(fused, bound.t_bound / cal.kernel_efficiency, 0.0)
+            if cal.kernel_efficiency
+            else zero,
+            "conv_rate": bound.t_bound / share,
+        }
+
+    def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:
+        """The stream's idle time before each kernel's run (``calibrated.launch_gap``: the host's
+        launch); none for a row that launches no kernel (a parameter, a tuple, a bitcast: no
+        bound time) nor for a collective (its launch is in its transfer's time). The host's
+        dispatch of the whole program is not the program's: a step that waits for its outputs
+        (as ``measure`` runs them) adds it, a training loop dispatches the next step meanwhile."""
+        cal = self.chip.calibration
+        launch = np.zeros(len(ops))
+        kernel = (bound.t_bound > 0) & (ops["count"].to_numpy(dtype=float) > 0)
+        kernel &= ops["collective"].to_numpy() == ""
+        if cal.launch_gap_s:
+            launch[kernel] = cal.launch_gap_s * ops["count"].to_numpy(dtype=float)[kernel]
+        return {"launch": launch}
 
 
 class TpuTimeModel(TimeModel):
@@ -372,8 +442,9 @@ class BoundModel:
 
 class ExpectedModel:
     """The bound and every calibrated effect (each named with its evidence, never below the
-    bound: ``t_expected_s``, ``expected_by``), and the step as XLA scheduled those times
-    (``step_expected_s``, never below the bound's step)."""
+    bound: ``t_expected_s``, ``expected_by``; the largest sets the op's run, and the backend's
+    added effects, such as a GPU kernel's launch gap, come on top of it), and the step as XLA
+    scheduled those times (``step_expected_s``, never below the bound's step)."""
 
     def __init__(self, model: TimeModel) -> None:
         self.model = model
@@ -382,10 +453,17 @@ class ExpectedModel:
         effects = self.model.calibrated_effects(ops, rates, bound)
         names = np.array(["", *effects], dtype=object)
         times = np.stack([bound.t_bound, *effects.values()])
-        t_expected = times.max(axis=0)
-        return Expected(
-            t_expected, names[times.argmax(axis=0)], effects, self.model.walk(ops, t_expected)
-        )
+        t_expected, expected_by = times.max(axis=0), names[times.argmax(axis=0)]
+        added = self.model.added_effects(ops, bound)  # on top of the op's run, not instead
+        if added:
+            extra = np.stack(list(added.values()))
+            largest = np.array(list(added), dtype=object)[extra.argmax(axis=0)]
+            t_expected = t_expected + extra.sum(axis=0)
+            expected_by = np.where(
+                (expected_by == "") & (extra.sum(axis=0) > 0), largest, expected_by
+            )
+            effects = {**effects, **added}
+        return Expected(t_expected, expected_by, effects, self.model.walk(ops, t_expected))
 
     def step(self, expected: Expected, step_bound: float) -> float:
         """XLA's schedule of the expected ops, and never below what the hardware allows (the walk
