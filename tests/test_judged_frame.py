@@ -23,18 +23,30 @@ def _module(path):
     return path if path.exists() else path.with_name(path.name + ".gz")
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.parent.name)
-def test_the_judged_frame_is_the_one_pandas_assign_makes(path, monkeypatch):
-    report = hr.analyze_file(_module(path))
-    judged = report.classify("v5e").ops
-    monkeypatch.setattr(_frame, "column_arrays", lambda frame: None)  # pandas' public way
+def _reports(tmp_path):
+    """The reports a judging starts from: fresh, some rows of one (its index no longer 0..n-1),
+    and one read back from its CSV."""
+    for path in MODULES:
+        report = hr.analyze_file(_module(path))
+        yield f"{path.parent.name}", report
+        rows = report.ops[report.ops["flops"] > 0]
+        yield f"{path.parent.name}-rows", hr.Report(rows, report.summary, report.module)
+        csv = tmp_path / f"{path.parent.name}.csv"
+        report.to_csv(csv)
+        yield f"{path.parent.name}-csv", hr.Report.read(csv)
+
+
+def test_the_judged_frame_is_the_one_pandas_assign_makes(tmp_path, monkeypatch):
     from hlo_roofline.judge import verdict
 
-    monkeypatch.setattr(verdict, "column_arrays", lambda frame: None)
-    public = report.classify("v5e").ops
-    assert list(judged.columns) == list(public.columns)
-    assert judged.dtypes.equals(public.dtypes)
-    pd.testing.assert_frame_equal(judged, public, check_exact=True)
+    for name, report in _reports(tmp_path):
+        judged = report.classify("v5e").ops
+        with monkeypatch.context() as public_way:
+            public_way.setattr(verdict, "column_arrays", lambda frame: None)
+            public = report.classify("v5e").ops
+        assert list(judged.columns) == list(public.columns), name
+        assert judged.dtypes.equals(public.dtypes), name
+        pd.testing.assert_frame_equal(judged, public, check_exact=True, obj=name)
 
 
 def test_judging_again_replaces_the_verdicts_and_shares_no_memory():
