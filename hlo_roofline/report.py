@@ -6,7 +6,6 @@ report written by one is read identically by the others (``Report.read`` round-t
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
 import io
@@ -22,6 +21,7 @@ import pandas as pd
 
 from hlo_roofline import chips, evidence, schema
 from hlo_roofline._atomic import is_remote, join, write_atomic
+from hlo_roofline._frame import as_text, frame_of_arrays
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
 from hlo_roofline.hlo.files import read_text
@@ -40,69 +40,6 @@ BOUNDS = verdict.BOUNDS[:3]  # the units a group can be bound by (verdict.BOUNDS
 DERIVED_KEYS = ("user_function", "scope", "pass")
 UNATTRIBUTED = "(unattributed)"
 _TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_expected_s", "t_exposed_s")
-
-
-def _as_text(values):
-    """An array of Python strings as the column pandas makes of them (its string type, or objects
-    before pandas 3), converted in place of pandas' inference, which copies the array; anything
-    else as it is."""
-    if not isinstance(values, np.ndarray) or values.dtype != object or not len(values):
-        return values
-    dtype = _text_dtype()
-    if isinstance(dtype, np.dtype):  # object: pandas before 3 keeps text as it is
-        return values
-    try:  # what pd.array(values, dtype=dtype, copy=False) does, without its dispatch
-        return _text_array_type()._from_sequence(values, dtype=dtype, copy=False)
-    except (TypeError, ValueError):  # not all strings: pandas infers what it is
-        return values
-
-
-@functools.cache
-def _text_array_type():
-    """The array type of pandas' string dtype (pandas 3 and later)."""
-    return _text_dtype().construct_array_type()
-
-
-def _frame_of_arrays(arrays: dict) -> pd.DataFrame | None:
-    """The DataFrame ``pd.DataFrame(arrays, copy=False)`` makes, where every column is already
-    what pandas would store (a number or flag array, or text as pandas' string array): built from
-    its columns as they are, skipping the checks that cost a small module's analysis more than
-    its rows (a third of a millisecond for 49 columns). None where a column is anything else
-    (objects, a list) or this pandas lacks the means: the caller asks pandas the usual way."""
-    values = list(arrays.values())
-    if not values:
-        return None
-    rows = len(values[0])
-    for array in values:
-        if (
-            (isinstance(array, np.ndarray) and (array.dtype == object or array.ndim != 1))
-            or not isinstance(array, np.ndarray | pd.api.extensions.ExtensionArray)
-            or len(array) != rows
-        ):
-            return None
-    try:
-        from pandas.core.internals.construction import arrays_to_mgr
-
-        manager = arrays_to_mgr(
-            values, _column_index(tuple(arrays)), pd.RangeIndex(rows),
-            verify_integrity=False, consolidate=False,
-        )  # fmt: skip
-        return pd.DataFrame._from_mgr(manager, axes=manager.axes)
-    except (ImportError, AttributeError, TypeError):  # another pandas: the public way
-        return None
-
-
-@functools.lru_cache(maxsize=16)
-def _column_index(names: tuple[str, ...]) -> pd.Index:
-    """The columns' index, made once for the schema's names (an index never changes: frames
-    share it as they share one when copied)."""
-    return pd.Index(list(names))
-
-
-@functools.cache
-def _text_dtype():
-    """The dtype pandas infers for a column of strings (object before pandas 3)."""
-    return pd.Series(np.array(["x"], dtype=object)).dtype
 
 
 class ReportError(ValueError):
@@ -168,8 +105,8 @@ class Report:
         """The report of ``cost.rows``' columns, taken as they are: no column is copied (a large
         module's table would be twice in memory while it is built), text made the string type
         pandas gives text."""
-        arrays = {name: _as_text(values) for name, values in columns.items()}
-        frame = _frame_of_arrays(arrays)
+        arrays = {name: as_text(values) for name, values in columns.items()}
+        frame = frame_of_arrays(arrays)
         if frame is None:
             frame = pd.DataFrame(arrays, copy=False)
         return cls(frame, summary, module)

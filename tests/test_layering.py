@@ -26,6 +26,7 @@ LAYERS = [
             "hlo_roofline._gc",
             "hlo_roofline._atomic",
             "hlo_roofline._json",
+            "hlo_roofline._frame",
             "hlo_roofline.logdir",
             "hlo_roofline.schema",
             "hlo_roofline.text",

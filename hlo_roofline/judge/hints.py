@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,7 @@ from hlo_roofline.schema import BOUNDS
 
 def hint_columns(
     ops: pd.DataFrame,
+    verdicts: Mapping[str, np.ndarray],
     matmul: np.ndarray,
     no_rate: np.ndarray,
     rates: dict,
@@ -27,18 +29,23 @@ def hint_columns(
 ) -> dict[str, object]:
     """The hint columns of classified ops: fields for matmuls that have a verdict (NumPy over
     those rows), the text rendered from them, and the rows that say why they have no verdict
-    (no rate for the dtype) or no time (a prefetch)."""
+    (no rate for the dtype) or no time (a prefetch). ``verdicts``: the rows' ``bound``,
+    ``intensity``, ``critical_intensity`` and ``expected_by``, judged before their hints."""
     size = len(ops)
     reason = np.full(size, "", dtype=object)
     hint = np.full(size, "", dtype=object)
     ridge_m, ridge_k, waste = np.full(size, np.nan), np.full(size, np.nan), np.zeros(size)
-    bound = ops["bound"].to_numpy()
+    bound = np.asarray(verdicts["bound"])
     rows = np.flatnonzero(matmul & ~no_rate & np.isin(bound, BOUNDS[:3]))
     if len(rows):
-        intensity = ops["intensity"].to_numpy(dtype=float)[rows]
-        ridge = ops["critical_intensity"].to_numpy(dtype=float)[rows]
+        intensity = np.asarray(verdicts["intensity"], dtype=float)[rows]
+        ridge = np.asarray(verdicts["critical_intensity"], dtype=float)[rows]
         fields = ridge_fields(ops, rows, ridge, chip, padding[rows])
-        by = ops["expected_by"].to_numpy()[rows] if "expected_by" in ops else np.full(len(rows), "")
+        by = (
+            np.asarray(verdicts["expected_by"])[rows]
+            if "expected_by" in verdicts
+            else np.full(len(rows), "")
+        )
         loop = by == "loop"  # expected at its result's loop, not the MXU
         fields["hint_reason"][loop] = "vector_loop"
         reason[rows] = fields["hint_reason"]
@@ -81,8 +88,15 @@ def row_tiles(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
         return tiles
     m = column(ops, "mm_m", rows, 0.0)
     # Each distinct (shape, M) once: a big program repeats a few hundred of them.
-    pairs = pd.DataFrame({"shape": ops["shape"].to_numpy()[rows], "m": m})
-    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(pairs), sort=False)
+    uniques: dict[tuple[str, float], int] = {}
+    codes = np.fromiter(
+        (
+            uniques.setdefault((text, rows_m), len(uniques)) if isinstance(text, str) else -1
+            for text, rows_m in zip(ops["shape"].to_numpy()[rows].tolist(), m.tolist(), strict=True)
+        ),
+        int,
+        len(rows),
+    )
     found = np.zeros(len(uniques), dtype=int)
     for k, (text, rows_m) in enumerate(uniques):
         shape = shape_of(text)  # typed by the cost layer (None: no shape)

@@ -20,13 +20,15 @@ def chip_summary(
     """The summary's chip, its roofs and the step's MFU: at most ``flops / (peak · step_bound)``
     (no run reaches more), expected ``flops / (peak · expected)``; ``time_share`` splits the
     serial step (Σ ``t_expected_s``, ``step``) by each op's bound."""
-    time_by_bound = ops.groupby("bound")["t_expected_s"].sum()
+    bound = ops["bound"].to_numpy()
+    time_by_bound = grouped_sums(bound, ops["t_expected_s"].to_numpy(dtype=float))
     # MFU against the peak most matmul FLOPs run at (their dtype and precision; bf16 without any)
-    priced = (ops["mm_k"] > 0) & (ops["bound"] != "unknown")
-    matmul_flops = ops[priced].groupby(["dtype", "precision"])["flops"].sum()
-    mfu_dtype, mfu_precision = (
-        matmul_flops.idxmax() if len(matmul_flops) and matmul_flops.max() > 0 else ("bf16", "")
-    )
+    priced = (ops["mm_k"].to_numpy() > 0) & (bound != "unknown")
+    pairs = zip(ops["dtype"].to_numpy()[priced], ops["precision"].to_numpy()[priced], strict=True)
+    matmul_flops = grouped_sums(list(pairs), ops["flops"].to_numpy(dtype=float)[priced])
+    mfu_dtype, mfu_precision = ("bf16", "")
+    if matmul_flops and max(matmul_flops.values()) > 0:  # the first largest, keys in order
+        mfu_dtype, mfu_precision = max(sorted(matmul_flops), key=matmul_flops.__getitem__)
     peak = chip.matmul_peak(str(mfu_dtype), str(mfu_precision) or "default")
     flops = float(ops["flops"].sum())
     roofs = {}
@@ -53,13 +55,50 @@ def chip_summary(
             if mfu_dtype == "f32" and mfu_precision not in ("", "default")
             else str(mfu_dtype)
         ),
-        "time_share": {
-            b: float(time_by_bound.get(b, 0.0)) / step if step else 0.0 for b in BOUNDS[:4]
-        },
+        "time_share": {b: time_by_bound.get(b, 0.0) / step if step else 0.0 for b in BOUNDS[:4]},
         "hbm_bandwidth": chip.hbm_bandwidth,
         "vmem_bandwidth": chip.vmem_bandwidth if in_vmem else None,
         "roofs": roofs,
     }
+
+
+# Past this many rows pandas' grouped sum costs less than adding them up one by one in Python.
+_GROUPBY_ROWS = 512
+
+
+def grouped_sums(keys, values: np.ndarray) -> dict:
+    """The sum of ``values`` per key (missing keys and NaN values skipped), exactly as pandas'
+    ``groupby(keys).sum()`` adds them: in row order, with its compensated (Kahan) adding. A few
+    rows, one by one in Python, where the groupby's fixed cost is most of a small module's
+    judging; many, by pandas."""
+    if len(values) > _GROUPBY_ROWS:
+        sums = pd.Series(values).groupby(_group_keys(keys)).sum()
+        return {key: float(total) for key, total in sums.items()}
+    totals: dict = {}
+    compensations: dict = {}
+    for key, value in zip(keys, values.tolist(), strict=True):
+        if value != value or _is_missing(key):
+            continue
+        total, compensation = totals.get(key, 0.0), compensations.get(key, 0.0)
+        y = value - compensation
+        t = total + y
+        compensation = t - total - y
+        compensations[key] = 0.0 if compensation != compensation else compensation  # ±inf
+        totals[key] = t
+    return totals
+
+
+def _group_keys(keys):
+    """``keys`` as pandas groups by them: an array, or for pairs, one array per element."""
+    if len(keys) and isinstance(keys[0], tuple):
+        return [np.asarray([key[i] for key in keys], dtype=object) for i in range(len(keys[0]))]
+    return np.asarray(keys, dtype=object) if not isinstance(keys, np.ndarray) else keys
+
+
+def _is_missing(key) -> bool:
+    """Whether a group key is one pandas drops (NaN or None, alone or in a tuple)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return any(part is None or (isinstance(part, float) and part != part) for part in parts)
 
 
 LOOP_FIELDS = ("parent", "trip_count", "iterations", "ops", "flops", "bytes_accessed",
@@ -77,10 +116,23 @@ def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
     directly in the loop is its iterations, and over its parent's the trip count. A loop whose
     trip count is unknown (its rows are ``lower_bound``: counted once) has none. The times are
     there once the report is classified."""
-    columns = list(LOOP_FIELDS)
-    if "loop" not in ops or not (ops["loop"] != "").any():
-        return pd.DataFrame(columns=columns, index=pd.Index([], name="loop"))
+    rows = _loop_rows(ops)
+    if not rows:
+        return pd.DataFrame(columns=list(LOOP_FIELDS), index=pd.Index([], name="loop"))
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=list(LOOP_FIELDS))
+    table.index.name = "loop"
+    if "t_expected_s" in ops:
+        table = table.sort_values("t_expected_s", ascending=False, kind="stable")
+    return table
+
+
+def _loop_rows(ops: pd.DataFrame) -> dict[str, dict]:
+    """:func:`loop_table`'s rows by loop path, in the order of their paths."""
+    if "loop" not in ops:
+        return {}
     loop = ops["loop"].to_numpy()
+    if not (loop != "").any():
+        return {}
     count = ops["count"].to_numpy(dtype=float)
     short = ops["lower_bound"].to_numpy(dtype=bool)
     found = {p for p in set(loop) if p}
@@ -119,22 +171,25 @@ def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
                 "bytes_per_iteration": totals["bytes_accessed"] / runs if runs else math.nan,
                 "time_per_iteration_s": time_s / runs if runs else math.nan,
             }
-    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
-    table.index.name = "loop"
-    if timed:
-        table = table.sort_values("t_expected_s", ascending=False, kind="stable")
-    return table
+    return rows
 
 
 def loops_summary(ops: pd.DataFrame) -> list[dict]:
     """The summary's ``loops``: :func:`loop_table` as records, slowest first."""
-    table = loop_table(ops)
+    rows = _loop_rows(ops)
+    if "t_expected_s" in ops:  # as loop_table sorts them: descending, stable, NaN last
+
+        def slowest_first(name: str) -> tuple[bool, float]:
+            time_s = rows[name]["t_expected_s"]
+            return (math.isnan(time_s), -time_s if not math.isnan(time_s) else 0.0)
+
+        rows = {name: rows[name] for name in sorted(rows, key=slowest_first)}
     keep = ("trip_count", "iterations", "time_per_iteration_s", "flops_per_iteration",
             "bytes_per_iteration", "t_expected_s", "share")  # fmt: skip
     return [
         {"name": name, "parent": row["parent"],
          **{k: None if not math.isfinite(row[k]) else float(row[k]) for k in keep}}
-        for name, row in table.iterrows()
+        for name, row in rows.items()
     ]  # fmt: skip
 
 
@@ -148,7 +203,8 @@ def remat_summary(ops: pd.DataFrame, step: float) -> dict[str, float]:
     if "op_name" not in ops:  # a report without names: nothing known to be recomputed
         inside = np.zeros(len(ops), dtype=bool)
     else:
-        inside = ops["op_name"].astype(str).str.contains(REMAT, regex=False).to_numpy()
+        names = ops["op_name"].to_numpy()
+        inside = np.fromiter((REMAT in str(name) for name in names), bool, len(names))
     flops = ops["flops"].to_numpy(dtype=float)
     remat_flops, total = float(flops[inside].sum()), float(flops.sum())
     remat_time = float(ops["t_expected_s"].to_numpy(dtype=float)[inside].sum())

@@ -118,22 +118,21 @@ class TimeModel:
         chip = self.chip
         vector = chip.vector_peak()
         matmul = ops["mm_k"].to_numpy() > 0
+        dtype, precision = ops["dtype"].to_numpy(), ops["precision"].to_numpy()
         by_dtype: dict[tuple[str, str], tuple[float, str]] = {}
-        for key in set(zip(ops["dtype"][matmul], ops["precision"][matmul], strict=True)):
+        for key in set(zip(dtype[matmul], precision[matmul], strict=True)):
             by_dtype[key] = self.matmul_rate(*key)
         kernel_mxu = np.where(matmul, 0.0, kernel_mxu_flops(ops))
-        kernel_rates = {
-            d: self.matmul_rate(d, "default")[0] for d in set(ops["dtype"][kernel_mxu > 0])
-        }
-        kernel_mxu[np.isnan(ops["dtype"].map(kernel_rates).to_numpy(dtype=float))] = 0.0
+        kernel_rates = {d: self.matmul_rate(d, "default")[0] for d in set(dtype[kernel_mxu > 0])}
+        # no matrix-unit work where its dtype has no rate (rows already at 0 stay so)
+        for i in np.flatnonzero(kernel_mxu != 0):
+            if math.isnan(kernel_rates.get(dtype[i], math.nan)):
+                kernel_mxu[i] = 0.0
         kernel = kernel_mxu > 0
         peaks = np.array(
             [
                 by_dtype[d, p][0] if mm else kernel_rates[d] if k else vector
-                for d, p, mm, k in zip(
-                    ops["dtype"].to_numpy(), ops["precision"].to_numpy(), matmul, kernel,
-                    strict=True,
-                )
+                for d, p, mm, k in zip(dtype, precision, matmul, kernel, strict=True)
             ],
             dtype=float,
         )  # fmt: skip

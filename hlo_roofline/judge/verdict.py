@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, schema
+from hlo_roofline._frame import as_text, column_arrays, frame_of_arrays
 from hlo_roofline.chips import Chip
 from hlo_roofline.judge import schedule, time_model
 from hlo_roofline.judge.compute import COMPUTE_UNITS, fills, mxu_padding, streams_columns
@@ -89,7 +90,9 @@ def classify(
         raise ValueError(f"chip must be a chip's name or a Chip, not {type(chip).__name__}")
     bound_model, expected_model = time_model.models(chip)  # chosen once, for one JAX device
     chip = bound_model.model.chip  # an HLO module runs on one JAX device (one TensorCore of a 7x)
-    ops = ops.drop(columns=[c for c in VERDICT_COLUMNS if c in ops.columns])
+    judged_before = [c for c in VERDICT_COLUMNS if c in ops.columns]
+    if judged_before:  # a report judged before: its verdicts are replaced
+        ops = ops.drop(columns=judged_before)
     hbm = chip.hbm_bandwidth
     if "precision" not in ops:  # a report written before the column existed
         ops = ops.assign(precision=np.where(ops["mm_k"].to_numpy() > 0, "default", ""))
@@ -111,27 +114,27 @@ def classify(
     is_collective = ops["collective"].to_numpy() != ""
     with np.errstate(divide="ignore", invalid="ignore"):  # seconds per byte this op moves
         per_byte = np.where(data > 0, t_memory / data, 1 / hbm)
-    ops = ops.assign(
-        intensity=intensity,
-        critical_intensity=rates.peaks * per_byte,  # peak / HBM bandwidth, unless bytes sit in VMEM
-        bound=bound.bound,
-        t_compute_s=t_compute,
-        compute_unit=bound.compute_unit,
-        t_memory_s=t_memory,
-        t_comm_s=t_comm,
-        t_bound_s=t_bound,
-        t_expected_s=t_expected,
-        expected_by=expected_ops.expected_by,
-        share=t_expected / step if step else 0.0,
-        t_exposed_s=scheduled.exposed_s,
-        xla_estimate_s=xla_estimate(ops, chip),
-    )
-    ops["xla_gap"] = xla_gaps(
-        ops, chip, t_expected, ops["xla_estimate_s"].to_numpy(), padding, bound.memory.own_memory
-    )
-    ops = ops.assign(**hint_columns(ops, matmul, no_rate, rates.by_dtype, chip, padding))
-    ops = ops.assign(**_roof_columns(ops, t_compute, t_memory, t_vmem, flops, data))
-    ops = ops[schema.ordered(ops.columns)]  # the report's columns in the schema's order
+    # the verdict columns as arrays, made into the report's frame once (see _judged_frame)
+    xla = xla_estimate(ops, chip)
+    verdicts = {
+        "intensity": intensity,
+        "critical_intensity": rates.peaks * per_byte,  # peak / HBM bandwidth, unless in VMEM
+        "bound": _strings(bound.bound),
+        "t_compute_s": t_compute,
+        "compute_unit": _strings(bound.compute_unit),
+        "t_memory_s": t_memory,
+        "t_comm_s": t_comm,
+        "t_bound_s": t_bound,
+        "t_expected_s": t_expected,
+        "expected_by": _strings(expected_ops.expected_by),
+        "share": t_expected / step if step else np.zeros(len(ops)),
+        "t_exposed_s": scheduled.exposed_s,
+        "xla_estimate_s": xla,
+        "xla_gap": xla_gaps(ops, chip, t_expected, xla, padding, bound.memory.own_memory),
+    }
+    verdicts.update(hint_columns(ops, verdicts, matmul, no_rate, rates.by_dtype, chip, padding))
+    verdicts.update(_roof_columns(verdicts, t_compute, t_memory, t_vmem, flops, data))
+    ops = _judged_frame(ops, verdicts)
     times = np.stack([t_compute, t_memory, t_comm])
     upper = float(np.maximum(times.sum(axis=0), t_expected).sum())
     step_bound = bound_model.step(ops, bound)
@@ -161,8 +164,28 @@ def walk_schedule(ops: pd.DataFrame, kind: str, durations: np.ndarray) -> schedu
     return time_model.for_kind(kind).walk(ops, durations)
 
 
+def _strings(values) -> np.ndarray:
+    """A column of text as a NumPy array (of objects, as the time model gives it)."""
+    return values if isinstance(values, np.ndarray) else np.asarray(values, dtype=object)
+
+
+def _judged_frame(ops: pd.DataFrame, verdicts: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``ops`` with the verdict columns, in the schema's order, built once from its columns and
+    theirs (each ``assign`` or insert of a column copies and checks the whole frame: most of a
+    small module's judging). Dtypes as ``assign`` makes them: text as pandas' string type."""
+    arrays = column_arrays(ops)
+    if arrays is not None:
+        arrays.update((name, as_text(np.asarray(v))) for name, v in verdicts.items())
+        arrays = {name: arrays[name] for name in schema.ordered(arrays)}
+        frame = frame_of_arrays(arrays, ops.index, consolidate=True)
+        if frame is not None:
+            return frame
+    ops = ops.assign(**verdicts)  # the public way: repeated names, objects, another pandas
+    return ops[schema.ordered(ops.columns)]
+
+
 def _roof_columns(
-    ops: pd.DataFrame,
+    verdicts: dict[str, np.ndarray],
     t_compute: np.ndarray,
     t_memory: np.ndarray,
     t_vmem: np.ndarray,
@@ -177,11 +200,11 @@ def _roof_columns(
     with np.errstate(divide="ignore", invalid="ignore"):
         roof_flops = np.where((flops > 0) & (t_compute > 0), flops / t_compute, np.nan)
         roof_bytes = np.where((data > 0) & (t_memory > 0), data / t_memory, np.nan)
-    bound = ops["bound"].to_numpy()
+    bound = verdicts["bound"]
     memory = np.where(t_vmem > t_memory - t_vmem, "vmem", "hbm")
     unit = np.select(
         [bound == "none", bound == "compute", bound == "memory", bound == "communication"],
-        ["", ops["compute_unit"].to_numpy(dtype=object), memory, "link"],
+        ["", np.asarray(verdicts["compute_unit"], dtype=object), memory, "link"],
         "",
     ).astype(object)
     return {"roof_flops_per_s": roof_flops, "roof_bytes_per_s": roof_bytes, "roof_unit": unit}
