@@ -23,14 +23,16 @@ WRITTEN = sorted(
         *ROOT.glob("fixtures/**/*.py"),
     ]
 )
-# The dumps and compiled programs whose generators write checkout-relative paths. Other fixtures
-# still carry their generators' checkouts: `python fixtures/scrub_paths.py fixtures` rewrites them.
-SCRUBBED = ("maxtext", "memory_dump", "multislice")
+# Every committed program, dump and record in text: a generator that writes its checkout's path is
+# caught here (`python fixtures/scrub_paths.py fixtures` rewrites them relative). The profiler's
+# binary traces (``*.xplane.pb.gz``) are left as the device recorded them: a path inside a protobuf
+# is a length-prefixed field the scrub cannot rewrite in place.
 DATA = sorted(
     f
-    for folder in SCRUBBED
-    for f in (ROOT / "fixtures" / folder).rglob("*")
-    if f.is_file() and f.suffix in (".txt", ".gz", ".json")
+    for f in (ROOT / "fixtures").rglob("*")
+    if f.is_file()
+    and f.suffix in (".txt", ".gz", ".json", ".pbtxt")
+    and not f.name.endswith(".pb.gz")
 )
 
 
