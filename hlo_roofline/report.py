@@ -25,7 +25,7 @@ from hlo_roofline._frame import as_text, frame_of_arrays
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
 from hlo_roofline.hlo.files import read_text
-from hlo_roofline.judge import efficiency, memory, schedule, verdict
+from hlo_roofline.judge import efficiency, memory, schedule, step, verdict
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
 
@@ -157,7 +157,7 @@ class Report:
             return Report(self.ops, summary, self.module).classify(
                 self.chip, model_flops=model_flops
             )
-        summary = {**self.summary, "model_flops": verdict.check_model_flops(model_flops)}
+        summary = {**self.summary, "model_flops": step.check_model_flops(model_flops)}
         return Report(self.ops, summary, self.module)
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
@@ -215,7 +215,7 @@ class Report:
         ``bytes_per_iteration`` and, once classified, ``time_per_iteration_s`` (one layer of a
         scanned stack). Indexed by the ``loop`` column's path; ``rollup("loop")`` gives each
         loop's own ops alone. Empty for a report without loops (or written before the column)."""
-        return verdict.loop_table(self.ops)
+        return step.loop_table(self.ops)
 
     def _group_key(self, key: str) -> pd.Series:
         if key in DERIVED_KEYS:

@@ -186,7 +186,7 @@ def test_a_hint_never_contradicts_its_rows_bound():
 @pytest.mark.parametrize("n", [8, 16])
 def test_a_ridge_below_one_row_is_every_m_not_m_zero(n):
     """x[M,2] @ w[2,N] with N and K far below v5e's 128-wide MXU (N at least 8: fewer columns
-    would stream through the array instead, verdict.streams_columns): the
+    would stream through the array instead, compute.streams_columns): the
     padded MXU work (2·128·128 per row) outweighs the bytes (2·(2 + N) per row) at any M, so the
     ridge M is below one row. The hint says every M reaches the ridge (the
     model's own verdict at M=1 agrees), never "M≈0", and the CLI's column says ``any``."""

@@ -19,7 +19,7 @@ import pytest
 from tpu_oracle import BAND, band_shares, priced_ops
 
 from hlo_roofline import chips
-from hlo_roofline.judge import verdict
+from hlo_roofline.judge import xla_gap
 from hlo_roofline.judge.compute import major_reduces
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
@@ -147,4 +147,4 @@ def test_the_gap_names_what_the_rate_does_not_reach():
     path = ROOT / "tpu_major_reduce" / "sum_major_8m.v6e.hlo.txt"
     row = priced_ops(path.read_text(), "v6e").dropna(subset=["xla_estimate_s"]).iloc[-1]
     assert row["major_reduce_results"] == 0 and row["xla_gap"] == "major_reduction"
-    assert "major_reduction" in verdict.XLA_GAPS
+    assert "major_reduction" in xla_gap.XLA_GAPS

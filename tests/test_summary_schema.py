@@ -18,7 +18,7 @@ from conftest import FIXTURES
 
 import hlo_roofline as hr
 from hlo_roofline import chips, schema
-from hlo_roofline.judge import memory, verdict
+from hlo_roofline.judge import hints, memory
 from hlo_roofline.report import Report, ReportError
 
 HINTS = {  # fixtures whose rows carry hints on their chips
@@ -92,7 +92,7 @@ def test_every_hint_code_is_listed_in_its_columns_meaning_and_worded():
     for code in schema.HINT_REASONS:
         assert f"`{code}`" in meaning
         if code not in ("no_rate", "prefetch"):  # those carry their words in ``detail``
-            assert verdict.hint_text(code, "memory", ridge_m=64.0, ridge=200.0)
+            assert hints.hint_text(code, "memory", ridge_m=64.0, ridge=200.0)
 
 
 def test_a_compiled_steps_keys_are_declared():

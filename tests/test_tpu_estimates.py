@@ -24,7 +24,7 @@ from tpu_oracle import shares as _shares
 
 from hlo_roofline import analyze_hlo, chips
 from hlo_roofline.hlo import parse
-from hlo_roofline.judge import compute, verdict
+from hlo_roofline.judge import compute, verdict, xla_gap
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tpu_estimates"
 CHIPS = ("v5e", "v5p", "v6e", "7x")
@@ -113,7 +113,7 @@ def test_fills_run_at_the_fill_rate_on_programs_it_was_not_fitted_on(chip):
     print(f"\n{chip}: fills held out, roofline ÷ XLA: {ratio.round(3).tolist()}")
     assert ratio.between(0.5, 1.25).all(), (chip, ratio.tolist())
     others = ops[(ops["opcode"] == "broadcast") & ~ops["program"].isin(FITTED_ON)]
-    assert set(verdict.fills(others).nonzero()[0]) == set(
+    assert set(compute.fills(others).nonzero()[0]) == set(
         np.flatnonzero(others["program"].isin(held_out["program"]).to_numpy())
     )
 
@@ -148,10 +148,10 @@ def test_gaps_far_below_xla_are_named():
     for chip in CHIPS:
         ops = _ops(chip)
         far = ops["xla_estimate_s"] > 2 * ops["t_expected_s"]
-        floor = ops["xla_gap"] == verdict.BELOW_MEMORY_FLOOR
+        floor = ops["xla_gap"] == xla_gap.BELOW_MEMORY_FLOOR
         assert (ops.loc[far, "xla_gap"] != "").all() and not (far & floor).any()
         assert (ops.loc[~far & ~floor, "xla_gap"] == "").all()
-        assert set(ops["xla_gap"]) - {""} <= set(verdict.XLA_GAPS)
+        assert set(ops["xla_gap"]) - {""} <= set(xla_gap.XLA_GAPS)
         # the depthwise conv: 0.2x XLA at its FLOPs' vector time (a "vector_matmul" gap) before
         # its taps were priced (calibrated.depthwise_taps, fitted on fixtures/tpu_heldout's fit
         # half alone); now in the band with no gap to name
@@ -176,7 +176,7 @@ def test_an_estimate_below_the_ops_own_bytes_is_named_and_left_out(chip):
         chip_data.memory["vmem"].bandwidth
     )
     row = ops["xla_estimate_s"].idxmax()
-    for scale, expected in ((0.9, verdict.BELOW_MEMORY_FLOOR), (1.1, "")):
+    for scale, expected in ((0.9, xla_gap.BELOW_MEMORY_FLOOR), (1.1, "")):
         cut = ops.copy()
         cut.loc[row, "xla_cycles"] = scale * own[row] * chip_data.clock_hz
         judged, _ = verdict.classify(cut, chip)

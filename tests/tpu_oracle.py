@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import analyze_hlo, chips
-from hlo_roofline.judge import compute, verdict
+from hlo_roofline.judge import compute, verdict, xla_gap
 
 BAND = (0.5, 1.25)  # roofline ÷ XLA's estimate counted as agreeing
 # Rows where XLA's own estimate is below the op's byte time: XLA is the implausible one there, so
 # the row is left out of the shares (with that reason): the verdict names the gap.
-BELOW_MEMORY_FLOOR = verdict.BELOW_MEMORY_FLOOR
+BELOW_MEMORY_FLOOR = xla_gap.BELOW_MEMORY_FLOOR
 
 
 def priced_ops(text: str, chip: str) -> pd.DataFrame:

@@ -23,52 +23,19 @@ from hlo_roofline import chips, schema
 from hlo_roofline._frame import as_text, column_arrays, frame_of_arrays
 from hlo_roofline.chips import Chip
 from hlo_roofline.judge import schedule, time_model
-from hlo_roofline.judge.compute import COMPUTE_UNITS, fills, mxu_padding, streams_columns
-from hlo_roofline.judge.hints import hint_columns, hint_text
+from hlo_roofline.judge.hints import hint_columns
 from hlo_roofline.judge.step import (
-    LOOP_FIELDS,
-    REMAT,
-    RIDGE_DTYPES,
-    check_model_flops,
     chip_summary,
-    loop_table,
     loops_summary,
     model_flops_summary,
     remat_summary,
 )
-from hlo_roofline.judge.time_model import NO_RATE
-from hlo_roofline.judge.xla_gap import BELOW_MEMORY_FLOOR, XLA_GAPS, xla_estimate, xla_gaps
+from hlo_roofline.judge.xla_gap import xla_estimate, xla_gaps
 from hlo_roofline.schema import BOUNDS
 
-__all__ = [  # the time model's own names, and those its parts own (imported from here before)
-    "BELOW_MEMORY_FLOOR",
-    "BOUNDS",
-    "COMPUTE_UNITS",
-    "LOOP_FIELDS",
-    "NO_RATE",
-    "REMAT",
-    "RIDGE_DTYPES",
-    "VERDICT_COLUMNS",
-    "XLA_GAPS",
-    "check_model_flops",
-    "classify",
-    "fills",
-    "hint_text",
-    "loop_table",
-    "loops_summary",
-    "matmul_peak",
-    "model_flops_summary",
-    "mxu_padding",
-    "remat_summary",
-    "streams_columns",
-    "vector_peak",
-    "walk_schedule",
-]
+__all__ = ["BOUNDS", "VERDICT_COLUMNS", "classify", "walk_schedule"]
 
 VERDICT_COLUMNS = schema.VERDICT_COLUMNS
-# The rates ops run at are the chip's (see Chip.matmul_peak); the names stay here for callers.
-matmul_peak = Chip.matmul_peak
-vector_peak = Chip.vector_peak
 
 
 def classify(
