@@ -182,8 +182,9 @@ ROOF_UNITS = {
 def constants() -> dict:
     """What the tab would otherwise repeat in JavaScript: the bounds and their colours, the
     groupings, the memory-fit colours and what each roof unit means."""
-    from hlo_roofline.judge.verdict import BOUNDS, COMPUTE_UNITS
+    from hlo_roofline.judge.compute import COMPUTE_UNITS
     from hlo_roofline.plot import COLORS
+    from hlo_roofline.schema import BOUNDS
 
     return {
         "bounds": list(BOUNDS),
