@@ -1,6 +1,6 @@
 """The report's price columns, one extractor per concern, each a small function over an op's IR:
 the declared list :data:`EXTRACTORS` says which columns each one makes (every column is one
-extractor's), and for which modules it runs (as ``jax.experimental.roofline`` keeps one rule per
+extractor's), and for which modules it runs (as jax's experimental roofline package keeps one rule per
 primitive in a registry, this keeps one extractor per concern in a list).
 
 An extractor runs either per row (``row(build)`` makes the table's function of an op, with its
