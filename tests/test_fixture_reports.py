@@ -8,7 +8,7 @@ import sys
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import fixture_reports  # noqa: E402
+import fixture_reports
 
 
 def test_the_chip_is_the_one_the_path_names():
