@@ -163,10 +163,10 @@ def _fused_kernels(ops):
 
 
 def _convolutions(ops, narrow: bool):
-    """cuDNN's convolutions (XLA:GPU names its conv custom-calls ``cudnn-conv*``), those whose
-    contraction is not a whole number of the tensor cores' K steps (``narrow``) or the rest."""
-    conv = ops[(ops["opcode"] == "custom-call") & ops["name"].str.startswith("cudnn-conv")]
-    return conv[(conv["mm_k"] % time_model.CONV_K_STEP != 0) == narrow]
+    """cuDNN's convolutions of one class (:func:`~hlo_roofline.judge.time_model.cudnn_convolutions`):
+    the narrow ones, or the rest."""
+    conv, narrows = time_model.cudnn_convolutions(ops)
+    return ops[narrows if narrow else conv & ~narrows]
 
 
 KERNEL_CLASSES = {

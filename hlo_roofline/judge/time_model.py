@@ -230,6 +230,16 @@ class TimeModel:
         }
 
 
+def cudnn_convolutions(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The rows that are cuDNN's convolutions (XLA:GPU names its conv custom-calls
+    ``cudnn-conv*``), and of those the narrow ones: a contraction that is no whole number of the
+    tensor cores' K step (``CONV_K_STEP``). The model's two conv classes, and the sets
+    ``calibrate`` fits each class's efficiency on."""
+    conv = ops["opcode"].to_numpy() == "custom-call"
+    conv &= ops["name"].astype(str).str.startswith("cudnn-conv").to_numpy()
+    return conv, conv & (ops["mm_k"].to_numpy() % CONV_K_STEP != 0)
+
+
 def kernel_runs(ops: pd.DataFrame, t_bound: np.ndarray) -> np.ndarray:
     """The GPU rows that launch a kernel of their own: a bound time (a parameter, a tuple, a
     bitcast has none), executed, and no collective (its launch is in its transfer's time). The
@@ -281,9 +291,7 @@ class GpuTimeModel(TimeModel):
         ``calibrated.conv_efficiency``)."""
         cal, zero = self.chip.calibration, np.zeros(len(ops))
         fused = rates.kernel_mxu > 0
-        conv = ops["opcode"].to_numpy() == "custom-call"
-        conv &= ops["name"].astype(str).str.startswith("cudnn-conv").to_numpy()
-        narrow = conv & (ops["mm_k"].to_numpy() % CONV_K_STEP != 0)
+        conv, narrow = cudnn_convolutions(ops)
         share = np.full(len(ops), np.inf)  # the share of its bound each conv reaches
         share[conv & ~narrow] = cal.conv_efficiency or np.inf
         share[narrow] = cal.conv_narrow_efficiency or cal.conv_efficiency or np.inf
