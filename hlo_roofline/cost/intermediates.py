@@ -15,7 +15,7 @@ only (a router's one-hot summed over its two picks) are the vector loop's own
 
 from __future__ import annotations
 
-from hlo_roofline.cost.linalg import VMEM_SPACE
+from hlo_roofline.cost.linalg import in_vmem
 from hlo_roofline.cost.tpu.units import root_reduces
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction
@@ -72,7 +72,7 @@ def second_pass_elements(fusion: Instruction) -> float:
     :func:`hlo_roofline.judge.compute.second_passes`)."""
     if fusion.opcode != "fusion" or not fusion.called:
         return 0.0
-    if all(_in_vmem(leaf) for op in fusion.operands for leaf in op.shape.leaves()):
+    if all(in_vmem(leaf) for op in fusion.operands for leaf in op.shape.leaves()):
         return 0.0
     found = 0.0
     for instr in fusion.called[0].instructions:
@@ -94,10 +94,6 @@ def _spans_a_row(reduce_window: Instruction) -> bool:
         w.size > 1 and w.pad_low == w.pad_high == dims[i] - 1 and w.size == 2 * dims[i] - 1
         for i, w in enumerate(window)
     )
-
-
-def _in_vmem(leaf) -> bool:
-    return leaf.layout is not None and leaf.layout.memory_space == VMEM_SPACE
 
 
 def _expansion_folds(fusion: Instruction) -> list[Instruction]:

@@ -529,6 +529,11 @@ _STREAMED_K_AT_MOST = 256
 VMEM_SPACE = 1  # the memory space of a TPU's vector memory: S(1) in a layout
 
 
+def in_vmem(shape: Shape) -> bool:
+    """The array's layout places it in a TPU's VMEM (``S(1)``)."""
+    return shape.layout is not None and shape.layout.memory_space == VMEM_SPACE
+
+
 def streamed_operand_words(instr: Instruction, memo: dict | None = None) -> float:
     """Words of a matmul's wide operand (the K×N side) where XLA:TPU streams it through the vector
     registers rather than holding it in the MXU: fewer than 8 rows against it (a decode step's

@@ -20,7 +20,7 @@ from hlo_roofline.cost.intermediates import (
     second_pass_elements,
     sublane_fold_results,
 )
-from hlo_roofline.cost.linalg import VMEM_SPACE, fused_operand_words, streamed_operand_words
+from hlo_roofline.cost.linalg import fused_operand_words, in_vmem, streamed_operand_words
 from hlo_roofline.cost.row import Body, Build, Op, RowExtractor
 from hlo_roofline.cost.tpu.tiling import (
     epilogue_pass,
@@ -89,13 +89,9 @@ def _shape_vmem_bytes(shape: Shape, cache: dict[int, int], pad_to_tiles: bool) -
     """Bytes of the shape's leaves that live in VMEM (memory space ``S(1)``), kept in ``cache``
     (one row's shapes are mostly others' too)."""
     size = cache[id(shape)] = sum(
-        array_bytes(leaf, pad_to_tiles) for leaf in shape.leaves() if _in_vmem(leaf)
+        array_bytes(leaf, pad_to_tiles) for leaf in shape.leaves() if in_vmem(leaf)
     )
     return size
-
-
-def _in_vmem(shape: Shape) -> bool:
-    return shape.layout is not None and shape.layout.memory_space == VMEM_SPACE
 
 
 def _prefetch_consumers(comp: Computation) -> dict[Instruction, str]:
@@ -108,7 +104,7 @@ def _prefetch_consumers(comp: Computation) -> dict[Instruction, str]:
             continue
         start = instr.operands[0]
         leaves = start.shape.leaves() if start.opcode == "copy-start" else []
-        if len(leaves) >= 2 and _in_vmem(leaves[0]) and not _in_vmem(leaves[1]):
+        if len(leaves) >= 2 and in_vmem(leaves[0]) and not in_vmem(leaves[1]):
             dones[instr] = start
     if not dones:
         return {}

@@ -11,7 +11,7 @@ import itertools
 import math
 from collections.abc import Iterable
 
-from hlo_roofline.cost.linalg import VMEM_SPACE, MatmulIO, computed_in_fusion, fused_matmul
+from hlo_roofline.cost.linalg import VMEM_SPACE, MatmulIO, computed_in_fusion, fused_matmul, in_vmem
 from hlo_roofline.cost.tpu.units import folds_major_only
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Shape
@@ -94,13 +94,13 @@ def tile_reread_bytes(
     out_windows = _windows(result, config.get("output_window_bounds"))
     if not all(windows):
         return 0.0
-    in_vmem = any(  # most bodies take nothing from VMEM: no operand's walk back is needed
-        p.shape.layout is not None and p.shape.layout.memory_space == VMEM_SPACE
+    body_reads_vmem = any(  # most bodies take nothing from VMEM: no operand's walk back is needed
+        in_vmem(p.shape)
         for p in fusion.called[0].parameters
         if p.shape.is_array
     )
     sizes = [
-        0.0 if in_vmem and _reads_vmem(op, op.shape.elements) else op.shape.elements * width
+        0.0 if body_reads_vmem and _reads_vmem(op, op.shape.elements) else op.shape.elements * width
         for op, width in zip(matmul.operands, io[:2], strict=False)
     ]
     best = None
@@ -179,9 +179,7 @@ def _reads_vmem(value: Instruction, elements: int) -> bool:
     fusion (the fusion's parameters, through nested fusions) sits in VMEM."""
     params = _source_parameters([value], limit=256)
     large = [p for p in params if p.shape.is_array and 2 * p.shape.elements >= elements]
-    return bool(large) and all(
-        p.shape.layout is not None and p.shape.layout.memory_space == VMEM_SPACE for p in large
-    )
+    return bool(large) and all(in_vmem(p.shape) for p in large)
 
 
 # K steps per result tile from which the epilogue pass and the prologue's recompute are counted:
