@@ -199,7 +199,11 @@ def _looks_like_result(entry: str) -> bool:
     context_settings=CONTEXT,
     short_help="Compile every sharding layout of a step for a target; rank them.",
 )
-@click.argument("entry", metavar="FILE.py:NAME", required=False)
+@click.argument("entry", metavar="FILE.py:NAME", nargs=-1)
+@click.option("--maxtext", "maxtext_config", metavar="CONFIG.yml",
+              help="Explore MaxText's own train step for this config (a file, or a name in "
+                   "MaxText's configs folder); the arguments are its KEY=VALUE overrides and the "
+                   "knobs are config keys. Needs MaxText importable.")  # fmt: skip
 @click.option("--target", help="Compile-only target, e.g. v5p:4x4x4.")
 @click.option(
     "--axes",
@@ -246,9 +250,9 @@ def _looks_like_result(entry: str) -> bool:
               help="... as JSON.")  # fmt: skip
 @no_cache_option
 def explore_command(
-    entry, target, axes, knob_specs, jobs, scheduler, timeout, limit, fixed_specs, maximum_specs,
-    divides_specs, tokens_per_step, hidden, model_flops, xla_flags, libtpu_flags, flags_path, name,
-    show_name, logdir, csv_path, json_path, no_cache,
+    entry, maxtext_config, target, axes, knob_specs, jobs, scheduler, timeout, limit, fixed_specs,
+    maximum_specs, divides_specs, tokens_per_step, hidden, model_flops, xla_flags, libtpu_flags,
+    flags_path, name, show_name, logdir, csv_path, json_path, no_cache,
 ) -> None:  # fmt: skip
     """Compile ENTRY(mesh, **knobs) for every factorization of the target's devices over the
     axes (and every knob value); print them ranked, each with the book's reason.
@@ -262,7 +266,19 @@ def explore_command(
           --axes data,fsdp,tensor --knob batch=8,16,32 --tokens-per-step 'batch*2048' \\
           --timeout 600 --logdir runs/explore
       $ hlo-roofline explore --show data4_fsdp1_tensor16_batch=8 runs/explore/make_step@v5p-4x4x4
+      $ hlo-roofline explore --maxtext base.yml global_parameter_scale=32 attention=flash \\
+          --target v5p:4x4x4 --axes fsdp,tensor --maximum tensor=8 \\
+          --knob per_device_batch_size=6 --knob remat_policy=minimal,full --jobs 1
     """
+    if maxtext_config is not None:
+        overrides, entry = entry, None
+    elif len(entry) > 1:
+        raise InputError(
+            f"one step to explore, not {len(entry)} ({' '.join(entry)}): KEY=VALUE arguments "
+            "are --maxtext's overrides"
+        )
+    else:
+        entry = entry[0] if entry else None
     output = next((p for p in (json_path, csv_path, logdir) if p is not None), None)
     if show_name is not None and (entry is None or _looks_like_result(entry)):
         source = entry if entry is not None else output  # explore --show NAME --json x.json
@@ -274,15 +290,16 @@ def explore_command(
             raise InputError(one_line(exc)) from None
         click.echo(show_text(table, show_name))
         return
-    if entry is None:
+    if entry is None and maxtext_config is None:
         raise InputError("give the step to explore, FILE.py:NAME (or package.module:NAME)")
     if target is None:
         raise InputError("--target is required to explore a step (e.g. --target v5p:4x4x4)")
-    file, sep, function = entry.rpartition(":")
-    if not sep or not function.isidentifier():
-        raise InputError(f"{entry!r} is not FILE.py:NAME (or package.module:NAME)")
-    if file.endswith(".py") and not Path(file).is_file():
-        raise InputError(f"no such file: {file}")
+    if entry is not None:
+        file, sep, function = entry.rpartition(":")
+        if not sep or not function.isidentifier():
+            raise InputError(f"{entry!r} is not FILE.py:NAME (or package.module:NAME)")
+        if file.endswith(".py") and not Path(file).is_file():
+            raise InputError(f"no such file: {file}")
     try:
         target = targets.parse_target(target)  # read once: explore() and its workers take it
     except targets.TargetError as exc:
@@ -290,7 +307,7 @@ def explore_command(
     _writable(logdir, csv_path, json_path)  # asked before minutes of compiling, not after
     names = tuple(a.strip() for a in axes.split(",") if a.strip())
     try:
-        kinds = explorer.parameter_kinds(entry)
+        kinds = explorer.parameter_kinds(entry) if entry is not None else {}
     except ValueError as exc:
         raise InputError(one_line(exc)) from None
     knobs = parse_knobs(knob_specs, kinds)
@@ -307,25 +324,44 @@ def explore_command(
         )
     except ValueError as exc:
         raise InputError(one_line(exc)) from None
+    if maxtext_config is not None:
+        if tokens_per_step is not None or model_flops is not None:
+            raise InputError("--maxtext counts the work from the config: drop --tokens-per-step "
+                             "and --model-flops")  # fmt: skip
+        try:
+            from hlo_roofline.explorer import maxtext
+
+            maxtext.require_maxtext()
+            maxtext_overrides = maxtext.parse_overrides(overrides)
+        except (ValueError, ImportError) as exc:
+            raise InputError(one_line(exc)) from None
     client = _client(scheduler) if scheduler else None
+    common = {
+        "axes": names,
+        "knobs": knobs,
+        "constraints": constraints,
+        "executor": client,
+        "jobs": jobs,
+        "cache": not no_cache,
+        "hidden": hidden,
+        "timeout": timeout,
+        "xla_flags": flags.get("xla", ()),
+        "libtpu_flags": flags.get("libtpu", ()),
+        "name": name,
+    }
     try:
-        result = explorer.explore(
-            entry,
-            target,
-            axes=names,
-            knobs=knobs,
-            constraints=constraints,
-            executor=client,
-            jobs=jobs,
-            cache=not no_cache,
-            tokens_per_step=_number_or_expression(tokens_per_step),
-            hidden=hidden,
-            model_flops=_number_or_expression(model_flops),
-            timeout=timeout,
-            xla_flags=flags.get("xla", ()),
-            libtpu_flags=flags.get("libtpu", ()),
-            name=name,
-        )
+        if maxtext_config is not None:
+            result = maxtext.explore_maxtext(
+                maxtext_config, target, overrides=maxtext_overrides, **common
+            )
+        else:
+            result = explorer.explore(
+                entry,
+                target,
+                tokens_per_step=_number_or_expression(tokens_per_step),
+                model_flops=_number_or_expression(model_flops),
+                **common,
+            )
     except (ValueError, ImportError, TypeError, targets.TargetUnavailableError) as exc:
         raise InputError(one_line(exc)) from None
     finally:

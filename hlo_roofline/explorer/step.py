@@ -244,6 +244,14 @@ def make_step_reference(make_step) -> tuple:
         if where.endswith(".py"):
             return ("file", str(Path(where).resolve()), name)
         return ("module", where, name)
+    if not inspect.isroutine(make_step) and not inspect.isclass(make_step):
+        # a callable object of an importable class (explorer.maxtext.MaxTextStep, a partial of
+        # a module's function) goes by plain pickle; one that names __main__ would not unpickle
+        # in a worker (cloudpickle below takes it by value)
+        with contextlib.suppress(pickle.PicklingError, TypeError, AttributeError):
+            data = pickle.dumps(make_step)
+            if b"__main__" not in data:
+                return ("pickle", data)
     qualname = getattr(make_step, "__qualname__", "")
     module = sys.modules.get(getattr(make_step, "__module__", None) or "")
     if "<" not in qualname and module is not None and module.__name__ != "__main__":
