@@ -1,0 +1,242 @@
+"""``explore --maxtext``'s plumbing, without MaxText (CI never installs it): a candidate's config
+overrides (``ici_*`` from the mesh, knobs as keys), the checks made before any compile, the
+clear exit-2 when MaxText is missing, and the step pickled to workers. A fake ``maxtext``
+package (its configs folder and topology table, nothing else) stands in where the check reads
+MaxText's files; MaxText's own compile runs in the slow test, only where it is importable."""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hlo_roofline.cli import main
+from hlo_roofline.explorer import maxtext
+from hlo_roofline.explorer.step import make_step_from, make_step_reference
+
+BASE = """\
+run_name: ""
+per_device_batch_size: 12.0
+max_target_length: 2048
+remat_policy: "full"
+attention: "autoselected"
+compile_topology: ""
+compile_topology_num_slices: -1
+ici_data_parallelism: 1
+ici_fsdp_parallelism: -1
+ici_tensor_parallelism: 1
+ici_expert_parallelism: 1
+"""
+
+SPEC_MAP = '''\
+from dataclasses import dataclass
+
+
+@dataclass
+class SystemCharacteristics:
+    platform: str
+    topology_name: str
+    chip_config_name: str
+    chips_per_host_bounds: tuple
+    devices_per_slice: int
+    wrap: tuple
+
+
+UserFacingNameToSystemCharacteristics = {
+    "v5p-8": SystemCharacteristics("tpu", "v5:2x2x1", "megacore", (2, 2, 1), 4, (0, 0, 0)),
+    "v5p-128": SystemCharacteristics("tpu", "v5:4x4x4", "megacore", (2, 2, 1), 64, (1, 1, 1)),
+    "v5e-16": SystemCharacteristics("tpu", "v5e:4x4", "default", (2, 2, 1), 16, (0, 0, 0)),
+}
+'''
+
+
+@pytest.fixture
+def fake_maxtext(tmp_path, monkeypatch):
+    """A ``maxtext`` package with MaxText's base.yml keys and topology table, importable."""
+    package = tmp_path / "site" / "maxtext"
+    (package / "configs").mkdir(parents=True)
+    (package / "utils").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "utils" / "__init__.py").write_text("")
+    (package / "configs" / "base.yml").write_text(BASE)
+    (package / "utils" / "accelerator_to_spec_map.py").write_text(SPEC_MAP)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name in _maxtext_modules():
+        monkeypatch.delitem(sys.modules, name)
+    yield package
+    for name in _maxtext_modules():  # the fake's, imported while it stood in
+        del sys.modules[name]
+
+
+def _maxtext_modules() -> list[str]:
+    return [m for m in sys.modules if m == "maxtext" or m.startswith("maxtext.")]
+
+
+def _no_maxtext(monkeypatch):
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        return None if name == "maxtext" else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(maxtext.importlib.util, "find_spec", find_spec)
+
+
+def test_a_candidates_overrides_are_its_mesh_and_knobs():
+    """Every ici_* the config knows is 1 but the candidate's axes (base.yml's fsdp default -1
+    would otherwise take the rest of the devices); knobs as MaxText's command line spells them."""
+    out = maxtext.candidate_overrides(
+        {"fsdp": 16, "tensor": 4},
+        {"per_device_batch_size": 6, "remat_policy": "minimal", "fused_mlp": True},
+        ["data", "fsdp", "tensor", "expert"],
+    )
+    assert out == {
+        "ici_data_parallelism": "1",
+        "ici_fsdp_parallelism": "16",
+        "ici_tensor_parallelism": "4",
+        "ici_expert_parallelism": "1",
+        "per_device_batch_size": "6",
+        "remat_policy": "minimal",
+        "fused_mlp": "true",
+    }
+
+
+def test_the_command_line_is_train_compiles():
+    step = maxtext.MaxTextStep(
+        "/x/base.yml", (("attention", "flash"),), "v5p-128", ("data", "fsdp", "tensor")
+    )
+    argv = step.argv({"fsdp": 64}, {"remat_policy": "full"})
+    assert argv[:2] == ["train_compile", "/x/base.yml"]
+    pairs = dict(a.split("=", 1) for a in argv[2:])
+    assert pairs["compile_topology"] == "v5p-128"
+    assert pairs["compile_topology_num_slices"] == "1"
+    assert pairs["ici_fsdp_parallelism"] == "64"
+    assert pairs["ici_data_parallelism"] == pairs["ici_tensor_parallelism"] == "1"
+    assert pairs["attention"] == "flash" and pairs["remat_policy"] == "full"
+    assert pairs["dataset_type"] == "synthetic" and pairs["enable_checkpointing"] == "false"
+    assert pairs["run_name"] != step.argv({"fsdp": 32, "tensor": 2}, {})[-1].split("=", 1)[1]
+
+
+def test_config_keys_follow_base_config(tmp_path):
+    (tmp_path / "base.yml").write_text(BASE)
+    (tmp_path / "mine.yml").write_text("base_config: base.yml\nremat_policy: minimal\nnew_key: 1\n")
+    keys = maxtext.config_keys(tmp_path / "mine.yml")
+    assert keys["remat_policy"] == "minimal" and keys["new_key"] == 1
+    assert keys["ici_fsdp_parallelism"] == -1
+    assert maxtext.mesh_axes(keys) == ["data", "fsdp", "tensor", "expert"]
+    (tmp_path / "orphan.yml").write_text("base_config: nowhere.yml\n")
+    with pytest.raises(ValueError, match=r"base_config nowhere\.yml is not found"):
+        maxtext.config_keys(tmp_path / "orphan.yml")
+
+
+@pytest.mark.parametrize(
+    ("axes", "knobs", "overrides", "message"),
+    [
+        (("fsdp", "tensr"), {}, {}, "no mesh axis 'tensr'.*did you mean 'tensor'"),
+        (("fsdp",), {"remat_polcy": ["full"]}, {}, "knob 'remat_polcy'.*did you mean 'remat_policy'"),
+        (("fsdp",), {}, {"atention": "flash"}, "override 'atention'.*did you mean 'attention'"),
+        (("fsdp",), {}, {"ici_tensor_parallelism": "4"}, "set by the exploration: --axes"),
+        (("fsdp",), {"compile_topology": ["v5p-8"]}, {}, "set by the exploration: the target"),
+        (("fsdp",), {"remat_policy": ["full"]}, {"remat_policy": "minimal"}, "both as a knob"),
+    ],
+)
+def test_bad_axes_knobs_and_overrides_are_refused(axes, knobs, overrides, message):
+    import yaml
+
+    with pytest.raises(ValueError, match=message):
+        maxtext.check(yaml.safe_load(BASE), axes, knobs, overrides)
+
+
+def test_the_target_names_maxtexts_topology(fake_maxtext):
+    from hlo_roofline import targets
+
+    spec_map = importlib.import_module("maxtext.utils.accelerator_to_spec_map")
+    table = spec_map.UserFacingNameToSystemCharacteristics
+    assert maxtext.compile_topology(targets.parse_target("v5p:2x2x1"), table) == "v5p-8"
+    assert maxtext.compile_topology(targets.parse_target("v5e:4x4"), table) == "v5e-16"
+    with pytest.raises(ValueError, match="no v5e slice of shape 2x2"):
+        maxtext.compile_topology(targets.parse_target("v5e:2x2"), table)
+    with pytest.raises(ValueError, match="TPU targets"):
+        maxtext.compile_topology(targets.parse_target("h100"), table)
+
+
+def test_the_step_goes_to_workers_by_value():
+    step = maxtext.MaxTextStep("/x/base.yml", (("a", "1"),), "v5p-8", ("fsdp",))
+    reference = make_step_reference(step)
+    assert reference[0] == "pickle"
+    assert make_step_from(reference) == step
+    assert pickle.loads(pickle.dumps(step)) == step
+
+
+def test_overrides_are_key_value():
+    assert maxtext.parse_overrides(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    with pytest.raises(ValueError, match="not KEY=VALUE"):
+        maxtext.parse_overrides(["attention"])
+    with pytest.raises(ValueError, match="given twice"):
+        maxtext.parse_overrides(["a=1", "a=2"])
+
+
+def test_missing_maxtext_is_a_clear_exit_2(monkeypatch):
+    _no_maxtext(monkeypatch)
+    with pytest.raises(maxtext.MaxTextMissing, match="not importable"):
+        maxtext.explore_maxtext("base.yml", "v5p:2x2x1")
+    result = CliRunner().invoke(
+        main, ["explore", "--maxtext", "base.yml", "--target", "v5p:2x2x1", "--axes", "fsdp"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "MaxText is not importable" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--axes", "fsdp,tensr"], "no mesh axis 'tensr'"),
+        (["--axes", "fsdp", "--knob", "remat_polcy=full"], "did you mean 'remat_policy'"),
+        (["--axes", "fsdp", "atention=flash"], "did you mean 'attention'"),
+        (["--axes", "fsdp", "attention"], "not KEY=VALUE"),
+        (["--axes", "fsdp", "--tokens-per-step", "8"], "counts the work from the config"),
+        (["--axes", "fsdp", "--target", "v5e:2x2"], "no v5e slice of shape 2x2"),
+    ],
+)
+def test_the_cli_refuses_bad_input_before_any_compile(fake_maxtext, monkeypatch, args, message):
+    """Exit 2 with MaxText's key named, nothing compiled (the fake MaxText could not build one)."""
+    def no_compile(*a, **k):
+        raise AssertionError("explore() reached")
+
+    monkeypatch.setattr("hlo_roofline.explorer.run.explore", no_compile)
+    target = [] if "--target" in args else ["--target", "v5p:2x2x1"]
+    result = CliRunner().invoke(main, ["explore", "--maxtext", "base.yml", *target, *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_config_name_is_found_in_maxtexts_folder(fake_maxtext, tmp_path):
+    assert maxtext.resolve_config("base.yml") == (fake_maxtext / "configs" / "base.yml").resolve()
+    with pytest.raises(ValueError, match=r"no MaxText config nope\.yml"):
+        maxtext.resolve_config("nope.yml")
+    mine = tmp_path / "mine.yml"
+    mine.write_text("base_config: base.yml\n")
+    assert maxtext.resolve_config(mine) == mine.resolve()
+    assert "ici_fsdp_parallelism" in maxtext.config_keys(mine)  # base.yml from MaxText's folder
+
+
+@pytest.mark.slow
+def test_maxtexts_default_model_explores_where_maxtext_is_installed(tmp_path):
+    """MaxText's default 1B model on a v5p-8, two layouts: both compile and fit, ranked by
+    tokens/s per chip with MaxText's own work (only where MaxText is importable)."""
+    pytest.importorskip("maxtext")
+    result = maxtext.explore_maxtext(
+        "base.yml", "v5p:2x2x1", overrides={"attention": "flash"}, axes=("fsdp", "tensor"),
+        knobs={"per_device_batch_size": [2]}, constraints={"maximum": {"tensor": 2}}, jobs=1,
+        cache=tmp_path, progress=False,
+    )  # fmt: skip
+    table = result.table
+    assert list(table["status"]) == ["ok", "ok"], table[["candidate", "error"]]
+    assert (table["tokens_per_step"] == 2 * 4 * 2048).all()
+    assert table["tokens_per_s_per_chip"].is_monotonic_decreasing
+    assert Path(result.name).name.startswith("maxtext-base@")
