@@ -199,7 +199,7 @@ def _looks_like_result(entry: str) -> bool:
     context_settings=CONTEXT,
     short_help="Compile every sharding layout of a step for a target; rank them.",
 )
-@click.argument("entry", metavar="FILE.py:NAME", nargs=-1)
+@click.argument("entry", metavar="FILE.py:NAME | KEY=VALUE...", nargs=-1)
 @click.option("--maxtext", "maxtext_config", metavar="CONFIG.yml",
               help="Explore MaxText's own train step for this config (a file, or a name in "
                    "MaxText's configs folder); the arguments are its KEY=VALUE overrides and the "

@@ -28,7 +28,9 @@ The package, one module per job (each imports only those before it):
 - ``workers``: one candidate in a worker, the default pool, executors, compiler flags;
 - ``ranking``: what a table ranks by, and the ranking;
 - ``results``: :class:`Exploration`, its rows and its files;
-- ``run``: :func:`explore`.
+- ``run``: :func:`explore`;
+- ``maxtext``: :func:`explore_maxtext`, MaxText's own train step per candidate (``explore
+  --maxtext CONFIG.yml``; MaxText imported from the user's environment only then).
 
 Its public names are importable from ``hlo_roofline.explorer`` itself.
 """
@@ -52,6 +54,11 @@ from hlo_roofline.explorer.layouts import (
     KnobExpression,
     candidates,
     factorizations,
+)
+from hlo_roofline.explorer.maxtext import (
+    MaxTextMissing,
+    MaxTextStep,
+    explore_maxtext,
 )
 from hlo_roofline.explorer.ranking import (
     FLOPS_COLUMN,
@@ -139,6 +146,8 @@ __all__ = [
     "Exploration",
     "ExplorationError",
     "KnobExpression",
+    "MaxTextMissing",
+    "MaxTextStep",
     "Progress",
     "Refused",
     "book_constants",
@@ -147,6 +156,7 @@ __all__ = [
     "compiler_flags",
     "default_name",
     "explore",
+    "explore_maxtext",
     "factorizations",
     "failed_rows",
     "find_exploration",
