@@ -54,6 +54,30 @@ UserFacingNameToSystemCharacteristics = {
 '''
 
 
+# MaxText's pyconfig and FLOP count as far as the parent reads them: a config of the command
+# line's keys (the global batch as MaxText computes it: per-device batch × the ici product), and
+# 6 × 1e9 × tokens per device as its TFLOP count.
+PYCONFIG = """\
+import math
+from types import SimpleNamespace
+
+
+def initialize(argv):
+    keys = dict(a.split("=", 1) for a in argv[2:])
+    devices = math.prod(int(v) for k, v in keys.items() if k.startswith("ici_"))
+    batch = float(keys["per_device_batch_size"]) * devices
+    return SimpleNamespace(global_batch_size_to_train_on=batch, max_target_length=2048,
+                           devices=devices, argv=argv)
+"""
+TRAIN_COMPILE = "def validate_config(config):\n    assert config.argv[2:]\n"
+MAXTEXT_UTILS = """\
+def calculate_tflops_training_per_device(config):
+    print("Per train step: ...")  # MaxText prints its count
+    tokens = config.global_batch_size_to_train_on * config.max_target_length / config.devices
+    return 6e-3 * tokens, 0.0, 0.0
+"""
+
+
 @pytest.fixture
 def fake_maxtext(tmp_path, monkeypatch):
     """A ``maxtext`` package with MaxText's base.yml keys and topology table, importable."""
@@ -64,6 +88,10 @@ def fake_maxtext(tmp_path, monkeypatch):
     (package / "utils" / "__init__.py").write_text("")
     (package / "configs" / "base.yml").write_text(BASE)
     (package / "utils" / "accelerator_to_spec_map.py").write_text(SPEC_MAP)
+    (package / "utils" / "maxtext_utils.py").write_text(MAXTEXT_UTILS)
+    (package / "configs" / "pyconfig.py").write_text(PYCONFIG)
+    (package / "trainers" / "pre_train").mkdir(parents=True)
+    (package / "trainers" / "pre_train" / "train_compile.py").write_text(TRAIN_COMPILE)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     for name in _maxtext_modules():
         monkeypatch.delitem(sys.modules, name)
@@ -213,6 +241,46 @@ def test_the_cli_refuses_bad_input_before_any_compile(fake_maxtext, monkeypatch,
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_explore_gets_each_knob_combinations_work_and_the_scripts_flags(
+    fake_maxtext, monkeypatch, capsys
+):
+    """The work of each knob combination is its own config's (a batch knob ranks by throughput),
+    the flags are the script's plus train_compile's RNG flag, and the step goes by value."""
+    given = {}
+
+    def explore(make_step, target, **kwargs):
+        given.update(kwargs, make_step=make_step, target=target)
+        return "exploration"
+
+    monkeypatch.setattr("hlo_roofline.explorer.run.explore", explore)
+    out = maxtext.explore_maxtext(
+        "base.yml", "v5p:2x2x1", overrides={"attention": "flash"}, axes=("fsdp", "tensor"),
+        knobs={"per_device_batch_size": [2, 4], "remat_policy": ["full"]},
+        libtpu_flags=["--xla_enable_async_all_gather=true"],
+    )  # fmt: skip
+    assert out == "exploration"
+    assert capsys.readouterr().out == ""  # MaxText's prints kept off stdout
+    tokens, flops = given["tokens_per_step"], given["model_flops"]
+    assert tokens(per_device_batch_size=2, remat_policy="full") == 2 * 4 * 2048
+    assert tokens(per_device_batch_size=4, remat_policy="full") == 4 * 4 * 2048
+    assert flops(per_device_batch_size=4, remat_policy="full") == pytest.approx(6e9 * 4 * 4 * 2048)
+    assert given["libtpu_flags"] == [
+        "--xla_enable_async_all_gather=true", maxtext.RNG_LIBTPU_FLAG
+    ]
+    step = given["make_step"]
+    assert isinstance(step, maxtext.MaxTextStep) and step.topology == "v5p-8"
+    assert dict(step.overrides) == {"attention": "flash"}
+    assert given["name"] == "maxtext-base@v5p-2x2x1"
+
+
+def test_a_value_maxtext_refuses_is_found_before_any_compile(fake_maxtext, monkeypatch):
+    monkeypatch.setattr("hlo_roofline.explorer.run.explore", None)
+    with pytest.raises(ValueError, match=r"MaxText refuses the config of \S+_per_device_batch_size=many"):
+        maxtext.explore_maxtext(  # the fake pyconfig cannot read a batch of "many"
+            "base.yml", "v5p:2x2x1", knobs={"per_device_batch_size": ["many"]}
+        )
 
 
 def test_a_config_name_is_found_in_maxtexts_folder(fake_maxtext, tmp_path):
