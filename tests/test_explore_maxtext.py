@@ -7,6 +7,7 @@ MaxText's files; MaxText's own compile runs in the slow test, only where it is i
 from __future__ import annotations
 
 import importlib.util
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -59,10 +60,13 @@ UserFacingNameToSystemCharacteristics = {
 # 6 × 1e9 × tokens per device as its TFLOP count.
 PYCONFIG = """\
 import math
+import os
 from types import SimpleNamespace
 
 
 def initialize(argv):
+    if not os.environ.get("XLA_FLAGS"):  # as MaxText's does: its HLO dump's flags
+        os.environ["XLA_FLAGS"] = "--xla_dump_to=xla_dump"
     keys = dict(a.split("=", 1) for a in argv[2:])
     devices = math.prod(int(v) for k, v in keys.items() if k.startswith("ici_"))
     batch = float(keys["per_device_batch_size"]) * devices
@@ -255,12 +259,14 @@ def test_explore_gets_each_knob_combinations_work_and_the_scripts_flags(
         return "exploration"
 
     monkeypatch.setattr("hlo_roofline.explorer.run.explore", explore)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
     out = maxtext.explore_maxtext(
         "base.yml", "v5p:2x2x1", overrides={"attention": "flash"}, axes=("fsdp", "tensor"),
         knobs={"per_device_batch_size": [2, 4], "remat_policy": ["full"]},
         libtpu_flags=["--xla_enable_async_all_gather=true"],
     )  # fmt: skip
     assert out == "exploration"
+    assert "XLA_FLAGS" not in os.environ  # pyconfig's dump flags not left for the workers
     assert capsys.readouterr().out == ""  # MaxText's prints kept off stdout
     tokens, flops = given["tokens_per_step"], given["model_flops"]
     assert tokens(per_device_batch_size=2, remat_policy="full") == 2 * 4 * 2048

@@ -255,9 +255,17 @@ class MaxTextStep:
         from maxtext.configs import pyconfig
         from maxtext.trainers.pre_train import train_compile
 
-        with contextlib.redirect_stdout(io.StringIO()):
-            config = pyconfig.initialize(self.argv(sizes, knobs))
-            train_compile.validate_config(config)
+        xla_flags = os.environ.get("XLA_FLAGS")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                config = pyconfig.initialize(self.argv(sizes, knobs))
+                train_compile.validate_config(config)
+        finally:  # pyconfig sets XLA_FLAGS to its HLO dump's flags where it is empty: the
+            # workers would inherit them (every compile dumped, its flags not the exploration's)
+            if xla_flags is None:
+                os.environ.pop("XLA_FLAGS", None)
+            else:
+                os.environ["XLA_FLAGS"] = xla_flags
         return config
 
     def __call__(self, mesh, **knobs):
