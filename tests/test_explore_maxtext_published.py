@@ -87,3 +87,22 @@ def test_the_published_layout_is_within_5_percent_of_the_best(path):
         assert MISSES[path.stem] in (ROOT / "docs" / "maxtext.md").read_text()
         return
     assert gap <= WITHIN, f"{row['candidate']} is {gap:.1%} behind {best}"
+
+
+@pytest.mark.parametrize("path", EXPLORATIONS, ids=lambda p: p.stem)
+def test_the_gate_passes_the_published_layout(path):
+    """``check --explore`` on the committed exploration, as a CI gate on MaxText's layout reads."""
+    from click.testing import CliRunner
+
+    from hlo_roofline.cli import main
+
+    doc = json.loads(path.read_text())
+    published = doc["published"]
+    layout = ",".join(
+        [f"{axis}={published.get(axis, 1)}" for axis in doc["axes"]]
+        + [f"remat_policy={published['remat_policy']}"]
+    )
+    result = CliRunner().invoke(
+        main, ["check", "--explore", str(path), "--layout", layout, "--max-gap-to-best", "5"]
+    )
+    assert result.exit_code == (1 if path.stem in MISSES else 0), result.output
