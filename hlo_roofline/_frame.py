@@ -94,3 +94,40 @@ def column_arrays(frame: pd.DataFrame) -> dict[str, object] | None:
         return {name: manager.iget_values(i).copy() for i, name in enumerate(frame.columns)}
     except AttributeError:  # another pandas: the public way
         return {name: frame[name].array.copy() for name in frame.columns}
+
+
+def stored_arrays(frame: pd.DataFrame) -> dict[str, object] | None:
+    """Each column of ``frame`` as the array pandas stores, by name, shared (no copy): a frame
+    built of them is a view of ``frame``'s. None where its names repeat or this pandas lacks the
+    means."""
+    if not frame.columns.is_unique:
+        return None
+    try:
+        manager = frame._mgr
+        return {name: manager.iget_values(i) for i, name in enumerate(frame.columns)}
+    except AttributeError:
+        return None
+
+
+def joined(frame: pd.DataFrame, extra: dict, order: list[str]) -> pd.DataFrame:
+    """``frame`` with the columns ``extra`` (arrays as long as it) beside its own, in ``order``
+    (every name of both), its columns shared rather than copied."""
+    arrays = stored_arrays(frame)
+    if arrays is not None:
+        arrays.update(extra)
+        built = frame_of_arrays({name: arrays[name] for name in order}, frame.index)
+        if built is not None:
+            return built
+    both = pd.concat([frame, pd.DataFrame(extra, index=frame.index)], axis=1)
+    return both[order]
+
+
+def select(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """The columns ``names`` of ``frame``, as a frame of their own, each dtype's columns stored
+    together (a copy of them: nothing of the others stays alive through a shared block)."""
+    arrays = stored_arrays(frame)
+    if arrays is not None:
+        built = frame_of_arrays({name: arrays[name] for name in names}, frame.index, True)
+        if built is not None:
+            return built
+    return frame[names]
