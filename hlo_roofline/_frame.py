@@ -131,3 +131,24 @@ def select(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
         if built is not None:
             return built
     return frame[names]
+
+
+# A column that most rows leave at one value (a model internal: most ops are no TPU matmul
+# fusion, reduce, ...) is kept sparse where fewer than this share of its rows hold another.
+SPARSE_BELOW = 0.5
+
+
+def compact(values, default, text: bool = False):
+    """A column stored in the memory its values need: a sparse array (only the values other than
+    ``default``) where most rows hold ``default``, else the values whole (text as pandas' string
+    type). Read back whole (``np.asarray``, ``to_numpy``), it is ``values``, value for value."""
+    if isinstance(values, pd.arrays.SparseArray):
+        return values
+    values = np.asarray(values, dtype=object) if text else np.asarray(values)
+    if isinstance(default, float) and default != default:  # NaN: a value of its own is a number
+        own = ~np.isnan(values.astype(float))
+    else:
+        own = np.asarray(values != default, dtype=bool)
+    if len(values) and int(own.sum()) < SPARSE_BELOW * len(values):
+        return pd.arrays.SparseArray(values, fill_value=default)
+    return as_text(values) if text else values

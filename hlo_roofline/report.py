@@ -21,7 +21,7 @@ import pandas as pd
 
 from hlo_roofline import chips, evidence, schema
 from hlo_roofline._atomic import is_remote, join, write_atomic
-from hlo_roofline._frame import as_text, frame_of_arrays, joined, select
+from hlo_roofline._frame import as_text, compact, frame_of_arrays, joined, select
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
 from hlo_roofline.hlo.files import read_text
@@ -41,9 +41,6 @@ DERIVED_KEYS = ("user_function", "scope", "pass")
 UNATTRIBUTED = "(unattributed)"
 _TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_expected_s", "t_exposed_s")
 _INTERNAL = frozenset(schema.INTERNAL_COLUMNS)
-# An internal column is kept sparse (only its ops' own values) where fewer than this share of
-# the ops have one: most are a TPU matmul fusion's or reduce's alone.
-_SPARSE_BELOW = 0.5
 
 
 class ReportError(ValueError):
@@ -314,7 +311,7 @@ class Report:
         if "call_stack" in self.ops:
             payload["call_stacks"] = stacks
         if self.internals is not None:
-            payload["internals"] = internals_payload(self.internals)
+            payload["internals"] = internals_payload(self.internals, self.ops.index)
         return payload
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
@@ -636,7 +633,7 @@ def _write_csv(report: Report, path: Path | str, text: str, mode: int | None = N
         "summary": json_safe(report.summary),
     }  # its checksum covers the CSV too (evidence.sign)
     if report.internals is not None:
-        meta["internals"] = internals_payload(report.internals)
+        meta["internals"] = internals_payload(report.internals, report.ops.index)
     write_atomic(meta_path(path), evidence.sign(json.dumps(meta, allow_nan=False), text), mode=mode)
     write_atomic(path, text, mode=mode)
 
@@ -816,11 +813,7 @@ def internal_array(name: str, values) -> object:
     """An internal column as :attr:`Report.internals` keeps it: sparse (its default left out)
     where most ops hold the default, else whole (text as pandas' string type)."""
     text = schema.BY_NAME[name].dtype == "text"
-    values = np.asarray(values, dtype=object) if text else np.asarray(values)
-    own = _own(name, values)
-    if len(values) and own.sum() < _SPARSE_BELOW * len(values):
-        return pd.arrays.SparseArray(values, fill_value=schema.internal_default(name))
-    return as_text(values) if text else values
+    return compact(values, schema.internal_default(name), text)
 
 
 def _own(name: str, values: np.ndarray) -> np.ndarray:
@@ -855,14 +848,15 @@ def _model_frame(ops: pd.DataFrame, internals: pd.DataFrame) -> pd.DataFrame:
     return joined(ops, dense, schema.ordered([*ops.columns, *dense]))
 
 
-def internals_payload(internals: pd.DataFrame) -> dict[str, list]:
-    """The internals as a file holds them: per column, ``[row, value]`` of each op with a value
-    of its own (row: its place among the ops), so a column most ops leave at its default takes
-    a few bytes."""
+def internals_payload(internals: pd.DataFrame, index: pd.Index) -> dict[str, list]:
+    """The internals of the ops ``index`` as a file holds them: per column, ``[row, value]`` of
+    each op with a value of its own (row: its place among the ops), so a column most ops leave
+    at its default takes a few bytes."""
     payload = {}
     for name in internals.columns:
-        values = _dense(name, internals[name], internals.index)
-        values = np.asarray(values, dtype=object) if not isinstance(values, np.ndarray) else values
+        values = np.asarray(_dense(name, internals[name], index), dtype=object)
+        if schema.BY_NAME[name].dtype != "text":
+            values = values.astype(np.int64 if schema.BY_NAME[name].dtype == "int" else float)
         rows = np.flatnonzero(_own(name, values))
         payload[name] = [
             list(cell) for cell in zip(rows.tolist(), values[rows].tolist(), strict=True)
