@@ -134,8 +134,11 @@ def select(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
 
 
 # A column that most rows leave at one value (a model internal: most ops are no TPU matmul
-# fusion, reduce, ...) is kept sparse where fewer than this share of its rows hold another.
+# fusion, reduce, ...) is kept sparse where fewer than this share of its rows hold another, in a
+# table of at least SPARSE_ROWS rows (a smaller one's bytes are fewer than a sparse array's own
+# cost in time: a small module's analysis is mostly fixed costs).
 SPARSE_BELOW = 0.5
+SPARSE_ROWS = 4096
 
 
 def compact(values, default, text: bool = False):
@@ -145,6 +148,8 @@ def compact(values, default, text: bool = False):
     if isinstance(values, pd.arrays.SparseArray):
         return values
     values = np.asarray(values, dtype=object) if text else np.asarray(values)
+    if len(values) < SPARSE_ROWS:
+        return as_text(values) if text else values
     if isinstance(default, float) and default != default:  # NaN: a value of its own is a number
         own = ~np.isnan(values.astype(float))
     else:

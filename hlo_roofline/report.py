@@ -21,7 +21,14 @@ import pandas as pd
 
 from hlo_roofline import chips, evidence, schema
 from hlo_roofline._atomic import is_remote, join, write_atomic
-from hlo_roofline._frame import as_text, compact, frame_of_arrays, joined, select
+from hlo_roofline._frame import (
+    as_text,
+    compact,
+    frame_of_arrays,
+    joined,
+    select,
+    stored_arrays,
+)
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
 from hlo_roofline.hlo.files import read_text
@@ -827,7 +834,8 @@ def _own(name: str, values: np.ndarray) -> np.ndarray:
 def _internal_frame(arrays: dict, index: pd.Index) -> pd.DataFrame:
     """The side table of internal columns, in the schema's order, rows as ``index``."""
     ordered = {name: arrays[name] for name in schema.ordered(arrays)}
-    return pd.DataFrame(ordered, index=index, copy=False)
+    frame = frame_of_arrays(ordered, index)
+    return frame if frame is not None else pd.DataFrame(ordered, index=index, copy=False)
 
 
 def _dense(name: str, column: pd.Series, index: pd.Index) -> object:
@@ -844,8 +852,20 @@ def _dense(name: str, column: pd.Series, index: pd.Index) -> object:
 
 
 def _model_frame(ops: pd.DataFrame, internals: pd.DataFrame) -> pd.DataFrame:
-    dense = {name: _dense(name, internals[name], ops.index) for name in internals.columns}
+    stored = stored_arrays(internals) if internals.index.equals(ops.index) else None
+    if stored is None:  # rows of their own (a measured report's container rows): aligned
+        dense = {name: _dense(name, internals[name], ops.index) for name in internals.columns}
+    else:  # the same rows: each array as it is, a sparse one made whole
+        dense = {name: _whole(name, values) for name, values in stored.items()}
     return joined(ops, dense, schema.ordered([*ops.columns, *dense]))
+
+
+def _whole(name: str, values):
+    if not isinstance(values, pd.arrays.SparseArray):
+        return values
+    if schema.BY_NAME[name].dtype == "text":
+        return as_text(np.asarray(values, dtype=object))
+    return values.to_numpy()
 
 
 def internals_payload(internals: pd.DataFrame, index: pd.Index) -> dict[str, list]:

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES, ROOT, SLOW
 
-from hlo_roofline import cost, schema
+from hlo_roofline import _frame, cost, schema
 from hlo_roofline.hlo import ir, parse_module
 from hlo_roofline.report import Report
 
@@ -161,7 +161,9 @@ def test_the_table_is_what_pandas_makes_of_the_columns_and_shares_them(gpt2_text
 def test_a_flat_module_keeps_no_internal_column_whole_that_no_op_has():
     """A module of elementwise ops (no TPU matmul, reduce, tiling): its internals are the vector
     unit's elements alone, the rest stored as their default, a few bytes each."""
-    report = Report.from_columns(*_analyzed(parse_module(generate_flat_module(3000))), "flat")
+    report = Report.from_columns(
+        *_analyzed(parse_module(generate_flat_module(2 * _frame.SPARSE_ROWS))), "flat"
+    )
     internals = report.internals
     whole = [n for n in internals if not isinstance(internals[n].array, pd.arrays.SparseArray)]
     assert whole == ["vector_elements"]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES
 
-from hlo_roofline import analyze_hlo, cost, schema
+from hlo_roofline import _frame, analyze_hlo, cost, schema
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo import parse_module
 from hlo_roofline.report import CSV_MAGIC, FORMAT, VERSION, Report, ReportError
@@ -24,7 +24,8 @@ def judged() -> Report:
     return analyze_hlo(TPU, chip="v5e")
 
 
-def test_the_ops_hold_the_public_columns_and_the_side_table_the_internals(judged):
+def test_the_ops_hold_the_public_columns_and_the_side_table_the_internals(judged, monkeypatch):
+    monkeypatch.setattr(_frame, "SPARSE_ROWS", 1)  # stored as a large module's are
     report = analyze_hlo(TPU)
     assert list(report.ops.columns) == list(schema.PUBLIC_COST_COLUMNS)
     assert list(report.internals.columns) == list(schema.INTERNAL_COLUMNS)
@@ -97,3 +98,15 @@ def test_an_edited_internal_is_refused(judged, edit, said):
         Report.from_text(json.dumps(payload))
     with pytest.raises(ReportError, match=said):  # and a value out of its type is refused anyway
         Report.from_text(_edited(judged, edit), trust_unsigned=True)
+
+
+def test_a_csvs_internals_are_under_its_sidecars_checksum(judged, tmp_path):
+    path = tmp_path / "report.csv"
+    judged.to_csv(path)
+    meta = tmp_path / "report.meta.json"
+    payload = json.loads(meta.read_text())
+    assert payload["internals"] == json.loads(judged.to_json())["internals"]
+    payload["internals"]["tile_steps"][0][1] += 1.0
+    meta.write_text(json.dumps(payload))
+    with pytest.raises(ReportError, match="checksum"):
+        Report.read(path)
