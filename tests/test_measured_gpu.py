@@ -247,6 +247,8 @@ def test_the_dispatch_is_the_steps_time_before_its_first_kernel_and_after_its_la
     one, many = calibrate.timeline(card, "f32_add"), calibrate.timeline(card, "convnet_step")
     assert 50e-6 < one.dispatch_s < 1e-3 and many.dispatch_s > 2 * one.dispatch_s
     assert (one.arguments, many.arguments) == (2, 76)
+    # the decode loop's 9 (kv, tokens and 7 weights), not its loop bodies' parameters
+    assert calibrate.timeline(card, "kv_decode").arguments == 9
     # each held-out program's arguments, as its ENTRY computation's signature lists them: the GPT
     # step's 39 (its state's leaves and the batch), the NNX step's 93, block(x, wq, wk, wv, wo)
     for case, arguments in (("gpt_step", 39), ("nnx_lm_step", 93), ("attention_block", 5)):
