@@ -9,6 +9,7 @@ would store, in one step, with pandas' public constructor as the fallback.
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 
 import numpy as np
 import pandas as pd
@@ -83,17 +84,25 @@ def _text_dtype():
     return pd.Series(np.array(["x"], dtype=object)).dtype
 
 
-def column_arrays(frame: pd.DataFrame) -> dict[str, object] | None:
-    """Each column of ``frame`` as its own copy of the array pandas stores (a number or flag
-    array, or pandas' string array), by name: a new frame built from them shares no memory with
-    ``frame``. None where its names repeat (a dict holds one of each)."""
+def column_arrays(
+    frame: pd.DataFrame, names: Collection[str] | None = None
+) -> dict[str, object] | None:
+    """Each column of ``frame`` (those in ``names``, by default all) as its own copy of the array
+    pandas stores (a number or flag array, or pandas' string array), by name: a new frame built
+    from them shares no memory with ``frame``. None where its names repeat (a dict holds one of
+    each)."""
     if not frame.columns.is_unique:
         return None
+    wanted = frame.columns if names is None else set(names)
     try:
         manager = frame._mgr
-        return {name: manager.iget_values(i).copy() for i, name in enumerate(frame.columns)}
+        return {
+            name: manager.iget_values(i).copy()
+            for i, name in enumerate(frame.columns)
+            if name in wanted
+        }
     except AttributeError:  # another pandas: the public way
-        return {name: frame[name].array.copy() for name in frame.columns}
+        return {name: frame[name].array.copy() for name in frame.columns if name in wanted}
 
 
 def stored_arrays(frame: pd.DataFrame) -> dict[str, object] | None:
@@ -120,17 +129,6 @@ def joined(frame: pd.DataFrame, extra: dict, order: list[str]) -> pd.DataFrame:
             return built
     both = pd.concat([frame, pd.DataFrame(extra, index=frame.index)], axis=1)
     return both[order]
-
-
-def select(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
-    """The columns ``names`` of ``frame``, as a frame of their own, each dtype's columns stored
-    together (a copy of them: nothing of the others stays alive through a shared block)."""
-    arrays = stored_arrays(frame)
-    if arrays is not None:
-        built = frame_of_arrays({name: arrays[name] for name in names}, frame.index, True)
-        if built is not None:
-            return built
-    return frame[names]
 
 
 # A column that most rows leave at one value (a model internal: most ops are no TPU matmul

@@ -26,7 +26,6 @@ from hlo_roofline._frame import (
     compact,
     frame_of_arrays,
     joined,
-    select,
     stored_arrays,
 )
 from hlo_roofline._json import json_safe
@@ -177,8 +176,9 @@ class Report:
             topology = self.summary.get("topology")
         if model_flops is None:
             model_flops = self.summary.get("model_flops")
-        judged, summary_update = verdict.classify(self.model_frame(), chip, topology, model_flops)
-        ops = select(judged, [c for c in judged.columns if c not in _INTERNAL])
+        ops, summary_update = verdict.classify(
+            self.model_frame(), chip, topology, model_flops, leave_out=_INTERNAL
+        )
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
             ops = efficiency.add_efficiency(ops, chip)
             summary_update["measured_problems"] = efficiency.problem_count(ops)
