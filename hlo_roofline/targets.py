@@ -460,12 +460,15 @@ def make_mesh(
     spec: str | Target,
     axis_shape: Sequence[int] | None = None,
     axis_names: Sequence[str] = ("data",),
+    allow_split_physical_axes: bool = False,
 ) -> jax.sharding.Mesh:
     """A mesh over all of the target's devices; default one axis ``"data"`` of every device.
 
     Why not always ``topologies.make_mesh``: it refuses TPU v4 (two TensorCores per chip exposed
     as devices: "requires one device per chip ('megacore' mode)"), so v4 gets a plain mesh in
     device order. TPU7x also exposes 2 devices per chip, but ``topologies.make_mesh`` handles it.
+    ``allow_split_physical_axes``: a mesh axis may take part of a torus axis (fsdp 32 × tensor 2
+    on a 4x4x4), as ``mesh_utils.create_device_mesh`` and MaxText's option of that name allow.
     """
     target = parse_target(spec)
     topo = get_topology(target)
@@ -478,4 +481,9 @@ def make_mesh(
         raise ValueError(f"mesh {shape} needs {need} devices; {target.spec} has {len(devs)}")
     if target.chip == "v4":
         return jax.sharding.Mesh(np.array(devs).reshape(shape), tuple(axis_names))
+    if allow_split_physical_axes:  # a mesh axis may take part of a torus axis (MaxText's option)
+        from jax.experimental import mesh_utils
+
+        grid = mesh_utils.create_device_mesh(shape, list(devs), allow_split_physical_axes=True)
+        return jax.sharding.Mesh(grid, tuple(axis_names))
     return topologies.make_mesh(topo, shape, tuple(axis_names))

@@ -31,9 +31,10 @@ ici_data_parallelism: 1
 ici_fsdp_parallelism: -1
 ici_tensor_parallelism: 1
 ici_expert_parallelism: 1
+allow_split_physical_axes: false
 """
 
-SPEC_MAP = '''\
+SPEC_MAP = """\
 from dataclasses import dataclass
 
 
@@ -52,7 +53,7 @@ UserFacingNameToSystemCharacteristics = {
     "v5p-128": SystemCharacteristics("tpu", "v5:4x4x4", "megacore", (2, 2, 1), 64, (1, 1, 1)),
     "v5e-16": SystemCharacteristics("tpu", "v5e:4x4", "default", (2, 2, 1), 16, (0, 0, 0)),
 }
-'''
+"""
 
 
 # MaxText's pyconfig and FLOP count as far as the parent reads them: a config of the command
@@ -168,7 +169,12 @@ def test_config_keys_follow_base_config(tmp_path):
     ("axes", "knobs", "overrides", "message"),
     [
         (("fsdp", "tensr"), {}, {}, "no mesh axis 'tensr'.*did you mean 'tensor'"),
-        (("fsdp",), {"remat_polcy": ["full"]}, {}, "knob 'remat_polcy'.*did you mean 'remat_policy'"),
+        (
+            ("fsdp",),
+            {"remat_polcy": ["full"]},
+            {},
+            "knob 'remat_polcy'.*did you mean 'remat_policy'",
+        ),
         (("fsdp",), {}, {"atention": "flash"}, "override 'atention'.*did you mean 'attention'"),
         (("fsdp",), {}, {"ici_tensor_parallelism": "4"}, "set by the exploration: --axes"),
         (("fsdp",), {"compile_topology": ["v5p-8"]}, {}, "set by the exploration: the target"),
@@ -236,6 +242,7 @@ def test_missing_maxtext_is_a_clear_exit_2(monkeypatch):
 )
 def test_the_cli_refuses_bad_input_before_any_compile(fake_maxtext, monkeypatch, args, message):
     """Exit 2 with MaxText's key named, nothing compiled (the fake MaxText could not build one)."""
+
     def no_compile(*a, **k):
         raise AssertionError("explore() reached")
 
@@ -272,18 +279,46 @@ def test_explore_gets_each_knob_combinations_work_and_the_scripts_flags(
     assert tokens(per_device_batch_size=2, remat_policy="full") == 2 * 4 * 2048
     assert tokens(per_device_batch_size=4, remat_policy="full") == 4 * 4 * 2048
     assert flops(per_device_batch_size=4, remat_policy="full") == pytest.approx(6e9 * 4 * 4 * 2048)
-    assert given["libtpu_flags"] == [
-        "--xla_enable_async_all_gather=true", maxtext.RNG_LIBTPU_FLAG
-    ]
+    assert given["libtpu_flags"] == ["--xla_enable_async_all_gather=true", maxtext.RNG_LIBTPU_FLAG]
     step = given["make_step"]
     assert isinstance(step, maxtext.MaxTextStep) and step.topology == "v5p-8"
     assert dict(step.overrides) == {"attention": "flash"}
     assert given["name"] == "maxtext-base@v5p-2x2x1"
 
 
+def test_split_physical_axes_follow_the_config(fake_maxtext, monkeypatch):
+    """With MaxText's allow_split_physical_axes=true, layouts that split a torus axis are
+    candidates (v5p:4x4x4's fsdp 32 x tensor 2); without it they are pruned as MaxText's mesh
+    builder would refuse them."""
+    from hlo_roofline.explorer.layouts import candidates
+
+    given = {}
+    monkeypatch.setattr(
+        "hlo_roofline.explorer.run.explore", lambda *a, **k: given.update(k)
+    )
+    for split in ("true", "false"):
+        maxtext.explore_maxtext(
+            "base.yml", "v5p:2x2x1", overrides={"allow_split_physical_axes": split},
+            knobs={"per_device_batch_size": [1]},
+        )  # fmt: skip
+        assert given["allow_split_physical_axes"] is (split == "true")
+    with pytest.raises(ValueError, match="give it as an override"):
+        maxtext.explore_maxtext(
+            "base.yml", "v5p:2x2x1", knobs={"allow_split_physical_axes": [True, False]}
+        )
+    sizes = {"fsdp": 32, "tensor": 2}
+    found, pruned = candidates("v5p:4x4x4", ("fsdp", "tensor"), {}, {"fixed": {"tensor": 2}})
+    reasons = {tuple(s.items()): why for s, why in pruned}
+    assert not found and "does not map" in reasons[tuple(sizes.items())]
+    found, _ = candidates("v5p:4x4x4", ("fsdp", "tensor"), {}, {"fixed": {"tensor": 2}}, True)
+    assert [dict(c.sizes) for c in found] == [sizes]
+
+
 def test_a_value_maxtext_refuses_is_found_before_any_compile(fake_maxtext, monkeypatch):
     monkeypatch.setattr("hlo_roofline.explorer.run.explore", None)
-    with pytest.raises(ValueError, match=r"MaxText refuses the config of \S+_per_device_batch_size=many"):
+    with pytest.raises(
+        ValueError, match=r"MaxText refuses the config of \S+_per_device_batch_size=many"
+    ):
         maxtext.explore_maxtext(  # the fake pyconfig cannot read a batch of "many"
             "base.yml", "v5p:2x2x1", knobs={"per_device_batch_size": ["many"]}
         )

@@ -40,7 +40,7 @@ def _published_row(path: Path):
     doc = json.loads(path.read_text())
     table = explorer.read_table(path)
     published = doc["published"]
-    match = (table["remat_policy"] == published["remat_policy"])
+    match = table["remat_policy"] == published["remat_policy"]
     for axis in doc["axes"]:
         match &= table[axis] == published.get(axis, 1)
     rows = table[match]
@@ -62,7 +62,7 @@ def test_the_exploration_is_complete_and_ranked_by_throughput(path):
     ok = table[statuses == explorer.STATUS_OK]
     assert len(ok) >= 2, "fewer than two layouts fit: nothing is compared"
     # every candidate does the config's work: the script's batch × devices × sequence
-    overrides = _published_configs()[path.stem]["overrides"]
+    overrides = _published_configs()[doc.get("config", path.stem)]["overrides"]
     for _, row in table.iterrows():
         devices = math.prod(int(row[axis]) for axis in doc["axes"])
         batch = float(overrides["per_device_batch_size"]) * devices
@@ -72,14 +72,16 @@ def test_the_exploration_is_complete_and_ranked_by_throughput(path):
 @pytest.mark.parametrize("path", EXPLORATIONS, ids=lambda p: p.stem)
 def test_the_exploration_ran_under_the_scripts_flags(path):
     doc = json.loads(path.read_text())
-    script = _published_configs()[path.stem]["libtpu"].split()
+    script = _published_configs()[doc.get("config", path.stem)]["libtpu"].split()
     assert doc["flags"]["libtpu"][: len(script)] == script
 
 
 @pytest.mark.parametrize("path", EXPLORATIONS, ids=lambda p: p.stem)
 def test_the_published_layout_is_within_5_percent_of_the_best(path):
     _, table, row = _published_row(path)
-    assert explorer.status_of(row["status"]) == explorer.STATUS_OK, f"the published layout {row['candidate']}: {row['status']}"
+    assert explorer.status_of(row["status"]) == explorer.STATUS_OK, (
+        f"the published layout {row['candidate']}: {row['status']}"
+    )
     gap = float(row["gap_to_best"])
     best = table.iloc[0]["candidate"]
     if path.stem in MISSES:

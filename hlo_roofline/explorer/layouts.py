@@ -124,10 +124,11 @@ def candidates(
     axes: Sequence[str],
     knobs: Mapping[str, Iterable] | None = None,
     constraints: Constraints | Mapping | None = None,
+    allow_split_physical_axes: bool = False,
 ) -> tuple[list[Candidate], list[tuple[dict, str]]]:
     """(candidates, pruned): every factorization of the target's devices over ``axes`` that the
-    constraints allow and the topology maps onto (``targets.make_mesh`` accepts), crossed with
-    the knobs; the pruned ones with the reason."""
+    constraints allow and the topology maps onto (``targets.make_mesh`` accepts, splitting torus
+    axes where allowed), crossed with the knobs; the pruned ones with the reason."""
     from hlo_roofline import targets
 
     target = targets.parse_target(target)
@@ -142,7 +143,7 @@ def candidates(
         reason = rules.allows(sizes)
         if reason is None:
             try:
-                mesh = targets.make_mesh(target, shape, tuple(axes))
+                mesh = targets.make_mesh(target, shape, tuple(axes), allow_split_physical_axes)
             except Exception as exc:  # the topology cannot hold this mesh
                 first = one_line(exc).split(". ")[0]  # libtpu's message goes on with advice
                 reason = f"does not map onto {target}: {first}"

@@ -163,7 +163,8 @@ def check(
                 raise ValueError(f"the {what} {name} is set by the exploration: {hint}")
             if name not in keys:
                 raise ValueError(
-                    f"the {what} {name!r} is no key of the MaxText config" + did_you_mean(name, keys)
+                    f"the {what} {name!r} is no key of the MaxText config"
+                    + did_you_mean(name, keys)
                 )
     both = set(knobs) & set(overrides)
     if both:
@@ -398,7 +399,12 @@ def explore_maxtext(
     step = MaxTextStep(
         str(path), tuple(overrides.items()), compile_topology(spec), tuple(mesh_axes(keys))
     )
-    work = _work(step, spec, axes, knobs, constraints)
+    # MaxText's mesh builder splits torus axes where the config says so: the candidates follow
+    split = value_text(overrides.get("allow_split_physical_axes", keys.get(
+        "allow_split_physical_axes", False))).lower() == "true"  # fmt: skip
+    if "allow_split_physical_axes" in knobs:
+        raise ValueError("allow_split_physical_axes chooses the layouts: give it as an override")
+    work = _work(step, spec, axes, knobs, constraints, split)
     libtpu = [*libtpu_flags]
     if RNG_LIBTPU_FLAG not in libtpu:
         libtpu.append(RNG_LIBTPU_FLAG)
@@ -411,7 +417,7 @@ def explore_maxtext(
 
     return explore(
         step, spec, axes=axes, knobs=knobs, constraints=constraints, libtpu_flags=libtpu,
-        tokens_per_step=tokens, model_flops=model_flops,
+        tokens_per_step=tokens, model_flops=model_flops, allow_split_physical_axes=split,
         name=name if name is not None else f"maxtext-{path.stem}@{spec.spec}".replace(":", "-"),
         **explore_kwargs,
     )  # fmt: skip
@@ -421,13 +427,15 @@ def _key(knobs: Mapping[str, Any]) -> tuple:
     return tuple(sorted((k, value_text(v)) for k, v in knobs.items()))
 
 
-def _work(step: MaxTextStep, target: Target, axes, knobs, constraints) -> dict[tuple, tuple]:
+def _work(
+    step: MaxTextStep, target: Target, axes, knobs, constraints, split: bool
+) -> dict[tuple, tuple]:
     """Each knob combination's (tokens, model FLOPs) a step, all devices, from MaxText's config
     of its first candidate layout (the work does not depend on the layout); a config MaxText
     refuses is a ValueError here, before anything compiles."""
     from hlo_roofline.explorer.layouts import candidates
 
-    found, _ = candidates(target, axes, knobs, constraints)
+    found, _ = candidates(target, axes, knobs, constraints, split)
     out: dict[tuple, tuple] = {}
     for c in found:
         key = _key(dict(c.knobs))

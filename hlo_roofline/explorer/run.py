@@ -60,6 +60,7 @@ def explore(
     xla_flags: Iterable[str] = (),
     libtpu_flags: Iterable[str] = (),
     name: str | None = None,
+    allow_split_physical_axes: bool = False,
 ) -> Exploration:
     """Compile ``make_step(mesh, **knob)`` for every candidate layout on ``target``; rank them.
 
@@ -80,6 +81,7 @@ def explore(
     book's TP rules) may be numbers, functions of the knobs, or (the first two) expressions of the
     knobs (``"batch*2048"``, :class:`KnobExpression`). ``xla_flags`` / ``libtpu_flags`` go to
     every worker's ``XLA_FLAGS`` / ``LIBTPU_INIT_ARGS`` (and into each report's summary).
+    ``allow_split_physical_axes`` lets a mesh axis take part of a torus axis (more layouts map).
 
     A candidate that fails is a row with its status, error and traceback: the exploration is then
     not :attr:`~Exploration.complete`.
@@ -112,7 +114,7 @@ def explore(
     flops_of = per_knob(model_flops, "model_flops", knobs)
     if hidden is not None and not callable(hidden):
         positive(hidden, "hidden")
-    found, pruned = candidates(spec, axes, knobs, constraints)
+    found, pruned = candidates(spec, axes, knobs, constraints, allow_split_physical_axes)
     jobs_list = []
     for c in found:  # every expression evaluated for every candidate before anything compiles
         values = dict(c.knobs)
@@ -127,6 +129,7 @@ def explore(
             "cache": str(cache) if isinstance(cache, os.PathLike) else cache,
             "model_flops": per_device(flops, c),
             "flags": {FLAG_VARIABLES[k]: v for k, v in flags.items()},
+            "allow_split_physical_axes": allow_split_physical_axes,
         })  # fmt: skip
     results: dict[int, dict] = {}
     bar = Progress(len(found), stream, progress)

@@ -76,7 +76,8 @@ def _evaluate(job: dict) -> dict:
 
         make_step = make_step_from(job["reference"])
         sizes = dict(job["sizes"])
-        mesh = targets.make_mesh(job["target"], tuple(sizes.values()), tuple(sizes))
+        mesh = targets.make_mesh(job["target"], tuple(sizes.values()), tuple(sizes),
+                                 bool(job.get("allow_split_physical_axes")))  # fmt: skip
         returned = make_step(mesh, **dict(job["knobs"]))
         if not isinstance(returned, tuple | list) or not 2 <= len(returned) <= 4:
             raise TypeError(
