@@ -445,6 +445,10 @@ def heldout_fits(chip: str) -> list[Fit]:
     - ``sublane_fold``: the result elements per second per TensorCore XLA charges a fusion that
       folds an expansion's sublanes in a loop tiled into column strips (its charge follows the
       result, not the expansion: cost/intermediates.py).
+    - ``folded_product``: the product elements per second per TensorCore XLA charges a matmul
+      fusion that folds its own product (attention's scores and their row max: cost/tpu/units.py);
+    - ``relayout``: the elements per second per TensorCore XLA charges a copy that moves its
+      lanes, per element (its tiles' padding included) of each side in HBM (cost/tpu/units.py).
 
     A chip whose fit-half ops imply rates more than 2x apart gets none (``SPREAD_LIMIT``: one
     rate would leave some of them below half XLA's estimate). Each is the fastest rate any
@@ -453,7 +457,8 @@ def heldout_fits(chip: str) -> list[Fit]:
     spec = chips.get(chip)
     per_core = (spec.devices_per_chip or 1) / spec.cores.get("tensorcore", 1)
     counted: dict[str, list[tuple[float, float]]] = {
-        "depthwise_taps": [], "expanded_elements": [], "sublane_fold": []
+        "depthwise_taps": [], "expanded_elements": [], "sublane_fold": [], "folded_product": [],
+        "relayout": [],
     }
     for program in heldout_programs("fit"):
         if chip not in _heldout_chips(program):
@@ -472,6 +477,10 @@ def heldout_fits(chip: str) -> list[Fit]:
             zip(rows["sublane_fold_results"][by_fold], rows["xla_estimate_s"][by_fold],
                 strict=True)
         )  # fmt: skip
+        for key, column in (("folded_product", "folded_product_elements"),
+                            ("relayout", "relaid_elements")):  # fmt: skip
+            rows = ops[ops[column] > 0]
+            counted[key] += list(zip(rows[column], rows["xla_estimate_s"], strict=True))
     found = []
     for key, samples in counted.items():
         if not any(s > 0 for _, s in samples):

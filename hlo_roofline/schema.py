@@ -55,6 +55,10 @@ EXPECTED_EFFECTS = {
     "strips (`calibrated.sublane_fold`)",
     "second_pass": "a TPU fusion's loop passing twice over an array it folds over a whole row "
     "and then uses (`calibrated.loop_elements`)",
+    "folded_product": "a matmul's product its own TPU fusion folds, one 32-bit value an element "
+    "(`calibrated.folded_product`)",
+    "relayout": "a TPU copy moving its lanes, per element of each side in HBM "
+    "(`calibrated.relayout`)",
     "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
@@ -249,6 +253,16 @@ COLUMNS: tuple[Column, ...] = (
        "streams an operand from HBM: its loop passes over them a second time once the row is "
        "folded, per step; priced at the chip's loop rate by the expected model; 0 elsewhere",
        "cost"),
+    _c("folded_product_elements", "float", "elements",
+       "elements of a matmul's product that its own fusion folds (a reduce computed from the "
+       "product: attention's scores and their row max), which the fold passes through a TPU's "
+       "vector unit one 32-bit value each, per step; priced at the chip's "
+       "`calibrated.folded_product` rate by the expected model; 0 elsewhere", "cost"),
+    _c("relaid_elements", "float", "elements",
+       "elements, as their layouts' tiles store them (padded lanes included), of the arrays a "
+       "copy that moves its lanes (its result's minor-most dimension not its operand's: a "
+       "transpose laid out as a relayout) reads from and writes to HBM, per step; priced at the "
+       "chip's `calibrated.relayout` rate by the expected model; 0 elsewhere", "cost"),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "
