@@ -63,13 +63,20 @@ def half(name: str) -> list[str]:
 
 
 @cache
-def chip_ops(chip: str, which: str = "report") -> pd.DataFrame:
-    """Every op of one half's programs compiled for ``chip``, priced and classified."""
+def chip_ops(chip: str, which: str = "report", folder: Path = FIXTURES) -> pd.DataFrame:
+    """Every op of one half's programs compiled for ``chip``, priced and classified; from
+    another ``folder`` (a fresh draw, ``generate.py --fresh``), every program of its manifest."""
+    manifest = MANIFEST if folder == FIXTURES else json.loads((folder / "manifest.json").read_text())
+    programs = half(which) if folder == FIXTURES else sorted(p for p in manifest if p[0] != "_")
+
+    def text(program: str) -> str:
+        return gzip.decompress((folder / f"{program}.{chip}.hlo.txt.gz").read_bytes()).decode()
+
     return pd.concat(
         [
-            priced_ops(hlo_text(p, chip), chip).assign(program=p, family=MANIFEST[p]["family"])
-            for p in half(which)
-            if chip in MANIFEST[p].get("chips", {})
+            priced_ops(text(p), chip).assign(program=p, family=manifest[p]["family"])
+            for p in programs
+            if chip in manifest[p].get("chips", {})
         ],
         ignore_index=True,
     )
@@ -82,10 +89,10 @@ def bound_above(ops: pd.DataFrame) -> float:
     return float(ops.loc[above, "xla_estimate_s"].sum() / ops["xla_estimate_s"].sum())
 
 
-def table(chip: str, which: str = "report") -> str:
+def table(chip: str, which: str = "report", folder: Path = FIXTURES) -> str:
     """Per family: its share of XLA's time, the share of that within the band, above, and Σ of
     the expected times ÷ Σ XLA's; then the chip's whole line."""
-    ops = chip_ops(chip, which)
+    ops = chip_ops(chip, which, folder)
     timed = ops[ops["xla_estimate_s"].notna()]
     total = timed["xla_estimate_s"].sum()
     lines = []
@@ -273,8 +280,11 @@ def test_a_copy_moving_its_lanes_is_charged_per_element_in_hbm(chip):
     assert bands["within"] >= RELAYOUT_IN_BAND_FLOOR and bands["above"] == 0, (chip, bands)
 
 
-if __name__ == "__main__":  # the docs' table
+if __name__ == "__main__":  # the docs' table: the report half, or a fresh draw's folder
+    import sys
+
+    folder = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else FIXTURES
     print("| chip | family | share of XLA's time | within 0.5–1.25× | above | Σ expected ÷ Σ XLA |")
     print("|---|---|---|---|---|---|")
     for chip in CHIPS:
-        print(table(chip))
+        print(table(chip, "report", folder))
