@@ -30,9 +30,10 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   lower charge is the safe side, up for a rate); the held-out programs are checked in
   ``tests/test_tpu_estimates.py``. The pass counts (``*_passes``, ``loop_reads``) are chosen
   against the fitting set, not fitted: printed, not refitted.
-- ``calibrated.depthwise_taps``, ``calibrated.expanded_elements`` and ``calibrated.sublane_fold``
-  of v5e, v5p, v6e and 7x (a mechanism's rate each: a depthwise conv's taps, an array a fusion
-  expands and folds in blocks, the result of one folded in column strips), on the fit
+- ``calibrated.depthwise_taps``, ``expanded_elements``, ``sublane_fold``, ``folded_product``
+  and ``relayout`` of v5e, v5p, v6e and 7x (a mechanism's rate each: a depthwise conv's taps, an
+  array a fusion expands and folds in blocks, the result of one folded in column strips, a
+  matmul's product its fusion folds, a lane-moving copy's elements in HBM), on the fit
   half of the generated corpus ``fixtures/tpu_heldout`` (:func:`heldout_fits`); its report half is
   held out, checked in ``tests/test_tpu_heldout.py``.
 """
