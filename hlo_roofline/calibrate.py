@@ -136,14 +136,16 @@ def gpu_fits(card: str) -> list[Fit]:
     found = []
     for kind in ("matmul", "memory"):
         seen = [
-            e for case in GPU_MICRO for e in _large(gpu_reports(card, case).ops, kind)["efficiency"]
+            e
+            for case in GPU_MICRO
+            for e in _large(gpu_reports(card, case).model_frame(), kind)["efficiency"]
         ]
         value = _round(statistics.median(seen))
         found.append(Fit(CARDS[card], f"{kind}_efficiency", value, "fixtures/measured_gpu",
                          tuple(e / value for e in seen)))  # fmt: skip
     small = []  # what a kernel far below any roof took a run: launch and drain
     for case in GPU_MICRO:
-        ops = gpu_reports(card, case).ops
+        ops = gpu_reports(card, case).model_frame()
         timed = ops[(ops["measured_s"] > 0) & (ops["t_bound_s"] > 0) & (ops["count"] > 0)]
         tiny = timed[timed["t_bound_s"] / timed["count"] < SMALL_RUN_S]
         small += list(tiny["measured_s"] / tiny["count"])
@@ -151,7 +153,7 @@ def gpu_fits(card: str) -> list[Fit]:
     found.append(Fit(CARDS[card], "op_floor", value, "fixtures/measured_gpu",
                      tuple(t / value for t in small)))  # fmt: skip
     for key, rows in KERNEL_CLASSES.items():
-        ops = rows(gpu_reports(card, GPU_CLASS_FITTING[key]).ops)
+        ops = rows(gpu_reports(card, GPU_CLASS_FITTING[key]).model_frame())
         ops = ops[ops["efficiency"].notna()]
         # time-weighted: the share of the bound the class's kernels reached together
         value = _round(ops["t_bound_s"].sum() / ops["measured_s"].sum())
@@ -381,7 +383,7 @@ def _tpu_ops(chip: str, program: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         text = (FIXTURES / "tpu_estimates" / f"{program}.{chip}.hlo.txt").read_text()
-        ops = analyze_hlo(text).classify(chip).ops
+        ops = analyze_hlo(text).classify(chip).model_frame()
     return ops[ops["xla_estimate_s"].notna()]
 
 
@@ -478,7 +480,7 @@ def _heldout_ops(chip: str, program: str):
     text = gzip.decompress((HELDOUT / f"{program}.{chip}.hlo.txt.gz").read_bytes()).decode()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ops = analyze_hlo(text).classify(chip).ops
+        ops = analyze_hlo(text).classify(chip).model_frame()
     return ops[ops["xla_estimate_s"].notna()]
 
 

@@ -16,7 +16,7 @@ from hlo_roofline import analyze_hlo
 def _row(text: str, opcode: str) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ops = analyze_hlo(text).ops
+        ops = analyze_hlo(text).model_frame()
     return ops.loc[ops["opcode"] == opcode].iloc[0].to_dict()
 
 
