@@ -13,6 +13,8 @@ import io
 import json
 import math
 import os
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -806,7 +808,38 @@ def _finite(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _holds(hint, value) -> bool:
+    """``value`` is of the type ``schema.Summary`` declares (one level deep: a container's items
+    are their readers'); a ``float`` may be null, a NaN as JSON writes it."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_holds(h, value) for h in typing.get_args(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None) or hint is typing.Any:
+        return value is None or hint is typing.Any
+    if hint is float:
+        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typing.is_typeddict(hint):
+        return isinstance(value, dict)
+    return isinstance(value, origin or hint)
+
+
+_SUMMARY_TYPES = typing.get_type_hints(schema.Summary)
+
+
 def _validate_summary(summary: dict) -> None:
+    for key, value in summary.items():  # what judging it again reads among them: its topology,
+        hint = _SUMMARY_TYPES.get(key)  # model_flops, memory figures, missing facts
+        if hint is not None and not _holds(hint, value):
+            raise ReportError(f"summary {key} = {value!r} is not of its type ({_type_name(hint)})")
+    try:
+        step.check_model_flops(summary.get("model_flops"))
+    except ValueError as exc:
+        raise ReportError(f"summary {exc}") from None
+    _validate_memory(summary.get("memory"))
     for key in schema.SUMMARY_AMOUNTS + schema.SUMMARY_FRACTIONS:
         if key not in summary:
             continue
@@ -823,12 +856,38 @@ def _validate_summary(summary: dict) -> None:
             value = fit.get(key)
             if not _finite(value) or value < 0:
                 raise ReportError(f"summary memory_fit.{key} = {value!r} is not a number >= 0")
-    figures = summary.get("memory")
-    if figures is not None and not isinstance(figures, dict):
-        raise ReportError(f"summary memory = {figures!r} is not an object")
     for key in ("unknown_ops", "notes"):
         if key in summary and not isinstance(summary[key], list):
             raise ReportError(f"summary {key} = {summary[key]!r} is not a list")
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _validate_memory(figures) -> None:
+    """The memory figures a fit is judged from again on another chip (``memory.judge``): every
+    size a number no smaller than 0 or null, the need a number, whether it is complete a bool."""
+    if figures is None:
+        return
+    if not isinstance(figures, dict):
+        raise ReportError(f"summary memory = {figures!r} is not an object")
+    if not figures:
+        return
+    for key, value in figures.items():
+        if key.endswith("_bytes") and value is not None and not (_finite(value) and value >= 0):
+            raise ReportError(f"summary memory.{key} = {value!r} is not a number >= 0")
+    if not _finite(figures.get("need_bytes")):
+        raise ReportError(
+            f"summary memory.need_bytes = {figures.get('need_bytes')!r} is not a number"
+        )
+    if not isinstance(figures.get("complete"), bool):
+        raise ReportError(
+            f"summary memory.complete = {figures.get('complete')!r} is not true or false"
+        )
+    for key in ("largest", "slices"):
+        if key in figures and not isinstance(figures[key], list):
+            raise ReportError(f"summary memory.{key} = {figures[key]!r} is not a list")
 
 
 def _stack_texts(stacks: list[str], indexes: pd.Series) -> list[str] | np.ndarray:

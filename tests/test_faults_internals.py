@@ -309,3 +309,54 @@ def test_the_tabs_chip_switch_serves_both_forms_as_a_fresh_analysis(judged, two_
     response = client.get("/data/plugin/hlo_roofline/report?run=past_int64&chip=v6e")
     assert response.status_code == 422, response.get_data(as_text=True)
     assert "whole number" in response.get_data(as_text=True)
+
+
+SUMMARY_EDITS = {  # what judging a report again reads from its summary, edited past its type
+    "topology a number": ("topology", 5, "topology = 5 is not of its type"),
+    "topology a list": ("topology", [2, 4], "topology = .* is not of its type"),
+    "model_flops text": ("model_flops", "1e12", "model_flops = .* is not of its type"),
+    "model_flops negative": ("model_flops", -1.0, "positive number of FLOPs"),
+    "model_flops true": ("model_flops", True, "model_flops = True is not of its type"),
+    "missing a number": ("missing", 5, "missing = 5 is not of its type"),
+    "chip a list": ("chip", ["v5e"], "chip = .* is not of its type"),
+    "memory without its need": ("memory", {"source": "hlo", "complete": True}, "need_bytes"),
+    "memory a negative size": ("memory", None, "arguments_bytes = -5"),
+    "memory complete as text": ("memory", None, "complete = 'yes'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SUMMARY_EDITS))
+def test_what_judging_again_reads_of_the_summary_is_held_to_its_type(judged, tmp_path, case):
+    """The summary's inputs to judging again (its topology, model FLOPs, memory figures, missing
+    facts) are held to ``schema.Summary``'s types as the report is read, trusted or not: the CLI
+    judging it on another chip answers exit 2 with the key, where it raised TypeError,
+    ValueError or KeyError (a traceback and exit 1) and the tab answered 500."""
+    key, value, said = SUMMARY_EDITS[case]
+    payload = judged.to_dict()
+    if case == "memory a negative size":
+        value = {**payload["summary"]["memory"], "arguments_bytes": -5}
+    elif case == "memory complete as text":
+        value = {**payload["summary"]["memory"], "complete": "yes"}
+    payload["summary"][key] = value
+    text = json.dumps(payload)
+    for given in (text, evidence.sign(text)):
+        with pytest.raises(ReportError, match=said):
+            Report.from_text(given, trust_unsigned=True)
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    for args in (["check", path, *GATE], ["diff", path, path]):
+        code, output = _cli(*args, "--trust-unsigned", "--chip", "h100")
+        assert code == 2 and key in output, output
+
+
+def test_a_valid_summary_of_each_kind_reads_back(judged, tmp_path):
+    """An unjudged report, a judged one with a model FLOP count and one with its topology null
+    read back as written: the types are the writer's."""
+    from hlo_roofline import analyze_hlo as analyze
+
+    for report in (
+        analyze(TPU),
+        judged.with_model_flops(2.5e8),
+        Report(judged.ops, {**judged.summary, "topology": None}, judged.module, judged.internals),
+    ):
+        _same(Report.from_text(report.to_json()), report)
