@@ -218,7 +218,9 @@ def _signatures(arrays) -> list[tuple[tuple[int, ...], str]]:
 
 
 def _is_number(x) -> bool:
-    return isinstance(x, int | float | complex) and not isinstance(x, bool | jax.Array)
+    """A Python scalar ``jit`` traces into a 0-d array (``bool[]`` for ``True``, as ``f32[]`` for
+    ``0.5``), where it is not static."""
+    return isinstance(x, bool | int | float | complex) and not isinstance(x, jax.Array)
 
 
 def _matched(given: list, compiled: list) -> list | None:

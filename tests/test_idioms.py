@@ -199,3 +199,19 @@ def test_inputs_are_named_after_the_arguments_past_static_ones_and_numbers():
     inputs, donatable = placement.step_inputs(step, lower(step, placed, {}), (placed, {}))
     assert [(b.name, b.bytes) for b in inputs] == [("x", 1024), ("y", 1024), ("scale", 4)]
     assert donatable == 0  # the one output reuses y, donated
+
+
+def test_a_python_bool_passed_traced_is_an_input_like_a_number():
+    """``jit`` traces a Python ``True`` as the ``bool[]`` it makes of it, as it does a float: the
+    input is named after its argument, and the arrays after it keep their own names."""
+    from hlo_roofline import placement
+    from hlo_roofline.compile import lower
+
+    def f(x, training, y):
+        return jax.numpy.where(training, x, y)
+
+    step = jax.jit(f)
+    vector = jax.ShapeDtypeStruct((256,), "float32")
+    placed = placement.place_args((vector, True, vector), "v5e")
+    inputs, _ = placement.step_inputs(step, lower(step, placed, {}), (placed, {}))
+    assert [(b.name, b.bytes) for b in inputs] == [("x", 1024), ("training", 1), ("y", 1024)]

@@ -127,35 +127,49 @@ def loop_table(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def _loop_rows(ops: pd.DataFrame) -> dict[str, dict]:
-    """:func:`loop_table`'s rows by loop path, in the order of their paths."""
+    """:func:`loop_table`'s rows by loop path, in the order of their paths.
+
+    Each path's rows are found through the distinct ``loop`` values (a step has hundreds of loops
+    over tens of thousands of rows): which values lie in a path's subtree is decided once per
+    value, and a row is inside when its value is; the sums run over the rows in row order."""
     if "loop" not in ops:
         return {}
     loop = ops["loop"].to_numpy()
     if not (loop != "").any():
         return {}
+    values, codes = np.unique(loop.astype(str), return_inverse=True)
+    codes = codes.reshape(-1)
     count = ops["count"].to_numpy(dtype=float)
     short = ops["lower_bound"].to_numpy(dtype=bool)
-    found = {p for p in set(loop) if p}
+    found = [v for v in values if v]
     paths = sorted(
         {"/".join(p.split("/")[: i + 1]) for p in found for i in range(p.count("/") + 1)}
     )
+    code_of = {value: code for code, value in enumerate(values)}
+    sums = {c: ops[c].to_numpy(dtype=float) for c in ("flops", "bytes_accessed", "t_expected_s")
+            if c in ops}  # fmt: skip
     timed = "t_expected_s" in ops
     step = float(ops["t_expected_s"].sum()) if timed else 0.0
+
+    def direct(path: str) -> np.ndarray:
+        """The rows directly in ``path`` (none when no row names it: a loop of loops)."""
+        code = code_of.get(path)
+        return codes == code if code is not None else np.zeros(len(codes), dtype=bool)
 
     def iterations(path: str) -> float:
         if not path:
             return 1.0
-        direct = count[(loop == path) & (count > 0)]
-        return float(direct.min()) if len(direct) else 0.0
+        runs = count[direct(path) & (count > 0)]
+        return float(runs.min()) if len(runs) else 0.0
 
     rows = {}
     for path in paths:
         parent = path.rpartition("/")[0]
         runs, outer = iterations(path), iterations(parent)
-        inside = (loop == path) | np.char.startswith(loop.astype(str), path + "/")
-        unknown = bool(short[loop == path].any())
-        totals = {c: float(ops[c].to_numpy(dtype=float)[inside].sum())
-                  for c in ("flops", "bytes_accessed", "t_expected_s") if c in ops}  # fmt: skip
+        member = np.fromiter((v == path or v.startswith(path + "/") for v in values), bool)
+        inside = member[codes]
+        unknown = bool(short[direct(path)].any())
+        totals = {c: float(column[inside].sum()) for c, column in sums.items()}
         time_s = totals.get("t_expected_s", math.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
             rows[path] = {
