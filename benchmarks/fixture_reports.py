@@ -23,8 +23,9 @@ CHIPS = ("v5e", "v5p", "v6e", "v4", "7x", "h100", "h200", "a100", "b200")
 
 
 def chip_of(path: Path) -> str | None:
-    """The chip a fixture's path names (``tpu_v5e.hlo.txt`` → v5e), None for a CPU module."""
-    name = str(path).lower()
+    """The chip a fixture's path names (``tpu_v5e.hlo.txt`` → v5e), None for a CPU module; read
+    below the checkout, whose own folder name (``gpu-tools/``) says nothing."""
+    name = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path).lower()
     for chip in CHIPS:
         if re.search(rf"(^|[^a-z0-9]){chip}([^0-9]|$)", name):
             return chip

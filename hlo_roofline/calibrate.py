@@ -11,8 +11,10 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   GEMMs and the large memory-bound ops reached, and ``op_floor``, on the micro-benchmarks
   (:data:`GPU_MICRO`); ``kernel_efficiency`` (cuDNN's flash attention), ``conv_efficiency`` and
   ``conv_narrow_efficiency`` (cuDNN's convolutions), time-weighted over the one program that holds
-  them, and ``launch_gap``, the decode loop's time no kernel covers per kernel run
-  (:data:`GPU_CLASS_FITTING`); the training steps are held out (:data:`GPU_HELD_OUT`);
+  them, and ``launch_gap``, the decode loop's idle stream between its kernels per kernel run
+  (:data:`GPU_CLASS_FITTING`); ``dispatch`` and ``dispatch_per_argument``, the host's time
+  before a step's first kernel and after its last, as a line over the program's arguments, on
+  all of them (:func:`dispatch_fits`); the training steps are held out (:data:`GPU_HELD_OUT`);
 - ``calibrated.matmul_efficiency`` of TPU v4: the share of the MXU peak at which the expected step
   of MaxText's published ``v4_22b`` (:data:`PUBLISHED_FITTING`, ``fixtures/published``) equals
   its measured step.
@@ -154,7 +156,7 @@ def gpu_fits(card: str) -> list[Fit]:
         value = _round(ops["t_bound_s"].sum() / ops["measured_s"].sum())
         found.append(Fit(CARDS[card], key, value, "fixtures/measured_gpu",
                          tuple(e / value for e in ops["efficiency"])))  # fmt: skip
-    return found + _launch_fits(card)
+    return found + _launch_fits(card) + dispatch_fits(card)
 
 
 def _fused_kernels(ops):
@@ -176,32 +178,81 @@ KERNEL_CLASSES = {
 }
 
 
-def uncovered(card: str, case: str) -> tuple[float, float]:
-    """(the step's time no kernel covers: measured step − Σ the kernels' measured times, the
-    kernel runs the model gives a launch gap: :func:`~hlo_roofline.judge.time_model.kernel_runs`,
-    times their count)."""
-    report = gpu_reports(card, case)
-    ops = report.ops
-    kernels = ops[time_model.kernel_runs(ops, ops["t_bound_s"].to_numpy(dtype=float))]
-    covered = ops.loc[ops["measured_s"] > 0, "measured_s"].sum()
-    return report.summary["measured_step_s"] - covered, float(kernels["count"].sum())
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    """Where one measured step's time went that no kernel covers, read off its trace: the
+    host's dispatch (from the step's start to its first kernel, and from its last kernel's end
+    to the step's end), the stream's idle time between its kernels, the kernel runs the model
+    gives a launch gap (:func:`~hlo_roofline.judge.time_model.kernel_runs`, times their count)
+    and the program's arguments (:func:`~hlo_roofline.judge.time_model.entry_arguments`)."""
+
+    dispatch_s: float
+    idle_s: float
+    runs: float
+    arguments: int
 
 
-def dispatch(card: str) -> tuple[float, list[float]]:
-    """The host's dispatch of a step and the wait for its end, as ``measure`` runs steps (each
-    waits for its outputs): the median time no kernel covers in the micro-benchmarks (a kernel or
-    a few each), and each of theirs. Not the program's (a training loop dispatches the next step
-    while this one runs): the launch gap's fit takes it out, the expectation leaves it out."""
-    few = [uncovered(card, case)[0] for case in GPU_MICRO]
-    return statistics.median(few), few
+@cache
+def timeline(card: str, case: str) -> Timeline:
+    """The :class:`Timeline` of one trace of ``fixtures/measured_gpu`` (its one step)."""
+    from hlo_roofline import xplane
+    from hlo_roofline.measured import trace
+
+    raw = gzip.decompress((FIXTURES / "measured_gpu" / card / f"{case}.xplane.pb.gz").read_bytes())
+    planes = xplane.parse_space(raw)
+    (step,) = (e for steps in trace.step_windows(planes).values() for e in steps.events)
+    spans = sorted(
+        (e.start_ps, e.end_ps or e.launch_end_ps)
+        for e in trace.op_events(planes, trace.programs(planes))
+        if e.device.startswith("/device:") and step.start_ps <= e.start_ps <= step.end_ps
+    )
+    idle, end = 0, spans[0][0]
+    for start, stop in spans:  # the stream's gaps between kernels (overlapping runs cover both)
+        idle += max(start - end, 0)
+        end = max(end, stop)
+    ops = gpu_reports(card, case).ops
+    runs = ops[time_model.kernel_runs(ops, ops["t_bound_s"].to_numpy(dtype=float))]["count"]
+    arguments = int(time_model.entry_arguments(ops).sum())
+    head, tail = spans[0][0] - step.start_ps, step.end_ps - end
+    return Timeline((head + tail) * 1e-12, idle * 1e-12, float(runs.sum()), arguments)
+
+
+def step_as_measured(report) -> float:
+    """The expected step of a report as ``measure`` runs it (each step waits for its outputs):
+    ``step_expected_s`` and the host's dispatch of the step
+    (:meth:`~hlo_roofline.judge.time_model.GpuTimeModel.dispatch`), what its measured step is
+    held to."""
+    chip = chips.get(report.summary["chip"])
+    return report.summary["step_expected_s"] + time_model.for_chip(chip).dispatch(report.ops)
+
+
+def dispatch_fits(card: str) -> list[Fit]:
+    """The host's dispatch of a step: a time per step and one per argument, the least-squares
+    line through each fitting program's dispatch over its argument count (the micro-benchmarks'
+    one to twenty arguments, the convnet's 76)."""
+    seen = [timeline(card, case) for case in GPU_FITTING]
+    n = len(seen)
+    mean_x = sum(t.arguments for t in seen) / n
+    mean_y = sum(t.dispatch_s for t in seen) / n
+    slope = sum((t.arguments - mean_x) * (t.dispatch_s - mean_y) for t in seen) / sum(
+        (t.arguments - mean_x) ** 2 for t in seen
+    )
+    per_step = float(f"{mean_y - slope * mean_x:.2g}")
+    per_argument = float(f"{slope:.2g}")
+    residuals = tuple((per_step + per_argument * t.arguments) / t.dispatch_s for t in seen)
+    return [
+        Fit(CARDS[card], "dispatch", per_step, "fixtures/measured_gpu", residuals),
+        Fit(CARDS[card], "dispatch_per_argument", per_argument, "fixtures/measured_gpu",
+            residuals),
+    ]  # fmt: skip
 
 
 def _launch_fits(card: str) -> list[Fit]:
-    """The launch gap per kernel run: the decode loop's uncovered time (hundreds of kernel runs
-    a step) less the dispatch, per kernel run."""
-    gap, runs = uncovered(card, GPU_CLASS_FITTING["launch_gap"])
-    launch = float(f"{(gap - dispatch(card)[0]) / runs:.2g}")
-    residual = (gap - dispatch(card)[0]) / runs / launch
+    """The launch gap per kernel run: the decode loop's (hundreds of kernel runs a step) idle
+    stream between its kernels, per kernel run."""
+    seen = timeline(card, GPU_CLASS_FITTING["launch_gap"])
+    launch = float(f"{seen.idle_s / seen.runs:.2g}")
+    residual = seen.idle_s / seen.runs / launch
     return [Fit(CARDS[card], "launch_gap", launch, "fixtures/measured_gpu", (residual,))]
 
 
@@ -529,12 +580,14 @@ def written(text: str, found: list[Fit]) -> str:
 
 
 def held_out() -> list[tuple[str, str, float]]:
-    """(chip, program, expected ÷ measured step) on what no fit read."""
+    """(chip, program, expected ÷ measured step) on what no fit read (a measured GPU program's
+    expected step as ``measure`` runs it: :func:`step_as_measured`)."""
     rows = []
     for card in CARDS:
         for case in GPU_HELD_OUT:
-            s = gpu_reports(card, case).summary
-            rows.append((CARDS[card], case, s["step_expected_s"] / s["measured_step_s"]))
+            report = gpu_reports(card, case)
+            measured = report.summary["measured_step_s"]
+            rows.append((CARDS[card], case, step_as_measured(report) / measured))
     for name in _published().names():
         if name in PUBLISHED_FITTING.values() or name in DCN_FITTING[:2]:
             continue

@@ -42,7 +42,10 @@ def test_the_fits_are_measurements_not_the_peak(fits):
 WIDE = {
     # cuDNN picks an algorithm per convolution's shape: 0.18-0.92 of the bound
     **{(chip, "conv_efficiency"): "cuDNN's algorithm per shape" for chip in ("h100-sxm", "h200")},
-}
+    # the host's dispatch of a step: the decode loop's runs twice the line through the rest
+    **{(chip, key): "the host's time, its loop" for chip in ("h100-sxm", "h200")
+       for key in ("dispatch", "dispatch_per_argument")},
+}  # fmt: skip
 
 
 def test_writing_changes_only_the_fitted_values():
@@ -58,12 +61,13 @@ def test_writing_changes_only_the_fitted_values():
 def test_each_gpu_fit_holds_on_the_other_card(fits):
     """The H100 and the H200 share their SMs, tensor cores, cuDNN and driver, and differ in HBM:
     what one card's traces fit, the other's (which that fit never read) agree with within 15%,
-    but for the convolutions bound by HBM (the narrow stem's share of a faster HBM's roof)."""
+    but for the convolutions bound by HBM (the narrow stem's share of a faster HBM's roof) and
+    the host's dispatch (each card was lent with a host of its own)."""
     by_card = {
         chip: {fit.key: fit.value for fit in fits if fit.chip == chip}
         for chip in calibrate.CARDS.values()
     }
     h100, h200 = by_card.values()
     assert set(h100) == set(h200) >= {"launch_gap", "kernel_efficiency", "conv_efficiency"}
-    for key in h100.keys() - {"conv_narrow_efficiency"}:
+    for key in h100.keys() - {"conv_narrow_efficiency", "dispatch", "dispatch_per_argument"}:
         assert h200[key] == pytest.approx(h100[key], rel=0.15), key

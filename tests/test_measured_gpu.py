@@ -11,6 +11,7 @@ read once from these traces (docs/validation.md, "Measured on H100 and H200").
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import statistics
 import warnings
@@ -175,12 +176,12 @@ def test_the_bound_is_below_every_program(reports, card):
 EXPECTED_BAND = (0.85, 1.15)
 EXPECTED_GAPS = {
     **{(card, "attention_block"): "XLA's written-out causal softmax over [8, 16, 2048, 2048] (one "
-       "fusion, half the step) runs at 0.3-0.4 of its HBM roof; no fitted program has a fusion of "
-       "its kind and the streams' efficiency (0.87-0.92) is not its rate"
+       "Triton fusion, half the step) runs at 0.27-0.37 of its HBM roof: 175 registers a thread "
+       "leave one block of 8 warps an SM (12.5% occupancy, the trace's kernel_details), and "
+       "without a software pipeline its bandwidth is occupancy-bound (1.2-1.3 TB/s, layernorm's "
+       "per occupancy at 25%); occupancy is no column of the report, and the streams' efficiency "
+       "(0.87-0.92) is not its rate"
        for card in CARDS},
-    ("h200", "nnx_lm_step"): "the H200 run leaves 1.96 ms of its 8.79 ms step uncovered by any "
-    "kernel, 12 us a kernel run, against 1.6 us on kv_decode (the fit) and 6 us on the H100's run "
-    "of the same step: host time per kernel is not one number",
 }  # fmt: skip
 
 
@@ -191,8 +192,8 @@ EXPECTED_GAPS = {
      for card in CARDS for case in calibrate.GPU_HELD_OUT],
 )  # fmt: skip
 def test_the_expectation_is_within_15_percent_where_no_calibration_saw(reports, card, case):
-    s = reports[0][card, case].summary
-    ratio = s["step_expected_s"] / s["measured_step_s"]
+    report = reports[0][card, case]
+    ratio = calibrate.step_as_measured(report) / report.summary["measured_step_s"]
     assert EXPECTED_BAND[0] <= ratio <= EXPECTED_BAND[1], f"{card} {case}: {ratio:.3f}"
 
 
@@ -210,23 +211,55 @@ def test_async_copies_hide_nothing_on_a_gpu(reports, card):
 
 
 @pytest.mark.parametrize("card", CARDS)
-def test_the_launch_gaps_are_the_steps_time_no_kernel_covers(reports, card):
-    """The uncovered time of a step (measured step − Σ kernel times) grows with its kernel runs:
-    a few hundred microseconds for a one-kernel program (the host's dispatch, which the
-    expectation leaves out), more for the decode loop's hundreds; the expectation adds the
-    fitted gap once per kernel run."""
-    few, _ = calibrate.uncovered(card, "f32_add")
-    many, runs = calibrate.uncovered(card, "kv_decode")
-    assert 50e-6 < few < 1e-3 and runs > 500 and many > 2 * few
+def test_the_launch_gaps_are_the_streams_idle_time_between_kernels(reports, card):
+    """The decode loop's stream idles between its hundreds of kernel runs (the host's launch of
+    each); the expectation adds the fitted gap once per kernel run, and what the fit read is the
+    trace's own: its idle time between kernels (an oracle read straight from the protobuf)."""
+    path = TRACES / card / "kv_decode.xplane.pb.gz"
+    space = xplane.messages["XSpace"]()
+    space.ParseFromString(gzip.decompress(path.read_bytes()))
+    spans = sorted(  # the trimmed trace: one step, its one stream
+        (e.offset_ps, e.offset_ps + e.duration_ps)
+        for plane in space.planes
+        if plane.name.startswith("/device:")
+        for line in plane.lines
+        for e in line.events
+    )
+    idle = sum(max(b[0] - a[1], 0) for a, b in itertools.pairwise(spans)) * 1e-12
     ops = reports[0][card, "kv_decode"].ops
     chip = chips.get(CARDS[card]).calibration
-    kernels = ops[(ops["t_bound_s"] > 0) & (ops["count"] > 0)]
+    kernels = ops[(ops["t_bound_s"] > 0) & (ops["count"] > 0) & (ops["collective"] == "")]
+    assert kernels["count"].sum() > 500
     gaps = chip.launch_gap_s * kernels["count"].sum()
-    dispatch, _ = calibrate.dispatch(card)
-    assert gaps + dispatch == pytest.approx(many, rel=0.05)  # what the fit read: its program
+    assert gaps == pytest.approx(idle, rel=0.05)
+    assert 0.3e-6 < chip.launch_gap_s < 3e-6  # a kernel launch: about a microsecond
     assert (kernels["expected_by"] != "").all()  # each kernel is above its bound: its launch
     above = kernels["t_expected_s"] - kernels["t_bound_s"]
     assert above.sum() >= gaps * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_the_dispatch_is_the_steps_time_before_its_first_kernel_and_after_its_last(reports, card):
+    """The step's time outside its kernels (its start to the first kernel, the last kernel to its
+    end: the host's dispatch and wait) grows with the buffers the host passes in: a few hundred
+    microseconds for a program of one to five arguments, more for a training step's dozens. The
+    fitted line over the arguments is, on the held-out steps, within a factor of 2.5 of what
+    their traces show (the H200's wait after the written-out attention's last kernel ran 3.6
+    times the H100's: the host's, not the program's). The expected step leaves it out."""
+    one, many = calibrate.timeline(card, "f32_add"), calibrate.timeline(card, "convnet_step")
+    assert 50e-6 < one.dispatch_s < 1e-3 and many.dispatch_s > 2 * one.dispatch_s
+    assert (one.arguments, many.arguments) == (2, 76)
+    # the decode loop's 9 (kv, tokens and 7 weights), not its loop bodies' parameters
+    assert calibrate.timeline(card, "kv_decode").arguments == 9
+    # each held-out program's arguments, as its ENTRY computation's signature lists them: the GPT
+    # step's 39 (its state's leaves and the batch), the NNX step's 93, block(x, wq, wk, wv, wo)
+    for case, arguments in (("gpt_step", 39), ("nnx_lm_step", 93), ("attention_block", 5)):
+        seen = calibrate.timeline(card, case)
+        report = reports[0][card, case]
+        assert seen.arguments == arguments, case
+        dispatch = calibrate.step_as_measured(report) - report.summary["step_expected_s"]
+        assert 0.4 < dispatch / seen.dispatch_s < 2.5, case
+        assert not (report.ops["expected_by"] == "dispatch").any()
 
 
 @pytest.mark.parametrize("card", CARDS)
@@ -355,7 +388,7 @@ def validation_tables(found) -> tuple[list[str], list[str]]:
             on_device = timed["t_bound_s"].sum() / timed["measured_s"].sum()
             cells.append(f"{s['measured_step_s'] * 1e3:.2f}")
             cells.append(f"{s['step_bound_s'] / s['measured_step_s']:.2f}")
-            cells.append(f"{s['step_expected_s'] / s['measured_step_s']:.2f}")
+            cells.append(f"{calibrate.step_as_measured(report) / s['measured_step_s']:.2f}")
             cells.append("–" if s["measured_unmatched_ops"] else f"{on_device:.2f}")
         programs.append("| " + " | ".join(cells) + " |")
     classes: dict[tuple[str, str], list] = defaultdict(list)

@@ -61,6 +61,8 @@ CALIBRATED = {
     "conv_efficiency": "conv_efficiency",
     "conv_narrow_efficiency": "conv_narrow_efficiency",
     "launch_gap": "launch_gap_s",
+    "dispatch": "dispatch_s",
+    "dispatch_per_argument": "dispatch_per_argument_s",
 }
 _LEAF_FIELDS = ("source", "note", "kind", "fitted_on", "per")
 

@@ -234,6 +234,10 @@ class Calibration:
     # a GPU stream's idle time before each kernel's run that no kernel covers (the host's
     # launch), measured on traces
     launch_gap_s: float | None = None
+    # the host's dispatch of a step that waits for its outputs (from its start to its first
+    # kernel, and from its last kernel to its end): a time per step and one per argument buffer
+    dispatch_s: float | None = None
+    dispatch_per_argument_s: float | None = None
 
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
               "major_reduce_rate", "reduced_stream_rate", "depthwise_tap_rate",

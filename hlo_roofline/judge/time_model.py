@@ -203,6 +203,10 @@ class TimeModel:
         none on a host."""
         return {}
 
+    def dispatch(self, ops: pd.DataFrame) -> float:
+        """The host's dispatch of one step, where calibrated (a GPU's): none here."""
+        return 0.0
+
     def calibrated_effects(
         self, ops: pd.DataFrame, rates: Rates, bound: Bound
     ) -> dict[str, np.ndarray]:
@@ -243,9 +247,22 @@ def cudnn_convolutions(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def kernel_runs(ops: pd.DataFrame, t_bound: np.ndarray) -> np.ndarray:
     """The GPU rows that launch a kernel of their own: a bound time (a parameter, a tuple, a
     bitcast has none), executed, and no collective (its launch is in its transfer's time). The
-    launch gap is charged to these, and fitted over these (``calibrate.uncovered``)."""
+    launch gap is charged to these, and fitted over these (``calibrate.timeline``)."""
     runs = (t_bound > 0) & (ops["count"].to_numpy(dtype=float) > 0)
     return runs & (ops["collective"].to_numpy() == "")
+
+
+def entry_arguments(ops: pd.DataFrame) -> np.ndarray:
+    """The rows that are the program's arguments: the parameters of its entry computation (that
+    of the first parameter outside any loop; a loop body's or a branch's are not the host's to
+    pass). The host's dispatch of a step grows with their count (``calibrate.dispatch_fits``)."""
+    parameters = ops["opcode"].to_numpy() == "parameter"
+    if "loop" in ops:
+        parameters &= ops["loop"].to_numpy() == ""
+    if not parameters.any():
+        return parameters
+    computations = ops["computation"].to_numpy()
+    return parameters & (computations == computations[np.argmax(parameters)])
 
 
 class GpuTimeModel(TimeModel):
@@ -254,8 +271,9 @@ class GpuTimeModel(TimeModel):
     network across nodes, sharing the GPU's NVLink and network ports in the schedule (one
     queue); the per-op floor, the efficiencies measured on the traces of
     ``fixtures/measured_gpu`` (GEMMs, streaming ops, fused attention kernels, cuDNN's
-    convolutions) and the stream's idle time between kernels; an async copy (not a collective)
-    runs beside the stream's kernels on the same HBM, so the stream waits for it."""
+    convolutions) and the stream's idle time between kernels (the host's dispatch of a step
+    apart: :meth:`dispatch`); an async copy (not a collective) runs beside the stream's kernels
+    on the same HBM, so the stream waits for it."""
 
     kind = "gpu"
 
@@ -307,14 +325,26 @@ class GpuTimeModel(TimeModel):
         """The stream's idle time before each kernel's run (``calibrated.launch_gap``: the host's
         launch); none for a row that launches no kernel (a parameter, a tuple, a bitcast: no
         bound time) nor for a collective (its launch is in its transfer's time). The host's
-        dispatch of the whole program is not the program's: a step that waits for its outputs
-        (as ``measure`` runs them) adds it, a training loop dispatches the next step meanwhile."""
+        dispatch of the whole program is not the program's (:meth:`dispatch`)."""
         cal = self.chip.calibration
         launch = np.zeros(len(ops))
         kernel = kernel_runs(ops, bound.t_bound)
         if cal.launch_gap_s:
             launch[kernel] = cal.launch_gap_s * ops["count"].to_numpy(dtype=float)[kernel]
         return {"launch": launch}
+
+    def dispatch(self, ops: pd.DataFrame) -> float:
+        """The host's dispatch of one step and its wait for the outputs (``calibrated.dispatch``
+        and ``dispatch_per_argument`` times the program's arguments: :func:`entry_arguments`):
+        the time before a step's first kernel and after its last, which grows with the buffers
+        the host passes in. A step that waits for its outputs (as ``measure`` runs them) takes
+        it on top of ``step_expected_s``; a loop that dispatches the next step meanwhile hides
+        it behind this one, so the expected step leaves it out."""
+        cal = self.chip.calibration
+        if not (cal.dispatch_s or cal.dispatch_per_argument_s):
+            return 0.0
+        arguments = int(entry_arguments(ops).sum())
+        return (cal.dispatch_s or 0.0) + (cal.dispatch_per_argument_s or 0.0) * arguments
 
 
 class TpuTimeModel(TimeModel):
