@@ -6,8 +6,9 @@ byte for byte: a refactor that must not change a number is checked by writing bo
 
 Each ``fixtures/**/*.hlo.txt[.gz]`` is analyzed (``analyze_file``) and judged on the chip its path
 names (``v5e``, ``h100``, ...; a CPU module unjudged; v5e where none is named), its rows written as
-CSV and its summary as sorted JSON. A module that fails writes its error instead, so a change in
-how it fails shows too.
+CSV (the public columns and the model internals together: ``Report.model_frame``, so a change
+that moves a column between the two leaves the file as it was) and its summary as sorted JSON. A
+module that fails writes its error instead, so a change in how it fails shows too.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def write_all(out: Path, limit: int | None = None) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 report = hr.analyze_file(path, chip=chip_of(path))
-            report.ops.to_csv(out / f"{key}.csv", index=False)
+            report.model_frame().to_csv(out / f"{key}.csv", index=False)  # public + internals
             summary = json.dumps(report.summary, sort_keys=True, default=str, indent=0)
             (out / f"{key}.summary.json").write_text(summary)
         except Exception as exc:  # a fixture that fails must fail the same way

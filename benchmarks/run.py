@@ -250,9 +250,10 @@ def fixed_cost_share(repeat: int = 5) -> dict:
 def write_baseline(repeat: int) -> dict:
     """Measure what the tests hold: the committed GPT-2 module's speed ratio, the median ratio
     over :data:`REPRESENTATIVE`, the fixed cost's share of XLA's time on GPT-2, and a generated
-    200k-instruction module's peak RSS ÷ text; write them to ``benchmarks/baseline.json``."""
+    200k-instruction module's peak RSS ÷ text (the step with metadata, and the flat one); write
+    them to ``benchmarks/baseline.json``."""
     import jaxlib
-    from generate import generate_module
+    from generate import generate_flat_module, generate_module
 
     measured = speed_ratio(read_module(GPT2), repeat)
     representative = representative_ratio()
@@ -261,6 +262,8 @@ def write_baseline(repeat: int) -> dict:
         generated = Path(tmp) / "generated.hlo.txt"
         generated.write_text(generate_module(200_000))
         memory = rss_over_text(generated)
+        generated.write_text(generate_flat_module(200_000))
+        flat = rss_over_text(generated)
     baseline = {
         "gpt2_v5e_cpu_ratio": round(measured["cpu_ratio"], 3),
         "ours_cpu_ms": round(measured["ours_cpu"] * 1e3, 1),
@@ -270,6 +273,7 @@ def write_baseline(repeat: int) -> dict:
         "fixed_cost_ms": round(fixed["fixed"] * 1e3, 3),
         "rss_over_text_200k": round(memory["ru_over_text"], 2),
         "rss_added_mib_200k": round(memory["ru_added"] / 2**20, 1),
+        "rss_over_text_flat_200k": round(flat["ru_over_text"], 2),
         "jaxlib": jaxlib.__version__,
         "python": platform.python_version(),
         "load_average": round(os.getloadavg()[0], 1),

@@ -9,6 +9,7 @@ would store, in one step, with pandas' public constructor as the fallback.
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 
 import numpy as np
 import pandas as pd
@@ -83,14 +84,74 @@ def _text_dtype():
     return pd.Series(np.array(["x"], dtype=object)).dtype
 
 
-def column_arrays(frame: pd.DataFrame) -> dict[str, object] | None:
-    """Each column of ``frame`` as its own copy of the array pandas stores (a number or flag
-    array, or pandas' string array), by name: a new frame built from them shares no memory with
-    ``frame``. None where its names repeat (a dict holds one of each)."""
+def column_arrays(
+    frame: pd.DataFrame, names: Collection[str] | None = None
+) -> dict[str, object] | None:
+    """Each column of ``frame`` (those in ``names``, by default all) as its own copy of the array
+    pandas stores (a number or flag array, or pandas' string array), by name: a new frame built
+    from them shares no memory with ``frame``. None where its names repeat (a dict holds one of
+    each)."""
+    if not frame.columns.is_unique:
+        return None
+    wanted = frame.columns if names is None else set(names)
+    try:
+        manager = frame._mgr
+        return {
+            name: manager.iget_values(i).copy()
+            for i, name in enumerate(frame.columns)
+            if name in wanted
+        }
+    except AttributeError:  # another pandas: the public way
+        return {name: frame[name].array.copy() for name in frame.columns if name in wanted}
+
+
+def stored_arrays(frame: pd.DataFrame) -> dict[str, object] | None:
+    """Each column of ``frame`` as the array pandas stores, by name, shared (no copy): a frame
+    built of them is a view of ``frame``'s. None where its names repeat or this pandas lacks the
+    means."""
     if not frame.columns.is_unique:
         return None
     try:
         manager = frame._mgr
-        return {name: manager.iget_values(i).copy() for i, name in enumerate(frame.columns)}
-    except AttributeError:  # another pandas: the public way
-        return {name: frame[name].array.copy() for name in frame.columns}
+        return {name: manager.iget_values(i) for i, name in enumerate(frame.columns)}
+    except AttributeError:
+        return None
+
+
+def joined(frame: pd.DataFrame, extra: dict, order: list[str]) -> pd.DataFrame:
+    """``frame`` with the columns ``extra`` (arrays as long as it) beside its own, in ``order``
+    (every name of both), its columns shared rather than copied."""
+    arrays = stored_arrays(frame)
+    if arrays is not None:
+        arrays.update(extra)
+        built = frame_of_arrays({name: arrays[name] for name in order}, frame.index)
+        if built is not None:
+            return built
+    both = pd.concat([frame, pd.DataFrame(extra, index=frame.index)], axis=1)
+    return both[order]
+
+
+# A column that most rows leave at one value (a model internal: most ops are no TPU matmul
+# fusion, reduce, ...) is kept sparse where fewer than this share of its rows hold another, in a
+# table of at least SPARSE_ROWS rows (a smaller one's bytes are fewer than a sparse array's own
+# cost in time: a small module's analysis is mostly fixed costs).
+SPARSE_BELOW = 0.5
+SPARSE_ROWS = 4096
+
+
+def compact(values, default, text: bool = False):
+    """A column stored in the memory its values need: a sparse array (only the values other than
+    ``default``) where most rows hold ``default``, else the values whole (text as pandas' string
+    type). Read back whole (``np.asarray``, ``to_numpy``), it is ``values``, value for value."""
+    if isinstance(values, pd.arrays.SparseArray):
+        return values
+    values = np.asarray(values, dtype=object) if text else np.asarray(values)
+    if len(values) < SPARSE_ROWS:
+        return as_text(values) if text else values
+    if isinstance(default, float) and default != default:  # NaN: a value of its own is a number
+        own = ~np.isnan(values.astype(float))
+    else:
+        own = np.asarray(values != default, dtype=bool)
+    if len(values) and int(own.sum()) < SPARSE_BELOW * len(values):
+        return pd.arrays.SparseArray(values, fill_value=default)
+    return as_text(values) if text else values

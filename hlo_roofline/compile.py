@@ -200,7 +200,8 @@ def refused(
         error, inputs, donatable, capacity, _devices(lowered), slices
     )
     summary["ops_before_optimization"] = not sharded
-    return Report(ops.reset_index(drop=True), summary, as_lowered.module)
+    internals = None if sharded else as_lowered.internals  # the rows as lowered, or none
+    return Report(ops.reset_index(drop=True), summary, as_lowered.module, internals)
 
 
 # What the refused program's lowered text cannot say per device once it is sharded.

@@ -21,7 +21,13 @@ import pandas as pd
 
 from hlo_roofline import chips, evidence, schema
 from hlo_roofline._atomic import is_remote, join, write_atomic
-from hlo_roofline._frame import as_text, frame_of_arrays
+from hlo_roofline._frame import (
+    as_text,
+    compact,
+    frame_of_arrays,
+    joined,
+    stored_arrays,
+)
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
 from hlo_roofline.hlo.files import read_text
@@ -40,6 +46,7 @@ BOUNDS = verdict.BOUNDS[:3]  # the units a group can be bound by (verdict.BOUNDS
 DERIVED_KEYS = ("user_function", "scope", "pass")
 UNATTRIBUTED = "(unattributed)"
 _TIME_COLUMNS = ("t_compute_s", "t_memory_s", "t_comm_s", "t_expected_s", "t_exposed_s")
+_INTERNAL = frozenset(schema.INTERNAL_COLUMNS)
 
 
 class ReportError(ValueError):
@@ -97,19 +104,49 @@ class Report:
     ops: pd.DataFrame
     summary: schema.Summary = field(default_factory=dict)  # type: ignore[assignment]
     module: str = ""
+    # the model internals (schema.INTERNAL_COLUMNS) the cost layer wrote, rows as in ``ops``:
+    # what only the time model reads, a column sparse where most ops hold its default
+    internals: pd.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        """Internal columns given among the ops (a frame of every column, a report of the older
+        single table) go to :attr:`internals`: ``ops`` holds the public columns alone."""
+        inside = [c for c in self.ops.columns if c in _INTERNAL]
+        if inside:
+            moved = {name: internal_array(name, self.ops[name].to_numpy()) for name in inside}
+            if self.internals is not None:
+                moved = {**{c: self.internals[c].array for c in self.internals}, **moved}
+            self.internals = _internal_frame(moved, self.ops.index)
+            self.ops = self.ops.drop(columns=inside)
 
     @classmethod
     def from_columns(
         cls, columns: dict[str, list | np.ndarray], summary: dict, module: str = ""
     ) -> Report:
-        """The report of ``cost.rows``' columns, taken as they are: no column is copied (a large
-        module's table would be twice in memory while it is built), text made the string type
-        pandas gives text."""
-        arrays = {name: as_text(values) for name, values in columns.items()}
+        """The report of ``cost.rows``' columns, taken as they are: no public column is copied (a
+        large module's table would be twice in memory while it is built), text made the string
+        type pandas gives text; the internal columns go to :attr:`internals`."""
+        arrays = {
+            name: as_text(values) for name, values in columns.items() if name not in _INTERNAL
+        }
         frame = frame_of_arrays(arrays)
         if frame is None:
             frame = pd.DataFrame(arrays, copy=False)
-        return cls(frame, summary, module)
+        inside = {
+            name: internal_array(name, values)
+            for name, values in columns.items()
+            if name in _INTERNAL
+        }
+        return cls(frame, summary, module, _internal_frame(inside, frame.index) if inside else None)
+
+    def model_frame(self) -> pd.DataFrame:
+        """The ops with their internals beside them, each column whole (its default where
+        :attr:`internals` stores none), in the schema's order: the frame the time model judges
+        (:func:`~hlo_roofline.judge.verdict.classify`), and where a test or a calibration reads
+        an internal count. A column the report never had (written before it) stays absent."""
+        if self.internals is None or not len(self.internals.columns):
+            return self.ops
+        return _model_frame(self.ops, self.internals)
 
     # -- verdicts ---------------------------------------------------------------------------
     def missing_verdicts(self) -> list[str]:
@@ -139,7 +176,9 @@ class Report:
             topology = self.summary.get("topology")
         if model_flops is None:
             model_flops = self.summary.get("model_flops")
-        ops, summary_update = verdict.classify(self.ops, chip, topology, model_flops)
+        ops, summary_update = verdict.classify(
+            self.model_frame(), chip, topology, model_flops, leave_out=_INTERNAL
+        )
         if "measured_s" in ops:  # a measured report: efficiency is relative to the new roofline
             ops = efficiency.add_efficiency(ops, chip)
             summary_update["measured_problems"] = efficiency.problem_count(ops)
@@ -147,18 +186,18 @@ class Report:
         fit = memory.judge(self.summary.get("memory"), chips.get(chip))
         summary = {**self.summary, **summary_update, **fit}
         summary["missing"] = missing(summary)
-        return Report(ops, summary, self.module)
+        return Report(ops, summary, self.module, self.internals)
 
     def with_model_flops(self, model_flops: float | None) -> Report:
         """The same report with the user's FLOP count per device and step (see :meth:`classify`);
         a classified report gets its model MFU at once, another keeps the count for its chip."""
         if self.chip is not None:
             summary = {**self.summary, "model_flops": None}
-            return Report(self.ops, summary, self.module).classify(
+            return Report(self.ops, summary, self.module, self.internals).classify(
                 self.chip, model_flops=model_flops
             )
         summary = {**self.summary, "model_flops": step.check_model_flops(model_flops)}
-        return Report(self.ops, summary, self.module)
+        return Report(self.ops, summary, self.module, self.internals)
 
     def top(self, n: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``n`` largest ops by ``by`` (default: predicted time, else bytes)."""
@@ -250,7 +289,7 @@ class Report:
             return self
         users = {text: user_source_of(text, libraries) for text in self.ops["call_stack"].unique()}
         ops = self.ops.assign(user_source=self.ops["call_stack"].map(users))
-        return Report(ops, dict(self.summary), self.module)
+        return Report(ops, dict(self.summary), self.module, self.internals)
 
     # -- saving and reading -----------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -278,6 +317,8 @@ class Report:
         }
         if "call_stack" in self.ops:
             payload["call_stacks"] = stacks
+        if self.internals is not None:
+            payload["internals"] = internals_payload(self.internals, self.ops.index)
         return payload
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
@@ -367,7 +408,14 @@ class Report:
             if not isinstance(stacks, list) or not all(isinstance(t, str) for t in stacks):
                 raise ReportError("its 'call_stacks' is not a list of strings")
             ops["call_stack"] = _stack_texts(stacks, ops["call_stack"])
-        return validate(cls(_restore_types(ops), _summary(data), data.get("module", "")))
+        return validate(
+            cls(
+                _restore_types(ops),
+                _summary(data),
+                data.get("module", ""),
+                _internals_of(data, ops),
+            )
+        )
 
     @classmethod
     def _from_csv(cls, text: str, meta_text: str) -> Report:
@@ -403,7 +451,8 @@ class Report:
         ops = pd.read_csv(io.StringIO(body), keep_default_na=False, na_values=[""])
         if len(ops) != rows:
             raise ReportError(f"truncated: {len(ops)} of {rows} rows")
-        return validate(cls(_restore_types(ops), _summary(meta), meta.get("module", "")))
+        internals = _internals_of(meta, ops)
+        return validate(cls(_restore_types(ops), _summary(meta), meta.get("module", ""), internals))
 
     def write_tensorboard(self, logdir: str | os.PathLike, run: str = ".") -> Path:
         """Write ``<logdir>/<run>/plugins/hlo_roofline/report.{json,csv,meta.json}`` (each file
@@ -475,7 +524,7 @@ class Report:
         if not self.chip:
             raise ValueError("the report is not judged on a chip: classify it first")
         t = self.ops["t_expected_s"].to_numpy(dtype=float)
-        walked = verdict.walk_schedule(self.ops, chips.get(self.chip).kind, t)
+        walked = verdict.walk_schedule(self.model_frame(), chips.get(self.chip).kind, t)
         frame = pd.DataFrame(
             {
                 "row": np.arange(len(self.ops)),
@@ -590,6 +639,8 @@ def _write_csv(report: Report, path: Path | str, text: str, mode: int | None = N
         "rows": len(report.ops),
         "summary": json_safe(report.summary),
     }  # its checksum covers the CSV too (evidence.sign)
+    if report.internals is not None:
+        meta["internals"] = internals_payload(report.internals, report.ops.index)
     write_atomic(meta_path(path), evidence.sign(json.dumps(meta, allow_nan=False), text), mode=mode)
     write_atomic(path, text, mode=mode)
 
@@ -668,7 +719,7 @@ def validate(report: Report) -> Report:
     """Hold a report read back to the schema: every record complete, values in range, NaN only
     where a column allows it, codes from their owner's list, the summary's numbers finite.
     Damaged input raises :class:`ReportError` naming the first bad field, so no gate judges it."""
-    ops = report.ops
+    ops = report.model_frame()  # the internals held to the schema as the public columns are
     for column in ops.columns:
         values = ops[column]
         if values.dtype.kind not in "fi" or column in schema.BOOL_COLUMNS:
@@ -678,7 +729,7 @@ def validate(report: Report) -> Report:
         _refuse_cells(ops, np.isinf(values) | (values < 0), column, "is negative or infinite")
         if column in schema.FRACTION_COLUMNS:
             _refuse_cells(ops, values > 1 + 1e-9, column, "is more than the whole")
-    check_codes(ops)
+    check_codes(report.ops)
     _validate_summary(report.summary)
     contradicted = evidence.contradictions(ops, report.summary)
     if contradicted:
@@ -760,3 +811,118 @@ def _summary(data: dict) -> dict:
         if schema.RENAMED.get(k, k) == k or schema.RENAMED[k] not in summary
     }
     return renamed
+
+
+# -- the model internals: a side table, stored as each column's own values ----------------------
+
+
+def internal_array(name: str, values) -> object:
+    """An internal column as :attr:`Report.internals` keeps it: sparse (its default left out)
+    where most ops hold the default, else whole (text as pandas' string type)."""
+    text = schema.BY_NAME[name].dtype == "text"
+    return compact(values, schema.internal_default(name), text)
+
+
+def _own(name: str, values: np.ndarray) -> np.ndarray:
+    """Where an internal column holds a value of its own (not its default)."""
+    default = schema.internal_default(name)
+    if isinstance(default, float) and math.isnan(default):
+        return ~np.isnan(values.astype(float))
+    return np.asarray(values != default, dtype=bool)
+
+
+def _internal_frame(arrays: dict, index: pd.Index) -> pd.DataFrame:
+    """The side table of internal columns, in the schema's order, rows as ``index``."""
+    ordered = {name: arrays[name] for name in schema.ordered(arrays)}
+    frame = frame_of_arrays(ordered, index)
+    return frame if frame is not None else pd.DataFrame(ordered, index=index, copy=False)
+
+
+def _dense(name: str, column: pd.Series, index: pd.Index) -> object:
+    """An internal column whole, for the rows ``index`` (its default where it has none: a
+    measured report's container rows)."""
+    values = column.array
+    dense = values.to_numpy() if isinstance(values, pd.arrays.SparseArray) else column.to_numpy()
+    if not column.index.equals(index):
+        filled = pd.Series(dense, index=column.index)
+        dense = filled.reindex(index, fill_value=schema.internal_default(name)).to_numpy()
+    if schema.BY_NAME[name].dtype == "text":
+        return as_text(np.asarray(dense, dtype=object))
+    return dense
+
+
+def _model_frame(ops: pd.DataFrame, internals: pd.DataFrame) -> pd.DataFrame:
+    stored = stored_arrays(internals) if internals.index.equals(ops.index) else None
+    if stored is None:  # rows of their own (a measured report's container rows): aligned
+        dense = {name: _dense(name, internals[name], ops.index) for name in internals.columns}
+    else:  # the same rows: each array as it is, a sparse one made whole
+        dense = {name: _whole(name, values) for name, values in stored.items()}
+    return joined(ops, dense, schema.ordered([*ops.columns, *dense]))
+
+
+def _whole(name: str, values):
+    if not isinstance(values, pd.arrays.SparseArray):
+        return values
+    if schema.BY_NAME[name].dtype == "text":
+        return as_text(np.asarray(values, dtype=object))
+    return values.to_numpy()
+
+
+def internals_payload(internals: pd.DataFrame, index: pd.Index) -> dict[str, list]:
+    """The internals of the ops ``index`` as a file holds them: per column, ``[row, value]`` of
+    each op with a value of its own (row: its place among the ops), so a column most ops leave
+    at its default takes a few bytes."""
+    payload = {}
+    for name in internals.columns:
+        values = np.asarray(_dense(name, internals[name], index), dtype=object)
+        if schema.BY_NAME[name].dtype != "text":
+            values = values.astype(np.int64 if schema.BY_NAME[name].dtype == "int" else float)
+        rows = np.flatnonzero(_own(name, values))
+        payload[name] = [
+            list(cell) for cell in zip(rows.tolist(), values[rows].tolist(), strict=True)
+        ]
+    return payload
+
+
+def _internals_of(data: dict, ops: pd.DataFrame) -> pd.DataFrame | None:
+    """The internals a report file carries (:func:`internals_payload`), each value held to its
+    column's type (a row among the ops, a number no smaller than 0, text); None where it has
+    none (a report written before them, its internals among its columns if any)."""
+    given = data.get("internals")
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise ReportError("its 'internals' is not an object")
+    arrays = {}
+    for name, cells in given.items():
+        if name not in _INTERNAL:
+            raise ReportError(f"its internals have {name!r}, which is no model internal")
+        if not isinstance(cells, list) or not all(
+            isinstance(c, list) and len(c) == 2 and type(c[0]) is int and 0 <= c[0] < len(ops)
+            for c in cells
+        ):
+            raise ReportError(f"its internal {name!r} is not a list of [row, value] of its rows")
+        arrays[name] = internal_array(name, _internal_values(name, cells, len(ops)))
+    return _internal_frame(arrays, ops.index)
+
+
+def _internal_values(name: str, cells: list, rows: int) -> np.ndarray:
+    column = schema.BY_NAME[name]
+    default = schema.internal_default(name)
+    if column.dtype == "text":
+        values = np.full(rows, default, dtype=object)
+        for row, value in cells:
+            if not isinstance(value, str):
+                raise ReportError(f"row {row}: {name} = {value!r} is not text")
+            values[row] = value
+        return values
+    kind = np.int64 if column.dtype == "int" else float
+    values = np.full(rows, default, dtype=kind)
+    for row, value in cells:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0:
+            raise ReportError(f"row {row}: {name} = {value!r} is not a number no smaller than 0")
+        if kind is np.int64 and value != int(value):
+            raise ReportError(f"row {row}: {name} = {value!r} is not a whole number")
+        values[row] = value
+    return values

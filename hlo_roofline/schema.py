@@ -1,9 +1,13 @@
 """The report's columns and summary keys: one record each, read by every layer and face.
 
 A column is written by exactly one layer (``cost``: the priced op, ``verdict``: its roofline
-against a chip, ``measured``: the profiler join) and read by name everywhere else. Its dtype
-decides how a report file is read back; its unit and meaning are docs/method.md's column table
-(``tests/test_docs.py`` holds the table, this module and a real report to each other). Only the
+against a chip, ``measured``: the profiler join) and read by name everywhere else. It is public
+(``Report.ops``: what a person reads, sorts and gates on) or a model internal (``internal``: a
+count only the time model reads, such as XLA:TPU's tiling steps or the vector unit's elements,
+kept in the side table ``Report.internals`` so a saved report is judged again on another chip
+with the same numbers). Its dtype decides how a report file is read back; its unit and meaning
+are docs/method.md's column tables (``tests/test_docs.py`` holds the tables, this module and a
+real report to each other). Only the
 standard library: the cost layer, the report and the TensorBoard plugin all import it.
 """
 
@@ -23,10 +27,13 @@ class Column(NamedTuple):
     unit: str
     meaning: str
     layer: Layer
+    internal: bool = False  # only the time model reads it: Report.internals, not Report.ops
 
 
-def _c(name: str, dtype: Dtype, unit: str, meaning: str, layer: Layer) -> Column:
-    return Column(name, dtype, unit, meaning, layer)
+def _c(
+    name: str, dtype: Dtype, unit: str, meaning: str, layer: Layer, internal: bool = False
+) -> Column:
+    return Column(name, dtype, unit, meaning, layer, internal)
 
 
 # What sets an op's ``t_bound_s`` (the ``bound`` column): the first three are the roofline's
@@ -55,6 +62,10 @@ EXPECTED_EFFECTS = {
     "strips (`calibrated.sublane_fold`)",
     "second_pass": "a TPU fusion's loop passing twice over an array it folds over a whole row "
     "and then uses (`calibrated.loop_elements`)",
+    "folded_product": "a matmul's product its own TPU fusion folds, one 32-bit value an element "
+    "(`calibrated.folded_product`)",
+    "relayout": "a TPU copy moving its lanes, per element of each side in HBM "
+    "(`calibrated.relayout`)",
     "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
@@ -157,40 +168,44 @@ COLUMNS: tuple[Column, ...] = (
        "cost"),
     _c("mm_lhs_bytes", "float", "bytes",
        "bytes per element of a matmul's lhs as it crosses HBM (a fused convert's input type)",
-       "cost"),
+       "cost", internal=True),
     _c("mm_rhs_bytes", "float", "bytes", "bytes per element of a matmul's rhs as it crosses HBM",
-       "cost"),
+       "cost", internal=True),
     _c("mm_out_bytes", "float", "bytes",
-       "bytes per element of a matmul's result as written (after a fused convert)", "cost"),
+       "bytes per element of a matmul's result as written (after a fused convert)", "cost",
+       internal=True),
     _c("mm_split_k", "int", "",
        "how many slices XLA:GPU split the contracting dim into (split-K: that many of `mm_batch` "
-       "are slices of K, summed by a reduction after); 1 for other matmuls", "cost"),
+       "are slices of K, summed by a reduction after); 1 for other matmuls", "cost",
+       internal=True),
     _c("xla_cycles", "float", "cycles",
        "XLA:TPU's own cost-model estimate for the op (`estimated_cycles` in its "
-       "`backend_config`)", "cost"),
+       "`backend_config`)", "cost", internal=True),
     _c("tile_steps", "float", "steps",
        "steps of the tiling loop XLA:TPU compiled the op into (the product of its "
        "`window_config.iteration_bounds`: one per tile of a matmul fusion's result, and of K "
-       "where K is split), per step; 0 where the compiler wrote none", "cost"),
+       "where K is split), per step; 0 where the compiler wrote none", "cost",
+       internal=True),
     _c("tile_reread_bytes", "float", "bytes",
        "HBM bytes a TPU matmul fusion's tiling loop reads beyond one read of each operand: an "
        "operand tile is fetched again each time the loop moves to another of its tiles (the "
-       "`window_config`'s last dimension innermost; docs/cost-model.md), per step", "cost"),
+       "`window_config`'s last dimension innermost; docs/cost-model.md), per step", "cost",
+       internal=True),
     _c("tile_k_steps", "float", "steps",
        "steps a TPU matmul fusion's tiling loop takes along K per tile of its result "
        "(`tile_steps` over the result's windows), where K is split 4 or more ways; 1 where it "
        "keeps K whole; 0 otherwise",
-       "cost"),
+       "cost", internal=True),
     _c("epilogue_elements", "float", "elements",
        "elements of the arrays of a K-split TPU matmul fusion's result size that its vector unit "
        "passes once a result tile is finished: its results (the first is the f32 accumulator's "
        "pass) and the fused operands only the epilogue reads (docs/cost-model.md), per step; "
        "where K is whole, those arrays and an operand the fusion relays, once per fetch of its "
-       "window; 0 otherwise", "cost"),
+       "window; 0 otherwise", "cost", internal=True),
     _c("prologue_elements", "float", "elements",
        "elements of a TPU matmul fusion's left operand that its vector unit computes inside the "
        "fusion, once per fetch of the operand's window, where the tiling loop splits K 4 or more "
-       "ways (docs/cost-model.md); 0 otherwise", "cost"),
+       "ways (docs/cost-model.md); 0 otherwise", "cost", internal=True),
     _c("prefetch_for", "text", "",
        "on an async HBM→VMEM copy (`copy-start`): the ops that read what it prefetches; its HBM "
        "read is charged to them, the copy row takes no time", "cost"),
@@ -207,48 +222,63 @@ COLUMNS: tuple[Column, ...] = (
     _c("vector_elements", "float", "elements",
        "elements the op's loop passes through a vector unit: its largest array (a matmul's result "
        "in 32-bit words; its operands stream into the MXU), per step; 0 for ops that move data by "
-       "DMA", "cost"),
+       "DMA", "cost", internal=True),
     _c("lane_reduced_elements", "float", "elements",
        "elements a standalone `reduce` folds across the lanes (its operand's minor-most dimension "
-       "is reduced), per step", "cost"),
+       "is reduced), per step", "cost", internal=True),
     _c("major_reduced_elements", "float", "elements",
        "elements a `reduce`, or a fusion's reduces, fold over dimensions other than the lanes (the "
        "sublanes or a major dimension: a top-2 dispatch's two slots, experts, rows; none folds its "
-       "operand's minor-most dimension), per step; information only: no rate prices it", "cost"),
+       "operand's minor-most dimension), per step; information only: no rate prices it", "cost",
+       internal=True),
     _c("major_reduce_results", "float", "elements",
        "results the op's reduces write by folding major dimensions only (neither lanes nor "
        "sublanes: a top-2 dispatch's two slots) where XLA:TPU pipelines its loop deep "
        "(`window_config.buffering_level` ≥ 6), per step; priced at the chip's `calibrated.major_reduce` "
-       "rate; 0 elsewhere", "cost"),
+       "rate; 0 elsewhere", "cost", internal=True),
     _c("reduced_stream_words", "float", "elements",
        "32-bit words of a TPU matmul's wide operand streamed through the vector registers "
        "(`vector_elements` is these) where its fusion also reduces the product (a decode step's "
        "attention scores fused with their mask and max), per step; priced at the chip's "
-       "`calibrated.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost"),
+       "`calibrated.reduced_stream` rate where it has one, else at the loop rate; 0 elsewhere", "cost",
+       internal=True),
     _c("depthwise_taps", "float", "operations",
        "multiply-adds of the op's depthwise convolutions (one input feature per group: each output "
        "element once per tap of its window), which run on a TPU's vector unit, per step; priced at "
-       "the chip's `calibrated.depthwise_taps` rate by the expected model; 0 elsewhere", "cost"),
+       "the chip's `calibrated.depthwise_taps` rate by the expected model; 0 elsewhere", "cost",
+       internal=True),
     _c("expanded_elements", "float", "elements",
        "elements of an array a fusion expands and folds inside itself (larger than any array it "
        "reads or writes, reduced over its lanes or sublanes: a selective scan's `[B, L, D, N]` "
        "summed over N), in 32-bit words (16-bit values two to a word), which its loop computes "
        "though no boundary array holds them, per step; "
        "priced at the chip's `calibrated.expanded_elements` rate by the expected model; 0 "
-       "elsewhere", "cost"),
+       "elsewhere", "cost", internal=True),
     _c("sublane_fold_results", "float", "elements",
        "result elements, in 32-bit words, of a fusion that folds such an expansion over its "
        "sublanes (its second-minor dimension) in a loop XLA:TPU tiled into column strips "
        "(`window_config.output_window_bounds`: one 128-lane tile wide, one index of every "
        "dimension above the rows), which assembles each result register from folded rows, per "
        "step; priced at the chip's `calibrated.sublane_fold` rate by the expected model, in "
-       "place of `expanded_elements`; 0 elsewhere", "cost"),
+       "place of `expanded_elements`; 0 elsewhere", "cost", internal=True),
     _c("second_pass_elements", "float", "elements",
        "elements, in 32-bit words, of an array a fusion computes, folds over a whole row (a "
        "row-spanning `reduce-window`: a softmax's row sum) and then uses elementwise, where it "
        "streams an operand from HBM: its loop passes over them a second time once the row is "
        "folded, per step; priced at the chip's loop rate by the expected model; 0 elsewhere",
-       "cost"),
+       "cost", internal=True),
+    _c("folded_product_elements", "float", "elements",
+       "elements of a matmul's product that its own fusion folds (a reduce computed from the "
+       "product: attention's scores and their row max), which the fold passes through a TPU's "
+       "vector unit one 32-bit value each, per step; priced at the chip's "
+       "`calibrated.folded_product` rate by the expected model; 0 elsewhere", "cost",
+       internal=True),
+    _c("relaid_elements", "float", "elements",
+       "elements, as their layouts' tiles store them (padded lanes included), of the arrays a "
+       "copy that moves its lanes (its result's minor-most dimension not its operand's: a "
+       "transpose laid out as a relayout) reads from and writes to HBM, per step; priced at the "
+       "chip's `calibrated.relayout` rate by the expected model; 0 elsewhere", "cost",
+       internal=True),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "
@@ -256,7 +286,8 @@ COLUMNS: tuple[Column, ...] = (
     _c("kernel_mxu_flops", "float", "operations",
        "the part of `flops` a custom kernel runs on a matrix unit (an attention kernel's QKᵀ and "
        "PV products, from its shapes), priced at the MXU/tensor-core peak; 0 for other ops (a "
-       "dot or convolution's matrix-unit work is its `mm_*` geometry)", "cost"),
+       "dot or convolution's matrix-unit work is its `mm_*` geometry)", "cost",
+       internal=True),
     # -- verdict: the op against one chip (verdict.classify) ----------------------------------
     _c("intensity", "float", "FLOP/B", "the op's arithmetic intensity: flops ÷ bytes", "verdict"),
     _c("critical_intensity", "float", "FLOP/B",
@@ -343,16 +374,23 @@ COLUMNS: tuple[Column, ...] = (
 BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 
 
-def names(layer: Layer | None = None, dtype: Dtype | None = None) -> tuple[str, ...]:
-    """The columns a layer writes (or all), of one dtype (or any), in the report's order."""
+def names(
+    layer: Layer | None = None, dtype: Dtype | None = None, internal: bool | None = None
+) -> tuple[str, ...]:
+    """The columns a layer writes (or all), of one dtype (or any), public or internal (or both),
+    in the report's order."""
     return tuple(
         c.name
         for c in COLUMNS
-        if (layer is None or c.layer == layer) and (dtype is None or c.dtype == dtype)
+        if (layer is None or c.layer == layer)
+        and (dtype is None or c.dtype == dtype)
+        and (internal is None or c.internal == internal)
     )
 
 
-COST_COLUMNS = names("cost")
+COST_COLUMNS = names("cost")  # every column the cost layer writes, public and internal
+PUBLIC_COST_COLUMNS = names("cost", internal=False)  # those of Report.ops
+INTERNAL_COLUMNS = names(internal=True)  # those of Report.internals, the time model's alone
 VERDICT_COLUMNS = names("verdict")
 MEASURED_COLUMNS = names("measured")
 TEXT_COLUMNS = names(dtype="text")
@@ -376,6 +414,16 @@ HINT_REASONS = (
 )  # fmt: skip
 
 
+def internal_default(name: str) -> object:
+    """The value an internal column holds where the op has none of its own (most ops: one that
+    is no TPU matmul fusion, vector loop, reduce, ...): empty text, NaN where the column is
+    nullable, else 0. ``Report.internals`` stores only the other values of a column."""
+    column = BY_NAME[name]
+    if column.dtype == "text":
+        return ""
+    return float("nan") if name in NULLABLE_COLUMNS else 0
+
+
 def ordered(columns) -> list[str]:
     """``columns`` in the schema's order, any it does not know (a user's own) after them."""
     given = list(columns)
@@ -383,11 +431,12 @@ def ordered(columns) -> list[str]:
     return [c.name for c in COLUMNS if c.name in known] + [c for c in given if c not in BY_NAME]
 
 
-def markdown_table(layers: tuple[Layer, ...] = ("cost", "verdict")) -> str:
-    """docs/method.md's column table: one row per column of ``layers``."""
+def markdown_table(layers: tuple[Layer, ...] = ("cost", "verdict"), internal: bool = False) -> str:
+    """docs/method.md's column tables: one row per public column of ``layers`` (``Report.ops``),
+    or with ``internal``, per model internal (``Report.internals``)."""
     lines = ["| column | unit | meaning |", "|---|---|---|"]
     for c in COLUMNS:
-        if c.layer in layers:
+        if c.layer in layers and c.internal == internal:
             lines.append(f"| `{c.name}` | {c.unit} | {c.meaning} |")
     return "\n".join(lines)
 
@@ -438,6 +487,10 @@ class VerdictSummary(TypedDict):
     comm_time_s: float  # Σ t_expected_s of the collectives
     exposed_comm_s: float  # Σ t_exposed_s: communication the compute stream waited for
     exposed_comm_share: float  # exposed_comm_s ÷ step_expected_s
+    # the host's dispatch of one step and its wait for the outputs (a GPU's, calibrated; 0 where
+    # none is): a step that waits for its outputs takes it on top of step_expected_s, a loop
+    # that dispatches the next step meanwhile hides it
+    host_dispatch_s: float
     topology: dict | None  # where the devices sit (interconnect.Topology.to_dict)
     # each while loop (lax.scan, fori_loop), slowest first: name (its `loop` path), parent,
     # trip_count, iterations per step, time_per_iteration_s, flops_per_iteration,
@@ -576,7 +629,7 @@ VERDICT_CORE: tuple[str, ...] = tuple(
 SUMMARY_AMOUNTS: tuple[str, ...] = (
     "flops", "transcendentals", "bytes_accessed", "comm_bytes", "step_bound_s",
     "step_time_serial_s", "step_time_upper_s", "step_expected_s", "comm_time_s", "exposed_comm_s",
-    "hbm_bandwidth",
+    "hbm_bandwidth", "host_dispatch_s",
 )  # fmt: skip
 SUMMARY_FRACTIONS: tuple[str, ...] = (
     "coverage", "floor_share", "exposed_comm_share", "mfu_upper_bound", "mfu_expected",

@@ -136,7 +136,7 @@ ENTRY %main (p: bf16[1024,128256]) -> bf16[4096,128256] {
 def standalone(chip: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ops = analyze_hlo(STANDALONE).ops
+        ops = analyze_hlo(STANDALONE).model_frame()
     ops, _ = verdict.classify(ops, chip)
     return row(ops, "gather")
 

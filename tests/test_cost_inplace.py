@@ -45,7 +45,7 @@ def _report(name: str, chip: str) -> pd.DataFrame:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = analyze_hlo(_text(f"{name}.{chip}"))
-    ops, _ = verdict.classify(report.ops.assign(prefetch_for=""), chip)
+    ops, _ = verdict.classify(report.model_frame().assign(prefetch_for=""), chip)
     return ops
 
 
@@ -263,8 +263,8 @@ def test_cumulative_sum_is_a_scan(chip):
     XLA's model the window's n − 1."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        roofline = analyze_hlo(_text(f"cumsum.{chip}")).ops
-        xla = analyze_hlo(_text(f"cumsum.{chip}"), cost_model="xla").ops
+        roofline = analyze_hlo(_text(f"cumsum.{chip}")).model_frame()
+        xla = analyze_hlo(_text(f"cumsum.{chip}"), cost_model="xla").model_frame()
     windows = roofline["fused_ops"].str.contains("reduce-window") | (
         roofline["opcode"] == "reduce-window"
     )

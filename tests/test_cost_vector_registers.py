@@ -29,7 +29,7 @@ ENTRY e {{
 def _vector_elements(text: str) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ops = analyze_hlo(text).ops
+        ops = analyze_hlo(text).model_frame()
     return float(ops.loc[ops["opcode"] == "copy", "vector_elements"].iloc[0])
 
 
@@ -77,7 +77,7 @@ def test_a_reduction_folds_its_operand_in_whole_registers(tile, rows):
     8/r times its elements (its result is smaller, so there is no written tile to count by)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ops = analyze_hlo(_reduce(tile)).ops
+        ops = analyze_hlo(_reduce(tile)).model_frame()
     elements = float(ops.loc[ops["opcode"] == "reduce", "vector_elements"].iloc[0])
     assert elements == ROWS * COLS * max(8 / rows, 1)
 
@@ -100,5 +100,5 @@ ENTRY e {
 """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # not scheduled: flagged as unoptimized
-        ops = analyze_hlo(text, chip="v5e").ops.set_index("name")
+        ops = analyze_hlo(text, chip="v5e").model_frame().set_index("name")
     assert ops.loc["s", "vector_elements"] >= 32

@@ -51,7 +51,7 @@ def kept_pairs(c: dict) -> int:
 
 def matmul_flops(case: str) -> float:
     """2·M·N·K of every matmul in a program (XLA's own count of a dot)."""
-    ops = analyze_hlo(text(case)).ops
+    ops = analyze_hlo(text(case)).model_frame()
     dots = ops["mm_k"] > 0
     sizes = ops["count"] * ops["mm_batch"] * ops["mm_m"] * ops["mm_n"] * ops["mm_k"]
     return 2 * float(sizes[dots].sum())
@@ -113,7 +113,7 @@ def test_judged_at_the_tensor_cores_peak():
     """On an H100 the kernel's products run at the bf16 tensor-core peak (the chip database's),
     not the CUDA cores' rate."""
     report = analyze_hlo(text("cudnn_bwd_b1s2048h4d64_causal"), chip="h100-sxm")
-    rows = report.ops[report.ops["kernel_mxu_flops"] > 0]
+    rows = report.model_frame()[report.model_frame()["kernel_mxu_flops"] > 0]
     assert len(rows) == 2
     peak = chips.get("h100-sxm").per_device().peak_flops("bf16")
     for op in rows.itertuples():

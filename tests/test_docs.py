@@ -67,10 +67,14 @@ def test_the_column_table_is_the_schema_and_a_real_report_has_its_columns():
         "schema.markdown_table() over it"
     )
     report = analyze_hlo(ROOT / "fixtures" / "gpt_tiny" / "tpu_v5e.hlo.txt", chip="v5e")
-    assert list(report.ops.columns) == [*schema.COST_COLUMNS, *schema.VERDICT_COLUMNS]
-    documented = _table_names(section)
+    assert list(report.ops.columns) == [*schema.PUBLIC_COST_COLUMNS, *schema.VERDICT_COLUMNS]
+    public, _, internal = section.partition("### The model's internals")
+    documented = _table_names(public)
     assert documented[: len(report.ops.columns)] == list(report.ops.columns)
     assert documented[len(report.ops.columns) :] == ["measured_s"]  # see measure.md
+    # the side table: every model internal, documented apart, a TPU module's report has them all
+    assert schema.markdown_table(internal=True) in internal
+    assert list(report.internals.columns) == _table_names(internal) == list(schema.INTERNAL_COLUMNS)
 
 
 def test_the_measured_columns_table_is_the_schemas():

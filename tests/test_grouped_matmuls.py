@@ -94,7 +94,7 @@ def test_mixtral_experts_run_on_the_matrix_unit():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = hr.analyze_hlo(text(MIXTRAL), chip="v5p")
-    ops = report.ops
+    ops = report.model_frame()
     kernels = ops[ops["name"].str.fullmatch(r"t?gmm(\.\d+)?")]
     assert len(kernels) == 12  # 3 forward gmm, their 3 rematerialized, 3 gmm + 3 tgmm backward
     module = load(MIXTRAL)

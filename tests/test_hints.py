@@ -25,7 +25,7 @@ TYPES = [
 
 
 def _matmul(report):
-    ops = report.ops
+    ops = report.model_frame()
     return ops[ops["mm_k"] > 0].iloc[0]
 
 
@@ -175,10 +175,10 @@ def test_a_hint_never_contradicts_its_rows_bound():
     row with a ridge M is compute-bound exactly when it has that many rows."""
     checked = 0
     for path, report in _fixture_reports():
-        if not (report.ops["mm_k"] > 0).any():
+        if not (report.model_frame()["mm_k"] > 0).any():
             continue
         for chip in CHIPS:
-            ops = report.classify(chip).ops
+            ops = report.classify(chip).model_frame()
             checked += assert_hints_agree(ops, f"{path.relative_to(FIXTURES)} on {chip}")
     assert checked > 500
 
@@ -206,7 +206,7 @@ def test_no_fixture_hint_names_m_zero():
     named = 0
     for _, report in _fixture_reports():
         for chip in CHIPS:
-            ops = report.classify(chip).ops
+            ops = report.classify(chip).model_frame()
             hints = ops.loc[ops["hint"].str.contains("M≈", regex=False), ["hint", "ridge_m"]]
             assert (hints["ridge_m"] >= 1).all(), hints[hints["ridge_m"] < 1].to_string()
             assert not hints["hint"].str.contains("M≈0[ ;)]|M≈0$", regex=True).any()

@@ -233,7 +233,7 @@ def test_attention_kernels_run_on_the_matrix_unit_in_the_verdict():
 
     with gzip.open(FIXTURES / "maxtext" / "default_v5p8.hlo.txt.gz", "rt") as f:
         report = analyze_hlo(f.read(), chip="v5p")
-    kernels = report.ops[report.ops["kernel_mxu_flops"] > 0]
+    kernels = report.model_frame()[report.model_frame()["kernel_mxu_flops"] > 0]
     assert len(kernels) >= 3 and set(kernels["name"].str.extract(r"(splash_mha_\w+?)_")[0]) >= {
         "splash_mha_fwd",
         "splash_mha_dq",
@@ -313,7 +313,7 @@ def test_analyze_reads_a_splash_mask():
     kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
     q = jax.ShapeDtypeStruct((h, s, d), jnp.bfloat16)
     report = hr.analyze(kernel, q, q, q, target="v5e:2x2", cache=False)
-    rows = report.ops[report.ops["name"].str.startswith("splash_mha_fwd")]
+    rows = report.model_frame()[report.model_frame()["name"].str.startswith("splash_mha_fwd")]
     assert len(rows) == 1
     assert rows["flops"].iloc[0] == 4 * d * h * kept_blocks(s, BLOCK, 0) * BLOCK * BLOCK
 

@@ -1,9 +1,10 @@
 """Peak memory of a large analysis, as a multiple of its text, and the mechanisms that keep it down.
 
-The slow test: a 200k-instruction module from ``benchmarks/generate.py`` (41 MB) is parsed and
-analyzed in a fresh interpreter; ``getrusage``'s peak after the imports to the end, ÷ the text's
-size, must stay within ``benchmarks/baseline.json``'s figure (what docs/performance.md reports) +
-10 % for the allocator's moods, and within the 4× target (``TARGET``).
+The slow test: a 200k-instruction module of each kind from ``benchmarks/generate.py`` (the
+generated step with metadata, 41 MB; the flat one, 13 MB) is parsed and analyzed in a fresh
+interpreter; ``getrusage``'s peak after the imports to the end, ÷ the text's size, must stay
+within ``benchmarks/baseline.json``'s figure for its kind (what docs/performance.md reports) +
+10 % for the allocator's moods, and, where the kind meets it, within the 4× target (``TARGET``).
 
 The fast tests hold what the memory savings must not change: attributes that went back to their
 text read the same, rows that release their priced ops are the rows, and the report's table is
@@ -22,34 +23,45 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES, ROOT, SLOW
 
-from hlo_roofline import cost
+from hlo_roofline import _frame, cost, schema
 from hlo_roofline.hlo import ir, parse_module
 from hlo_roofline.report import Report
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import run as benchmark
-from generate import generate_module
+from generate import generate_flat_module, generate_module
 
 TARGET = benchmark.TARGETS["rss"]  # peak RSS ÷ text
 GPT2 = FIXTURES / "gpt2_small" / "tpu_v5e.hlo.txt.gz"  # 18k instructions
 
 
+# Each kind of module, its generator and its committed figure in benchmarks/baseline.json: the
+# generated step (metadata on every line, 41 MB) and the flat one (short lines, no metadata,
+# 13 MB: the most instructions, so objects and rows, per byte of text).
+KINDS = {
+    "metadata": (generate_module, "rss_over_text_200k", True),
+    # its parsed module alone is ~5x its text (hlo/): the 4x target is not met yet (issue 40)
+    "flat": (generate_flat_module, "rss_over_text_flat_200k", False),
+}
+
+
 @SLOW  # analyzes 200k instructions (tens of seconds on a loaded machine)
-def test_peak_rss_of_a_200k_instruction_analysis_stays_within_its_ratio_to_the_text(tmp_path):
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_peak_rss_of_a_200k_instruction_analysis_stays_within_its_ratio_to_the_text(tmp_path, kind):
+    make, key, meets_target = KINDS[kind]
     baseline = json.loads((ROOT / "benchmarks" / "baseline.json").read_text())
     path = tmp_path / "generated.hlo.txt"
-    path.write_text(generate_module(200_000))
+    path.write_text(make(200_000))
     measured = benchmark.rss_over_text(path)
     assert measured["instructions"] >= 200_000 and measured["rows"] > 100_000
     ratio = measured["ru_over_text"]
     said = (
-        f"peak RSS {measured['ru_added'] / 2**20:.0f} MiB for {measured['bytes'] / 2**20:.0f} MiB "
-        f"of text: {ratio:.2f}x"
+        f"{kind}: peak RSS {measured['ru_added'] / 2**20:.0f} MiB for "
+        f"{measured['bytes'] / 2**20:.0f} MiB of text: {ratio:.2f}x"
     )
-    assert ratio <= baseline["rss_over_text_200k"] * 1.1, (
-        f"{said}, committed {baseline['rss_over_text_200k']}x"
-    )
-    assert ratio <= TARGET, f"{said}, above the {TARGET:g}x target"
+    assert ratio <= baseline[key] * 1.1, f"{said}, committed {baseline[key]}x"
+    if meets_target:
+        assert ratio <= TARGET, f"{said}, above the {TARGET:g}x target"
 
 
 @pytest.fixture(scope="module")
@@ -130,11 +142,33 @@ def test_rows_that_release_their_priced_ops_are_the_same_rows(gpt2_text):
 def test_the_table_is_what_pandas_makes_of_the_columns_and_shares_them(gpt2_text):
     module = parse_module(gpt2_text)
     columns = cost.rows(module, cost.walk(module, "roofline", pad_to_tiles=True), pad_to_tiles=True)
-    table = Report.from_columns(columns, {}, module.name).ops
-    inferred = pd.DataFrame({name: list(values) for name, values in columns.items()})
-    pd.testing.assert_frame_equal(table, inferred)
+    report = Report.from_columns(columns, {}, module.name)
+    table = report.ops
+    public = {name: list(columns[name]) for name in schema.PUBLIC_COST_COLUMNS}
+    pd.testing.assert_frame_equal(table, pd.DataFrame(public))
     for name in ("flops", "name", "mm_m", "unknown"):  # a float, a text, an int, a flag column
         assert np.shares_memory(_values(table[name]), columns[name]), name
+    # the model internals beside them, value for value; those most ops leave at their default
+    # hold the others' values alone
+    assert list(report.internals.columns) == list(schema.INTERNAL_COLUMNS)
+    for name in schema.INTERNAL_COLUMNS:
+        whole = np.asarray(columns[name])
+        np.testing.assert_array_equal(report.internals[name].to_numpy(), whole, err_msg=name)
+        if isinstance(report.internals[name].array, pd.arrays.SparseArray):
+            assert report.internals[name].array.sp_values.size < len(whole) / 2, name
+
+
+def test_a_flat_module_keeps_no_internal_column_whole_that_no_op_has():
+    """A module of elementwise ops (no TPU matmul, reduce, tiling): its internals are the vector
+    unit's elements alone, the rest stored as their default, a few bytes each."""
+    report = Report.from_columns(
+        *_analyzed(parse_module(generate_flat_module(2 * _frame.SPARSE_ROWS))), "flat"
+    )
+    internals = report.internals
+    whole = [n for n in internals if not isinstance(internals[n].array, pd.arrays.SparseArray)]
+    assert whole == ["vector_elements"]
+    assert (internals["vector_elements"] > 0).mean() > 0.9
+    assert internals.drop(columns=whole).memory_usage(deep=True).sum() < 2000
 
 
 def _values(column: pd.Series) -> np.ndarray:

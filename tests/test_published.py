@@ -211,7 +211,7 @@ def test_gpu_attention_is_cudnn_flash_partitioned(name):
     own batch (FSDP: per_device_batch_size, not the global batch); each forward does the causal
     attention MaxText counts: a third of its attention FLOPs per layer (forward + 2× backward)."""
     rec = predict_module.record(name)
-    ops = _plain(name).ops
+    ops = _plain(name).model_frame()
     rows = ops[predict_module.attention_rows(name, ops)]
     targets = rows["note"].str.extract(r"kernel '(__cudnn\$fmha\w+)'")[0]
     layers = rec["num_decoder_layers"]
@@ -253,7 +253,7 @@ def test_maxtext_flops_are_the_programs(name):
     """MaxText's weight FLOPs (most of the published TFLOP/s's numerator: 6 × weights × tokens)
     are the compiled program's matmul FLOPs, plus at most one recomputed forward pass (remat:
     8 × weights × tokens): the fixture is the step MaxText counts, at its real size."""
-    ops = _plain(name).ops
+    ops = _plain(name).model_frame()
     matmul = ops["mm_k"] > 0
     sizes = ops["count"] * ops["mm_batch"] * ops["mm_m"] * ops["mm_n"] * ops["mm_k"]
     hlo = 2 * float(sizes[matmul].sum())

@@ -35,7 +35,7 @@ def test_a_sparsecore_gather_is_priced_from_the_rows_it_moves(default_step):
     rows, width = (int(d) for d in out.split(","))
     assert int(indices) == rows and int(table.split(",")[1]) == width
     expected = 2 * rows * width * _BYTES[out_t] + rows * _BYTES[index_t]  # read + write + indices
-    ops = report.ops.set_index("name")
+    ops = report.model_frame().set_index("name")
     start = ops.loc["gather_offload_async_start"]
     assert not start["unknown"]
     assert math.isclose(start["bytes_accessed"], expected, rel_tol=1e-6)

@@ -25,8 +25,8 @@ def priced_ops(text: str, chip: str) -> pd.DataFrame:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = analyze_hlo(text)
-    readers = {n for names in report.ops["prefetch_for"] for n in names.split(",") if n}
-    ops = report.ops.assign(prefetch_for="")
+    readers = {n for names in report.model_frame()["prefetch_for"] for n in names.split(",") if n}
+    ops = report.model_frame().assign(prefetch_for="")
     ops, _ = verdict.classify(ops, chip)
     return ops.assign(reads_prefetch=ops["name"].isin(readers))
 

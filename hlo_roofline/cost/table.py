@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from hlo_roofline import schema
+from hlo_roofline._frame import compact
 from hlo_roofline.cost.control_flow import loop_paths
 from hlo_roofline.cost.extractors import EXTRACTORS, GEOMETRY_COLUMNS, Chunk, attributes
 from hlo_roofline.cost.row import Build, Op, PricedOp
@@ -19,6 +20,7 @@ from hlo_roofline.cost.tpu.extractors import TILING_COLUMNS, UNIT_COLUMNS
 from hlo_roofline.hlo.ir import Module
 
 ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
+_INTERNAL = frozenset(schema.INTERNAL_COLUMNS)
 _ROWS_PER_CHUNK = 4096
 # How many entries each of the rows' memos (by attribute or metadata text, by fused body) may hold
 # between chunks; past that it starts again. GPT-2's step has 743 distinct attribute texts.
@@ -38,7 +40,8 @@ RARE_DEFAULTS: dict[str, object] = {
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "vmem_bytes"), 0.0),
     **dict.fromkeys((*UNIT_COLUMNS, *TILING_COLUMNS, "tile_steps", "major_reduce_results"), 0.0),
     **dict.fromkeys(
-        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements"),
+        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements",
+         "folded_product_elements", "relaid_elements"),
         0.0,
     ),
     "xla_cycles": math.nan,
@@ -120,9 +123,12 @@ class _Table:
 
     def __init__(self, rows: int) -> None:
         self.done = 0
+        # a model internal most ops leave at its default is made at full length once a row gives
+        # it a value (a CPU or flat module gives most none) and kept sparse at the end
         self.columns: dict[str, np.ndarray] = {
-            name: np.full(rows, RARE_DEFAULTS.get(name, 0), _ARRAY_COLUMNS.get(name, object))
+            name: self._full(name, rows)
             for name in ROW_COLUMNS
+            if name not in _INTERNAL or name not in RARE_DEFAULTS
         }
 
     def take(
@@ -161,6 +167,10 @@ class _Table:
             released[start:end] = itertools.repeat(None, rows)
         self.done = end
 
+    @staticmethod
+    def _full(name: str, rows: int) -> np.ndarray:
+        return np.full(rows, RARE_DEFAULTS.get(name, 0), _ARRAY_COLUMNS.get(name, object))
+
     def _grow(self, rows: int) -> None:
         """Longer arrays (a stream with more ops than its module's bound: hostile text)."""
         for name, array in self.columns.items():
@@ -169,14 +179,26 @@ class _Table:
             self.columns[name] = longer
 
     def cut(self) -> dict[str, np.ndarray]:
-        """The columns, cut to the rows made (in place: the arrays keep their memory's start)."""
+        """The columns, cut to the rows made (in place: the arrays keep their memory's start), in
+        the schema's order; the model internals compact (:func:`_frame.compact`)."""
         for array in self.columns.values():
             if len(array) > self.done:
                 array.resize(self.done, refcheck=False)  # nothing else refers to it
-        return self.columns
+        out = {}
+        for name in ROW_COLUMNS:
+            if name not in _INTERNAL:
+                out[name] = self.columns[name]
+                continue
+            values = self.columns.pop(name, None)
+            if values is None:  # no row gave it a value: every row's is the default
+                values = self._full(name, self.done)
+            out[name] = compact(values, schema.internal_default(name), name in schema.TEXT_COLUMNS)
+        return out
 
     def _put(self, name: str, where, column: list) -> None:
-        array = self.columns[name]
+        array = self.columns.get(name)
+        if array is None:  # a rare internal's first value: its array made now
+            array = self.columns[name] = self._full(name, len(self.columns["name"]))
         try:
             array[where] = column
         except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a

@@ -16,6 +16,8 @@ below the bound; ``step_expected_s`` walks XLA's schedule with it (:mod:`hlo_roo
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import pandas as pd
 
@@ -39,9 +41,17 @@ VERDICT_COLUMNS = schema.VERDICT_COLUMNS
 
 
 def classify(
-    ops: pd.DataFrame, chip: Chip | str, topology=None, model_flops: float | None = None
+    ops: pd.DataFrame,
+    chip: Chip | str,
+    topology=None,
+    model_flops: float | None = None,
+    leave_out: Collection[str] = (),
 ) -> tuple[pd.DataFrame, schema.VerdictSummary]:
     """Add the verdict columns for ``chip`` to a report's ops; return them and summary entries.
+
+    ``leave_out``: columns of ``ops`` the judged frame does not carry (by default it carries
+    all): a report judges its ops with their model internals and keeps only its public columns,
+    so the judged frame is built once, without them.
 
     ``model_flops``: the user's analytic count of the model's FLOPs per device and step (MaxText's
     ``calculate_tflops_training_per_device`` × 1e12): the summary then gives the MFU against it
@@ -101,10 +111,10 @@ def classify(
     }
     verdicts.update(hint_columns(ops, verdicts, matmul, no_rate, rates.by_dtype, chip, padding))
     verdicts.update(_roof_columns(verdicts, t_compute, t_memory, t_vmem, flops, data))
-    ops = _judged_frame(ops, verdicts)
+    step_bound = bound_model.step(ops, bound)
+    ops = _judged_frame(ops, verdicts, leave_out)
     times = np.stack([t_compute, t_memory, t_comm])
     upper = float(np.maximum(times.sum(axis=0), t_expected).sum())
-    step_bound = bound_model.step(ops, bound)
     expected = expected_model.step(expected_ops, step_bound)
     summary = chip_summary(ops, chip, step, upper, step_bound, expected)
     comm = float(t_expected[is_collective].sum())
@@ -117,6 +127,7 @@ def classify(
         comm_time_s=comm,
         exposed_comm_s=exposed,
         exposed_comm_share=exposed / expected if expected else 0.0,
+        host_dispatch_s=expected_model.model.dispatch(ops),
         topology=topology.to_dict() if topology is not None else None,
         loops=loops_summary(ops),
         **remat_summary(ops, step),
@@ -136,17 +147,23 @@ def _strings(values) -> np.ndarray:
     return values if isinstance(values, np.ndarray) else np.asarray(values, dtype=object)
 
 
-def _judged_frame(ops: pd.DataFrame, verdicts: dict[str, np.ndarray]) -> pd.DataFrame:
-    """``ops`` with the verdict columns, in the schema's order, built once from its columns and
-    theirs (each ``assign`` or insert of a column copies and checks the whole frame: most of a
-    small module's judging). Dtypes as ``assign`` makes them: text as pandas' string type."""
-    arrays = column_arrays(ops)
+def _judged_frame(
+    ops: pd.DataFrame, verdicts: dict[str, np.ndarray], leave_out: Collection[str] = ()
+) -> pd.DataFrame:
+    """``ops`` (less its columns in ``leave_out``) with the verdict columns, in the schema's
+    order, built once from its columns and theirs (each ``assign`` or insert of a column copies
+    and checks the whole frame: most of a small module's judging). Dtypes as ``assign`` makes
+    them: text as pandas' string type."""
+    names = [c for c in ops.columns if c not in leave_out]
+    arrays = column_arrays(ops, names)
     if arrays is not None:
         arrays.update((name, as_text(np.asarray(v))) for name, v in verdicts.items())
         arrays = {name: arrays[name] for name in schema.ordered(arrays)}
         frame = frame_of_arrays(arrays, ops.index, consolidate=True)
         if frame is not None:
             return frame
+    if len(names) < len(ops.columns):
+        ops = ops[names]
     ops = ops.assign(**verdicts)  # the public way: repeated names, objects, another pandas
     return ops[schema.ordered(ops.columns)]
 

@@ -112,7 +112,7 @@ def join(report: Report, module: Module, measured: MeasuredTimes, chip) -> Repor
         measured_p90_s=column(lambda v: float(np.percentile(v, 90))),
         measured_count=[measured.count.get(n, np.nan) for n in names],
     )
-    joined = Report(ops, dict(report.summary), report.module)
+    joined = Report(ops, dict(report.summary), report.module, report.internals)
     if chip is not None:
         joined = joined.classify(chip)
     joined.ops = add_efficiency(joined.ops, chip)
