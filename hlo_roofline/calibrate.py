@@ -32,9 +32,10 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
   lower charge is the safe side, up for a rate); the held-out programs are checked in
   ``tests/test_tpu_estimates.py``. The pass counts (``*_passes``, ``loop_reads``) are chosen
   against the fitting set, not fitted: printed, not refitted.
-- ``calibrated.depthwise_taps``, ``calibrated.expanded_elements`` and ``calibrated.sublane_fold``
-  of v5e, v5p, v6e and 7x (a mechanism's rate each: a depthwise conv's taps, an array a fusion
-  expands and folds in blocks, the result of one folded in column strips), on the fit
+- ``calibrated.depthwise_taps``, ``expanded_elements``, ``sublane_fold``, ``folded_product``
+  and ``relayout`` of v5e, v5p, v6e and 7x (a mechanism's rate each: a depthwise conv's taps, an
+  array a fusion expands and folds in blocks, the result of one folded in column strips, a
+  matmul's product its fusion folds, a lane-moving copy's elements in HBM), on the fit
   half of the generated corpus ``fixtures/tpu_heldout`` (:func:`heldout_fits`); its report half is
   held out, checked in ``tests/test_tpu_heldout.py``.
 """
@@ -224,8 +225,7 @@ def step_as_measured(report) -> float:
     ``step_expected_s`` and the host's dispatch of the step
     (:meth:`~hlo_roofline.judge.time_model.GpuTimeModel.dispatch`), what its measured step is
     held to."""
-    chip = chips.get(report.summary["chip"])
-    return report.summary["step_expected_s"] + time_model.for_chip(chip).dispatch(report.ops)
+    return report.summary["step_expected_s"] + report.summary["host_dispatch_s"]
 
 
 def dispatch_fits(card: str) -> list[Fit]:
@@ -498,6 +498,10 @@ def heldout_fits(chip: str) -> list[Fit]:
     - ``sublane_fold``: the result elements per second per TensorCore XLA charges a fusion that
       folds an expansion's sublanes in a loop tiled into column strips (its charge follows the
       result, not the expansion: cost/intermediates.py).
+    - ``folded_product``: the product elements per second per TensorCore XLA charges a matmul
+      fusion that folds its own product (attention's scores and their row max: cost/tpu/units.py);
+    - ``relayout``: the elements per second per TensorCore XLA charges a copy that moves its
+      lanes, per element (its tiles' padding included) of each side in HBM (cost/tpu/units.py).
 
     A chip whose fit-half ops imply rates more than 2x apart gets none (``SPREAD_LIMIT``: one
     rate would leave some of them below half XLA's estimate). Each is the fastest rate any
@@ -506,7 +510,8 @@ def heldout_fits(chip: str) -> list[Fit]:
     spec = chips.get(chip)
     per_core = (spec.devices_per_chip or 1) / spec.cores.get("tensorcore", 1)
     counted: dict[str, list[tuple[float, float]]] = {
-        "depthwise_taps": [], "expanded_elements": [], "sublane_fold": []
+        "depthwise_taps": [], "expanded_elements": [], "sublane_fold": [], "folded_product": [],
+        "relayout": [],
     }
     for program in heldout_programs("fit"):
         if chip not in _heldout_chips(program):
@@ -525,6 +530,10 @@ def heldout_fits(chip: str) -> list[Fit]:
             zip(rows["sublane_fold_results"][by_fold], rows["xla_estimate_s"][by_fold],
                 strict=True)
         )  # fmt: skip
+        for key, column in (("folded_product", "folded_product_elements"),
+                            ("relayout", "relaid_elements")):  # fmt: skip
+            rows = ops[ops[column] > 0]
+            counted[key] += list(zip(rows[column], rows["xla_estimate_s"], strict=True))
     found = []
     for key, samples in counted.items():
         if not any(s > 0 for _, s in samples):

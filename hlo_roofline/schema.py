@@ -62,6 +62,10 @@ EXPECTED_EFFECTS = {
     "strips (`calibrated.sublane_fold`)",
     "second_pass": "a TPU fusion's loop passing twice over an array it folds over a whole row "
     "and then uses (`calibrated.loop_elements`)",
+    "folded_product": "a matmul's product its own TPU fusion folds, one 32-bit value an element "
+    "(`calibrated.folded_product`)",
+    "relayout": "a TPU copy moving its lanes, per element of each side in HBM "
+    "(`calibrated.relayout`)",
     "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
@@ -263,6 +267,18 @@ COLUMNS: tuple[Column, ...] = (
        "streams an operand from HBM: its loop passes over them a second time once the row is "
        "folded, per step; priced at the chip's loop rate by the expected model; 0 elsewhere",
        "cost", internal=True),
+    _c("folded_product_elements", "float", "elements",
+       "elements of a matmul's product that its own fusion folds (a reduce computed from the "
+       "product: attention's scores and their row max), which the fold passes through a TPU's "
+       "vector unit one 32-bit value each, per step; priced at the chip's "
+       "`calibrated.folded_product` rate by the expected model; 0 elsewhere", "cost",
+       internal=True),
+    _c("relaid_elements", "float", "elements",
+       "elements, as their layouts' tiles store them (padded lanes included), of the arrays a "
+       "copy that moves its lanes (its result's minor-most dimension not its operand's: a "
+       "transpose laid out as a relayout) reads from and writes to HBM, per step; priced at the "
+       "chip's `calibrated.relayout` rate by the expected model; 0 elsewhere", "cost",
+       internal=True),
     _c("loop", "text", "",
        "the while loops the op runs in, outermost first (`while.3/while.7`; a `lax.scan` or "
        "`fori_loop` is one `while`); empty outside any loop. `Report.loops()` and the summary's "
@@ -471,6 +487,10 @@ class VerdictSummary(TypedDict):
     comm_time_s: float  # Σ t_expected_s of the collectives
     exposed_comm_s: float  # Σ t_exposed_s: communication the compute stream waited for
     exposed_comm_share: float  # exposed_comm_s ÷ step_expected_s
+    # the host's dispatch of one step and its wait for the outputs (a GPU's, calibrated; 0 where
+    # none is): a step that waits for its outputs takes it on top of step_expected_s, a loop
+    # that dispatches the next step meanwhile hides it
+    host_dispatch_s: float
     topology: dict | None  # where the devices sit (interconnect.Topology.to_dict)
     # each while loop (lax.scan, fori_loop), slowest first: name (its `loop` path), parent,
     # trip_count, iterations per step, time_per_iteration_s, flops_per_iteration,
@@ -609,7 +629,7 @@ VERDICT_CORE: tuple[str, ...] = tuple(
 SUMMARY_AMOUNTS: tuple[str, ...] = (
     "flops", "transcendentals", "bytes_accessed", "comm_bytes", "step_bound_s",
     "step_time_serial_s", "step_time_upper_s", "step_expected_s", "comm_time_s", "exposed_comm_s",
-    "hbm_bandwidth",
+    "hbm_bandwidth", "host_dispatch_s",
 )  # fmt: skip
 SUMMARY_FRACTIONS: tuple[str, ...] = (
     "coverage", "floor_share", "exposed_comm_share", "mfu_upper_bound", "mfu_expected",

@@ -32,7 +32,7 @@ STEP_BAND = (0.8, 1.25)  # a whole step's Σ roofline ÷ Σ XLA counted as agree
 
 # Floors a little below what the model reaches today (docs/validation.md, "Realistic programs");
 # raised as the model improves. Shares of XLA's time:
-IN_BAND_FLOOR = {"v5e": 0.955, "v5p": 0.93, "v6e": 0.905, "7x": 0.95}  # measured 96.7/94.0/91.6/96.2%
+IN_BAND_FLOOR = {"v5e": 0.975, "v5p": 0.965, "v6e": 0.915, "7x": 0.96}  # measured 98.6/97.7/92.6/97.0%
 ABOVE_CEILING = {"v5e": 0.004, "v5p": 0.002, "v6e": 0.003, "7x": 0.002}
 # Programs whose whole step is within 0.8–1.25× of XLA's, and the worst program's ratio (sampling:
 # its sorts, gathers and SparseCore offloads are priced, and XLA estimates none of them, so its
@@ -193,14 +193,16 @@ def test_hbm_need_agrees_with_memory_analysis(chip):
 @pytest.mark.parametrize("chip", CHIPS)
 def test_the_serving_and_training_steps_against_xla(chip):
     """A decode step with a KV cache, a Llama block (train, prefill) and an MoE layer: each
-    whole step at least its floor of XLA's Σ, and at most 0.1% of their XLA time above the band
-    (tiny ops at the per-op floor)."""
+    whole step at least its floor of XLA's Σ, and at most 0.5% of their XLA time above the band
+    (tiny ops at the per-op floor; on v6e the relayout of a 64-wide head dimension out of VMEM,
+    whose written side's padded lanes XLA charges less than its real ones: 1.3x, 0.3% of the
+    train step's time)."""
     steps = step_ratios(chip)
     ops = chip_ops(chip)
     for program, floors in STEP_FLOOR.items():
         bands = band_shares(ops[ops["program"] == program])
         assert steps[program] >= floors[chip], (program, chip, steps[program])
-        assert steps[program] <= 1.25 and bands["above"] <= 0.001, (program, chip, bands)
+        assert steps[program] <= 1.25 and bands["above"] <= 0.005, (program, chip, bands)
 
 
 @pytest.mark.parametrize("chip", CHIPS)
@@ -263,7 +265,7 @@ def test_operand_rereads_hold_on_the_report_set(chip):
     held = ops[(ops["mm_k"] > 0) & (ops["tile_reread_bytes"] > 0) & ops["xla_estimate_s"].notna()
                & np.isclose(ops["t_expected_s"], stream, rtol=1e-12)]  # fmt: skip
     bands = band_shares(held)
-    assert len(held) >= 5, (chip, len(held))
+    assert len(held) >= 4, (chip, len(held))  # 7x: 4, a fifth set by its folded product
     assert bands["within"] >= REREAD_IN_BAND_FLOOR[chip] and bands["above"] == 0, (chip, bands)
 
 

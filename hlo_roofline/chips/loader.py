@@ -50,6 +50,8 @@ CALIBRATED = {
     "depthwise_taps": "depthwise_tap_rate",
     "expanded_elements": "expanded_elements_rate",
     "sublane_fold": "sublane_fold_rate",
+    "folded_product": "folded_product_rate",
+    "relayout": "relayout_rate",
     "epilogue_passes": "epilogue_passes",
     "epilogue_passes_k_whole": "epilogue_passes_k_whole",
     "prologue_passes": "prologue_passes",

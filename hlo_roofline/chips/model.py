@@ -201,6 +201,10 @@ class Calibration:
     expanded_elements_rate: float | None = None
     # results/s XLA:TPU charges a fusion folding an expansion's sublanes one lane tile at a time
     sublane_fold_rate: float | None = None
+    # product elements/s XLA:TPU charges a matmul fusion that folds its own product
+    folded_product_rate: float | None = None
+    # elements/s XLA:TPU charges a lane-moving copy per element of each side in HBM
+    relayout_rate: float | None = None
     # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
     # reads beyond these on top of its loop time
     loop_read_bytes: float | None = None
@@ -241,7 +245,8 @@ class Calibration:
 
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
               "major_reduce_rate", "reduced_stream_rate", "depthwise_tap_rate",
-              "expanded_elements_rate", "sublane_fold_rate")  # fmt: skip
+              "expanded_elements_rate", "sublane_fold_rate", "folded_product_rate",
+              "relayout_rate")  # fmt: skip
 
     def shared(self, n: int) -> Calibration:
         """Each of ``n`` devices' share of a chip's calibration (its rates divided evenly)."""

@@ -326,7 +326,8 @@ EXTRACTORS: tuple[Extractor, ...] = (
     Extractor("vector units", tpu.UNIT_COLUMNS, row=tpu.vector_units),
     Extractor(
         "intermediates",
-        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements"),
+        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements",
+         "folded_product_elements", "relaid_elements"),
         row=tpu.intermediates,
     ),
     Extractor(

@@ -40,7 +40,8 @@ RARE_DEFAULTS: dict[str, object] = {
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "vmem_bytes"), 0.0),
     **dict.fromkeys((*UNIT_COLUMNS, *TILING_COLUMNS, "tile_steps", "major_reduce_results"), 0.0),
     **dict.fromkeys(
-        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements"),
+        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements",
+         "folded_product_elements", "relaid_elements"),
         0.0,
     ),
     "xla_cycles": math.nan,

@@ -369,3 +369,39 @@ def second_passes(ops: pd.DataFrame, loop: np.ndarray, chip: Chip) -> np.ndarray
         return np.zeros(len(ops))
     again = ops["second_pass_elements"].to_numpy(dtype=float)
     return np.where(again > 0, loop + again / rate, 0.0)
+
+
+def folded_products(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a matmul fusion that folds its own product
+    (the ``folded_product_elements`` column; :func:`hlo_roofline.cost.tpu.units.folded_product_
+    elements`: attention's scores written with their row max): the product's elements at the
+    chip's ``calibrated.folded_product`` rate (0 for other rows and on chips without it). The
+    fold takes the product one 32-bit value an element, where the loop counts a matmul's result
+    two to a word; no part of the bound."""
+    rate = chip.calibration.folded_product_rate
+    if not rate or "folded_product_elements" not in ops:
+        return np.zeros(len(ops))
+    return ops["folded_product_elements"].to_numpy(dtype=float) / rate
+
+
+def relayouts(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a copy that moves its lanes (the
+    ``relaid_elements`` column; :func:`hlo_roofline.cost.tpu.units.relaid_tile_elements`: each
+    element of each side in HBM, padded lanes included): those elements at the chip's
+    ``calibrated.relayout`` rate (0 for other rows and on chips without it). The lane layout is
+    hardware geometry, but the rate is XLA's charge, so this is no part of the bound."""
+    rate = chip.calibration.relayout_rate
+    if not rate or "relaid_elements" not in ops:
+        return np.zeros(len(ops))
+    return ops["relaid_elements"].to_numpy(dtype=float) / rate
+
+
+def unfolded_loops(ops: pd.DataFrame, loop: np.ndarray) -> np.ndarray:
+    """The charged ``loop`` time, 0 on the rows whose loop is their folded product's pass (its
+    ``vector_elements`` the product's two to a word, nothing larger): the fold charges those
+    elements one a value at its own rate (:func:`folded_products`), in place of the loop's."""
+    if "folded_product_elements" not in ops:
+        return loop
+    product = ops["folded_product_elements"].to_numpy(dtype=float)
+    elements = ops["vector_elements"].to_numpy(dtype=float)
+    return np.where((product > 0) & (elements <= product / 2 * (1 + 1e-9)), 0.0, loop)

@@ -29,14 +29,17 @@ from hlo_roofline.judge.compute import (
     compute_times,
     depthwise_convs,
     expanded_loops,
+    folded_products,
     kernel_mxu_flops,
     loop_reads,
     major_reduces,
     matmul_pipeline,
     mxu_padding,
     op_floors,
+    relayouts,
     second_passes,
     sublane_folds,
+    unfolded_loops,
 )
 from hlo_roofline.schema import BOUNDS
 
@@ -400,7 +403,7 @@ class TpuTimeModel(TimeModel):
         priced = np.where(no_rate, 0.0, 1.0)  # a row without a rate has no charged compute either
         measured = self.measured_effects(ops, rates, bound)
         return {
-            "loop": charged["loop"] * priced,
+            "loop": unfolded_loops(ops, charged["loop"]) * priced,
             "fill": charged["fill"] * priced,
             "xlu": charged["xlu"] * priced,
             "floor": measured["floor"],
@@ -413,6 +416,8 @@ class TpuTimeModel(TimeModel):
             "expanded": expanded_loops(ops, chip) * priced,
             "sublane_fold": sublane_folds(ops, chip) * priced,
             "second_pass": second_passes(ops, charged["loop"], chip) * priced,
+            "folded_product": folded_products(ops, chip) * priced,
+            "relayout": relayouts(ops, chip) * priced,
             "matmul_rate": measured["matmul_rate"],
             "memory_rate": measured["memory_rate"],
             "dcn": self.dcn_times(ops),

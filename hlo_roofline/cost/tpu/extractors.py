@@ -29,9 +29,11 @@ from hlo_roofline.cost.tpu.tiling import (
     tile_reread_bytes,
 )
 from hlo_roofline.cost.tpu.units import (
+    folded_product_elements,
     lane_reduced_elements,
     major_reduced_elements,
     no_vector_loop,
+    relaid_tile_elements,
     root_reduces,
     vector_elements,
 )
@@ -199,11 +201,14 @@ def intermediates(build: Build) -> RowExtractor:
     """A depthwise convolution's multiply-adds on the vector unit (:func:`depthwise_taps`, a
     fusion's once per body), the elements of an array a fusion expands and folds
     (:func:`expanded_elements`) and of those the results it folds a column strip at a time (its
-    call's own tiling: :func:`sublane_fold_results`), and a row a fusion folds with a
-    ``reduce-window`` and then uses again (:func:`second_pass_elements`)."""
-    bodies = build.memo()  # id(fused computation) -> (its taps, its expanded elements)
+    call's own tiling: :func:`sublane_fold_results`), a row a fusion folds with a
+    ``reduce-window`` and then uses again (:func:`second_pass_elements`), a matmul's product its
+    fusion folds (:func:`folded_product_elements`) and the tiles a copy that moves its lanes
+    reads and writes in HBM (:func:`relaid_tile_elements`)."""
+    bodies = build.memo()  # id(fused computation) -> (taps, expanded elements, folded product)
     taps_at, expanded_at = build.rare["depthwise_taps"], build.rare["expanded_elements"]
     folds_at, again_at = build.rare["sublane_fold_results"], build.rare["second_pass_elements"]
+    product_at, relaid_at = build.rare["folded_product_elements"], build.rare["relaid_elements"]
 
     def row(op: Op) -> None:
         instr, expanded = op.instr, 0.0
@@ -211,13 +216,21 @@ def intermediates(build: Build) -> RowExtractor:
             found = bodies.get(id(instr.called[0]))
             if found is None:
                 fused = instr.called[0].instructions
-                found = bodies[id(instr.called[0])] = (
-                    depthwise_taps(fused) if any(i.opcode == "convolution" for i in fused) else 0.0,
-                    expanded_elements(instr) if root_reduces(instr) else 0.0,
+                taps = (
+                    depthwise_taps(fused) if any(i.opcode == "convolution" for i in fused) else 0.0
                 )
-            taps, expanded = found
+                found = bodies[id(instr.called[0])] = (
+                    taps,
+                    expanded_elements(instr) if root_reduces(instr) else 0.0,
+                    0.0 if taps else folded_product_elements(instr),
+                )
+            taps, expanded, product = found
+            if product:  # a matmul's product folded in its own fusion
+                product_at[op.at] = product * op.count
         else:
             taps = depthwise_taps((instr,)) if op.code == "convolution" else 0.0
+            if op.code == "copy" and (relaid := relaid_tile_elements(instr)):
+                relaid_at[op.at] = relaid * op.count
         if taps:
             taps_at[op.at] = taps * op.count
         if expanded:  # an array the fusion expands and folds

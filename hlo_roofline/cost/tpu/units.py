@@ -19,10 +19,11 @@ from hlo_roofline.cost.control_flow import CONTAINERS
 from hlo_roofline.cost.inplace import NOTHING_MOVED, fresh_buffer_results, in_place, moved_by_dma
 from hlo_roofline.cost.linalg import (
     comparison_passes,
+    in_vmem,
     words,
 )
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction, Shape
+from hlo_roofline.hlo.ir import DTYPE_BYTES, Instruction, Shape, tiled_elements
 
 # Ops whose data moves by DMA or that only hand control on: no loop of theirs runs on a vector unit.
 _NO_VECTOR_LOOP = BOOKKEEPING | CONTAINERS | {
@@ -277,3 +278,86 @@ def _folds_lanes(reduce: Instruction) -> bool | None:
     except RULE_ERRORS:
         return None
     return minor in reduced
+
+
+_PRODUCTS = frozenset({"convolution", "dot"})
+_MAX_TILE_ROWS = 8  # rows of a (8, 128) tile: the relayout count's evidence (docs/validation.md)
+
+
+def folded_product_elements(fusion: Instruction) -> float:
+    """Elements of a matmul's product that its own fusion folds: a reduce inside the fusion
+    whose operand is computed from the product (attention's scores and their row max, written
+    together); 0 for other ops. The fold runs on the vector unit over every product element as a
+    32-bit value (the product converted from bf16 to f32 first), so the product cannot pass it
+    two to a word as a matmul's result otherwise does (:func:`result_pass`). XLA:TPU charges
+    such fusions per product element at a rate of its own (``calibrated.folded_product``,
+    :func:`hlo_roofline.judge.compute.folded_products`); at the loop rate over half the product
+    they were 0.45-0.49x its estimate on v5e and v5p. A depthwise convolution's fusion (its taps
+    priced apart) is counted by its taps, not here."""
+    if fusion.opcode != "fusion" or not fusion.called:
+        return 0.0
+    body = fusion.called[0].instructions
+    reduces = [i for i in body if i.opcode == "reduce" and i.operands]
+    if not reduces:
+        return 0.0
+    found = 0.0
+    for reduce in reduces:
+        product = _product_under(reduce.operands[0])
+        if product is not None and product.shape.is_array:
+            found = max(found, float(product.shape.elements))
+    return found
+
+
+def _product_under(value: Instruction) -> Instruction | None:
+    """The matmul (a ``dot``/``convolution``, or a nested fusion computing one) that ``value`` is
+    computed from inside one fused body, or None where it reads none."""
+    stack, seen = [value], set()
+    while stack:
+        instr = stack.pop()
+        if id(instr) in seen:
+            continue
+        seen.add(id(instr))
+        if instr.opcode in _PRODUCTS or (
+            instr.opcode == "fusion"
+            and instr.called
+            and any(i.opcode in _PRODUCTS for i in instr.called[0].instructions)
+        ):
+            return instr
+        stack.extend(instr.operands)
+    return None
+
+
+def relaid_tile_elements(copy: Instruction) -> float:
+    """Elements, as their layouts' tiles store them, of the arrays a copy that moves its lanes
+    reads from and writes to HBM: a ``copy`` whose result's minor-most (lane) dimension is not
+    its operand's (a transpose XLA:TPU lays out as a relayout: attention's scores turned
+    heads-minor, an image's channels moved first); 0 for other ops. Each element of such a copy
+    leaves its lane alone, so XLA:TPU charges it per element of each side in HBM, the lanes a
+    narrow minor dimension pads included (a 40-wide channel dimension fills 128 lanes), and not a
+    side in VMEM (a copy between two VMEM arrays is charged almost nothing): at the rate
+    ``calibrated.relayout`` (:func:`hlo_roofline.judge.compute.relayouts`), whatever the element
+    type (bf16 and f32 alike). Counted only where each side's tile has at most 8 rows: 7x's bf16
+    ``T(16,128)`` copies are charged 2-3x less per element, not modelled."""
+    if copy.opcode != "copy" or not copy.operands:
+        return 0.0
+    source, result = copy.operands[0].shape, copy.shape
+    if not (source.is_array and result.is_array) or len(source.dims) < 2:
+        return 0.0
+    if _lane_dimension(source) == _lane_dimension(result):
+        return 0.0
+    sides = (source, result)
+    if any(s.layout and s.layout.tiles and s.layout.tiles[0][0] > _MAX_TILE_ROWS for s in sides):
+        return 0.0
+    return float(sum(_stored_elements(s) for s in sides if not in_vmem(s)))
+
+
+def _lane_dimension(shape: Shape) -> int:
+    layout = shape.layout
+    return layout.minor_to_major[0] if layout and layout.minor_to_major else len(shape.dims) - 1
+
+
+def _stored_elements(shape: Shape) -> int:
+    layout = shape.layout
+    if layout is None or not layout.tiles or len(layout.tiles[0]) != 2:
+        return shape.elements
+    return tiled_elements(shape.dims, layout)
