@@ -346,21 +346,6 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def maxtext_step(
-    config: str | os.PathLike,
-    target: Target,
-    overrides: Mapping[str, Any] | None = None,
-) -> MaxTextStep:
-    """The :class:`MaxTextStep` of a config for a TPU target (MaxText importable)."""
-    require_maxtext()
-    path = resolve_config(config)
-    keys = config_keys(path)
-    given = {k: value_text(v) for k, v in (overrides or {}).items()}
-    return MaxTextStep(
-        str(path), tuple(given.items()), compile_topology(target), tuple(mesh_axes(keys))
-    )
-
-
 def explore_maxtext(
     config: str | os.PathLike,
     target: str | Target,
