@@ -489,6 +489,10 @@ class VerdictSummary(TypedDict):
     comm_time_s: float  # Σ t_expected_s of the collectives
     exposed_comm_s: float  # Σ t_exposed_s: communication the compute stream waited for
     exposed_comm_share: float  # exposed_comm_s ÷ step_expected_s
+    # the host's dispatch of one step and its wait for the outputs (a GPU's, calibrated; 0 where
+    # none is): a step that waits for its outputs takes it on top of step_expected_s, a loop
+    # that dispatches the next step meanwhile hides it
+    host_dispatch_s: float
     topology: dict | None  # where the devices sit (interconnect.Topology.to_dict)
     # each while loop (lax.scan, fori_loop), slowest first: name (its `loop` path), parent,
     # trip_count, iterations per step, time_per_iteration_s, flops_per_iteration,
@@ -627,7 +631,7 @@ VERDICT_CORE: tuple[str, ...] = tuple(
 SUMMARY_AMOUNTS: tuple[str, ...] = (
     "flops", "transcendentals", "bytes_accessed", "comm_bytes", "step_bound_s",
     "step_time_serial_s", "step_time_upper_s", "step_expected_s", "comm_time_s", "exposed_comm_s",
-    "hbm_bandwidth",
+    "hbm_bandwidth", "host_dispatch_s",
 )  # fmt: skip
 SUMMARY_FRACTIONS: tuple[str, ...] = (
     "coverage", "floor_share", "exposed_comm_share", "mfu_upper_bound", "mfu_expected",

@@ -332,6 +332,11 @@ def _scheduled_lines(s: dict) -> list[str]:
             f"{format_seconds(s['exposed_comm_s'])} ({_percent(s['exposed_comm_share'])} of the "
             "scheduled step)"
         )
+    if s.get("host_dispatch_s"):
+        lines.append(
+            f"host dispatch: {format_seconds(s['host_dispatch_s'])} a step, on top where each "
+            "step waits for its outputs (hidden where the next is dispatched meanwhile)"
+        )
     return lines
 
 

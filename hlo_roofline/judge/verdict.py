@@ -127,6 +127,7 @@ def classify(
         comm_time_s=comm,
         exposed_comm_s=exposed,
         exposed_comm_share=exposed / expected if expected else 0.0,
+        host_dispatch_s=expected_model.model.dispatch(ops),
         topology=topology.to_dict() if topology is not None else None,
         loops=loops_summary(ops),
         **remat_summary(ops, step),

@@ -96,10 +96,11 @@ export function renderSummary() {
       ? card(
           "step expected, as scheduled",
           fmtTime(s.step_expected_s),
-          s.comm_time_s
+          (s.comm_time_s
             ? `communication ${fmtTime(s.comm_time_s)}, exposed ${fmtTime(s.exposed_comm_s)} ` +
-                `(${fmtPct(s.exposed_comm_share)} of the step)`
-            : "no communication",
+              `(${fmtPct(s.exposed_comm_share)} of the step)`
+            : "no communication") +
+            (s.host_dispatch_s ? `; host dispatch ${fmtTime(s.host_dispatch_s)} a step` : ""),
           "scheduled",
         )
       : null,
