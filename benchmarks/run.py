@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/run.py --targets cpu        # only the GPT step, compiled for the CPU
     .venv/bin/python benchmarks/run.py --quick              # fewer repeats, no compile, 20k module
 
+(Where our time goes, by phase and by source file: ``benchmarks/phases.py``.)
+
 It prints the machine, the details below, and last the four figures the project holds itself to,
 each measured in this run next to its target ("figure: measured vs target (met / not met)"):
 

@@ -6,12 +6,15 @@ report written by one is read identically by the others (``Report.read`` round-t
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import html
 import io
 import json
 import math
 import os
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -382,7 +385,7 @@ class Report:
             raise
         except RecursionError:
             raise ReportError("not a readable hlo_roofline report (nested too deep)") from None
-        except (ValueError, TypeError, KeyError, AttributeError, pd.errors.ParserError) as exc:
+        except _UNREADABLE as exc:
             raise ReportError(f"not a readable hlo_roofline report ({exc})") from None
         if seal is not None and not trust_unsigned:
             raise ReportError(
@@ -399,7 +402,15 @@ class Report:
             raise ReportError("not an hlo_roofline report (no 'format' marker)")
         if data.get("version") != VERSION:
             raise ReportError(f"report version {data.get('version')} is not {VERSION}")
-        ops = pd.DataFrame(data["data"], columns=data["columns"])
+        columns, records = data["columns"], data["data"]
+        if not isinstance(columns, list) or not isinstance(records, list):
+            raise ReportError("its 'columns' or its 'data' is not a list")
+        _refuse_twice(columns)
+        short = next((i for i, r in enumerate(records) if not isinstance(r, list)
+                      or len(r) != len(columns)), None)  # fmt: skip
+        if short is not None:  # pandas would fill a short record's last cells with None
+            raise ReportError(f"its record {short} does not hold one value per column")
+        ops = pd.DataFrame(records, columns=columns)
         rows = data.get("rows", len(ops))
         if isinstance(rows, bool) or not isinstance(rows, int) or rows != len(ops):
             raise ReportError(f"it says it has {rows!r} rows but holds {len(ops)}")
@@ -448,6 +459,7 @@ class Report:
             raise ReportError("its metadata does not say how many rows follow")
         if not body.endswith("\n"):
             raise ReportError("truncated: its last record is cut")
+        _refuse_twice(next(csv.reader([body.partition("\n")[0]]), []))  # pandas renames a second
         ops = pd.read_csv(io.StringIO(body), keep_default_na=False, na_values=[""])
         if len(ops) != rows:
             raise ReportError(f"truncated: {len(ops)} of {rows} rows")
@@ -679,6 +691,10 @@ REQUIRED_COLUMNS = (
 # on it; faces print it beside a violation): read back as empty. (The hint's and roof's fields
 # stay absent: faces tell an older report by them.)
 _OPTIONAL_VERDICT_TEXT = ("hint",)
+# what parsing a damaged file raises, an integer past an int64 (OverflowError) among them
+_UNREADABLE = (
+    ValueError, TypeError, KeyError, AttributeError, OverflowError, pd.errors.ParserError,
+)  # fmt: skip
 _TRUE, _FALSE = (True, "True", "true", 1, 1.0), (False, "False", "false", 0, 0.0)
 
 
@@ -705,14 +721,45 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
             _refuse_cells(ops, bad, column, "is not true or false")
             ops[column] = values.isin(_TRUE).astype(bool)
         else:
+            if column in schema.BY_NAME:  # a user's own column is theirs to fill
+                _refuse_cells(ops, _bools(values), column, "is not a number")
             numbers = pd.to_numeric(values, errors="coerce")
             _refuse_cells(ops, numbers.isna() & values.notna(), column, "is not a number")
             if column in schema.INT_COLUMNS:
                 _refuse_cells(ops, numbers.isna(), column, "is empty")
+                _refuse_cells(ops, ~_whole_numbers(numbers), column, "is not a whole number")
                 ops[column] = numbers.astype(np.int64)
             else:
                 ops[column] = numbers.astype(float)
     return ops
+
+
+def _bools(values: pd.Series) -> pd.Series:
+    """Where a number column holds true or false (JSON's ``true``, which pandas reads as 1)."""
+    if values.dtype == bool:
+        return pd.Series(True, index=values.index)
+    if values.dtype != object:
+        return pd.Series(False, index=values.index)
+    return values.map(lambda v: isinstance(v, bool | np.bool_))
+
+
+_INT_LIMIT = 2.0**63  # an int column's values are int64s: no whole number at or past this
+
+
+def _whole_numbers(numbers) -> np.ndarray:
+    """Where each number is whole and an int64 holds it (a fraction or a 1e20 would be cut or
+    wrapped, not read)."""
+    values = np.asarray(numbers, dtype=float)
+    return (values == np.floor(values)) & (np.abs(values) < _INT_LIMIT)
+
+
+def _refuse_twice(columns) -> None:
+    """A column named twice: which of its values a gate read would be the reader's guess."""
+    seen: set = set()
+    for name in columns:
+        if name in seen:
+            raise ReportError(f"its columns name {name!r} twice")
+        seen.add(name)
 
 
 def validate(report: Report) -> Report:
@@ -747,11 +794,13 @@ def check_codes(ops: pd.DataFrame) -> None:
         _refuse_cells(ops, ~known, "hint_reason", "is not a known hint")
 
 
-def _refuse_cells(ops: pd.DataFrame, bad: pd.Series, column: str, why: str) -> None:
-    if bool(bad.any()):
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+def _refuse_cells(ops: pd.DataFrame, bad, column: str, why: str) -> None:
+    bad = np.asarray(bad, dtype=bool)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
         name = ops["name"].iloc[row] if "name" in ops else row
         value = ops[column].iloc[row]
+        value = value.item() if isinstance(value, np.generic) else value  # 2.5, not np.float64(2.5)
         raise ReportError(f"row {row} ({name}): {column} = {value!r} {why}")
 
 
@@ -759,7 +808,38 @@ def _finite(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _holds(hint, value) -> bool:
+    """``value`` is of the type ``schema.Summary`` declares (one level deep: a container's items
+    are their readers'); a ``float`` may be null, a NaN as JSON writes it."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_holds(h, value) for h in typing.get_args(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None) or hint is typing.Any:
+        return value is None or hint is typing.Any
+    if hint is float:
+        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typing.is_typeddict(hint):
+        return isinstance(value, dict)
+    return isinstance(value, origin or hint)
+
+
+_SUMMARY_TYPES = typing.get_type_hints(schema.Summary)
+
+
 def _validate_summary(summary: dict) -> None:
+    for key, value in summary.items():  # what judging it again reads among them: its topology,
+        hint = _SUMMARY_TYPES.get(key)  # model_flops, memory figures, missing facts
+        if hint is not None and not _holds(hint, value):
+            raise ReportError(f"summary {key} = {value!r} is not of its type ({_type_name(hint)})")
+    try:
+        step.check_model_flops(summary.get("model_flops"))
+    except ValueError as exc:
+        raise ReportError(f"summary {exc}") from None
+    _validate_memory(summary.get("memory"))
     for key in schema.SUMMARY_AMOUNTS + schema.SUMMARY_FRACTIONS:
         if key not in summary:
             continue
@@ -776,12 +856,38 @@ def _validate_summary(summary: dict) -> None:
             value = fit.get(key)
             if not _finite(value) or value < 0:
                 raise ReportError(f"summary memory_fit.{key} = {value!r} is not a number >= 0")
-    figures = summary.get("memory")
-    if figures is not None and not isinstance(figures, dict):
-        raise ReportError(f"summary memory = {figures!r} is not an object")
     for key in ("unknown_ops", "notes"):
         if key in summary and not isinstance(summary[key], list):
             raise ReportError(f"summary {key} = {summary[key]!r} is not a list")
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _validate_memory(figures) -> None:
+    """The memory figures a fit is judged from again on another chip (``memory.judge``): every
+    size a number no smaller than 0 or null, the need a number, whether it is complete a bool."""
+    if figures is None:
+        return
+    if not isinstance(figures, dict):
+        raise ReportError(f"summary memory = {figures!r} is not an object")
+    if not figures:
+        return
+    for key, value in figures.items():
+        if key.endswith("_bytes") and value is not None and not (_finite(value) and value >= 0):
+            raise ReportError(f"summary memory.{key} = {value!r} is not a number >= 0")
+    if not _finite(figures.get("need_bytes")):
+        raise ReportError(
+            f"summary memory.need_bytes = {figures.get('need_bytes')!r} is not a number"
+        )
+    if not isinstance(figures.get("complete"), bool):
+        raise ReportError(
+            f"summary memory.complete = {figures.get('complete')!r} is not true or false"
+        )
+    for key in ("largest", "slices"):
+        if key in figures and not isinstance(figures[key], list):
+            raise ReportError(f"summary memory.{key} = {figures[key]!r} is not a list")
 
 
 def _stack_texts(stacks: list[str], indexes: pd.Series) -> list[str] | np.ndarray:
@@ -897,11 +1003,16 @@ def _internals_of(data: dict, ops: pd.DataFrame) -> pd.DataFrame | None:
     for name, cells in given.items():
         if name not in _INTERNAL:
             raise ReportError(f"its internals have {name!r}, which is no model internal")
+        if name in ops.columns:  # which of the two a judge read would be the reader's guess
+            raise ReportError(f"its internal {name!r} is given twice: among its columns and apart")
         if not isinstance(cells, list) or not all(
             isinstance(c, list) and len(c) == 2 and type(c[0]) is int and 0 <= c[0] < len(ops)
             for c in cells
         ):
             raise ReportError(f"its internal {name!r} is not a list of [row, value] of its rows")
+        rows = [row for row, _ in cells]
+        if len(set(rows)) != len(rows):
+            raise ReportError(f"its internal {name!r} gives a row more than one value")
         arrays[name] = internal_array(name, _internal_values(name, cells, len(ops)))
     return _internal_frame(arrays, ops.index)
 
@@ -922,7 +1033,7 @@ def _internal_values(name: str, cells: list, rows: int) -> np.ndarray:
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not number or not math.isfinite(value) or value < 0:
             raise ReportError(f"row {row}: {name} = {value!r} is not a number no smaller than 0")
-        if kind is np.int64 and value != int(value):
+        if kind is np.int64 and not _whole_numbers([value])[0]:
             raise ReportError(f"row {row}: {name} = {value!r} is not a whole number")
         values[row] = value
     return values

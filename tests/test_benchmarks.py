@@ -78,3 +78,16 @@ def test_scaling_script_measures_time_and_memory_per_instruction(tmp_path):
     small, large = json.loads(out.read_text())
     assert 1000 <= small["instructions"] < large["instructions"]
     assert small["us_per_instruction"] > 0 and large["rss_bytes_per_instruction"] > 0
+
+
+def test_phase_script_splits_an_analysis_into_its_phases():
+    """``benchmarks/phases.py``: every phase of an analysis timed (the judging only with a chip),
+    and a profile by file that names the package's own files."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "phases.py"), "--repeat", "1", "--top",
+               "40", "--chip", "v5e", "scan10/tpu_v5e.hlo.txt"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = next(line for line in done.stdout.splitlines() if "scan10/tpu_v5e" in line)
+    times = [float(cell) for cell in row.split()[2:]]
+    assert len(times) == 5 and all(t > 0 for t in times)  # parse, price, rows, frame, judge
+    assert "hlo/parser.py" in done.stdout and "cost/base.py" in done.stdout

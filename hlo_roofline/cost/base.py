@@ -392,7 +392,6 @@ class CostContext:
     model: str = "roofline"
     pad_to_tiles: bool = False
     _computation_costs: dict[str, Cost] = field(default_factory=dict)
-    _sizes: dict[int, int] = field(default_factory=dict)
     _users: dict[str, dict[int, tuple[Instruction, ...]]] = field(default_factory=dict)
     _in_flight: frozenset[str] | None = None
     # What a rule works out once per instruction or computation and reuses from every caller, so
@@ -407,10 +406,10 @@ class CostContext:
         self._dispatch: dict[str, Rule | None] = {}
 
     def size(self, shape: Shape) -> int:
-        """XLA's GetShapeSize: a tuple is its pointer table, a token 0, an opaque 8."""
-        try:
-            return self._sizes[id(shape)]
-        except KeyError:
+        """XLA's GetShapeSize: a tuple is its pointer table, a token 0, an opaque 8. Kept on the
+        shape (its module's instructions share one per spelling), as stored and as tiled."""
+        size = shape._tiled_bytes if self.pad_to_tiles else shape._bytes
+        if size is None:
             if shape.dtype == "tuple":
                 size = POINTER_BYTES * len(shape.tuple_shapes)
             elif shape.dtype == "token":
@@ -419,22 +418,22 @@ class CostContext:
                 size = POINTER_BYTES
             else:
                 size = array_bytes(shape, self.pad_to_tiles)
-            self._sizes[id(shape)] = size
-            return size
+            object.__setattr__(shape, "_tiled_bytes" if self.pad_to_tiles else "_bytes", size)
+        return size
 
     def output_bytes(self, shape: Shape) -> int:
         """Bytes written for a result: the sum of its array leaves."""
         if shape.dtype != "tuple":
-            size = self._sizes.get(id(shape))
-            return self.size(shape) if size is None else size
+            return self.size(shape)
         return sum(self.size(leaf) for leaf in shape.leaves())
 
     def operand_bytes(self, instr: Instruction) -> int:
-        sizes = self._sizes  # the memo read inline: this runs for nearly every op priced
+        size, tiled = self.size, self.pad_to_tiles  # the slot read inline: nearly every op's
         total = 0
         for op in instr.operands:
-            size = sizes.get(id(op.shape))
-            total += self.size(op.shape) if size is None else size
+            shape = op.shape
+            known = shape._tiled_bytes if tiled else shape._bytes
+            total += size(shape) if known is None else known
         return total
 
     def read_and_written(self, instr: Instruction, result: Shape) -> int:
@@ -445,17 +444,18 @@ class CostContext:
     def default_bytes(self, instr: Instruction) -> int:
         """XLA's default: every operand read once (a tuple operand is its pointer table) + outputs.
         (``output_bytes`` + ``operand_bytes``, written out: most rules of most ops run this.)"""
-        sizes = self._sizes
+        tiled = self.pad_to_tiles
         shape = instr.shape
         if shape.dtype == "tuple":
             total = self.output_bytes(shape)
         else:
-            total = sizes.get(id(shape))
+            total = shape._tiled_bytes if tiled else shape._bytes
             if total is None:
                 total = self.size(shape)
         for op in instr.operands:
-            size = sizes.get(id(op.shape))
-            total += self.size(op.shape) if size is None else size
+            shape = op.shape
+            known = shape._tiled_bytes if tiled else shape._bytes
+            total += self.size(shape) if known is None else known
         return total
 
     def cost(self, instr: Instruction) -> Cost:

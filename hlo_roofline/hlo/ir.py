@@ -68,6 +68,11 @@ class Shape:
     # and, on first use, its text and its leaves (reports print it and walk them once a row)
     _text: str | None = field(default=None, init=False, compare=False, repr=False)
     _leaves: tuple[Shape, ...] | None = field(default=None, init=False, compare=False, repr=False)
+    # and its size in bytes as the cost layer counts it (``cost.base.CostContext.size``), as
+    # stored and padded to its tiles: a rule asks it of nearly every operand of every op, and a
+    # slot is read several times faster than a memo keyed by the shape's id
+    _bytes: int | None = field(default=None, init=False, compare=False, repr=False)
+    _tiled_bytes: int | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         is_tuple = self.dtype == "tuple"

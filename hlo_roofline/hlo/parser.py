@@ -122,6 +122,14 @@ _ARITY: dict[str, tuple[int, int, int]] = {
 }
 _FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _KV = re.compile(r"(\w+)=(-?\d+)")
+# A location and a frame as jax prints them, read by one match each (any other form, field by
+# field with _KV): a module with stack frames has hundreds of both, and small ones spent an eighth
+# of their parse decoding them
+_LOCATION = re.compile(
+    r"\{file_name_id=(\d+) function_name_id=(\d+) line=(\d+) end_line=\d+ column=\d+ "
+    r"end_column=\d+\}"
+)
+_FRAME = re.compile(r"\{file_location_id=(\d+) parent_frame_id=(\d+)\}")
 _LEAF_OPCODES = frozenset({"parameter", "constant"})
 _CALLED_KEYS = frozenset(_CALLED_ATTRS)
 _MAX_ELEMENTS = 2**63 - 1
@@ -490,18 +498,40 @@ def _parse_frame_tables(
     frames: dict[int, StackFrame] = {}
     files = {k: v.strip('"') for k, v in tables["FileNames"].items()}
     functions = {k: v.strip('"') for k, v in tables["FunctionNames"].items()}
-    locations = {k: dict(_KV.findall(v)) for k, v in tables["FileLocations"].items()}
+    locations = {k: _location(v) for k, v in tables["FileLocations"].items()}
     for frame_id, value in tables["StackFrames"].items():
-        fields = dict(_KV.findall(value))
-        loc = locations.get(int(fields.get("file_location_id", 0)), {})
+        location, parent = _frame(value)
+        file_id, function_id, line = locations.get(location, (0, 0, 0))
         frames[frame_id] = StackFrame(
-            file=files.get(int(loc.get("file_name_id", 0)), ""),
-            function=functions.get(int(loc.get("function_name_id", 0)), ""),
-            line=int(loc.get("line", 0)),
+            file=files.get(file_id, ""),
+            function=functions.get(function_id, ""),
+            line=line,
             # jax prints the parent's id plus one; 1 (and 0) mean "no parent".
-            parent=max(int(fields.get("parent_frame_id", 0)) - 1, 0),
+            parent=max(parent - 1, 0),
         )
     return frames, following
+
+
+def _location(value: str) -> tuple[int, int, int]:
+    """A ``FileLocations`` entry's file name id, function name id and line (0 where absent)."""
+    m = _LOCATION.fullmatch(value)
+    if m is not None:
+        return int(m[1]), int(m[2]), int(m[3])
+    fields = dict(_KV.findall(value))
+    return (
+        int(fields.get("file_name_id", 0)),
+        int(fields.get("function_name_id", 0)),
+        int(fields.get("line", 0)),
+    )
+
+
+def _frame(value: str) -> tuple[int, int]:
+    """A ``StackFrames`` entry's location id and parent frame id as printed (0 where absent)."""
+    m = _FRAME.fullmatch(value)
+    if m is not None:
+        return int(m[1]), int(m[2])
+    fields = dict(_KV.findall(value))
+    return int(fields.get("file_location_id", 0)), int(fields.get("parent_frame_id", 0))
 
 
 def parse_module(text: str) -> Module:
