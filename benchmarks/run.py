@@ -219,6 +219,11 @@ REPRESENTATIVE = (
     "memory_dump/gpu_h100/module_0001.jit_step.sm_9.0a_gpu_after_optimizations.txt",
 )  # fmt: skip
 GPT2 = ROOT / "fixtures" / "gpt2_small" / "tpu_v5e.hlo.txt.gz"
+# A real dump's module: MaxText's default step on v5p-8, as XLA:TPU wrote it (--xla_dump_to).
+DUMP = (
+    ROOT / "fixtures" / "maxtext" / "default_v5p8.dump"
+    / "module_0000.jit_train_step.cl_1014260217.after_optimizations.txt.gz"
+)  # fmt: skip
 
 
 def representative_ratio(repeat: int = 3) -> dict:
@@ -247,11 +252,23 @@ def fixed_cost_share(repeat: int = 5) -> dict:
             "xla_gpt2": statistics.median(xla)}  # fmt: skip
 
 
+# Committed modules whose peak RSS ÷ text the tests hold (tests/test_memory_scale.py), by their
+# key in benchmarks/baseline.json: XLA:TPU's tiled layouts (GPT-2's step) and a dump's module.
+RSS_FIXTURES = {"rss_over_text_tpu_gpt2": GPT2, "rss_over_text_dump_v5p8": DUMP}
+
+
+def _written(path: Path, folder: Path) -> Path:
+    """The module at ``path`` as plain text in ``folder`` (the child reads no gzip)."""
+    plain = folder / path.name.removesuffix(".gz")
+    plain.write_text(read_module(path))
+    return plain
+
+
 def write_baseline(repeat: int) -> dict:
     """Measure what the tests hold: the committed GPT-2 module's speed ratio, the median ratio
     over :data:`REPRESENTATIVE`, the fixed cost's share of XLA's time on GPT-2, and a generated
-    200k-instruction module's peak RSS ÷ text (the step with metadata, and the flat one); write
-    them to ``benchmarks/baseline.json``."""
+    200k-instruction module's peak RSS ÷ text (the step with metadata, and the flat one) and that
+    of :data:`RSS_FIXTURES`; write them to ``benchmarks/baseline.json``."""
     import jaxlib
     from generate import generate_flat_module, generate_module
 
@@ -264,6 +281,9 @@ def write_baseline(repeat: int) -> dict:
         memory = rss_over_text(generated)
         generated.write_text(generate_flat_module(200_000))
         flat = rss_over_text(generated)
+        committed = {
+            key: rss_over_text(_written(path, Path(tmp))) for key, path in RSS_FIXTURES.items()
+        }
     baseline = {
         "gpt2_v5e_cpu_ratio": round(measured["cpu_ratio"], 3),
         "ours_cpu_ms": round(measured["ours_cpu"] * 1e3, 1),
@@ -274,6 +294,7 @@ def write_baseline(repeat: int) -> dict:
         "rss_over_text_200k": round(memory["ru_over_text"], 2),
         "rss_added_mib_200k": round(memory["ru_added"] / 2**20, 1),
         "rss_over_text_flat_200k": round(flat["ru_over_text"], 2),
+        **{key: round(m["ru_over_text"], 2) for key, m in committed.items()},
         "jaxlib": jaxlib.__version__,
         "python": platform.python_version(),
         "load_average": round(os.getloadavg()[0], 1),

@@ -56,8 +56,10 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from hlo_roofline import chips
-from hlo_roofline.judge import time_model
+from hlo_roofline.judge import compute, time_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -543,7 +545,76 @@ def heldout_fits(chip: str) -> list[Fit]:
         if min(residuals) < SPREAD_LIMIT:  # no one rate: the mechanism is not this chip's charge
             continue
         found.append(Fit(chip, key, value, "fixtures/tpu_heldout", residuals))
-    return found
+    return found + weight_load_fits(chip)
+
+
+def weight_load_fits(chip: str) -> list[Fit]:
+    """``weight_load`` and ``weight_load_overhead``, fitted on the fit half of
+    ``fixtures/tpu_heldout`` alone: the held weight elements per second per TensorCore and the
+    time per op at which XLA charges a matmul loading its weights into the MXUs
+    (:func:`hlo_roofline.judge.compute.weight_loads`: load + overhead, whatever M).
+
+    Two numbers, so the least charge is a line, not a rate: the line under every fit-half matmul
+    (``held / rate + overhead ≤`` its estimate, per execution, whatever its program) that is
+    highest on them (the sum of each op's charge ÷ its estimate), the rate and overhead ≥ 0;
+    found among the lines through two ops' points or one and an axis (a linear programme in two
+    unknowns). The residuals printed are each weight-bound op's charge ÷ its estimate (weights in
+    VMEM, and too few rows for the MXU's time to pass the load's at the fitted rate: the ops the
+    load sets), ≤ 1. None where the fit half has no matmul."""
+    spec = chips.get(chip)
+    device = spec.per_device()
+    per_core = (spec.devices_per_chip or 1) / spec.cores.get("tensorcore", 1)
+    held, xla, rows_streamed, in_vmem = [], [], [], []
+    for program in heldout_programs("fit"):
+        if chip not in _heldout_chips(program):
+            continue
+        ops = _heldout_ops(chip, program)
+        weights = compute.held_weight_elements(ops, device)
+        rows = ops[weights > 0]
+        count = rows["count"].to_numpy(dtype=float)
+        held += list(weights[weights > 0])
+        xla += list(rows["xla_estimate_s"].to_numpy(dtype=float) / count)
+        rows_streamed += list(np.where(compute.streams_columns(rows), rows["mm_n"], rows["mm_m"]))
+        in_vmem += list(rows["vmem_bytes"] >= 0.9 * rows["bytes_accessed"])
+    w, t = np.array(held), np.array(xla)
+    if not len(w):
+        return []
+    # each constraint a·w + c ≤ t is the line (w, 1, t); a vertex is where two lines (or one and
+    # an axis a = 0, c = 0) cross; the best feasible vertex maximises Σ (a·w + c) / t
+    lines = [(wi, 1.0, ti) for wi, ti in zip(w, t, strict=True)]
+    lines += [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0)]  # a = 0, c = 0
+    best, best_score = (0.0, 0.0), -1.0
+    for i, (p1, q1, r1) in enumerate(lines):
+        for p2, q2, r2 in lines[i + 1 :]:
+            det = p1 * q2 - p2 * q1
+            if abs(det) < 1e-30:
+                continue
+            a, c = (r1 * q2 - r2 * q1) / det, (p1 * r2 - p2 * r1) / det
+            if a < 0 or c < 0 or np.any(a * w + c > t * (1 + 1e-9)):
+                continue
+            score = float(np.sum((a * w + c) / t))
+            if score > best_score:
+                best, best_score = (a, c), score
+    slope, overhead = best
+    if slope <= 0:
+        return []
+    rate = _round_up(per_core / slope)
+    overhead = _round_down(overhead)
+    # weight-bound: the load (held / rate) longer than the MXU's pass (2·rows·held / peak)
+    bound = np.array(in_vmem) & (np.array(rows_streamed) < device.peak("bf16") * slope / 2)
+    residuals = tuple((w[bound] * per_core / rate + overhead) / t[bound])
+    return [
+        Fit(chip, "weight_load", rate, "fixtures/tpu_heldout", residuals),
+        Fit(chip, "weight_load_overhead", overhead, "fixtures/tpu_heldout", residuals),
+    ]
+
+
+def _round_down(x: float, digits: int = 4) -> float:
+    """``x`` rounded down to ``digits`` significant digits (a time: the lower charge); 0 stays 0."""
+    if x <= 0:
+        return 0.0
+    unit = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return float(f"{math.floor(x / unit + 1e-9) * unit:.{digits}g}")
 
 
 def _round_up(x: float, digits: int = 4) -> float:

@@ -66,6 +66,8 @@ EXPECTED_EFFECTS = {
     "(`calibrated.folded_product`)",
     "relayout": "a TPU copy moving its lanes, per element of each side in HBM "
     "(`calibrated.relayout`)",
+    "weight_load": "a TPU matmul's weight tiles loaded into the MXUs, per held element whatever "
+    "its rows, and a per-op overhead (`calibrated.weight_load`, `weight_load_overhead`)",
     "matmul_rate": "its matrix-unit work at the share of the peak the chip's matmul kernels "
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "

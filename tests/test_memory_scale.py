@@ -43,6 +43,10 @@ KINDS = {
     # its parsed module alone is ~5x its text (hlo/): the 4x target is not met yet (issue 40)
     "flat": (generate_flat_module, "rss_over_text_flat_200k", False),
 }
+# Committed modules of the other kinds (benchmark.RSS_FIXTURES): XLA:TPU's tiled layouts (GPT-2's
+# step, 3.7 MB) and a dump's module (MaxText's v5p-8 step, 0.7 MB; a few MB of the analysis's own
+# first use weigh more on a small module). Neither meets the 4x target yet (issue 40).
+FIXTURE_KINDS = {"tpu_tiled": "rss_over_text_tpu_gpt2", "dump": "rss_over_text_dump_v5p8"}
 
 
 @SLOW  # analyzes 200k instructions (tens of seconds on a loaded machine)
@@ -62,6 +66,17 @@ def test_peak_rss_of_a_200k_instruction_analysis_stays_within_its_ratio_to_the_t
     assert ratio <= baseline[key] * 1.1, f"{said}, committed {baseline[key]}x"
     if meets_target:
         assert ratio <= TARGET, f"{said}, above the {TARGET:g}x target"
+
+
+@SLOW
+@pytest.mark.parametrize("kind", sorted(FIXTURE_KINDS))
+def test_peak_rss_of_a_committed_module_stays_within_its_ratio_to_the_text(tmp_path, kind):
+    key = FIXTURE_KINDS[kind]
+    baseline = json.loads((ROOT / "benchmarks" / "baseline.json").read_text())
+    measured = benchmark.rss_over_text(benchmark._written(benchmark.RSS_FIXTURES[key], tmp_path))
+    assert measured["instructions"] > 3000
+    ratio = measured["ru_over_text"]
+    assert ratio <= baseline[key] * 1.1, f"{kind}: {ratio:.2f}x its text, committed {baseline[key]}x"
 
 
 @pytest.fixture(scope="module")

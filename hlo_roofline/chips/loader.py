@@ -52,6 +52,8 @@ CALIBRATED = {
     "sublane_fold": "sublane_fold_rate",
     "folded_product": "folded_product_rate",
     "relayout": "relayout_rate",
+    "weight_load": "weight_load_rate",
+    "weight_load_overhead": "weight_load_overhead_s",
     "epilogue_passes": "epilogue_passes",
     "epilogue_passes_k_whole": "epilogue_passes_k_whole",
     "prologue_passes": "prologue_passes",

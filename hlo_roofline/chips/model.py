@@ -205,6 +205,11 @@ class Calibration:
     folded_product_rate: float | None = None
     # elements/s XLA:TPU charges a lane-moving copy per element of each side in HBM
     relayout_rate: float | None = None
+    # weight elements/s XLA:TPU charges a matmul for loading its weight tiles into the MXUs
+    # (weight-stationary: per held element, whatever the rows streamed through them), and the
+    # time it adds per matmul op on top of that load
+    weight_load_rate: float | None = None
+    weight_load_overhead_s: float | None = None
     # HBM bytes per element the loop that set vector_elements_rate read: XLA:TPU charges a loop's
     # reads beyond these on top of its loop time
     loop_read_bytes: float | None = None
@@ -246,7 +251,7 @@ class Calibration:
     _RATES = ("matmul_stream_bandwidth", "vector_elements_rate", "lane_reduce_rate", "fill_rate",
               "major_reduce_rate", "reduced_stream_rate", "depthwise_tap_rate",
               "expanded_elements_rate", "sublane_fold_rate", "folded_product_rate",
-              "relayout_rate")  # fmt: skip
+              "relayout_rate", "weight_load_rate")  # fmt: skip
 
     def shared(self, n: int) -> Calibration:
         """Each of ``n`` devices' share of a chip's calibration (its rates divided evenly)."""

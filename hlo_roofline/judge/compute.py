@@ -396,6 +396,36 @@ def relayouts(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
     return ops["relaid_elements"].to_numpy(dtype=float) / rate
 
 
+def held_weight_elements(ops: pd.DataFrame, chip: Chip) -> np.ndarray:
+    """The elements of the operand each matmul holds in the MXUs (its K×N weights, or K×M where it
+    streams its few N columns: :func:`streams_columns`), padded to the array's tiles, per batch;
+    0 for other rows, matrix-vector products and depthwise convolutions (the vector unit's)."""
+    width = chip.mxu_width or 1
+    m, n, k = (ops[c].to_numpy(dtype=np.int64) for c in ("mm_m", "mm_n", "mm_k"))
+    batch = np.maximum(ops["mm_batch"].to_numpy(dtype=np.int64), 1) if "mm_batch" in ops else 1
+    held = np.where(streams_columns(ops), m, n)
+    on_mxu = (np.minimum(n, k) > 1) & (held > 1)
+    if "depthwise_taps" in ops:  # a depthwise convolution runs on the vector unit
+        on_mxu &= ops["depthwise_taps"].to_numpy(dtype=float) == 0
+    return np.where(on_mxu, padded(held, width) * padded(k, width) * batch, 0).astype(float)
+
+
+def weight_loads(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarray:
+    """The least time XLA:TPU's cost model gives a matmul by loading its weights (0 for other rows
+    and on chips without the rate): the MXU is weight-stationary, so each held weight tile is
+    loaded once whatever the rows streamed through it, and a matmul with few rows (a recurrent
+    step's M = 8-64) takes its weights' load, not its rows' MXU time: the held elements
+    (:func:`held_weight_elements`) at the chip's ``calibrated.weight_load`` rate, plus its
+    ``calibrated.weight_load_overhead`` once per execution. XLA's rate, not the hardware's: no
+    part of the bound."""
+    cal = chip.calibration
+    if not cal.weight_load_rate or "mm_k" not in ops:
+        return np.zeros(len(ops))
+    held = held_weight_elements(ops, chip)
+    per_op = held / cal.weight_load_rate + (cal.weight_load_overhead_s or 0.0)
+    return np.where(matmul & (held > 0), per_op * ops["count"].to_numpy(dtype=float), 0.0)
+
+
 def unfolded_loops(ops: pd.DataFrame, loop: np.ndarray) -> np.ndarray:
     """The charged ``loop`` time, 0 on the rows whose loop is their folded product's pass (its
     ``vector_elements`` the product's two to a word, nothing larger): the fold charges those

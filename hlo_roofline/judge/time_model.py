@@ -40,6 +40,7 @@ from hlo_roofline.judge.compute import (
     second_passes,
     sublane_folds,
     unfolded_loops,
+    weight_loads,
 )
 from hlo_roofline.schema import BOUNDS
 
@@ -418,6 +419,7 @@ class TpuTimeModel(TimeModel):
             "second_pass": second_passes(ops, charged["loop"], chip) * priced,
             "folded_product": folded_products(ops, chip) * priced,
             "relayout": relayouts(ops, chip) * priced,
+            "weight_load": weight_loads(ops, chip, matmul & ~no_rate),
             "matmul_rate": measured["matmul_rate"],
             "memory_rate": measured["memory_rate"],
             "dcn": self.dcn_times(ops),
