@@ -82,6 +82,10 @@ class _Chip:
         0  # TPU: the largest slice (chips.md §3); GPU: devices per host (NVLink domain)
     )
     examples: str = ""  # shapes named in error messages
+    # TPU only: libtpu's chip configuration, where its default is not how JAX runs the chip. A v4
+    # chip's two TensorCores are one JAX device ("megacore", as the chip database and MaxText's
+    # v4-N topologies have it); libtpu's default would expose each core as a device.
+    chip_config: str = ""
 
     def shape_error(self, dims: tuple[int, ...]) -> str | None:
         """Why ``dims`` is not a slice of this chip (None when it is one).
@@ -112,7 +116,7 @@ _GPU = "<partitions>x<hosts per partition>x<GPUs per host>, e.g. 1x1x1, 1x1x8, 8
 _CHIPS: dict[str, _Chip] = {
     c.key: c
     for c in [
-        _Chip("v4", "tpu", "2x2x1", "v4", 3, 4096, _TPU_3D),
+        _Chip("v4", "tpu", "2x2x1", "v4", 3, 4096, _TPU_3D, chip_config="megacore"),
         _Chip("v5e", "tpu", "2x2", "v5e", 2, 256, _TPU_2D),
         _Chip("v5p", "tpu", "2x2x1", "v5p", 3, 8960, _TPU_3D),
         _Chip("v6e", "tpu", "2x2", "v6e", 2, 256, _TPU_2D),
@@ -146,8 +150,8 @@ class Target:
 
     @property
     def devices(self) -> list[jax.Device]:
-        """The target's devices (TPU v4 and TPU7x expose 2 devices per chip); the topology is
-        made once per target (it loads libtpu or the CUDA plugin)."""
+        """The target's devices (TPU7x exposes 2 devices per chip; a v4 chip, in megacore mode,
+        one); the topology is made once per target (it loads libtpu or the CUDA plugin)."""
         return list(_topology(self).devices)
 
     @property
@@ -441,7 +445,9 @@ def _topology(target: Target) -> topologies.TopologyDescription:
     _require_libtpu()
     try:
         with _captured_stderr():
-            return topologies.get_topology_desc(target.topology_name, "tpu")
+            config = _CHIPS[target.chip].chip_config
+            options = {"chip_config_name": config} if config else {}
+            return topologies.get_topology_desc(target.topology_name, "tpu", **options)
     except Exception as e:
         reason = one_line(e)
         raise TargetError(
@@ -452,7 +458,7 @@ def _topology(target: Target) -> topologies.TopologyDescription:
 
 
 def devices(spec: str | Target) -> list[jax.Device]:
-    """The target's devices (TPU v4 and TPU7x expose 2 devices per chip)."""
+    """The target's devices (TPU7x exposes 2 devices per chip; a v4 chip, in megacore mode, one)."""
     return list(get_topology(spec).devices)
 
 
@@ -464,9 +470,8 @@ def make_mesh(
 ) -> jax.sharding.Mesh:
     """A mesh over all of the target's devices; default one axis ``"data"`` of every device.
 
-    Why not always ``topologies.make_mesh``: it refuses TPU v4 (two TensorCores per chip exposed
-    as devices: "requires one device per chip ('megacore' mode)"), so v4 gets a plain mesh in
-    device order. TPU7x also exposes 2 devices per chip, but ``topologies.make_mesh`` handles it.
+    TPU7x exposes 2 devices per chip, which ``topologies.make_mesh`` handles; a v4 target is
+    made in megacore mode (one device per chip, as JAX runs it), as that function requires.
     ``allow_split_physical_axes``: a mesh axis may take part of a torus axis (fsdp 32 × tensor 2
     on a 4x4x4), as ``mesh_utils.create_device_mesh`` and MaxText's option of that name allow.
     """
@@ -479,8 +484,6 @@ def make_mesh(
     if int(np.prod(shape)) != len(devs):
         need = int(np.prod(shape))
         raise ValueError(f"mesh {shape} needs {need} devices; {target.spec} has {len(devs)}")
-    if target.chip == "v4":
-        return jax.sharding.Mesh(np.array(devs).reshape(shape), tuple(axis_names))
     if allow_split_physical_axes:  # a mesh axis may take part of a torus axis (MaxText's option)
         from jax.experimental import mesh_utils
 

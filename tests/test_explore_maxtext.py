@@ -338,7 +338,8 @@ def test_a_config_name_is_found_in_maxtexts_folder(fake_maxtext, tmp_path):
 def test_maxtexts_default_model_explores_where_maxtext_is_installed(tmp_path):
     """MaxText's default 1B model on a v5p-8, two layouts: both compile and fit, ranked by
     tokens/s per chip with MaxText's own work (only where MaxText is importable)."""
-    pytest.importorskip("maxtext")
+    if maxtext.maxtext_spec() is None:  # MaxText itself, not a folder named maxtext on the path
+        pytest.skip("MaxText is not installed")
     result = maxtext.explore_maxtext(
         "base.yml", "v5p:2x2x1", overrides={"attention": "flash"}, axes=("fsdp", "tensor"),
         knobs={"per_device_batch_size": [2]}, constraints={"maximum": {"tensor": 2}}, jobs=1,
@@ -349,3 +350,18 @@ def test_maxtexts_default_model_explores_where_maxtext_is_installed(tmp_path):
     assert (table["tokens_per_step"] == 2 * 4 * 2048).all()
     assert table["tokens_per_s_per_chip"].is_monotonic_decreasing
     assert Path(result.name).name.startswith("maxtext-base@")
+
+
+def test_a_folder_named_maxtext_on_the_path_is_not_maxtext(tmp_path, monkeypatch):
+    """A checkout's or a fixtures folder ``maxtext/`` without ``__init__.py`` imports as a namespace
+    package: it is not MaxText, and --maxtext says MaxText is missing rather than failing later."""
+    (tmp_path / "maxtext").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in _maxtext_modules():
+        monkeypatch.delitem(sys.modules, name)
+    importlib.invalidate_caches()
+    if importlib.util.find_spec("maxtext").origin is not None:  # the real one comes first
+        pytest.skip("MaxText is installed ahead of the folder")
+    assert maxtext.maxtext_spec() is None
+    with pytest.raises(maxtext.MaxTextMissing, match="not importable"):
+        maxtext.require_maxtext()

@@ -24,13 +24,15 @@ import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+from hlo_roofline import chips  # noqa: E402
+
 # spec -> (canonical spec, platform, chip, number of devices, device_kind)
 CASES = {
     "v5e:2x2": ("v5e:2x2", "tpu", "v5e", 4, "TPU v5 lite"),
     "v5p:2x2x1": ("v5p:2x2x1", "tpu", "v5p", 4, "TPU v5"),
     "v6e:2x2": ("v6e:2x2", "tpu", "v6e", 4, "TPU v6 lite"),
     "7x:2x2x1": ("7x:2x2x1", "tpu", "7x", 8, "TPU7x"),
-    "v4:2x2x1": ("v4:2x2x1", "tpu", "v4", 8, "TPU v4"),
+    "v4:2x2x1": ("v4:2x2x1", "tpu", "v4", 4, "TPU v4"),  # megacore: one device a chip
     "h100:1x1x8": ("h100-sxm:1x1x8", "cuda", "h100-sxm", 8, "NVIDIA H100 80GB HBM3"),
     "h100": ("h100-sxm:1x1x1", "cuda", "h100-sxm", 1, "NVIDIA H100 80GB HBM3"),
     "a100": ("a100-80gb:1x1x1", "cuda", "a100-80gb", 1, "NVIDIA A100-SXM4-80GB"),
@@ -69,12 +71,17 @@ def test_topology_is_cached() -> None:
 
 
 def test_multi_axis_mesh_v4_and_7x() -> None:
-    """v4 (refused by topologies.make_mesh) and TPU7x expose 2 devices per chip."""
-    for spec in ("v4:2x2x1", "7x:2x2x1"):
-        mesh = T.make_mesh(spec, (2, 4), ("data", "model"))
-        assert mesh.devices.shape == (2, 4)
+    """TPU7x exposes 2 devices per chip; a v4 chip is one device (megacore, as JAX runs v4 and
+    as the chip database judges it: MaxText's v4-128 is 64 devices)."""
+    mesh = T.make_mesh("7x:2x2x1", (2, 4), ("data", "model"))
+    assert mesh.devices.shape == (2, 4)
     with pytest.raises(ValueError, match="needs 4 devices"):
-        T.make_mesh("v4:2x2x1", (4,), ("data",))
+        T.make_mesh("7x:2x2x1", (4,), ("data",))
+    mesh = T.make_mesh("v4:2x2x1", (2, 2), ("data", "model"))
+    assert mesh.devices.shape == (2, 2)
+    assert len(T.devices("v4:4x4x4")) == 64 == chips.get("v4").devices_per_chip * 64
+    with pytest.raises(ValueError, match="needs 8 devices; v4:2x2x1 has 4"):
+        T.make_mesh("v4:2x2x1", (8,), ("data",))
 
 
 def test_unknown_target_lists_close_matches() -> None:

@@ -65,13 +65,20 @@ class MaxTextMissing(ImportError):
     """MaxText is not importable from this Python."""
 
 
+def maxtext_spec() -> importlib.machinery.ModuleSpec | None:
+    """Where MaxText's package is, without importing it; None where it is not installed. A folder
+    named ``maxtext`` on the path without an ``__init__.py`` (a checkout's, a fixtures folder)
+    is a namespace package, not MaxText: no origin."""
+    try:
+        spec = importlib.util.find_spec("maxtext")
+    except (ImportError, ValueError):
+        return None
+    return spec if spec is not None and spec.origin is not None else None
+
+
 def require_maxtext() -> None:
     """A :class:`MaxTextMissing` saying how to fix it, where ``import maxtext`` would fail."""
-    try:
-        found = importlib.util.find_spec("maxtext") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    if maxtext_spec() is None:
         raise MaxTextMissing(
             f"MaxText is not importable from this Python ({sys.executable}): --maxtext builds "
             "MaxText's own train step, so run hlo-roofline from MaxText's environment (pip "
@@ -81,7 +88,7 @@ def require_maxtext() -> None:
 
 def _configs_dir() -> Path | None:
     """MaxText's packaged configs folder (without importing MaxText)."""
-    spec = importlib.util.find_spec("maxtext")
+    spec = maxtext_spec()
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))) / "configs"
