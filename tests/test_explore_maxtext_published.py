@@ -114,3 +114,30 @@ def test_the_gate_passes_the_published_layout(path):
         main, ["check", "--explore", str(path), "--layout", layout, "--max-gap-to-best", "5"]
     )
     assert result.exit_code == (1 if path.stem in MISSES else 0), result.output
+
+
+ON_DASK = [p for p in EXPLORATIONS if "dask" in json.loads(p.read_text())]
+
+
+def test_a_published_config_was_explored_on_dask_too():
+    assert ON_DASK, "no published config explored on Dask too (generate.py --dask NAME)"
+
+
+@pytest.mark.parametrize("path", ON_DASK, ids=lambda p: p.stem)
+def test_dask_gives_the_default_pools_table(path):
+    """The same exploration on a Dask LocalCluster (``generate.py --dask``): every candidate with
+    the pool's status, rank, step and HBM figure (the pool's table to the written digit)."""
+    doc = json.loads(path.read_text())
+    pool = explorer.read_table(path).set_index("candidate")
+    dask = doc["dask"]["rows"]
+    assert sorted(r["candidate"] for r in dask) == sorted(pool.index)
+    for row in dask:
+        mine = pool.loc[row["candidate"]]
+        assert row["status"] == mine["status"], row["candidate"]
+        for column in ("rank", "step_s", "tokens_per_s_per_chip", "hbm_per_device"):
+            theirs = mine[column]
+            if row[column] is None:
+                assert theirs is None or math.isnan(float(theirs)), (row["candidate"], column)
+            else:
+                said = (row["candidate"], column)
+                assert row[column] == pytest.approx(float(theirs), rel=1e-9), said
