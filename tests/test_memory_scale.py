@@ -242,7 +242,7 @@ def test_what_the_analysis_forgets_it_works_out_again_the_same(gpt2_text, monkey
     monkeypatch.setattr(analysis, "COSTS_KEPT", 2)
     monkeypatch.setattr(base, "COSTS_KEPT", 2)
     monkeypatch.setattr(table, "_MEMO_KEPT", 2)
-    monkeypatch.setattr(table, "_ROWS_PER_CHUNK", 512)  # the rows' memos trimmed often
+    monkeypatch.setattr(table, "_ROWS_PER_CHUNK", 64)  # the rows' memos trimmed often
     forgetful = report()
     pd.testing.assert_frame_equal(plain, forgetful, check_exact=True)
 
