@@ -2,9 +2,10 @@
 
 The slow tests: a 200k-instruction module of each kind from ``benchmarks/generate.py`` (the
 generated step with metadata, 41 MB; the flat one, 13 MB), and the committed modules of the other
-kinds (GPT-2's TPU step, a dump's module), are parsed and analyzed in a fresh interpreter; ``getrusage``'s peak after the imports to the end, ÷ the text's size, must stay
-within ``benchmarks/baseline.json``'s figure for its kind (what docs/performance.md reports) +
-10 % for the allocator's moods, and, where the kind meets it, within the 4× target (``TARGET``).
+kinds (GPT-2's TPU step, a dump's module), are parsed and analyzed in a fresh interpreter;
+``getrusage``'s peak after the imports to the end, ÷ the text's size, must stay within
+``benchmarks/baseline.json``'s figure for its kind (what docs/performance.md reports) + 10 % for
+the allocator's moods, and, where the kind meets it, within the 4× target (``TARGET``).
 
 The fast tests hold what the memory savings must not change: attributes that went back to their
 text read the same, rows that release their priced ops are the rows, the report's table is the
