@@ -164,6 +164,16 @@ class _Unclosed(HloParseError):
     in_braces = False
 
 
+def _unclosed(line: SourceLine, message: str, pos: int, in_braces: bool) -> _Unclosed:
+    """The error for a line that ends open, made here so that the frame that raises it holds no
+    reference to it: an exception a frame of its own traceback names is a cycle, which would keep
+    the parser's frames (all of its working state) alive until the next collection, and the
+    parser and the analysis run with collections paused."""
+    error = line.error(message, pos, _Unclosed)
+    error.in_braces = in_braces
+    return error
+
+
 def _scan(line: SourceLine, start: int, grouped: bool = True) -> tuple[int, list[int], list[int]]:
     """Scan ``line.text`` from ``start`` to its end, checking that brackets balance.
 
@@ -189,18 +199,14 @@ def _scan(line: SourceLine, start: int, grouped: bool = True) -> tuple[int, list
         elif tok in _CLOSER:
             stack.append(_CLOSER[tok])
         elif tok == '"':
-            error = line.error("unterminated string", m.start(), _Unclosed)
-            error.in_braces = stack[:1] == ["}"]
-            raise error
+            raise _unclosed(line, "unterminated string", m.start(), stack[:1] == ["}"])
         else:
             if not stack or stack.pop() != tok:
                 raise line.error(f"unbalanced '{tok}'", m.start())
             if not stack and close < 0 and grouped:
                 close = m.start()
     if stack:
-        error = line.error(f"missing '{stack[-1]}'", len(text), _Unclosed)
-        error.in_braces = stack[0] == "}"
-        raise error
+        raise _unclosed(line, f"missing '{stack[-1]}'", len(text), stack[0] == "}")
     return close, inner, outer
 
 
