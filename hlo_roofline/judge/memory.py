@@ -15,6 +15,7 @@ the remedies the book tries first (donate, shard over more devices, rematerialis
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from typing import NamedTuple
@@ -238,7 +239,8 @@ def from_module(module: Module) -> dict:
     ]
     returned = _returned(entry.root)
     # Only the LARGEST largest results are listed: each result's bytes (once per shape: results
-    # share them), and Buffers made of those alone, in the order sorting them all would give.
+    # share them), and Buffers made of those alone, in the order sorting them all would give
+    # (heapq.nlargest is that order, without an index list of every instruction at the peak).
     sizes: dict[int, int] = {}
     candidates = [
         i for i in entry.instructions if i.opcode not in _NOT_BUFFERS and i is not entry.root
@@ -251,7 +253,7 @@ def from_module(module: Module) -> dict:
         weights.append(size)
     results = [
         Buffer(i.name, "output" if i.name in returned else "temporary", weights[k], str(i.shape))
-        for k in sorted(range(len(candidates)), key=weights.__getitem__, reverse=True)[:LARGEST]
+        for k in heapq.nlargest(LARGEST, range(len(candidates)), key=weights.__getitem__)
         for i in (candidates[k],)
     ]
     outputs = entry.root.shape.leaves() if entry.root is not None else []
