@@ -365,3 +365,34 @@ def test_a_folder_named_maxtext_on_the_path_is_not_maxtext(tmp_path, monkeypatch
     assert maxtext.maxtext_spec() is None
     with pytest.raises(maxtext.MaxTextMissing, match="not importable"):
         maxtext.require_maxtext()
+
+
+def test_a_layout_maxtext_refuses_leaves_the_work_to_another(fake_maxtext, monkeypatch):
+    """MaxText's config may refuse one layout and take another (a layout's row is ``refused``
+    then): the work of the knobs is read from a layout it takes, and only knobs it refuses on
+    every layout stop the exploration before anything compiles."""
+    pyconfig = fake_maxtext / "configs" / "pyconfig.py"
+    pyconfig.write_text(
+        PYCONFIG.replace(
+            "    devices = ",
+            '    assert keys["ici_tensor_parallelism"] == "1", "no tensor parallelism"\n'
+            "    devices = ",
+        )
+    )
+    given = {}
+    monkeypatch.setattr(
+        "hlo_roofline.explorer.run.explore", lambda *args, **kwargs: given.update(kwargs)
+    )
+    maxtext.explore_maxtext(
+        "base.yml", "v5p:2x2x1", knobs={"per_device_batch_size": [2]}, axes=("fsdp", "tensor")
+    )
+    from hlo_roofline.explorer.layouts import candidates
+
+    found, _ = candidates("v5p:2x2x1", ("fsdp", "tensor"), {}, None)
+    assert dict(found[0].sizes)["tensor"] > 1  # the first layout is one the config refuses
+    assert given["tokens_per_step"](per_device_batch_size=2) == 2 * 4 * 2048
+    with pytest.raises(ValueError, match=r"MaxText refuses the config of .*no tensor"):
+        maxtext.explore_maxtext(
+            "base.yml", "v5p:2x2x1", knobs={"per_device_batch_size": [2]},
+            constraints={"fixed": {"tensor": 2}},
+        )  # fmt: skip

@@ -51,6 +51,10 @@ COMPILE_ONLY = {
 # lets SPMD partition that generator.
 RNG_LIBTPU_FLAG = "--xla_tpu_spmd_rng_bit_generator_unsafe=true"
 
+# What MaxText's pyconfig raises for a config it refuses (its asserts, its checks of values and
+# of their types): a refusal of that layout and those knobs, not a crash.
+CONFIG_REFUSALS = (ValueError, AssertionError, TypeError)
+
 
 def mesh_key(axis: str) -> str:
     """The MaxText config key that sets a mesh axis's size within a slice."""
@@ -287,7 +291,7 @@ class MaxTextStep:
         sizes = {str(a): int(s) for a, s in mesh.shape.items()}
         try:
             config = self.config_of(sizes, knobs)
-        except (ValueError, AssertionError) as exc:
+        except CONFIG_REFUSALS as exc:
             raise Refused(f"MaxText's config refuses it: {one_line(exc)}") from None
         maxtext_mesh = train_compile.get_topology_mesh(config)
         args, kwargs, state_shardings, _, model = train_compile.get_shaped_inputs(
@@ -423,12 +427,16 @@ def _work(
     step: MaxTextStep, target: Target, axes, knobs, constraints, split: bool
 ) -> dict[tuple, tuple]:
     """Each knob combination's (tokens, model FLOPs) a step, all devices, from MaxText's config
-    of its first candidate layout (the work does not depend on the layout); a config MaxText
-    refuses is a ValueError here, before anything compiles."""
+    of its first candidate layout MaxText takes (the work does not depend on the layout; a layout
+    it refuses is that candidate's ``refused`` row); a knob combination it refuses on every
+    layout is a ValueError here, before anything compiles."""
+    from maxtext.utils import maxtext_utils
+
     from hlo_roofline.explorer.layouts import candidates
 
     found, _ = candidates(target, axes, knobs, constraints, split)
     out: dict[tuple, tuple] = {}
+    refused: dict[tuple, str] = {}  # a knob combination's first refusal, while no layout took it
     for c in found:
         key = _key(dict(c.knobs))
         if key in out:
@@ -436,13 +444,16 @@ def _work(
         sizes = dict(c.sizes)
         try:
             config = step.config_of(sizes, dict(c.knobs))
-        except (ValueError, AssertionError, TypeError) as exc:
-            raise ValueError(f"MaxText refuses the config of {c.label}: {one_line(exc)}") from None
-        from maxtext.utils import maxtext_utils
+        except CONFIG_REFUSALS as exc:  # this layout's: another may take the combination
+            refused.setdefault(key, f"MaxText refuses the config of {c.label}: {one_line(exc)}")
+            continue
+        refused.pop(key, None)
 
         devices = math.prod(sizes.values())
         with contextlib.redirect_stdout(io.StringIO()):
             total_tflops, _, _ = maxtext_utils.calculate_tflops_training_per_device(config)
         tokens = float(config.global_batch_size_to_train_on) * float(config.max_target_length)
         out[key] = (tokens, float(total_tflops) * 1e12 * devices)
+    if refused:  # every layout of a knob combination refused: nothing of it can compile
+        raise ValueError(next(iter(refused.values())))
     return out
