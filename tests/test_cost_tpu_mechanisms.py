@@ -87,3 +87,21 @@ def test_a_product_its_fusion_folds_counts_its_elements():
         "f = f32[8,256,512]{2,1,0} convert(q)", "f = f32[8,256,64]{2,1,0} convert(q)"
     )
     assert _row(unrelated, "fusion")["folded_product_elements"] == 0
+
+
+def test_a_chip_without_the_fold_rate_charges_the_folded_product_its_loop():
+    """The fold's rate takes the place of the loop's charge on a folded product's row; a chip
+    calibrated with a loop rate and no fold rate (a user's chips.toml) keeps the loop's charge
+    there, as on any other row, rather than charging nothing for it."""
+    import dataclasses
+
+    from hlo_roofline import chips
+
+    report = analyze_hlo(_SCORES.format(folded="s"))
+    chip = chips.get("v5e")
+    assert chip.calibration.folded_product_rate and chip.calibration.vector_elements_rate
+    calibration = dataclasses.replace(chip.calibration, folded_product_rate=None)
+    ops = report.classify(dataclasses.replace(chip, calibration=calibration)).ops
+    fused = ops.loc[ops["opcode"] == "fusion"].iloc[0]
+    assert fused["expected_by"] == "loop"
+    assert fused["t_expected_s"] > fused["t_bound_s"]

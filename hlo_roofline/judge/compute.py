@@ -426,11 +426,12 @@ def weight_loads(ops: pd.DataFrame, chip: Chip, matmul: np.ndarray) -> np.ndarra
     return np.where(matmul & (held > 0), per_op * ops["count"].to_numpy(dtype=float), 0.0)
 
 
-def unfolded_loops(ops: pd.DataFrame, loop: np.ndarray) -> np.ndarray:
+def unfolded_loops(ops: pd.DataFrame, loop: np.ndarray, chip: Chip) -> np.ndarray:
     """The charged ``loop`` time, 0 on the rows whose loop is their folded product's pass (its
     ``vector_elements`` the product's two to a word, nothing larger): the fold charges those
-    elements one a value at its own rate (:func:`folded_products`), in place of the loop's."""
-    if "folded_product_elements" not in ops:
+    elements one a value at its own rate (:func:`folded_products`), in place of the loop's. A
+    chip without that rate keeps the loop's charge (nothing would take its place)."""
+    if not chip.calibration.folded_product_rate or "folded_product_elements" not in ops:
         return loop
     product = ops["folded_product_elements"].to_numpy(dtype=float)
     elements = ops["vector_elements"].to_numpy(dtype=float)

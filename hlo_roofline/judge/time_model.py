@@ -404,7 +404,7 @@ class TpuTimeModel(TimeModel):
         priced = np.where(no_rate, 0.0, 1.0)  # a row without a rate has no charged compute either
         measured = self.measured_effects(ops, rates, bound)
         return {
-            "loop": unfolded_loops(ops, charged["loop"]) * priced,
+            "loop": unfolded_loops(ops, charged["loop"], chip) * priced,
             "fill": charged["fill"] * priced,
             "xlu": charged["xlu"] * priced,
             "floor": measured["floor"],
