@@ -583,3 +583,14 @@ def test_every_element_type_gets_a_verdict_on_every_chip(dtype):
     for chip in chips.names():
         report = hr.analyze_hlo(dot_module(64, 64, 64, dtype, dtype, "f32"), chip=chip)
         assert row(report, "dot").bound in verdict.BOUNDS
+
+
+def test_a_report_without_rows_has_no_host_dispatch():
+    """The host dispatches a program that runs: a report with no rows (a sharded step the compiler
+    refused keeps none) has no dispatch time, where the same program's rows have one on a GPU."""
+    from hlo_roofline.report import Report
+
+    whole = hr.analyze_file("fixtures/attention/h100.hlo.txt", chip="h100")
+    assert whole.summary["host_dispatch_s"] > 0
+    empty = Report(whole.ops.iloc[0:0].reset_index(drop=True), dict(whole.summary), whole.module)
+    assert empty.classify("h100").summary["host_dispatch_s"] == 0

@@ -345,8 +345,8 @@ class GpuTimeModel(TimeModel):
         it on top of ``step_expected_s``; a loop that dispatches the next step meanwhile hides
         it behind this one, so the expected step leaves it out."""
         cal = self.chip.calibration
-        if not (cal.dispatch_s or cal.dispatch_per_argument_s):
-            return 0.0
+        if not len(ops) or not (cal.dispatch_s or cal.dispatch_per_argument_s):
+            return 0.0  # no rows: no program that runs (a step the compiler refused)
         arguments = int(entry_arguments(ops).sum())
         return (cal.dispatch_s or 0.0) + (cal.dispatch_per_argument_s or 0.0) * arguments
 
