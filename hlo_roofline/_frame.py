@@ -162,10 +162,12 @@ class ColumnsReadOnce(pd.DataFrame):
     """A frame whose columns, read by name (``frame["flops"]``), are each made a Series once and
     kept: the judges read a judged frame's columns by name some 80 times, 40 of them again, and
     pandas makes a new Series at each read (a cost a small module's judging pays more than its
-    rows). Any other read, and every frame derived from it, is pandas' own (a plain DataFrame).
-    Its columns are not to be changed in place: a kept Series would not see it."""
+    rows). A column is read from a plain frame of the same columns (pandas makes a subclass'
+    Series the slow way); any other read, and every frame derived from it, is pandas' own (a
+    plain DataFrame). Its columns are not to be changed in place: a kept Series would not see
+    it."""
 
-    _metadata: typing.ClassVar[list[str]] = ["_read"]  # kept as an attribute, not a column
+    _metadata: typing.ClassVar[list[str]] = ["_read", "_plain"]  # attributes, not columns
 
     @property
     def _constructor(self):
@@ -177,7 +179,7 @@ class ColumnsReadOnce(pd.DataFrame):
         read = self._read
         column = read.get(key)
         if column is None:
-            column = read[key] = super().__getitem__(key)
+            column = read[key] = self._plain[key]
         return column
 
 
@@ -190,5 +192,5 @@ def columns_read_once(frame: pd.DataFrame) -> pd.DataFrame:
         once = ColumnsReadOnce._from_mgr(frame._mgr, axes=frame._mgr.axes)
     except AttributeError:
         return frame
-    once._read = {}
+    once._read, once._plain = {}, frame
     return once
