@@ -82,7 +82,8 @@ def rows(
     full = {name: [] for name in ROW_COLUMNS if name not in RARE_DEFAULTS and name not in _MADE}
     build.put = {name: column.append for name, column in full.items()}
     active = [e for e in EXTRACTORS if e.applies(module)]
-    per_row = [e.row(build) for e in active if e.row is not None]
+    per_row = [(e.row(build), e.opcodes) for e in active if e.row is not None]
+    by_opcode: dict[str, tuple] = {}  # opcode -> the row extractors its rows run, in order
     per_chunk = [e.chunk for e in active if e.chunk is not None]
     listed = isinstance(ops, Sequence)
     table = _Table(len(ops) if listed else _most_rows(module))
@@ -97,7 +98,10 @@ def rows(
         described, meta = read(priced, op, at)
         append_shape(described)
         append_meta(meta)
-        for extract in per_row:
+        extractors = by_opcode.get(op.code)
+        if extractors is None:
+            extractors = by_opcode[op.code] = _running(per_row, op.code)
+        for extract in extractors:
             extract(op)
         at += 1
         if at == _ROWS_PER_CHUNK:
@@ -111,6 +115,11 @@ def rows(
 
 # the columns the chunk extractors make
 _MADE = frozenset(name for e in EXTRACTORS if e.chunk is not None for name in e.columns)
+
+
+def _running(per_row: list[tuple], opcode: str) -> tuple:
+    """The row extractors an op of ``opcode`` runs (those of no opcodes, or of it), in order."""
+    return tuple(extract for extract, codes in per_row if codes is None or opcode in codes)
 
 
 def _by_chunks(ops: Iterable[PricedOp]) -> Iterator[PricedOp]:
