@@ -9,8 +9,9 @@ aimed at one phase can be measured on that phase. Two tables:
 
 1. per module, the CPU time of each phase of ``analyze_hlo`` as it runs them (the least of
    ``--repeat`` runs): parse (``hlo.parse_module``), price (``cost.priced``, the rules), rows
-   (``cost.rows``, the extractors), frame (the summary and ``Report.from_columns``: pandas) and,
-   with ``--chip``, judge (``Report.classify``);
+   (``cost.rows``, the extractors), frame (the summary and ``Report.from_columns``, which leaves
+   the pandas frames to be built when first read) and, with ``--chip``, judge
+   (``Report.classify``: the one frame it judges, built from the columns, included);
 2. one cProfile of parse + ``analyze_hlo`` over every module, its own time summed by source file
    (the package's files by their path in it, the others by name) and its most costly functions.
    cProfile slows small functions more than large ones: read its shares as where to look, and

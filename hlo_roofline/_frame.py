@@ -9,6 +9,7 @@ would store, in one step, with pandas' public constructor as the fallback.
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Collection
 
 import numpy as np
@@ -155,3 +156,41 @@ def compact(values, default, text: bool = False):
     if len(values) and int(own.sum()) < SPARSE_BELOW * len(values):
         return pd.arrays.SparseArray(values, fill_value=default)
     return as_text(values) if text else values
+
+
+class ColumnsReadOnce(pd.DataFrame):
+    """A frame whose columns, read by name (``frame["flops"]``), are each made a Series once and
+    kept: the judges read a judged frame's columns by name some 80 times, 40 of them again, and
+    pandas makes a new Series at each read (a cost a small module's judging pays more than its
+    rows). A column is read from a plain frame of the same columns (pandas makes a subclass'
+    Series the slow way); any other read, and every frame derived from it, is pandas' own (a
+    plain DataFrame). Its columns are not to be changed in place: a kept Series would not see
+    it."""
+
+    _metadata: typing.ClassVar[list[str]] = ["_read", "_plain"]  # attributes, not columns
+
+    @property
+    def _constructor(self):
+        return pd.DataFrame
+
+    def __getitem__(self, key):
+        if type(key) is not str:
+            return super().__getitem__(key)
+        read = self._read
+        column = read.get(key)
+        if column is None:
+            column = read[key] = self._plain[key]
+        return column
+
+
+def columns_read_once(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s columns (shared, not copied) as a :class:`ColumnsReadOnce`; ``frame`` itself
+    where its column names repeat (a name reads a frame) or this pandas lacks the means."""
+    if not frame.columns.is_unique:
+        return frame
+    try:
+        once = ColumnsReadOnce._from_mgr(frame._mgr, axes=frame._mgr.axes)
+    except AttributeError:
+        return frame
+    once._read, once._plain = {}, frame
+    return once

@@ -96,6 +96,29 @@ def missing_text(code: str) -> str:
     return _MISSING_WORDS.get(code, code)
 
 
+_NO_DEFAULT = object()
+
+
+class _BuiltOnRead:
+    """A report's frame (``ops``, ``internals``) that :meth:`Report.from_columns` leaves to be
+    built from the cost layer's columns when first read: an analysis read for its summary alone
+    makes no frame, and one judged on a chip makes one of both (the judged frame) rather than
+    three. Given to the constructor or assigned, it is a plain attribute (the instance's)."""
+
+    def __init__(self, default: object = _NO_DEFAULT) -> None:
+        self.default = default
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, report: Report | None, owner: type | None = None):
+        if report is None:  # the class's: the field's default, as dataclass asks for it
+            if self.default is _NO_DEFAULT:
+                raise AttributeError(self.name)
+            return self.default
+        return report._built(self.name)
+
+
 @dataclass
 class Report:
     """Per-op costs of one compiled module.
@@ -104,12 +127,12 @@ class Report:
     :meth:`classify` it also holds the roofline verdict of every op for one chip.
     """
 
-    ops: pd.DataFrame
+    ops: pd.DataFrame = _BuiltOnRead()  # type: ignore[assignment]
     summary: schema.Summary = field(default_factory=dict)  # type: ignore[assignment]
     module: str = ""
     # the model internals (schema.INTERNAL_COLUMNS) the cost layer wrote, rows as in ``ops``:
     # what only the time model reads, a column sparse where most ops hold its default
-    internals: pd.DataFrame | None = None
+    internals: pd.DataFrame | None = _BuiltOnRead(None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         """Internal columns given among the ops (a frame of every column, a report of the older
@@ -128,25 +151,48 @@ class Report:
     ) -> Report:
         """The report of ``cost.rows``' columns, taken as they are: no public column is copied (a
         large module's table would be twice in memory while it is built), text made the string
-        type pandas gives text; the internal columns go to :attr:`internals`."""
-        arrays = {
-            name: as_text(values) for name, values in columns.items() if name not in _INTERNAL
-        }
-        frame = frame_of_arrays(arrays)
-        if frame is None:
-            frame = pd.DataFrame(arrays, copy=False)
-        inside = {
-            name: internal_array(name, values)
-            for name, values in columns.items()
-            if name in _INTERNAL
-        }
-        return cls(frame, summary, module, _internal_frame(inside, frame.index) if inside else None)
+        type pandas gives text; the internal columns go to :attr:`internals`. Each frame is
+        built when first read (:class:`_BuiltOnRead`)."""
+        report = cls.__new__(cls)
+        report.summary, report.module = summary, module
+        report._columns = dict(columns)  # type: ignore[attr-defined]  # what _built reads
+        return report
+
+    def _built(self, name: str) -> pd.DataFrame | None:
+        """The frame ``name`` (``ops`` or ``internals``) of :meth:`from_columns`' columns, built
+        now and kept as the report's own; the columns it took are let go."""
+        columns = self.__dict__.get("_columns")
+        if columns is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        rows = len(next(iter(columns.values()))) if columns else 0
+        if name == "ops":
+            arrays = {
+                name: as_text(columns.pop(name)) for name in list(columns) if name not in _INTERNAL
+            }
+            built = frame_of_arrays(arrays)
+            if built is None:
+                built = pd.DataFrame(arrays, copy=False)
+        else:
+            inside = {
+                name: internal_array(name, columns.pop(name))
+                for name in list(columns)
+                if name in _INTERNAL
+            }
+            built = _internal_frame(inside, pd.RangeIndex(rows)) if inside else None
+        self.__dict__[name] = built
+        if "ops" in self.__dict__ and "internals" in self.__dict__:
+            del self.__dict__["_columns"]
+        return built
 
     def model_frame(self) -> pd.DataFrame:
         """The ops with their internals beside them, each column whole (its default where
         :attr:`internals` stores none), in the schema's order: the frame the time model judges
         (:func:`~hlo_roofline.judge.verdict.classify`), and where a test or a calibration reads
         an internal count. A column the report never had (written before it) stays absent."""
+        if "ops" not in self.__dict__ and "internals" not in self.__dict__:
+            built = _model_frame_of(self.__dict__.get("_columns") or {})
+            if built is not None:  # neither frame built: one frame of the columns, not three
+                return built
         if self.internals is None or not len(self.internals.columns):
             return self.ops
         return _model_frame(self.ops, self.internals)
@@ -964,6 +1010,18 @@ def _model_frame(ops: pd.DataFrame, internals: pd.DataFrame) -> pd.DataFrame:
     else:  # the same rows: each array as it is, a sparse one made whole
         dense = {name: _whole(name, values) for name, values in stored.items()}
     return joined(ops, dense, schema.ordered([*ops.columns, *dense]))
+
+
+def _model_frame_of(columns: dict) -> pd.DataFrame | None:
+    """:func:`_model_frame` of the report :meth:`Report.from_columns` makes of ``columns``, built
+    from them at once; None where they hold no internal column or a column pandas must infer."""
+    if not any(name in _INTERNAL for name in columns):
+        return None
+    arrays = {
+        name: _whole(name, internal_array(name, values)) if name in _INTERNAL else as_text(values)
+        for name, values in columns.items()
+    }
+    return frame_of_arrays({name: arrays[name] for name in schema.ordered(arrays)})
 
 
 def _whole(name: str, values):

@@ -35,9 +35,10 @@ def test_each_extractor_and_the_driver_are_small():
         assert lines <= 60, f"{function.__qualname__}: {lines} lines"
 
 
-def _rows(path, monkeypatch, applies_always: bool = False):
+def _rows(path, monkeypatch, applies_always: bool = False, every_op: bool = False):
     """The module's rows, and how many times each extractor was called; with
-    ``applies_always`` every extractor runs whatever its ``applies`` says."""
+    ``applies_always`` every extractor runs whatever its ``applies`` says, with ``every_op`` for
+    every op whatever its ``opcodes`` say."""
     calls = dict.fromkeys((e.concern for e in extractors.EXTRACTORS), 0)
 
     def counting(concern, function):
@@ -54,6 +55,8 @@ def _rows(path, monkeypatch, applies_always: bool = False):
             changes = {"chunk": counting(e.concern, e.chunk)}
         if applies_always:
             changes["applies"] = lambda module: True
+        if every_op:
+            changes["opcodes"] = None
         return dataclasses.replace(e, **changes)
 
     monkeypatch.setattr(table, "EXTRACTORS", tuple(map(counted, extractors.EXTRACTORS)))
@@ -62,22 +65,51 @@ def _rows(path, monkeypatch, applies_always: bool = False):
     return table.rows(module, cost.walk(module, "roofline", pad), pad), calls
 
 
+def _rows_of(columns, extractor) -> int:
+    """How many of the rows an extractor runs for: those of its opcodes (every row by default)."""
+    opcodes = columns["opcode"]
+    return (
+        len(opcodes)
+        if extractor.opcodes is None
+        else int(np.isin(opcodes, [*extractor.opcodes]).sum())
+    )
+
+
 def test_a_cpu_module_calls_no_tpu_only_extractor_and_loses_nothing_by_it(monkeypatch):
     skipped, calls = _rows(CPU_MODULE, monkeypatch)
     assert all(calls[concern] == 0 for concern in TPU_ONLY), calls
     assert calls["vector units"] == len(skipped["name"]) > 0  # (information on any module)
     forced, forced_calls = _rows(CPU_MODULE, monkeypatch, applies_always=True)
-    assert all(forced_calls[concern] == len(skipped["name"]) for concern in TPU_ONLY)
+    by_concern = {e.concern: e for e in extractors.EXTRACTORS}
+    assert all(
+        forced_calls[concern] == _rows_of(skipped, by_concern[concern]) for concern in TPU_ONLY
+    )
     for name, values in forced.items():
         np.testing.assert_array_equal(values, skipped[name], err_msg=name)
 
 
 def test_a_tpu_module_runs_them_all(monkeypatch):
     columns, calls = _rows(TPU_MODULE, monkeypatch)
-    rows = len(columns["name"])
-    assert all(calls[e.concern] == rows for e in extractors.EXTRACTORS if e.row), calls
+    assert all(calls[e.concern] == _rows_of(columns, e) for e in extractors.EXTRACTORS if e.row)
+    assert all(calls[e.concern] > 0 for e in extractors.EXTRACTORS), calls
     assert np.isfinite(columns["xla_cycles"]).any()  # XLA:TPU's estimates, read
     assert (columns["tile_steps"] > 0).any()
+
+
+@pytest.mark.parametrize("path", [CPU_MODULE, TPU_MODULE], ids=["cpu", "tpu"])
+def test_an_extractor_of_some_opcodes_gives_no_other_op_a_value(path, monkeypatch):
+    """The table calls an extractor for the rows of its ``opcodes`` alone: the rows it makes are
+    those of every extractor called for every row."""
+    assert any(e.opcodes for e in extractors.EXTRACTORS)
+    dispatched, calls = _rows(path, monkeypatch)
+    everywhere, every_call = _rows(path, monkeypatch, every_op=True)
+    rows = len(dispatched["name"])
+    assert all(every_call[e.concern] in (0, rows) for e in extractors.EXTRACTORS if e.row)
+    assert sum(calls.values()) < sum(every_call.values())
+    for name, values in everywhere.items():
+        np.testing.assert_array_equal(
+            np.asarray(values), np.asarray(dispatched[name]), err_msg=name
+        )
 
 
 @pytest.mark.parametrize("text", ["", "S(1) estimated_cycles"])

@@ -73,6 +73,9 @@ class Extractor:
     row: Callable[[Build], RowExtractor] | None = None
     chunk: Callable[[Chunk], dict[str, list]] | None = None
     applies: Callable[[Module], bool] = lambda module: True
+    # the opcodes whose rows a row extractor gives a value (None: any op's); the table calls it
+    # for those alone, another op's row keeping its columns' defaults
+    opcodes: frozenset[str] | None = None
 
 
 # -- per chunk --------------------------------------------------------------------------------
@@ -303,10 +306,11 @@ def _async_start(done: Instruction) -> Instruction | None:
 
 
 # -- the list -----------------------------------------------------------------------------------
+_FUSION = frozenset({"fusion"})
 EXTRACTORS: tuple[Extractor, ...] = (
     Extractor("counts", (*counts(Chunk([], [], [], {})),), chunk=counts),
     Extractor("attribution", (*attribution(Chunk([], [], [], {})),), chunk=attribution),
-    Extractor("fusions", ("fusion_kind", "fused_ops"), row=fusions),
+    Extractor("fusions", ("fusion_kind", "fused_ops"), row=fusions, opcodes=_FUSION),
     Extractor("matmuls", ("dtype", "precision", *GEOMETRY_COLUMNS), row=matmuls),
     Extractor(
         "collectives",
@@ -329,6 +333,7 @@ EXTRACTORS: tuple[Extractor, ...] = (
         ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements",
          "folded_product_elements", "relaid_elements"),
         row=tpu.intermediates,
+        opcodes=frozenset({"fusion", "convolution", "copy"}),  # a body's, a conv's, a relayout's
     ),
     Extractor(
         "XLA estimates",
@@ -336,5 +341,7 @@ EXTRACTORS: tuple[Extractor, ...] = (
         row=tpu.estimates,
         applies=tpu.has_estimates,
     ),
-    Extractor("tiling", tpu.TILING_COLUMNS, row=tpu.tiling, applies=tpu.has_estimates),
+    Extractor(
+        "tiling", tpu.TILING_COLUMNS, row=tpu.tiling, applies=tpu.has_estimates, opcodes=_FUSION
+    ),  # a fusion's tiling loop
 )

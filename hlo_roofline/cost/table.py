@@ -21,6 +21,10 @@ from hlo_roofline.hlo.ir import Module
 
 ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
 _INTERNAL = frozenset(schema.INTERNAL_COLUMNS)
+# each model internal's (default, whether it is text): how _Table.cut compacts it
+_INTERNAL_FACTS = {
+    name: (schema.internal_default(name), name in schema.TEXT_COLUMNS) for name in _INTERNAL
+}
 # Rows made between two moves into the arrays: what waits for its move (the priced ops, each row's
 # Python values) was the analysis' largest transient at 4096 rows (GPT-2's step: peak RSS 4.2x
 # its text, 3.7x at 1024). 1024 costs no measurable time; 512 cost GPT-2's analysis 4 %.
@@ -50,6 +54,14 @@ RARE_DEFAULTS: dict[str, object] = {
     "xla_cycles": math.nan,
 }
 
+# Each column's (dtype, default) as _Table._full makes it: None where the default is 0 (np.zeros
+# makes it faster than np.full, a cost a small module's table pays 56 times).
+_FILLS: dict[str, tuple[type, object]] = {
+    name: (dtype, None if (default == 0 and not isinstance(default, str)) else default)
+    for name in ROW_COLUMNS
+    for dtype, default in [(_ARRAY_COLUMNS.get(name, object), RARE_DEFAULTS.get(name, 0))]
+}
+
 
 def rows(
     module: Module,
@@ -73,7 +85,8 @@ def rows(
     full = {name: [] for name in ROW_COLUMNS if name not in RARE_DEFAULTS and name not in _MADE}
     build.put = {name: column.append for name, column in full.items()}
     active = [e for e in EXTRACTORS if e.applies(module)]
-    per_row = [e.row(build) for e in active if e.row is not None]
+    per_row = [(e.row(build), e.opcodes) for e in active if e.row is not None]
+    by_opcode: dict[str, tuple] = {}  # opcode -> the row extractors its rows run, in order
     per_chunk = [e.chunk for e in active if e.chunk is not None]
     listed = isinstance(ops, Sequence)
     table = _Table(len(ops) if listed else _most_rows(module))
@@ -88,7 +101,10 @@ def rows(
         described, meta = read(priced, op, at)
         append_shape(described)
         append_meta(meta)
-        for extract in per_row:
+        extractors = by_opcode.get(op.code)
+        if extractors is None:
+            extractors = by_opcode[op.code] = _running(per_row, op.code)
+        for extract in extractors:
             extract(op)
         at += 1
         if at == _ROWS_PER_CHUNK:
@@ -96,12 +112,17 @@ def rows(
             at = 0
             build.trim(_MEMO_KEPT)  # mostly texts seen once: a large module's would hold a copy
             # of half its attribute text until the table is made
-    table.take(full, build.rare, chunk, per_chunk, released)
+    table.take(full, build.rare, chunk, per_chunk, released, True)  # the last chunk
     return table.cut()
 
 
 # the columns the chunk extractors make
 _MADE = frozenset(name for e in EXTRACTORS if e.chunk is not None for name in e.columns)
+
+
+def _running(per_row: list[tuple], opcode: str) -> tuple:
+    """The row extractors an op of ``opcode`` runs (those of no opcodes, or of it), in order."""
+    return tuple(extract for extract, codes in per_row if codes is None or opcode in codes)
 
 
 def _by_chunks(ops: Iterable[PricedOp]) -> Iterator[PricedOp]:
@@ -120,16 +141,26 @@ def _most_rows(module: Module) -> int:
 
 class _Table:
     """The report's columns at full length (a rare column's filled with its default), filled a
-    chunk of rows at a time."""
+    chunk of rows at a time. The arrays are made at the first chunk: as long as its rows where it
+    is the last (a module of a chunk's rows, most modules: nothing to cut), else as ``rows``."""
 
-    __slots__ = ("columns", "done")
+    __slots__ = ("columns", "done", "length", "rows")
 
     def __init__(self, rows: int) -> None:
         self.done = 0
-        # a model internal most ops leave at its default is made at full length once a row gives
-        # it a value (a CPU or flat module gives most none) and kept sparse at the end
-        self.columns: dict[str, np.ndarray] = {
-            name: self._full(name, rows)
+        self.rows = rows  # as many as the table may need
+        self.length = 0  # the arrays' length, once made
+        self.columns: dict[str, np.ndarray] = {}
+
+    def _make(self, rows: int, given: Iterable[str]) -> None:
+        """The arrays at ``rows`` rows: each column the chunk gives every row of (``given``) left
+        unfilled, the others at their default. A model internal most ops leave at its default
+        is made at full length once a row gives it a value (a CPU or flat module gives most none)
+        and kept sparse at the end."""
+        given = set(given)
+        self.length = rows
+        self.columns = {
+            name: np.empty(rows, _FILLS[name][0]) if name in given else self._full(name, rows)
             for name in ROW_COLUMNS
             if name not in _INTERNAL or name not in RARE_DEFAULTS
         }
@@ -141,20 +172,25 @@ class _Table:
         chunk: Chunk,
         per_chunk: list,
         released: list | None,
+        last: bool = False,
     ) -> None:
         """Move a chunk of rows into the arrays: the full columns the row extractors made
         (``values``, one list per column, emptied: the builders keep their ``append``), the rare
         values rows gave (``rare``: row in the chunk -> value, emptied), and the columns the chunk
         extractors make of ``chunk`` (emptied). Every full column must have been given every row.
-        ``released``: the list of all the ops, whose chunk becomes None."""
+        ``released``: the list of all the ops, whose chunk becomes None. ``last``: no chunk
+        follows."""
         rows = len(chunk.shapes)
         start, end = self.done, self.done + rows
         short = [name for name, column in values.items() if len(column) != rows]
         if short:
             raise AssertionError(f"rows() left out columns {short}: give every row a value of each")
-        if end > len(self.columns["name"]):
-            self._grow(max(end, 2 * len(self.columns["name"])))
         made = {name: column for extract in per_chunk for name, column in extract(chunk).items()}
+        if not self.columns:
+            exact = last and start == 0
+            self._make(rows if exact else max(self.rows, end), (*values, *made) if exact else ())
+        elif end > self.length:
+            self._grow(max(end, 2 * self.length))
         chunk.ops.clear()
         chunk.shapes.clear()
         chunk.metas.clear()
@@ -172,7 +208,13 @@ class _Table:
 
     @staticmethod
     def _full(name: str, rows: int) -> np.ndarray:
-        return np.full(rows, RARE_DEFAULTS.get(name, 0), _ARRAY_COLUMNS.get(name, object))
+        """The column ``name`` at ``rows`` rows, each its default (a rare column's, else 0)."""
+        dtype, default = _FILLS[name]
+        if default is None:  # 0 as the dtype writes it: zeros, made in C at once
+            return np.zeros(rows, dtype)
+        array = np.empty(rows, dtype)
+        array.fill(default)
+        return array
 
     def _grow(self, rows: int) -> None:
         """Longer arrays (a stream with more ops than its module's bound: hostile text)."""
@@ -180,28 +222,31 @@ class _Table:
             longer = np.full(rows, RARE_DEFAULTS.get(name, 0), array.dtype)
             longer[: len(array)] = array
             self.columns[name] = longer
+        self.length = rows
 
     def cut(self) -> dict[str, np.ndarray]:
         """The columns, cut to the rows made (in place: the arrays keep their memory's start), in
         the schema's order; the model internals compact (:func:`_frame.compact`)."""
-        for array in self.columns.values():
-            if len(array) > self.done:
+        if self.length > self.done:
+            for array in self.columns.values():
                 array.resize(self.done, refcheck=False)  # nothing else refers to it
         out = {}
+        columns, rows = self.columns, self.done
         for name in ROW_COLUMNS:
-            if name not in _INTERNAL:
-                out[name] = self.columns[name]
+            internal = _INTERNAL_FACTS.get(name)
+            if internal is None:
+                out[name] = columns[name]
                 continue
-            values = self.columns.pop(name, None)
+            values = columns.pop(name, None)
             if values is None:  # no row gave it a value: every row's is the default
-                values = self._full(name, self.done)
-            out[name] = compact(values, schema.internal_default(name), name in schema.TEXT_COLUMNS)
+                values = self._full(name, rows)
+            out[name] = compact(values, *internal)
         return out
 
     def _put(self, name: str, where, column: list) -> None:
         array = self.columns.get(name)
         if array is None:  # a rare internal's first value: its array made now
-            array = self.columns[name] = self._full(name, len(self.columns["name"]))
+            array = self.columns[name] = self._full(name, self.length)
         try:
             array[where] = column
         except (OverflowError, ValueError, TypeError):  # past int64 (hostile text), or not a

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, schema
-from hlo_roofline._frame import as_text, column_arrays, frame_of_arrays
+from hlo_roofline._frame import as_text, column_arrays, columns_read_once, frame_of_arrays
 from hlo_roofline.chips import Chip
 from hlo_roofline.judge import schedule, time_model
 from hlo_roofline.judge.hints import hint_columns
@@ -73,6 +73,7 @@ def classify(
     hbm = chip.hbm_bandwidth
     if "precision" not in ops:  # a report written before the column existed
         ops = ops.assign(precision=np.where(ops["mm_k"].to_numpy() > 0, "default", ""))
+    ops = columns_read_once(ops)  # the judges read its columns by name, many twice
     rates = bound_model.model.rates(ops)
     matmul, no_rate, padding = rates.matmul, rates.no_rate, rates.padding
     flops = ops["flops"].to_numpy(dtype=float)
