@@ -188,7 +188,11 @@ class Report:
         """The ops with their internals beside them, each column whole (its default where
         :attr:`internals` stores none), in the schema's order: the frame the time model judges
         (:func:`~hlo_roofline.judge.verdict.classify`), and where a test or a calibration reads
-        an internal count. A column the report never had (written before it) stays absent."""
+        an internal count. A column the report never had (written before it) stays absent.
+
+        A view, made for reading: its columns are the report's own arrays (no copy on a 20k-op
+        report's every judging), so a write into it is a write into the report. Copy it
+        (``.copy()``) before writing."""
         if "ops" not in self.__dict__ and "internals" not in self.__dict__:
             built = _model_frame_of(self.__dict__.get("_columns") or {})
             if built is not None:  # neither frame built: one frame of the columns, not three
