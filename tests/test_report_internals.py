@@ -110,3 +110,19 @@ def test_a_csvs_internals_are_under_its_sidecars_checksum(judged, tmp_path):
     meta.write_text(json.dumps(payload))
     with pytest.raises(ReportError, match="checksum"):
         Report.read(path)
+
+
+def test_the_row_table_fills_each_internal_column_with_the_schemas_default():
+    """The cost table's fill for an op with no value of its own (``RARE_DEFAULTS``, 0 where it
+    names none) is the default ``Report.internals`` leaves out (``schema.internal_default``): were
+    they to differ, a stored column would keep every op's fill as a value of its own."""
+    import math
+
+    from hlo_roofline.cost.table import RARE_DEFAULTS
+
+    for name in schema.INTERNAL_COLUMNS:
+        filled, default = RARE_DEFAULTS.get(name, 0), schema.internal_default(name)
+        if isinstance(default, float) and math.isnan(default):
+            assert isinstance(filled, float) and math.isnan(filled), name
+        else:
+            assert filled == default, name
