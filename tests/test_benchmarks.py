@@ -89,5 +89,7 @@ def test_phase_script_splits_an_analysis_into_its_phases():
     assert done.returncode == 0, done.stderr[-3000:]
     row = next(line for line in done.stdout.splitlines() if "scan10/tpu_v5e" in line)
     times = [float(cell) for cell in row.split()[2:]]
-    assert len(times) == 5 and all(t > 0 for t in times)  # parse, price, rows, frame, judge
+    # parse, price, rows, frame, judge: the frame's share may print as 0.00 ms (its frames are
+    # built when first read), the parse and the judging of a 13 kB module take milliseconds
+    assert len(times) == 5 and min(times) >= 0 and times[0] > 0 < times[4]
     assert "hlo/parser.py" in done.stdout and "cost/base.py" in done.stdout
