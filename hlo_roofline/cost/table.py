@@ -219,7 +219,7 @@ class _Table:
     def _grow(self, rows: int) -> None:
         """Longer arrays (a stream with more ops than its module's bound: hostile text)."""
         for name, array in self.columns.items():
-            longer = np.full(rows, RARE_DEFAULTS.get(name, 0), array.dtype)
+            longer = self._full(name, rows)  # the array's dtype: _full made it, or _make
             longer[: len(array)] = array
             self.columns[name] = longer
         self.length = rows
