@@ -8,8 +8,10 @@ checked in ``tests/test_measured_gpu.py`` and ``tests/test_published.py``):
 - the H100's and H200's calibration, each card on its own traces of :data:`GPU_FITTING`
   (``fixtures/measured_gpu``, its README names the half): ``matmul_efficiency`` and
   ``memory_efficiency``, the median share of the bound (``efficiency``) that the large library
-  GEMMs and the large memory-bound ops reached, and ``op_floor``, on the micro-benchmarks
-  (:data:`GPU_MICRO`); ``kernel_efficiency`` (cuDNN's flash attention), ``conv_efficiency`` and
+  GEMMs and the large memory-bound ops reached, ``occupancy_bandwidth``, the same share per unit of
+  occupancy of the kernels XLA generates that keep at most :data:`OCCUPANCY_LIMITED` of the SM's
+  warps resident (layernorm's), and ``op_floor``, on the micro-benchmarks (:data:`GPU_MICRO`);
+  ``kernel_efficiency`` (cuDNN's flash attention), ``conv_efficiency`` and
   ``conv_narrow_efficiency`` (cuDNN's convolutions), time-weighted over the one program that holds
   them, and ``launch_gap``, the decode loop's idle stream between its kernels per kernel run
   (:data:`GPU_CLASS_FITTING`); ``dispatch`` and ``dispatch_per_argument``, the host's time
@@ -85,6 +87,11 @@ PUBLISHED_FITTING = {"v4": "v4_22b"}
 DCN_FITTING = ("v5e_16b", "v5e_16b_x2", (2, 32))
 DCN_CHIPS = ("v4", "v5e", "v5p", "v6e", "7x")  # the TPUs with a DCN egress figure
 LARGE_RUN_S = 50e-6  # an op's bound time per run large enough to measure its rate
+# An occupancy at or below which a kernel XLA generates keeps too few loads in flight for the
+# streams' rate (judge.time_model.occupancy_limited): its rows fit occupancy_bandwidth, the others
+# memory_efficiency. No fitting kernel between a quarter and all of the SM's warps reached less
+# than the streams' share.
+OCCUPANCY_LIMITED = 0.5
 SMALL_RUN_S = 2e-6  # an op's bound time per run far below what launching a kernel takes
 DIGITS = 3  # significant digits a fitted value is written with
 
@@ -121,15 +128,25 @@ def gpu_reports(card: str, case: str):
 
 
 def _large(ops, kind: str):
-    """The large ops of one class with a measured efficiency: library GEMMs bound by compute, or
-    memory-bound ops (cuDNN's convolutions are a class of their own: neither)."""
+    """The large ops of one class with a measured efficiency: library GEMMs bound by compute
+    (``matmul``), memory-bound ops (``memory``) less those whose occupancy limits their rate
+    (``occupancy``: :func:`_occupancy_limited`). cuDNN's convolutions are a class of their own."""
     per_run = ops["t_bound_s"] / ops["count"]
     large = ops[(per_run >= LARGE_RUN_S) & ops["efficiency"].notna()]
     conv = large["name"].str.startswith("cudnn-conv")
     if kind == "matmul":
         library = large["name"].str.contains("gemm|custom-call|matmul") & ~conv
         return large[library & large["bound"].eq("compute")]
-    return large[large["bound"].eq("memory") & ~conv]
+    memory = large[large["bound"].eq("memory") & ~conv]
+    limited = _occupancy_limited(memory)
+    return memory[limited if kind == "occupancy" else ~limited]
+
+
+def _occupancy_limited(ops):
+    """The rows whose kernels keep too few loads in flight for the streams' rate (at most
+    :data:`OCCUPANCY_LIMITED` of the SM's warps, in a kernel XLA generates)."""
+    occupancy = time_model.occupancy_limited(ops)
+    return (occupancy > 0) & (occupancy <= OCCUPANCY_LIMITED)
 
 
 def gpu_fits(card: str) -> list[Fit]:
@@ -161,6 +178,15 @@ def gpu_fits(card: str) -> list[Fit]:
         value = _round(ops["t_bound_s"].sum() / ops["measured_s"].sum())
         found.append(Fit(CARDS[card], key, value, "fixtures/measured_gpu",
                          tuple(e / value for e in ops["efficiency"])))  # fmt: skip
+    limited = [
+        row.efficiency / row.occupancy
+        for case in GPU_MICRO
+        for row in _large(gpu_reports(card, case).model_frame(), "occupancy").itertuples()
+    ]
+    if limited:  # the share of the bandwidth per unit of occupancy (Little's law)
+        value = _round(statistics.median(limited))
+        found.append(Fit(CARDS[card], "occupancy_bandwidth", value, "fixtures/measured_gpu",
+                         tuple(e / value for e in limited)))  # fmt: skip
     return found + _launch_fits(card) + dispatch_fits(card)
 
 

@@ -72,6 +72,10 @@ EXPECTED_EFFECTS = {
     "reached where measured (`calibrated.matmul_efficiency`)",
     "memory_rate": "its HBM bytes at the share of the bandwidth the chip's streaming ops reached "
     "where measured (`calibrated.memory_efficiency`)",
+    "occupancy": "a GPU kernel XLA generates for a fusion that is no matmul: its HBM bytes at "
+    "the bandwidth its resident warps keep in flight, in proportion to its `occupancy` (Little's "
+    "law: without a software pipeline, the bytes in flight are each warp's loads), up to the "
+    "streams' share (`calibrated.occupancy_bandwidth`)",
     "kernel_rate": "a fused kernel's matrix work (cuDNN's flash attention) at the share of its bound "
     "such kernels reached where measured (`calibrated.kernel_efficiency`)",
     "conv_rate": "a cuDNN convolution at the share of its bound cuDNN's convolutions of its class "
@@ -362,6 +366,11 @@ COLUMNS: tuple[Column, ...] = (
     _c("measured_p90_s", "float", "s", "90th percentile of that per-step time", "measured"),
     _c("measured_count", "float", "executions", "executions per step seen in the trace",
        "measured"),
+    _c("occupancy", "float", "",
+       "the share of an SM's warp slots the op's GPU kernels keep resident, as the trace "
+       "records it (CUPTI's theoretical occupancy: from each kernel's registers, block and shared "
+       "memory, compile facts), weighted by their time; NaN where none is recorded. The expected "
+       "model reads it (`expected_by` `occupancy`)", "measured"),
     _c("achieved_flops_per_s", "float", "FLOP/s", "`flops / measured_s`", "measured"),
     _c("achieved_bytes_per_s", "float", "B/s", "`bytes_accessed / measured_s`", "measured"),
     _c("efficiency", "float", "", "`t_bound_s / measured_s`: the share of the bound reached",

@@ -14,6 +14,7 @@ import dataclasses
 import gzip
 import itertools
 import json
+import math
 import statistics
 import warnings
 from collections import defaultdict
@@ -176,13 +177,10 @@ def test_the_bound_is_below_every_program(reports, card):
 # fails once it holds).
 EXPECTED_BAND = (0.85, 1.15)
 EXPECTED_GAPS = {
-    **{(card, "attention_block"): "XLA's written-out causal softmax over [8, 16, 2048, 2048] (one "
-       "Triton fusion, half the step) runs at 0.27-0.37 of its HBM roof: 175 registers a thread "
-       "leave one block of 8 warps an SM (12.5% occupancy, the trace's kernel_details), and "
-       "without a software pipeline its bandwidth is occupancy-bound (1.2-1.3 TB/s, layernorm's "
-       "per occupancy at 25%); occupancy is no column of the report, and the streams' efficiency "
-       "(0.87-0.92) is not its rate"
-       for card in CARDS},
+    ("h200", "attention_block"): "the host's dispatch of this step (0.99 ms before its first "
+    "kernel and after its last, its 11 kernels at 0.90 of their measured time) is 2.1x the fitted "
+    "line's 0.47 ms for 5 arguments, whose fitting samples spread 0.54-1.85x it: no mechanism of "
+    "the host's side is modelled beyond that line",
 }  # fmt: skip
 
 
@@ -271,12 +269,12 @@ def test_the_dispatch_is_the_steps_time_before_its_first_kernel_and_after_its_la
 
 @pytest.mark.parametrize("card", CARDS)
 def test_large_kernels_are_expected_within_15_percent_where_no_calibration_saw(reports, card):
-    """Op by op on the held-out steps (the written-out attention aside: its softmax fusion is a
-    kind no calibration has), the large GEMMs and the large memory-bound ops took, together,
-    within ±15% of their expected times."""
+    """Op by op on the held-out steps, the large GEMMs and the large memory-bound ops took,
+    together, within ±15% of their expected times (the written-out attention's softmax at the
+    rate its occupancy allows)."""
     took: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for case in calibrate.GPU_HELD_OUT:
-        if case in ("attention_block", "gpt_step_graphs"):  # graphs: the same kernels as gpt_step
+        if case == "gpt_step_graphs":  # the same kernels as gpt_step
             continue
         ops = reports[0][card, case].ops
         for _, row in ops[(ops["measured_s"] > 0) & (ops["t_bound_s"] > 0)].iterrows():
@@ -288,6 +286,102 @@ def test_large_kernels_are_expected_within_15_percent_where_no_calibration_saw(r
     for kind, (measured_s, expected_s) in took.items():
         ratio = measured_s / expected_s
         assert EXPECTED_BAND[0] <= ratio <= EXPECTED_BAND[1], f"{card} {kind}: {ratio:.3f}"
+
+
+# What NVIDIA documents for compute capability 9.0 (H100 and H200: the CUDA C++ Programming
+# Guide's table of technical specifications, the occupancy calculator's allocation rules): 64K
+# registers an SM in 4 sub-partitions, allocated 256 a warp; 64 warps and 32 blocks an SM; 228 KB
+# of shared memory an SM, allocated in 128-byte units, 1 KB of it reserved a block.
+SM90 = {"registers": 65536, "warps": 64, "blocks": 32, "shared": 228 * 1024}
+
+
+def _occupancy(registers: int, threads: int, shared: int) -> float:
+    """The resident warps ÷ the SM's of a kernel of ``registers`` a thread, ``threads`` a block
+    and ``shared`` bytes of shared memory a block: what each of the SM's limits allows."""
+    warps = -(-threads // 32)
+    blocks = [SM90["warps"] // warps, SM90["blocks"]]
+    if registers:
+        per_warp = -(-registers * 32 // 256) * 256
+        blocks.append(4 * (SM90["registers"] // 4 // per_warp) // warps)
+    blocks.append(SM90["shared"] // (-(-shared // 128) * 128 + 1024))
+    return min(blocks) * warps / SM90["warps"]
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_occupancy_is_each_kernels_from_its_registers_block_and_shared_memory(
+    reports, traces, card
+):
+    """The ``occupancy`` column is a compile fact: what a kernel's registers a thread, block and
+    shared memory allow on the SM (the trace's ``kernel_details``), not a timing."""
+    checked = 0
+    for case in ("attention_block", "layernorm", "softmax"):
+        space = xplane.parse_space(traces[card, case].read_bytes())
+        details: dict[str, set[str]] = defaultdict(set)
+        for plane in space:
+            for _, event in plane.events():
+                if (op := event.stats.get("hlo_op")) and event.stats.get("kernel_details"):
+                    details[op].add(event.stats["kernel_details"])
+        ops = reports[0][card, case].ops.set_index("name")
+        for op, kinds in details.items():
+            if len(kinds) != 1:  # an op of several kernels: their time-weighted mean
+                continue
+            fields = dict(item.split(":", 1) for item in next(iter(kinds)).split())
+            threads = math.prod(int(n) for n in fields["block"].split(","))
+            shared = int(fields["static_shared"]) + int(fields["dynamic_shared"])
+            expected = _occupancy(int(fields["regs"]), threads, shared)
+            assert ops.loc[op, "occupancy"] == pytest.approx(expected), (case, op, fields)
+            checked += 1
+    assert checked >= 15
+    assert reports[0][card, "attention_block"].ops.set_index("name").loc[
+        "fusion.16", "occupancy"
+    ] == 0.125  # fmt: skip
+
+
+def test_kernel_occupancy_weighs_an_ops_kernels_by_time_and_skips_damaged_stats():
+    """Two kernels of one op: their occupancy weighted by their time; the figure from
+    ``kernel_details`` where the stat is absent; a damaged or impossible figure, a host plane and
+    an event of another program are no evidence."""
+    from hlo_roofline.measured import trace
+
+    def kernel(start: int, duration: int, **stats) -> xplane.Event:
+        return xplane.Event("k", start, duration, {"hlo_op": "fusion.1", "program_id": 7, **stats})
+
+    events = [
+        kernel(0, 300, theoretical_occupancy_pct=25.0),
+        kernel(300, 100, kernel_details="regs:64 block:256,1,1 occ_pct:100"),
+        kernel(400, 50, theoretical_occupancy_pct="n/a"),
+        kernel(450, 50, theoretical_occupancy_pct=250.0),
+        kernel(500, 50, theoretical_occupancy_pct=50.0, program_id=8),
+        xplane.Event("k", 0, 10, {"hlo_op": "copy.2", "program_id": 7, "kernel_details": None}),
+    ]
+    device = xplane.Plane(1, "/device:GPU:0", [xplane.Line(1, "Stream #1", events)], {}, {})
+    host = xplane.Plane(2, "/host:CPU", [xplane.Line(1, "t", [kernel(0, 1, occ_pct=10.0)])], {}, {})
+    found = trace.kernel_occupancy([device, host], {7: None, 8: None})
+    assert found == {
+        7: {"fusion.1": pytest.approx((300 * 0.25 + 100 * 1.0) / 400)},
+        8: {"fusion.1": 0.5},
+    }
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_a_kernel_its_occupancy_holds_back_is_expected_at_its_rate(reports, card):
+    """Held out: the written-out attention's causal softmax (175 registers a thread: an eighth of
+    the SM's warps) is expected at the bandwidth its resident warps keep in flight
+    (``calibrated.occupancy_bandwidth``, fitted on layernorm's kernel at a quarter), within ±15%
+    of its measured time; a GEMM's kernel at that occupancy pipelines its loads and is not held
+    to it, and a report without the trace's occupancy is judged as before."""
+    report = reports[0][card, "attention_block"]
+    ops = report.ops.set_index("name")
+    softmax = ops.loc["fusion.16"]
+    assert softmax["expected_by"] == "occupancy"
+    assert 0.85 <= softmax["t_expected_s"] / softmax["measured_s"] <= 1.15
+    gemm = ops.loc["gemm_fusion_dot.5"]
+    assert gemm["occupancy"] <= 0.125 and gemm["expected_by"] != "occupancy"
+    unjudged = report.ops.drop(columns=["occupancy"])
+    again = type(report)(unjudged, dict(report.summary), report.module, report.internals)
+    again = again.classify(CARDS[card]).ops.set_index("name")
+    assert "occupancy" not in set(again["expected_by"])
+    assert again.loc["fusion.16", "t_expected_s"] < softmax["t_expected_s"] / 2
 
 
 def test_the_fitting_half_and_the_held_out_half_are_every_program():

@@ -59,6 +59,7 @@ CALIBRATED = {
     "prologue_passes": "prologue_passes",
     "matmul_efficiency": "matmul_efficiency",
     "memory_efficiency": "memory_efficiency",
+    "occupancy_bandwidth": "occupancy_bandwidth",
     "dcn_efficiency": "dcn_efficiency",
     "dcn_step": "dcn_step_s",
     "kernel_efficiency": "kernel_efficiency",

@@ -230,6 +230,10 @@ class Calibration:
     # bandwidth its streaming ops reach (measured on whole steps or traces: fractions, not shared)
     matmul_efficiency: float | None = None
     memory_efficiency: float | None = None
+    # the share of the HBM bandwidth a GPU kernel without a software pipeline reaches per unit of
+    # its occupancy (resident warps ÷ the SM's slots: the loads it keeps in flight), measured on
+    # traces; the streams' share caps it
+    occupancy_bandwidth: float | None = None
     # a multi-slice (megascale) transfer over the data-centre network: the share of the chip's DCN
     # egress it reaches, and the time each step of its ring over the slices adds (the hop from
     # one slice to the next through the hosts and their NICs); measured on whole steps

@@ -248,6 +248,31 @@ def cudnn_convolutions(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return conv, conv & (ops["mm_k"].to_numpy() % CONV_K_STEP != 0)
 
 
+# The fusions XLA:GPU generates a kernel for itself (its loop and input emitters, and Triton's for
+# those that are no GEMM), by their ``fusion_kind``; a cuDNN or other custom fusion is a library's.
+GENERATED = ("kLoop", "kInput")
+TRITON_FUSION = "kCustom:__triton"
+
+
+def _over_share(time: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """``time ÷ share`` where the share is positive, else 0 (no such effect on that row)."""
+    return np.divide(time, share, out=np.zeros(len(share)), where=share > 0)
+
+
+def occupancy_limited(ops: pd.DataFrame) -> np.ndarray:
+    """Per row, the occupancy of a kernel that keeps its loads in flight through its resident
+    warps, or 0: a fusion XLA generates itself (a loop, input or Triton fusion that is no
+    matmul: a GEMM's kernel pipelines its loads through shared memory, a library call is
+    another's code) whose kernels' occupancy the trace records (the ``occupancy`` column)."""
+    if "occupancy" not in ops:
+        return np.zeros(len(ops))
+    occupancy = np.nan_to_num(ops["occupancy"].to_numpy(dtype=float), nan=0.0)
+    kinds = ops["fusion_kind"].astype(str)
+    triton = kinds.str.startswith(TRITON_FUSION) & ~kinds.str.contains("gemm")
+    generated = (ops["opcode"].to_numpy() == "fusion") & (kinds.isin(GENERATED) | triton).to_numpy()
+    return np.where(generated & (occupancy > 0) & (occupancy <= 1), occupancy, 0.0)
+
+
 def kernel_runs(ops: pd.DataFrame, t_bound: np.ndarray) -> np.ndarray:
     """The GPU rows that launch a kernel of their own: a bound time (a parameter, a tuple, a
     bitcast has none), executed, and no collective (its launch is in its transfer's time). The
@@ -310,10 +335,16 @@ class GpuTimeModel(TimeModel):
         algorithms, chosen per shape, run far below the GEMMs' rate, and further below where the
         contraction (input channels × filter taps) is no whole number of the tensor cores'
         K step (a 3-channel stem: ``calibrated.conv_narrow_efficiency``; the rest:
-        ``calibrated.conv_efficiency``)."""
+        ``calibrated.conv_efficiency``). A kernel XLA generates for a fusion that is no matmul
+        streams through its resident warps' loads (no software pipeline): where the trace
+        records its occupancy (:func:`occupancy_limited`), its HBM bytes go at
+        ``calibrated.occupancy_bandwidth`` × that share of the bandwidth (Little's law: the
+        bytes in flight over the memory's latency), the streams' share above it where that is
+        less."""
         cal, zero = self.chip.calibration, np.zeros(len(ops))
         fused = rates.kernel_mxu > 0
         conv, narrow = cudnn_convolutions(ops)
+        resident = occupancy_limited(ops) if cal.occupancy_bandwidth else None
         share = np.full(len(ops), np.inf)  # the share of its bound each conv reaches
         share[conv & ~narrow] = cal.conv_efficiency or np.inf
         share[narrow] = cal.conv_narrow_efficiency or cal.conv_efficiency or np.inf
@@ -323,6 +354,11 @@ class GpuTimeModel(TimeModel):
             if cal.kernel_efficiency
             else zero,
             "conv_rate": bound.t_bound / share,
+            "occupancy": zero
+            if resident is None
+            else _over_share(
+                bound.memory.t_memory - bound.memory.t_vmem, cal.occupancy_bandwidth * resident
+            ),
         }
 
     def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:

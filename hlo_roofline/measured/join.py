@@ -28,6 +28,7 @@ from hlo_roofline.measured.trace import (
     OpEvent,
     Steps,
     device_chip,
+    kernel_occupancy,
     op_events,
     programs,
     step_windows,
@@ -97,11 +98,20 @@ def _container_rows(report: Report, module: Module, measured: MeasuredTimes) -> 
     )
 
 
-def join(report: Report, module: Module, measured: MeasuredTimes, chip) -> Report:
-    """The report with measured columns (and re-classified against ``chip`` when given)."""
+def join(
+    report: Report,
+    module: Module,
+    measured: MeasuredTimes,
+    chip,
+    occupancy: dict[str, float] | None = None,
+) -> Report:
+    """The report with measured columns (and re-classified against ``chip`` when given).
+    ``occupancy``: each op's kernels' occupancy the trace records
+    (:func:`~hlo_roofline.measured.trace.kernel_occupancy`), which the expected model reads."""
     ops = _container_rows(report, module, measured)
     per_step = measured.per_step
     names = ops["name"]
+    occupancy = occupancy or {}
 
     def column(f) -> list[float]:
         return [f(per_step[n]) if n in per_step else np.nan for n in names]
@@ -111,6 +121,7 @@ def join(report: Report, module: Module, measured: MeasuredTimes, chip) -> Repor
         measured_p10_s=column(lambda v: float(np.percentile(v, 10))),
         measured_p90_s=column(lambda v: float(np.percentile(v, 90))),
         measured_count=[measured.count.get(n, np.nan) for n in names],
+        occupancy=[occupancy.get(n, np.nan) for n in names],
     )
     joined = Report(ops, dict(report.summary), report.module, report.internals)
     if chip is not None:
@@ -183,6 +194,7 @@ def joined_reports(path_or_dir, chip) -> tuple[dict[str, Report], list[Path]]:
         report = analyze_hlo(module)
         analyzed[program_id] = module, report, HloStructure.of(module)
         renamed[program_id] = renames.resolve(program_events, module)
+    occupancy = kernel_occupancy(planes, known)
     measured = _measure_programs(by_program, analyzed, windows)
     if not measured and windows:  # device clocks not aligned with the host's step annotations?
         measured = _measure_programs(by_program, analyzed, {})
@@ -191,7 +203,7 @@ def joined_reports(path_or_dir, chip) -> tuple[dict[str, Report], list[Path]]:
     for program_id, result in measured.items():
         program = known[program_id]
         module, report, _ = analyzed[program_id]
-        joined = join(report, module, result, chip)
+        joined = join(report, module, result, chip, occupancy.get(program_id))
         joined.summary.update(
             compiled_for="trace",
             how=f"optimized HLO embedded in the trace {files[0]}",

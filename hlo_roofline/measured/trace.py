@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ __all__ = [
     "Program",
     "Steps",
     "device_chip",
+    "kernel_occupancy",
     "op_events",
     "programs",
     "step_windows",
@@ -31,6 +33,7 @@ __all__ = [
 _HLO_STATS = ("Hlo Proto", "hlo_proto")
 _MODULE_ID = re.compile(r"\((\d+)\)$")
 _COPIED = re.compile(r"\bsize:(\d+)")
+_OCCUPANCY = re.compile(r"\bocc_pct:([\d.]+)")  # in a kernel's ``kernel_details``
 
 
 def trace_files(path_or_dir: str | Path) -> list[Path]:
@@ -174,6 +177,42 @@ def op_events(planes: list[Plane], known: dict[int, Program], host: str = "") ->
                 )
             )  # fmt: skip
     return found
+
+
+def kernel_occupancy(
+    planes: Iterable[Plane], known: dict[int, Program]
+) -> dict[int, dict[str, float]]:
+    """Each device op's occupancy, by program id and op name: the share of an SM's warp slots
+    its kernels keep resident, as CUPTI records it for each kernel (``theoretical_occupancy_pct``,
+    or ``occ_pct`` in ``kernel_details``: worked out from the kernel's registers a thread, block
+    size and shared memory, compile facts, not a timing), weighted by the kernels' time. An op
+    whose kernels name no program is left out where the trace holds several."""
+    weighted: dict[int, dict[str, list[float]]] = {}
+    only = next(iter(known)) if len(known) == 1 else None
+    for plane in planes:
+        if not plane.name.startswith("/device:"):
+            continue
+        for _, event in plane.events():
+            stats = event.stats
+            op, pct = stats.get("hlo_op"), stats.get("theoretical_occupancy_pct")
+            details = stats.get("kernel_details")
+            if pct is None and isinstance(details, str) and (found := _OCCUPANCY.search(details)):
+                pct = found.group(1)
+            try:
+                share = float(pct) / 100 if pct is not None else math.nan
+                program_id = int(stats["program_id"]) if "program_id" in stats else only
+            except (TypeError, ValueError, OverflowError):  # a damaged stat: no figure
+                continue
+            if not isinstance(op, str) or not 0 < share <= 1 or program_id is None:
+                continue
+            duration = max(event.end_ps - event.start_ps, 1)
+            sums = weighted.setdefault(program_id, {}).setdefault(op, [0.0, 0.0])
+            sums[0] += duration * share
+            sums[1] += duration
+    return {
+        program: {op: share / time for op, (share, time) in ops.items()}
+        for program, ops in weighted.items()
+    }
 
 
 @dataclass(frozen=True)
