@@ -594,3 +594,38 @@ def test_a_report_without_rows_has_no_host_dispatch():
     assert whole.summary["host_dispatch_s"] > 0
     empty = Report(whole.ops.iloc[0:0].reset_index(drop=True), dict(whole.summary), whole.module)
     assert empty.classify("h100").summary["host_dispatch_s"] == 0
+
+
+# An entry that takes no arguments and runs one of two branches, each of which takes one.
+_NO_ARGUMENT_ENTRY = """HloModule no_arguments, entry_computation_layout={()->f32[1024]{0}}
+
+%add_one (x: f32[1024]) -> f32[1024] {
+  %x = f32[1024]{0} parameter(0)
+  %one = f32[] constant(1)
+  %ones = f32[1024]{0} broadcast(%one), dimensions={}
+  ROOT %sum = f32[1024]{0} add(%x, %ones)
+}
+
+%double (y: f32[1024]) -> f32[1024] {
+  %y = f32[1024]{0} parameter(0)
+  ROOT %twice = f32[1024]{0} add(%y, %y)
+}
+
+ENTRY %main () -> f32[1024] {
+  %which = pred[] constant(true)
+  %zero = f32[] constant(0)
+  %zeros = f32[1024]{0} broadcast(%zero), dimensions={}
+  ROOT %picked = f32[1024]{0} conditional(%which, %zeros, %zeros), true_computation=%add_one, false_computation=%double
+}
+"""
+
+
+def test_a_branchs_parameters_are_no_arguments_of_the_host():
+    """The host's dispatch grows with the program's arguments, the entry's parameters: an entry
+    that takes none passes none, though its branches' bodies have parameters of their own."""
+    from hlo_roofline import chips
+
+    report = hr.analyze_hlo(_NO_ARGUMENT_ENTRY, chip="h100")
+    ops = report.ops
+    assert (ops["opcode"] == "parameter").sum() >= 1  # the branches' parameters are rows
+    assert report.summary["host_dispatch_s"] == chips.get("h100").calibration.dispatch_s

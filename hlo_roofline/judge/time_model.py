@@ -282,16 +282,18 @@ def kernel_runs(ops: pd.DataFrame, t_bound: np.ndarray) -> np.ndarray:
 
 
 def entry_arguments(ops: pd.DataFrame) -> np.ndarray:
-    """The rows that are the program's arguments: the parameters of its entry computation (that
-    of the first parameter outside any loop; a loop body's or a branch's are not the host's to
-    pass). The host's dispatch of a step grows with their count (``calibrate.dispatch_fits``)."""
+    """The rows that are the program's arguments: the parameters of its entry computation (the
+    first row's: the walk starts there, with the operands its containers take; a loop body's or
+    a branch's parameters are not the host's to pass, and an entry without parameters has no
+    arguments). The host's dispatch of a step grows with their count
+    (``calibrate.dispatch_fits``)."""
     parameters = ops["opcode"].to_numpy() == "parameter"
     if "loop" in ops:
         parameters &= ops["loop"].to_numpy() == ""
     if not parameters.any():
         return parameters
     computations = ops["computation"].to_numpy()
-    return parameters & (computations == computations[np.argmax(parameters)])
+    return parameters & (computations == computations[0])
 
 
 class GpuTimeModel(TimeModel):
