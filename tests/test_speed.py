@@ -32,6 +32,13 @@ import run as benchmark
 # runs the `alone` tests after the others, in one process).
 pytestmark = [SLOW, pytest.mark.alone]
 TOLERANCE = 1.2
+# The fixed cost's share moves more from one machine to another than a ratio of two analyses of
+# one module does: a 0.2-ms analysis of two instructions is the interpreter's overhead, XLA's
+# 120-ms parse of GPT-2 is C++ over megabytes. Measured 2026-12-07: 0.139 % on the machine of the
+# baseline, 0.166-0.179 % on another (load 0.5; the baseline's commit read the same there), 1.29x
+# apart with nothing changed. Its guard is held to that spread and a margin; the 2 ms target
+# stays whole.
+FIXED_COST_TOLERANCE = 1.5
 
 
 def test_parse_and_analysis_stay_within_their_ratio_to_xla():
@@ -85,11 +92,12 @@ def test_the_median_over_modules_of_every_kind_stays_within_its_ratio_to_xla():
 
 def test_the_fixed_cost_of_an_analysis_stays_within_its_share_of_xlas_time():
     """Parse + ``analyze_hlo`` of a two-instruction module ÷ XLA's parse + cost analysis of the
-    GPT-2 module (a share, so a faster or slower machine moves it little): within the committed
-    share + 20 %, and within the 2 ms target as the baseline's machine reads it."""
+    GPT-2 module (a share, so a faster or slower machine moves it less): within the committed
+    share + 50 % (:data:`FIXED_COST_TOLERANCE`), and within the 2 ms target as the baseline's
+    machine reads it."""
     baseline = json.loads((ROOT / "benchmarks" / "baseline.json").read_text())
     measured = benchmark.fixed_cost_share()
-    limit = baseline["fixed_cost_share_of_xla_gpt2"] * TOLERANCE
+    limit = baseline["fixed_cost_share_of_xla_gpt2"] * FIXED_COST_TOLERANCE
     target = 2.0 / baseline["xla_cpu_ms"]  # 2 ms of the baseline's XLA time on GPT-2
     said = (
         f"the fixed cost is {measured['fixed'] * 1e3:.2f} ms, {measured['share']:.2%} of XLA's "
