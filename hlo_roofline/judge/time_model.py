@@ -254,11 +254,6 @@ GENERATED = ("kLoop", "kInput")
 TRITON_FUSION = "kCustom:__triton"
 
 
-def _over_share(time: np.ndarray, share: np.ndarray) -> np.ndarray:
-    """``time ÷ share`` where the share is positive, else 0 (no such effect on that row)."""
-    return np.divide(time, share, out=np.zeros(len(share)), where=share > 0)
-
-
 def occupancy_limited(ops: pd.DataFrame) -> np.ndarray:
     """Per row, the occupancy of a kernel that keeps its loads in flight through its resident
     warps, or 0: a fusion XLA generates itself (a loop, input or Triton fusion that is no
@@ -346,7 +341,8 @@ class GpuTimeModel(TimeModel):
         cal, zero = self.chip.calibration, np.zeros(len(ops))
         fused = rates.kernel_mxu > 0
         conv, narrow = cudnn_convolutions(ops)
-        resident = occupancy_limited(ops) if cal.occupancy_bandwidth else None
+        # the share of the bandwidth each kernel its occupancy holds back reaches (inf: none)
+        occupied = occupancy_limited(ops) * (cal.occupancy_bandwidth or 0.0)
         share = np.full(len(ops), np.inf)  # the share of its bound each conv reaches
         share[conv & ~narrow] = cal.conv_efficiency or np.inf
         share[narrow] = cal.conv_narrow_efficiency or cal.conv_efficiency or np.inf
@@ -356,11 +352,8 @@ class GpuTimeModel(TimeModel):
             if cal.kernel_efficiency
             else zero,
             "conv_rate": bound.t_bound / share,
-            "occupancy": zero
-            if resident is None
-            else _over_share(
-                bound.memory.t_memory - bound.memory.t_vmem, cal.occupancy_bandwidth * resident
-            ),
+            "occupancy": (bound.memory.t_memory - bound.memory.t_vmem)
+            / np.where(occupied > 0, occupied, np.inf),
         }
 
     def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:
