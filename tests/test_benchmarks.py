@@ -93,3 +93,17 @@ def test_phase_script_splits_an_analysis_into_its_phases():
     # built when first read), the parse and the judging of a 13 kB module take milliseconds
     assert len(times) == 5 and min(times) >= 0 and times[0] > 0 < times[4]
     assert "hlo/parser.py" in done.stdout and "cost/base.py" in done.stdout
+
+
+def test_heldout_parity_script_sets_our_xla_model_against_the_installed_xla(tmp_path):
+    """``benchmarks/heldout_parity.py`` on two of its programs, compiled here: the ``xla`` model's
+    totals against XLA's own HloCostAnalysis of the same text, live (programs whose results are
+    single arrays, where every supported jaxlib counts bytes as the base model does)."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "heldout_parity.py"), "--targets", "cpu",
+               "--out", str(tmp_path), "conv_transpose", "fft_ops"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "0 of 2 modules differ" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "conv_transpose.cpu.hlo.txt", "fft_ops.cpu.hlo.txt",
+    ]  # fmt: skip
