@@ -16,8 +16,9 @@ parity tests take it out). The optimized texts are kept in ``--out``, so another
 (the oldest jax) prices the same modules. Prints one line a module and a count; exits 1 where a
 total differs (relative 1e-6).
 
-The base model follows jaxlib 0.10.2's HloCostAnalysis (the committed oracles' version):
-``docs/cost-model.md`` says where a later jaxlib counts bytes differently.
+The base model sizes shapes as the installed jaxlib's XLA does (``cost/xla_sizes.py``: tiled
+arrays and tuples changed in 0.11.2); measured on 2026-12-07, all 60 totals equal XLA's under
+jaxlib 0.10.2 and under 0.12.0.1.
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ def analyze_hlo(
     a :class:`pathlib.Path` to a file of it (a string is always text, never a path).
 
     ``cost_model="xla"`` reproduces XLA's HloCostAnalysis op by op (its module totals, except that a
-    custom call is "unknown" rather than −1); ``"roofline"`` (default) corrects it: loop bodies ×
+    custom call is "unknown" rather than −1; shapes sized as the installed jaxlib's XLA sizes them,
+    :mod:`~hlo_roofline.cost.xla_sizes`); ``"roofline"`` (default) corrects it: loop bodies ×
     trip count, async pairs once, library calls priced from their shapes, and bytes on the wire for
     collectives. With ``chip`` the report is classified against it. ``user_packages`` (package
     names or directories) count as the user's code in ``user_source`` even where installed
@@ -120,12 +121,14 @@ def _analyze_hlo(text, cost_model, chip, user_packages, model_flops) -> Report:
         )
     _warn_if_unoptimized(module)
     with gc_paused():
-        pad = cost.MODELS[cost_model].pad_to_tiles  # TPU arrays sized as stored (roofline)
+        # TPU arrays sized as stored (roofline), or as the installed XLA sizes them (xla)
+        sizes = cost.shape_sizes(cost_model)
         # the ops priced one at a time, each summed and made a row as it comes: a large module's
         # priced ops never all exist at once
         totals: dict = {}
-        ops = cost.tallied(cost.priced(module, cost_model, pad_to_tiles=pad), cost_model, totals)
-        columns = cost.rows(module, ops, pad_to_tiles=pad, user_packages=user_packages)
+        ops = cost.priced(module, cost_model, sizes.tiled, sizes.tuple_pointer_bytes)
+        ops = cost.tallied(ops, cost_model, totals)
+        columns = cost.rows(module, ops, pad_to_tiles=sizes.tiled, user_packages=user_packages)
         summary = {**totals, "memory": memory.from_module(module)}
         summary["missing"] = ["tiling"] if _lacks_tiling(module) else []
         summary["missing"] = missing(summary)

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, fixture_files, fixture_id, load_fixture
 
 from hlo_roofline import analyze_hlo
-from hlo_roofline.cost import CostContext
+from hlo_roofline.cost import CostContext, xla_sizes
 from hlo_roofline.cost.base import (
     BASE_MODEL,
     OVERRIDES,
@@ -39,6 +39,11 @@ def test_fixtures_exist():
     targets = {p.name.removesuffix(".xla.json") for p in FILES}
     assert len(programs) >= 12, programs
     assert {"cpu", "tpu_v5e", "tpu_v5p", "h100"} <= targets
+
+
+def _oracle_sizes(oracle: dict) -> xla_sizes.ShapeSizes:
+    """How the XLA that made ``oracle`` sized shapes (jaxlib 0.10.2 made all but one)."""
+    return xla_sizes.of_jaxlib(oracle["jaxlib_version"])
 
 
 def _xla_minus_ones(module, report) -> tuple[int, int]:
@@ -69,9 +74,11 @@ def _xla_minus_ones(module, report) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("path", FILES, ids=fixture_id)
-def test_module_totals_equal_xla(path):
+def test_module_totals_equal_xla(path, monkeypatch):
     text, oracle = load_fixture(path)
     module = parse(text)
+    # sized as the oracle's XLA sized shapes (cost.xla_sizes), whichever jaxlib is installed
+    monkeypatch.setattr(xla_sizes, "installed", lambda: _oracle_sizes(oracle))
     report = analyze_hlo(module, cost_model="xla")
     # XLA adds -1 for every custom call; we report those ops as "unknown" instead.
     minus_flops, minus_bytes = _xla_minus_ones(module, report)
@@ -88,7 +95,8 @@ def test_module_totals_equal_xla(path):
 def test_every_instruction_equals_xla_standalone(path):
     text, oracle = load_fixture(path)
     module = parse(text)
-    ctx = CostContext(module, "xla")
+    sizes = _oracle_sizes(oracle)
+    ctx = CostContext(module, "xla", sizes.tiled, sizes.tuple_pointer_bytes)
     index = {(c.name, i.name): i for c in module.computations.values() for i in c.instructions}
     mismatches = []
     checked = 0

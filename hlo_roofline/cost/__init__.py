@@ -24,6 +24,7 @@ from hlo_roofline.cost.base import (
     CostModel,
     Override,
     overrides,
+    shape_sizes,
 )
 from hlo_roofline.cost.table import rows
 
@@ -42,6 +43,7 @@ __all__ = [
     "price",
     "priced",
     "rows",
+    "shape_sizes",
     "summarize",
     "tallied",
     "walk",

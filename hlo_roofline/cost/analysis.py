@@ -17,6 +17,7 @@ from hlo_roofline.cost.base import (
     BOOKKEEPING,
     COST_MODELS,
     COSTS_KEPT,
+    POINTER_BYTES,
     RULE_ERRORS,
     ZERO,
     Cost,
@@ -53,21 +54,28 @@ def price(instr: Instruction, ctx: CostContext) -> Cost:
 
 
 def walk(
-    module: Module, cost_model: str = "roofline", pad_to_tiles: bool = False
+    module: Module,
+    cost_model: str = "roofline",
+    pad_to_tiles: bool = False,
+    tuple_pointer_bytes: int = POINTER_BYTES,
 ) -> list[PricedOp]:
     """Every executed op of the module's entry, with nested bodies opened."""
-    return list(priced(module, cost_model, pad_to_tiles))
+    return list(priced(module, cost_model, pad_to_tiles, tuple_pointer_bytes))
 
 
 def priced(
-    module: Module, cost_model: str = "roofline", pad_to_tiles: bool = False
+    module: Module,
+    cost_model: str = "roofline",
+    pad_to_tiles: bool = False,
+    tuple_pointer_bytes: int = POINTER_BYTES,
 ) -> Iterator[PricedOp]:
     """:func:`walk`'s ops one at a time, each priced as it is asked for: a consumer that keeps
     only what it makes of them (:func:`~hlo_roofline.cost.table.rows`, :func:`tallied`) never
-    holds them all."""
+    holds them all. Shapes sized as ``pad_to_tiles`` and ``tuple_pointer_bytes`` say
+    (:func:`~hlo_roofline.cost.base.shape_sizes` gives a model's)."""
     if cost_model not in COST_MODELS:
         raise ValueError(f"cost_model must be one of {COST_MODELS}, not {cost_model!r}")
-    walker = _Walk(CostContext(module, cost_model, pad_to_tiles))
+    walker = _Walk(CostContext(module, cost_model, pad_to_tiles, tuple_pointer_bytes))
     return walker.visit(module.entry, 1, None, False, 0)
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hlo_roofline.cost import xla_sizes
+from hlo_roofline.cost.xla_sizes import ShapeSizes
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Module, Shape, tiled_elements
 
@@ -220,7 +222,8 @@ class CostModel:
 
     name: str
     # A TPU array with a tiled layout is sized as stored, its minor dimensions rounded up to the
-    # first tile (as libtpu's cost analysis does); plain XLA's shape size ignores tiles.
+    # first tile (as libtpu's cost analysis does); XLA's counted elements up to jaxlib 0.11.1 (the
+    # base model sizes as the installed XLA does: cost.xla_sizes).
     pad_to_tiles: bool = False
     # An op no rule knows is charged its default bytes (operands + result), flagged unknown;
     # XLA charges it nothing.
@@ -277,6 +280,14 @@ class Override(NamedTuple):
 def rules_of(model: str) -> dict[str, Rule]:
     """``model``'s rule table: the base's, with its overrides in place."""
     return {**RULES, **OVERRIDES.get(model, {})}
+
+
+def shape_sizes(model: str) -> ShapeSizes:
+    """How ``model`` sizes shapes: the base model as the installed XLA's cost analysis does
+    (:mod:`~hlo_roofline.cost.xla_sizes`), the others by their ``pad_to_tiles`` hook."""
+    if model == BASE_MODEL:
+        return xla_sizes.installed()
+    return ShapeSizes(tiled=MODELS[model].pad_to_tiles, tuple_pointer_bytes=POINTER_BYTES)
 
 
 def overrides(model: str = "roofline") -> list[Override]:
@@ -344,6 +355,7 @@ def _hook_comments() -> dict[str, str]:
 # Bytes per element as XLA's shape-size function sees them (sub-byte types occupy a byte unless the
 # layout packs them with E(bits)).
 _ELEMENT_BYTES = {dtype: max(1, math.ceil(size)) for dtype, size in DTYPE_BYTES.items()}
+# A pointer: an opaque value, and a tuple table's entry as jaxlib up to 0.11.1 sized it.
 POINTER_BYTES = 8
 
 
@@ -391,6 +403,7 @@ class CostContext:
     module: Module
     model: str = "roofline"
     pad_to_tiles: bool = False
+    tuple_pointer_bytes: int = POINTER_BYTES
     _computation_costs: dict[str, Cost] = field(default_factory=dict)
     _users: dict[str, dict[int, tuple[Instruction, ...]]] = field(default_factory=dict)
     _in_flight: frozenset[str] | None = None
@@ -407,12 +420,13 @@ class CostContext:
 
     def size(self, shape: Shape) -> int:
         """XLA's GetShapeSize: a tuple is its pointer table, a token 0, an opaque 8. Kept on the
-        shape (its module's instructions share one per spelling), as stored and as tiled."""
+        shape (its module's instructions share one per spelling), as stored and as tiled; a
+        tuple's is not (its pointers' size is the context's)."""
         size = shape._tiled_bytes if self.pad_to_tiles else shape._bytes
         if size is None:
             if shape.dtype == "tuple":
-                size = POINTER_BYTES * len(shape.tuple_shapes)
-            elif shape.dtype == "token":
+                return self.tuple_pointer_bytes * len(shape.tuple_shapes)
+            if shape.dtype == "token":
                 size = 0
             elif shape.dtype == "opaque":
                 size = POINTER_BYTES
