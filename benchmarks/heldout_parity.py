@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/heldout_parity.py                        # CPU, TPU v5e, H100
     .venv/bin/python benchmarks/heldout_parity.py --targets cpu sorts fft_ops
     .venv-oldest/bin/python benchmarks/heldout_parity.py --out /tmp/heldout   # the texts again
+    .venv/bin/python benchmarks/heldout_parity.py --bands v5e:2x2,v5p:2x2x1,v6e:2x2,7x:2x2x1
 
 The parity tests (``tests/test_xla_parity.py``) hold the base model to oracles committed with the
 fixtures; this regenerates held-out cases: twenty small programs written for it (transposed, dilated
@@ -15,6 +16,11 @@ set against ``hlo_module_cost_analysis`` of the same text by the installed jaxli
 parity tests take it out). The optimized texts are kept in ``--out``, so another environment
 (the oldest jax) prices the same modules. Prints one line a module and a count; exits 1 where a
 total differs (relative 1e-6).
+
+With ``--bands`` (TPU targets) it also sets each op's expected time against XLA:TPU's own
+``estimated_cycles`` in the same modules, as ``tests/tpu_oracle.py`` does for the committed
+corpora: per chip, the share of XLA's time within 0.5-1.25x, above and below, and the share
+where the bound is above XLA's estimate (docs/validation.md, "Programs outside the grammar").
 
 The base model sizes shapes as the installed jaxlib's XLA does (``cost/xla_sizes.py``: tiled
 arrays and tuples changed in 0.11.2); measured on 2026-12-07, all 60 totals equal XLA's under
@@ -238,12 +244,32 @@ def differences(text: str) -> list[str]:
     return found
 
 
+def bands(paths: list[Path], chip: str) -> dict[str, float]:
+    """Of XLA:TPU's estimated time over the ops of ``paths`` (one chip's modules): the shares the
+    expected time puts within the band, above and below it (``tpu_oracle.band_shares``), and the
+    share where the bound is above XLA's estimate."""
+    import pandas as pd
+    from tpu_oracle import band_shares, priced_ops
+
+    ops = pd.concat([priced_ops(path.read_text(), chip) for path in paths])
+    shares = band_shares(ops)
+    estimated = ops[ops["xla_estimate_s"].notna()]
+    above = estimated["t_bound_s"] > estimated["xla_estimate_s"]
+    weight = estimated["xla_estimate_s"]
+    return {**shares, "bound_above": float(weight[above].sum() / weight.sum())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("programs", nargs="*", help=f"a subset of {', '.join(PROGRAMS)}")
-    parser.add_argument("--targets", default="cpu,v5e:2x2,h100", help="comma-separated")
+    parser.add_argument("--targets", default="cpu,v5e:2x2,h100",
+                        help="comma-separated (XLA's parser aborts on some v5p, v6e and 7x modules)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("/tmp/hlo_roofline_heldout"),
                         help="the optimized texts, kept (made again only where missing)")  # fmt: skip
+    parser.add_argument("--bands", metavar="TARGETS",
+                        help="TPU targets (comma-separated, e.g. v5e:2x2,7x:2x2x1) whose ops' expected "
+                        "time is set against XLA:TPU's estimate (no parity: XLA's parser aborts on "
+                        "some TPU7x modules)")  # fmt: skip
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     import jaxlib
@@ -262,6 +288,22 @@ def main(argv: list[str] | None = None) -> int:
             differing += bool(found)
             print(f"  {'DIFFERS' if found else 'same   '} {path.name:44} {'; '.join(found)}")
     print(f"{differing} of {len(names) * len(args.targets.split(','))} modules differ")
+    if args.bands:
+        from hlo_roofline import targets
+
+        print("expected ÷ XLA:TPU's estimated_cycles, shares of XLA's time (band 0.5-1.25x):")
+        for target in args.bands.split(","):
+            paths = []
+            for name in names:
+                path = args.out / f"{name}.{target.replace(':', '_')}.hlo.txt"
+                if not path.exists():
+                    fn, program_args = PROGRAMS[name]
+                    path.write_text(optimized_text(fn, program_args, target))
+                paths.append(path)
+            chip = targets.parse_target(target).chip
+            share = bands(paths, chip)
+            print(f"  {chip:4} within {share['within']:.1%}, above {share['above']:.1%}, below "
+                  f"{share['below']:.1%}; bound above XLA's {share['bound_above']:.2%}")  # fmt: skip
     return 1 if differing else 0
 
 
