@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("programs", nargs="*", help=f"a subset of {', '.join(PROGRAMS)}")
     parser.add_argument("--targets", default="cpu,v5e:2x2,h100",
-                        help="comma-separated (XLA's parser aborts on some v5p, v6e and 7x modules)")  # fmt: skip
+                        help="comma-separated (XLA's parser aborts on some v5p/v6e/7x ones)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("/tmp/hlo_roofline_heldout"),
                         help="the optimized texts, kept (made again only where missing)")  # fmt: skip
     parser.add_argument("--bands", metavar="TARGETS",
