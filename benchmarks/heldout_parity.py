@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/heldout_parity.py --targets cpu sorts fft_ops
     .venv-oldest/bin/python benchmarks/heldout_parity.py --out /tmp/heldout   # the texts again
     .venv/bin/python benchmarks/heldout_parity.py --bands v5e:2x2,v5p:2x2x1,v6e:2x2,7x:2x2x1
+    .venv/bin/python benchmarks/heldout_parity.py --mutations             # the verifier on them
 
 The parity tests (``tests/test_xla_parity.py``) hold the base model to oracles committed with the
 fixtures; this regenerates held-out cases: twenty small programs written for it (transposed, dilated
@@ -21,6 +22,10 @@ With ``--bands`` (TPU targets) it also sets each op's expected time against XLA:
 ``estimated_cycles`` in the same modules, as ``tests/tpu_oracle.py`` does for the committed
 corpora: per chip, the share of XLA's time within 0.5-1.25x, above and below, and the share
 where the bound is above XLA's estimate (docs/validation.md, "Programs outside the grammar").
+
+With ``--mutations`` it also applies the shape verifier's mutations (``tests/test_shape_verifier.py``,
+up to three of each kind a module) to every held-out text it has made: each one that breaks the
+shapes must be an ``HloParseError`` on its own line, each one that keeps them priced as before.
 
 The base model sizes shapes as the installed jaxlib's XLA does (``cost/xla_sizes.py``: tiled
 arrays and tuples changed in 0.11.2); measured on 2026-12-07, all 60 totals equal XLA's under
@@ -259,6 +264,37 @@ def bands(paths: list[Path], chip: str) -> dict[str, float]:
     return {**shares, "bound_above": float(weight[above].sum() / weight.sum())}
 
 
+def verifier_mutations(paths: list[Path]) -> dict[str, int]:
+    """The shape verifier's mutations of ``paths``: how many break the shapes and how many of those
+    parse or are refused on another line; how many keep them and how many are priced otherwise."""
+    import test_shape_verifier as verifier
+
+    from hlo_roofline import analyze_hlo
+    from hlo_roofline.hlo import HloParseError, parse_module
+
+    verifier.PER_KIND_PER_FILE = 3
+    texts = {path.name: path.read_text() for path in paths}
+    broken = verifier._mutations(texts, verifier._broken)
+    escaped = 0
+    for _, _, number, mutated in broken:
+        try:
+            parse_module(mutated)
+        except HloParseError as exc:
+            escaped += exc.line != number
+            continue
+        escaped += 1
+    kept = verifier._mutations(texts, verifier._kept)
+    before = {name: analyze_hlo(text).summary for name, text in texts.items()}
+    totals = ("flops", "bytes_accessed", "transcendentals")
+    moved = sum(
+        any(analyze_hlo(mutated).summary[k] != before[name][k] for k in totals)
+        for name, _, _, mutated in kept
+    )
+    kinds = len({kind for _, kind, _, _ in broken})
+    return {"broken": len(broken), "kinds": kinds, "escaped": escaped, "kept": len(kept),
+            "moved": moved}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("programs", nargs="*", help=f"a subset of {', '.join(PROGRAMS)}")
@@ -270,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="TPU targets (comma-separated, e.g. v5e:2x2,7x:2x2x1) whose ops' expected "
                         "time is set against XLA:TPU's estimate (no parity: XLA's parser aborts on "
                         "some TPU7x modules)")  # fmt: skip
+    parser.add_argument("--mutations", action="store_true",
+                        help="also the shape verifier's mutations of every held-out text made")  # fmt: skip
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     import jaxlib
@@ -304,6 +342,12 @@ def main(argv: list[str] | None = None) -> int:
             share = bands(paths, chip)
             print(f"  {chip:4} within {share['within']:.1%}, above {share['above']:.1%}, below "
                   f"{share['below']:.1%}; bound above XLA's {share['bound_above']:.2%}")  # fmt: skip
+    if args.mutations:
+        found = verifier_mutations(sorted(args.out.glob("*.hlo.txt")))
+        print(f"shape verifier: {found['broken']} shape-breaking mutations of {found['kinds']} "
+              f"kinds, {found['escaped']} parsed or refused on another line; {found['kept']} "
+              f"consistent ones, {found['moved']} priced otherwise")  # fmt: skip
+        differing += found["escaped"] + found["moved"]
     return 1 if differing else 0
 
 
