@@ -75,6 +75,11 @@ class MemoryTimes:
     hbm_bytes: np.ndarray
     own_memory: np.ndarray
 
+    @property
+    def t_hbm(self) -> np.ndarray:
+        """The part of each row's memory time on HBM."""
+        return self.t_memory - self.t_vmem
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -232,7 +237,7 @@ class TimeModel:
             "matmul_rate": bound.unit_times["mxu"] / cal.matmul_efficiency
             if cal.matmul_efficiency
             else zero,
-            "memory_rate": (memory.t_memory - memory.t_vmem) / cal.memory_efficiency + memory.t_vmem
+            "memory_rate": memory.t_hbm / cal.memory_efficiency + memory.t_vmem
             if cal.memory_efficiency
             else zero,
         }
@@ -343,6 +348,7 @@ class GpuTimeModel(TimeModel):
         conv, narrow = cudnn_convolutions(ops)
         # the share of the bandwidth each kernel its occupancy holds back reaches (inf: none)
         occupied = occupancy_limited(ops) * (cal.occupancy_bandwidth or 0.0)
+        occupied[occupied == 0] = np.inf
         share = np.full(len(ops), np.inf)  # the share of its bound each conv reaches
         share[conv & ~narrow] = cal.conv_efficiency or np.inf
         share[narrow] = cal.conv_narrow_efficiency or cal.conv_efficiency or np.inf
@@ -352,8 +358,7 @@ class GpuTimeModel(TimeModel):
             if cal.kernel_efficiency
             else zero,
             "conv_rate": bound.t_bound / share,
-            "occupancy": (bound.memory.t_memory - bound.memory.t_vmem)
-            / np.where(occupied > 0, occupied, np.inf),
+            "occupancy": bound.memory.t_hbm / occupied,
         }
 
     def added_effects(self, ops: pd.DataFrame, bound: Bound) -> dict[str, np.ndarray]:
@@ -518,9 +523,7 @@ class BoundModel:
     def step(self, ops: pd.DataFrame, bound: Bound) -> float:
         """``step_bound_s``: the busiest queue (:func:`busiest_queue`)."""
         memory = bound.memory
-        return busiest_queue(
-            ops, bound.unit_times, memory.t_memory - memory.t_vmem, memory.t_vmem, bound.t_comm
-        )
+        return busiest_queue(ops, bound.unit_times, memory.t_hbm, memory.t_vmem, bound.t_comm)
 
 
 class ExpectedModel:
