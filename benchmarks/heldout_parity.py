@@ -221,6 +221,15 @@ def optimized_text(fn, args, target: str) -> str:
     return cache.compile_program(lowered, resolved, cache=False).text
 
 
+def held_out_text(out: Path, name: str, target: str) -> Path:
+    """The file of program ``name`` compiled for ``target`` in ``out``, compiled where missing."""
+    path = out / f"{name}.{target.replace(':', '_')}.hlo.txt"
+    if not path.exists():
+        fn, args = PROGRAMS[name]
+        path.write_text(optimized_text(fn, args, target))
+    return path
+
+
 def xla_totals(text: str) -> dict[str, float]:
     """The installed XLA's HloCostAnalysis of ``text`` (the committed oracles' way)."""
     from jaxlib import _hlo, _jax
@@ -317,11 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     differing = 0
     print(f"jaxlib {jaxlib.__version__}: ours (cost_model='xla') vs XLA's HloCostAnalysis")
     for name in names:
-        fn, program_args = PROGRAMS[name]
         for target in args.targets.split(","):
-            path = args.out / f"{name}.{target.replace(':', '_')}.hlo.txt"
-            if not path.exists():
-                path.write_text(optimized_text(fn, program_args, target))
+            path = held_out_text(args.out, name, target)
             found = differences(path.read_text())
             differing += bool(found)
             print(f"  {'DIFFERS' if found else 'same   '} {path.name:44} {'; '.join(found)}")
@@ -331,13 +337,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print("expected ÷ XLA:TPU's estimated_cycles, shares of XLA's time (band 0.5-1.25x):")
         for target in args.bands.split(","):
-            paths = []
-            for name in names:
-                path = args.out / f"{name}.{target.replace(':', '_')}.hlo.txt"
-                if not path.exists():
-                    fn, program_args = PROGRAMS[name]
-                    path.write_text(optimized_text(fn, program_args, target))
-                paths.append(path)
+            paths = [held_out_text(args.out, name, target) for name in names]
             chip = targets.parse_target(target).chip
             share = bands(paths, chip)
             print(f"  {chip:4} within {share['within']:.1%}, above {share['above']:.1%}, below "
