@@ -102,3 +102,25 @@ ENTRY e {
         warnings.simplefilter("ignore")  # not scheduled: flagged as unoptimized
         ops = analyze_hlo(text, chip="v5e").model_frame().set_index("name")
     assert ops.loc["s", "vector_elements"] >= 32
+
+
+def test_a_top_k_given_no_keys_passes_its_results_not_a_traceback():
+    """A fuzzer's mutant (tests/test_fuzz.py, kind ``operands``): a ``TopK`` custom call whose
+    operand was dropped has no keys to compare, so no comparison passes: its loop passes its
+    largest array, the 64×64 results, instead of an IndexError out of analyze_hlo."""
+    text = """HloModule m, is_scheduled=true
+
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT
+}
+
+ENTRY e {
+  ROOT t = (f32[64,64]{1,0:T(8,128)}, s32[64,64]{1,0:T(8,128)}) custom-call(), custom_call_target="TopK", called_computations={cmp}
+}
+"""
+    ops = analyze_hlo(text, chip="v5e").model_frame().set_index("name")
+    assert ops.loc["t", "vector_elements"] == 64 * 64

@@ -111,8 +111,9 @@ def vector_elements(
     if geometry is not None:
         result_words = max((result_pass(leaf) for leaf in results), default=0.0)
         return float(max(result_words, prologue_words, streamed_words))
-    if instr.opcode == "sort" or (
-        instr.opcode == "custom-call" and not no_vector_loop("custom-call", instr)
+    if instr.operands and (  # (keys to compare: a mutant may give a top-k none)
+        instr.opcode == "sort"
+        or (instr.opcode == "custom-call" and not no_vector_loop("custom-call", instr))
     ):
         return float(instr.operands[0].shape.elements * comparison_passes(instr))
     leaves = [*results, *operands]
