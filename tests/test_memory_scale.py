@@ -329,3 +329,39 @@ def test_a_stream_with_more_rows_than_its_bound_is_made_whole():
     for name, values in listed.items():
         assert values.dtype == streamed[name].dtype, name
         np.testing.assert_array_equal(values, streamed[name], err_msg=name)
+
+
+def test_every_instruction_knows_its_line_where_its_computation_keeps_it():
+    """Far from its computation's first line an instruction's line is kept by the computation
+    (``line_offsets``), not as an int object of its own: asked for, it is still the line its
+    name is defined on, the root is still the root, and an op made while pricing one (an async
+    start's wrapped op) has that one's line."""
+    text = generate_flat_module(600)
+    module = parse_module(text)
+    defined = {}
+    for number, line in enumerate(text.split("\n"), 1):
+        head = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = ", line)
+        if head:
+            defined[head.group(1)] = number
+    moved = 0
+    for comp in module.computations.values():
+        assert len(comp.line_offsets) == len(comp.instructions)
+        for instr in comp.instructions:
+            moved += instr._place is None
+            assert instr.line == defined[instr.name], instr.name
+            assert instr.is_root == (instr is comp.root), instr.name
+    assert moved > 300
+    last = module.entry.instructions[-2]
+    stand_in = ir.Instruction.stand_in(last, "negate", last.shape, "")
+    assert (stand_in.line, stand_in.is_root, stand_in.name) == (last.line, False, last.name)
+
+
+def test_a_refused_instruction_far_down_its_computation_is_named_on_its_line():
+    from hlo_roofline import HloParseError
+
+    lines = generate_flat_module(600).split("\n")
+    number = next(n for n, line in enumerate(lines, 1) if n > 400 and " negate(" in line)
+    lines[number - 1] = lines[number - 1].replace("f32[1024]{0}", "f32[512]{0}", 1)
+    with pytest.raises(HloParseError) as refused:
+        parse_module("\n".join(lines))
+    assert refused.value.line == number

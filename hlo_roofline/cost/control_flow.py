@@ -206,16 +206,7 @@ def wrapped_op(instr: Instruction) -> Instruction:
     # slice's does not), so that the rows split each distinct text once.
     text = instr.attr_text
     attributes = instr.attrs if text is None or opcode in COLLECTIVES else text
-    return Instruction(
-        name=instr.name,
-        opcode=opcode,
-        shape=result,
-        operands=instr.operands,
-        attrs=attributes,
-        computation=instr.computation,
-        line=instr.line,
-        called=instr.called,
-    )
+    return Instruction.stand_in(instr, opcode, result, attributes)
 
 
 def async_start(instr: Instruction, ctx: CostContext) -> Cost:

@@ -8,6 +8,7 @@ demand by the helpers in :mod:`hlo_roofline.hlo.attrs`, which keeps parsing of l
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -217,9 +218,11 @@ class Instruction:
         self._attrs = attrs
         self.computation = computation
         # Its line from its computation's first, and whether it is the root, in one small int
-        # (Python shares those; an int a line and a flag would be two slots and an object).
+        # (Python shares those; an int a line and a flag would be two slots and an object). Once
+        # in its computation's list, the parser moves a large one into the computation's
+        # ``line_offsets`` (see :meth:`Computation.keep_place`) and this holds None.
         offset = line - computation.line if computation is not None else line
-        self._place = offset << 1 | is_root
+        self._place: int | Instruction | None = offset << 1 | is_root
         self.called = called  # most instructions call nothing: they share one empty tuple
         self.payload = payload
         self._cache: dict | None = None  # decoded attributes (hlo.attrs), made on first use
@@ -231,16 +234,34 @@ class Instruction:
         number = self.payload.strip() if self.opcode == "parameter" else ""
         return int(number) if number.isdigit() else None
 
+    @classmethod
+    def stand_in(
+        cls, instr: Instruction, opcode: str, shape: Shape, attrs: dict[str, str] | str | int
+    ) -> Instruction:
+        """An op made while pricing ``instr`` (the op an async start wraps): ``instr``'s name,
+        operands, callees and line; never its computation's root."""
+        made = cls(instr.name, opcode, shape, instr.operands, attrs, None, 0, False, instr.called)
+        made.computation = instr.computation
+        made._place = instr  # its line is instr's, found when asked
+        return made
+
     @property
     def line(self) -> int:
-        """The (1-based) line of the text the instruction starts on."""
-        computation = self.computation
-        offset = self._place >> 1
+        """The (1-based) line of the text the instruction starts on (asked for in messages:
+        where the offset was moved to its computation, its place in the list is searched)."""
+        computation, place = self.computation, self._place
+        if place is None:
+            index = computation.instructions.index(self)
+            return computation.line + computation.line_offsets[index]
+        if place.__class__ is Instruction:
+            return place.line
+        offset = place >> 1
         return offset + computation.line if computation is not None else offset
 
     @property
     def is_root(self) -> bool:
-        return bool(self._place & 1)
+        place = self._place  # a moved place was never a root's (Computation.keep_place)
+        return place.__class__ is int and bool(place & 1)
 
     @property
     def attrs(self) -> dict[str, str]:
@@ -286,9 +307,25 @@ class Computation:
     # queue shared by its computations
     splits: deque[tuple[Instruction, str | int]] | None = field(default=None, repr=False)
     _parameters: list[Instruction] | None = field(default=None, repr=False)
+    # each instruction's line from the computation's first, in the list's order (keep_place)
+    line_offsets: array = field(default_factory=lambda: array("I"), repr=False)
 
     def __repr__(self) -> str:
         return f"<computation %{self.name} ({len(self.instructions)} instructions)>"
+
+    def keep_place(self, instr: Instruction) -> None:
+        """Append ``instr`` (made for this computation, not yet in it) to its instructions, its
+        line to ``line_offsets``. A line far from the computation's first was an int object of
+        the instruction's own (32 bytes, against 4 in the array; Python shares the small ones):
+        the instruction then asks the list for its place when its line is wanted (a message).
+        The root keeps its own (``is_root``)."""
+        self.instructions.append(instr)
+        place = instr._place
+        self.line_offsets.append(place >> 1)
+        if place > 256:
+            if place & 1:
+                return
+            instr._place = None
 
     @property
     def parameters(self) -> list[Instruction]:

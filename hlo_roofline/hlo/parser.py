@@ -578,6 +578,7 @@ def _parse_module(text: str) -> Module:
     current: Computation | None = None
     by_name: dict[str, Instruction] = {}  # the current computation's instructions so far
     append = [].append  # and its instructions' append, bound once a computation
+    keep_offset = [].append  # and its line offsets' (Computation.keep_place)
     parameters: list[Instruction] = []  # and its parameters
     elements: dict[tuple[int, int], Instruction] = {}  # get-tuple-elements made for "%x#N"
     short_head, fast_tail, called_key = _SHORT_HEAD.match, _FAST_TAIL.match, _CALLED_KEY_TEXT.search
@@ -706,9 +707,13 @@ def _parse_module(text: str) -> Module:
                     instr.name = _unique_name(spelled, by_name)
                     by_name[spelled] = instr
                     by_name[instr.name] = instr
-                append(instr)
-                if instr._place & 1:  # is_root, read without the property (per instruction)
+                append(instr)  # Computation.keep_place, written out (per instruction)
+                place = instr._place
+                keep_offset(place >> 1)
+                if place & 1:  # is_root, read without the property
                     current.root = instr
+                elif place > 256:
+                    instr._place = None
                 if code in caller_opcodes or (
                     names_computations
                     if names_computations is not None
@@ -750,6 +755,7 @@ def _parse_module(text: str) -> Module:
             raise line.error(f"duplicate computation '{current.name}'", m.start(2))
         by_name = {}
         append = current.instructions.append
+        keep_offset = current.line_offsets.append
         parameters = []
         elements = {}
     if current is not None:  # the text ends inside a computation: truncated
@@ -834,7 +840,7 @@ def _tuple_element(
             )  # fmt: skip
             elements[(id(operand), index)] = made
             by_name[made.name] = made
-            user.computation.instructions.append(made)  # just before its user
+            user.computation.keep_place(made)  # just before its user
         operand = made
     return operand
 
