@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hlo_roofline import chips
+from hlo_roofline import chips, schema
 from hlo_roofline.judge import compute, time_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -452,7 +452,7 @@ def tpu_fits(chip: str) -> list[Fit]:
     per_core = (spec.devices_per_chip or 1) / spec.cores.get("tensorcore", 1)  # device → one core
     raw: dict[str, float] = {}
     ops = _tpu_ops(chip, "matmul_b8192")
-    row = ops[ops["mm_k"] > 0].iloc[0]
+    row = ops[schema.matmul_rows(ops)].iloc[0]
     mxu = 2 * 8192 * 4096 * 4096 / device.flops["bf16"]
     raw["tile_step"] = (row["xla_estimate_s"] - mxu) / row["tile_steps"]
     ops = _tpu_ops(chip, "layernorm")
@@ -465,7 +465,7 @@ def tpu_fits(chip: str) -> list[Fit]:
     row = ops[(ops["opcode"] == "reduce") & (ops["lane_reduced_elements"] > 0)].iloc[0]
     raw["lane_reduce"] = row["lane_reduced_elements"] / row["xla_estimate_s"] * per_core
     ops = _tpu_ops(chip, "lm_head")
-    row = ops[ops["mm_k"] > 0].iloc[0]
+    row = ops[schema.matmul_rows(ops)].iloc[0]
     streamed = row["bytes_accessed"] - row["vmem_bytes"]
     raw["matmul_stream"] = streamed / row["xla_estimate_s"] * (spec.devices_per_chip or 1)
     ops = _tpu_ops(chip, "dispatch_mask")

@@ -69,7 +69,7 @@ def _column(ops: pd.DataFrame, name: str, default) -> pd.Series:
 # ``assert_roofline`` share). Kinds overlap: a matmul fusion is both ``matmul`` and ``fusion``.
 KINDS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.Series]]] = {
     "matmul": ("a matmul (`mm_k > 0`: dot, convolution, a fusion or library call around one)",
-               lambda ops: _column(ops, "mm_k", 0) > 0),
+               schema.matmul_rows),
     "collective": ("performs a collective (`collective` set: all-reduce, all-gather, "
                    "reduce-scatter fusions, ...)", lambda ops: _column(ops, "collective", "") != ""),
     "fusion": ("a fusion (`opcode` fusion)", lambda ops: ops["opcode"] == "fusion"),
@@ -79,7 +79,7 @@ KINDS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.Series]]] = {
                     "matmul nor a collective",
                     lambda ops: ops["opcode"].isin(_ELEMENTWISE) | (
                         (_column(ops, "fusion_kind", "") == "kLoop")
-                        & (_column(ops, "mm_k", 0) <= 0) & (_column(ops, "collective", "") == ""))),
+                        & ~schema.matmul_rows(ops) & (_column(ops, "collective", "") == ""))),
     "reduce": ("a reduction (`opcode` reduce or reduce-window, or a kInput fusion)",
                lambda ops: ops["opcode"].isin(("reduce", "reduce-window"))
                | (_column(ops, "fusion_kind", "") == "kInput")),

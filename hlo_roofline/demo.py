@@ -25,7 +25,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from hlo_roofline import Report, chips, targets  # targets before jax: see its docstring
+from hlo_roofline import Report, chips, schema, targets  # targets before jax: see its docstring
 from hlo_roofline._atomic import unwritable
 from hlo_roofline.examples import analyze_example, default_cache_dir
 from hlo_roofline.examples.gpt import CONFIG
@@ -64,7 +64,7 @@ def forward_matmul_ops(report: Report) -> pd.DataFrame:
     """The forward pass's matmuls (ops with matmul geometry, not of the backward pass), by op_name."""
     ops = report.ops
     forward = ops["op_name"].map(pass_of) != "backward"
-    matmuls = ops[(ops["mm_k"] > 0) & forward]
+    matmuls = ops[schema.matmul_rows(ops) & forward]
     return matmuls.drop_duplicates("op_name", keep=False).set_index("op_name")
 
 

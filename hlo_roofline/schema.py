@@ -399,6 +399,15 @@ def names(
     )
 
 
+def matmul_rows(ops):
+    """Which rows of a report's table are matmul-class (a dot, a convolution, a fusion or library
+    call around one): ``mm_k > 0``, the one definition the judges, the gates and the faces use. A
+    NumPy mask; a table from before the column has none."""
+    if "mm_k" not in ops:
+        return ops.index.isin(())
+    return ops["mm_k"].to_numpy() > 0
+
+
 COST_COLUMNS = names("cost")  # every column the cost layer writes, public and internal
 PUBLIC_COST_COLUMNS = names("cost", internal=False)  # those of Report.ops
 INTERNAL_COLUMNS = names(internal=True)  # those of Report.internals, the time model's alone

@@ -323,3 +323,23 @@ def test_the_rows_book_line_sits_beside_the_compiled_quantity_it_predicts():
             book = row["why"].split("book T1")[1].split("⇒ ")[1].split("-bound")[0]
             assert book == compiled, (layout, b, row["why"])
             assert "backward matmuls" in row["why"] and f"⇒ {compiled}-bound" in row["why"]
+
+
+def test_pass_times_count_the_matmul_rows_every_judge_counts():
+    """A matmul-class row is ``mm_k > 0`` (``schema.matmul_rows``) everywhere: a fusion around a
+    matrix-vector product can carry no M (audio_train's ``fusion.36``: M 0, K 23,872), and the
+    book's per-pass matmul time counts it as the judges and the gates do."""
+    import pandas as pd
+
+    from hlo_roofline import check, schema
+
+    ops = pd.DataFrame({
+        "op_name": ["jit(step)/jvp(f)/dot_general", "jit(step)/jvp(f)/dot_general",
+                    "jit(step)/transpose(jvp(f))/dot_general", "jit(step)/jvp(f)/add"],
+        "mm_m": [0, 64, 64, 0], "mm_k": [23872, 128, 128, 0],
+        "t_compute_s": [1.0, 2.0, 4.0, 8.0], "t_comm_s": 0.0, "t_exposed_s": 0.0,
+        "collective": "", "opcode": "fusion", "fusion_kind": "kOutput",
+    })  # fmt: skip
+    times = explorer.book.pass_times(ops)
+    assert (times["matmul_fwd_s"], times["matmul_bwd_s"]) == (3.0, 4.0)
+    assert list(schema.matmul_rows(ops)) == list(check.KINDS["matmul"][1](ops)) == [1, 1, 1, 0]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from hlo_roofline import schema
 from hlo_roofline.explorer.layouts import Candidate, is_number
 from hlo_roofline.explorer.status import STATUS_NO_FIT
 
@@ -176,8 +177,8 @@ PASS_KINDS = ("matmul", "collective", "exposed")  # the per-pass columns: <kind>
 
 def pass_times(ops: pd.DataFrame) -> dict[str, float]:
     """The book's quantities per pass (forward, backward: ``hlo.attribution.pass_of`` of each
-    op's ``op_name``): ``matmul_<pass>_s``, Σ ``t_compute_s`` of the pass's matmuls (ops with a
-    matmul shape, ``mm_m``), against ``collective_<pass>_s``, Σ ``t_comm_s`` of its collectives:
+    op's ``op_name``): ``matmul_<pass>_s``, Σ ``t_compute_s`` of the pass's matmuls
+    (``schema.matmul_rows``), against ``collective_<pass>_s``, Σ ``t_comm_s`` of its collectives:
     the time the collective occupies its links, on the path its data takes, hidden or not. The
     book's T1–T3 compare exactly these two per layer: compute-bound iff the matmuls take longer.
     ``exposed_<pass>_s``, Σ ``t_exposed_s`` of its collectives, is the part of that time on the
@@ -186,11 +187,11 @@ def pass_times(ops: pd.DataFrame) -> dict[str, float]:
 
     out = {f"{kind}_{short}_s": math.nan for short in PASSES.values()
            for kind in PASS_KINDS}  # fmt: skip
-    needed = {"op_name", "t_compute_s", "t_comm_s", "t_exposed_s", "mm_m", "collective"}
+    needed = {"op_name", "t_compute_s", "t_comm_s", "t_exposed_s", "mm_k", "collective"}
     if ops.empty or not needed <= set(ops.columns):
         return out
     passes = ops["op_name"].fillna("").astype(str).map(pass_of)
-    matmul = pd.to_numeric(ops["mm_m"], errors="coerce").fillna(0) > 0
+    matmul = schema.matmul_rows(ops)
     collective = ops["collective"].fillna("").astype(str) != ""
     for name, short in PASSES.items():
         here = passes == name

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline.chips import Chip
-from hlo_roofline.schema import BOUNDS
+from hlo_roofline.schema import BOUNDS, matmul_rows
 
 RIDGE_DTYPES = ("bf16", "fp8", "int8", "tf32", "fp32")
 
@@ -23,7 +23,7 @@ def chip_summary(
     bound = ops["bound"].to_numpy()
     time_by_bound = grouped_sums(bound, ops["t_expected_s"].to_numpy(dtype=float))
     # MFU against the peak most matmul FLOPs run at (their dtype and precision; bf16 without any)
-    priced = (ops["mm_k"].to_numpy() > 0) & (bound != "unknown")
+    priced = matmul_rows(ops) & (bound != "unknown")
     pairs = zip(ops["dtype"].to_numpy()[priced], ops["precision"].to_numpy()[priced], strict=True)
     matmul_flops = grouped_sums(list(pairs), ops["flops"].to_numpy(dtype=float)[priced])
     mfu_dtype, mfu_precision = ("bf16", "")

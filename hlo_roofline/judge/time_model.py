@@ -42,7 +42,7 @@ from hlo_roofline.judge.compute import (
     unfolded_loops,
     weight_loads,
 )
-from hlo_roofline.schema import BOUNDS
+from hlo_roofline.schema import BOUNDS, matmul_rows
 
 # a GPU's async starts whose work runs on the device beside the stream, sharing its HBM
 HBM_SHARING_STARTS = ("fusion-start", "async-start")
@@ -126,7 +126,7 @@ class TimeModel:
         vector peak."""
         chip = self.chip
         vector = chip.vector_peak()
-        matmul = ops["mm_k"].to_numpy() > 0
+        matmul = matmul_rows(ops)
         dtype, precision = ops["dtype"].to_numpy(), ops["precision"].to_numpy()
         by_dtype: dict[tuple[str, str], tuple[float, str]] = {}
         for key in set(zip(dtype[matmul], precision[matmul], strict=True)):

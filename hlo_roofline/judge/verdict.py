@@ -72,7 +72,7 @@ def classify(
         ops = ops.drop(columns=judged_before)
     hbm = chip.hbm_bandwidth
     if "precision" not in ops:  # a report written before the column existed
-        ops = ops.assign(precision=np.where(ops["mm_k"].to_numpy() > 0, "default", ""))
+        ops = ops.assign(precision=np.where(schema.matmul_rows(ops), "default", ""))
     ops = columns_read_once(ops)  # the judges read its columns by name, many twice
     rates = bound_model.model.rates(ops)
     matmul, no_rate, padding = rates.matmul, rates.no_rate, rates.padding
