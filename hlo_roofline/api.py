@@ -530,7 +530,6 @@ def analyze(
     go to ``jax.jit`` with a DeprecationWarning where ``fn`` has no parameter of that name.
     """
     jit_kwargs, fn_kwargs = _split_loose_jit_kwargs(fn, dict(jit_kwargs or {}), fn_kwargs)
-    asked = names_a_topology(target)
     chip, target, how = resolve(chip, target)
     step = jitted(fn, jit_kwargs)
     report = _analyze_step(
@@ -543,7 +542,6 @@ def analyze(
         cost_model,
         cache,
         user_packages,
-        warn_unsharded=asked,
         placed_by_jit=jit_kwargs.get("in_shardings") is not None,
     )
     return report.with_model_flops(model_flops) if model_flops is not None else report
@@ -615,7 +613,6 @@ def _analyze_step(
     cost_model,
     cache,
     user_packages: Sequence[str] = (),
-    warn_unsharded: bool = False,
     placed_by_jit: bool = False,
 ) -> Report:
     """Lower a jitted ``step`` for ``target``, compile it (or find it in the cache), analyze it.
@@ -637,7 +634,7 @@ def _analyze_step(
     else:
         module = parse_module(program.text)
         report = _analyze_hlo(module, cost_model, None, user_packages, None)
-        if warn_unsharded:
+        if names_a_topology(target):
             warn_if_unsharded(report, module, target, inputs, lowered)
         if program.memory is not None:
             temporaries = memory.largest_temporaries(report.summary["memory"])
@@ -698,7 +695,6 @@ def wrap_step(
                         *resolved,
                         cost_model=cost_model,
                         cache=cache,
-                        warn_unsharded=names_a_topology(target),
                     )
                     if logdir is not None:
                         report.write_tensorboard(logdir, run or name)

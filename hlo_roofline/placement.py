@@ -98,10 +98,11 @@ def loaded(name: str):
     return sys.modules.get(name)
 
 
-def names_a_topology(target) -> bool:
-    """``"v5e:2x2"`` chooses its devices; ``"v5e"`` (a chip's default slice) and "local" do not:
-    only a chosen multi-device target is warned about a program that shards nothing."""
-    return isinstance(target, targets.Target) or (isinstance(target, str) and ":" in target)
+def names_a_topology(target: targets.Target | None) -> bool:
+    """``"v5e:2x2"`` chooses its devices; ``"v5e"`` (a chip's default slice) and "local" (None)
+    do not: only a chosen multi-device target is warned about a program that shards nothing.
+    Asked of the resolved target, so a string and the Target parsed from it answer alike."""
+    return target is not None and target.named_topology
 
 
 class UnshardedProgramWarning(UserWarning):

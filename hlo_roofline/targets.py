@@ -34,7 +34,7 @@ import re
 import tempfile
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
@@ -140,6 +140,9 @@ class Target:
     platform: str  # "tpu" | "cuda"
     chip: str  # the chip database's key: "v5e", "7x", "h100-sxm", "a100-80gb", "b200"
     topology: str  # "2x2", "2x2x1", "1x1x8"
+    # whether the string chose the topology ("v5e:2x2"), not the chip's default slice ("v5e"):
+    # only a chosen multi-device target is warned about a program that shards nothing
+    named_topology: bool = field(default=False, compare=False)
 
     @property
     def topology_name(self) -> str:
@@ -202,7 +205,7 @@ def _parse(spec: str) -> Target:
     """The one place a target string is read (``tests/test_target_once.py`` counts its calls)."""
     if not isinstance(spec, str) or not spec.strip():
         raise TargetError(f"target must be a non-empty string like 'v5e:2x2', got {spec!r}")
-    name, _, topo = spec.strip().partition(":")
+    name, _, named = spec.strip().partition(":")
     try:
         key = chips.resolve(name)
     except chips.UnknownChipError as e:
@@ -217,7 +220,7 @@ def _parse(spec: str) -> Target:
             f"no compile-only target produces {key!r} programs (judge another target's program "
             f"against it with chip={key!r}). Known targets: {', '.join(known_targets())}."
         )
-    topo = (topo or chip.default_topology).strip().lower()
+    topo = (named or chip.default_topology).strip().lower()
     dims = tuple(int(d) for d in topo.split("x")) if _SHAPE.match(topo) else ()
     why = chip.shape_error(dims) if dims else "not of the form AxB"
     if why is not None:
@@ -225,7 +228,7 @@ def _parse(spec: str) -> Target:
             f"bad topology {topo!r} for {key} in {spec!r} ({why}). Valid {key} shapes: "
             f"{chip.examples}"
         )
-    return Target(f"{key}:{topo}", chip.platform, key, topo)
+    return Target(f"{key}:{topo}", chip.platform, key, topo, named_topology=bool(named.strip()))
 
 
 # --------------------------------------------------------------------------------------------------

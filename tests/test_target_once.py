@@ -101,3 +101,18 @@ def test_an_explorer_candidate_parses_its_target_once(parses, tmp_path):
         )  # fmt: skip
     assert list(result.table["status"]) == [explorer.STATUS_OK]
     assert parses == [TARGET]
+
+
+@pytest.mark.parametrize("spec", ["v5e", "v5e:2x2"])
+def test_a_string_and_the_target_parsed_from_it_warn_alike(spec, tmp_path):
+    """Whether the target chose its topology travels on the Target: ``analyze`` given the string
+    and given ``parse_target`` of it (as the CLI and the explorer give it) warn alike about an
+    unsharded program, only where the topology was named."""
+    named = targets.parse_target(spec).named_topology
+    assert named == (":" in spec)
+    for target in (spec, targets.parse_target(spec)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hlo_roofline.analyze(matmul, *SHAPES, target=target, cache=tmp_path)
+        warned = [w for w in caught if issubclass(w.category, api.UnshardedProgramWarning)]
+        assert bool(warned) == named, (target, [str(w.message) for w in caught])
