@@ -321,6 +321,9 @@ BAD_INPUT = [
     (["analyze", "steps.py"], "is not FILE.py:NAME"),
     (["analyze", "empty_dump"], "empty_dump is a directory: use `hlo-roofline hlo empty_dump`"),
     (["analyze", "empty_dump:f"], "empty_dump is a directory, not a Python file"),
+    (["analyze", "no_such_package.steps:f"], "cannot import no_such_package.steps: ModuleNotFoundError"),
+    (["analyze", "steps.py:f-g"], "is not FILE.py:NAME or package.module:NAME"),
+    (["explore", "steps.py:f-g", "--target", "v5e:2x2"], "is not FILE.py:NAME or package.module:NAME"),
     (["analyze", "steps.py:matmul_stp"], "steps.py has no 'matmul_stp'; did you mean matmul_step"),
     (["analyze", "steps.py:matmul"], "steps.py:matmul needs arguments (x, w)"),
     (["analyze", "broken.py:f"], "cannot import broken.py: ZeroDivisionError: division by zero (broken.py:3)"),
@@ -367,6 +370,16 @@ def bad_files(workdir):
 def test_bad_input_exits_2_with_one_line(bad_files, args, message):
     result = invoke(*args, code=2)
     assert_one_line_error(result.output, message)
+
+
+def test_analyze_takes_a_module_step_as_explore_does(workdir, monkeypatch):
+    """``package.module:NAME`` names a step as ``FILE.py:NAME`` does (``hlo_roofline.entries``,
+    one reader for every command): the same report as the file's."""
+    monkeypatch.syspath_prepend(str(workdir))
+    monkeypatch.delitem(sys.modules, "steps", raising=False)
+    by_module = invoke("analyze", "steps:small_matmul_step", "--format", "json").stdout
+    by_file = invoke("analyze", "steps.py:small_matmul_step", "--format", "json").stdout
+    assert json.loads(by_module)["summary"]["flops"] == json.loads(by_file)["summary"]["flops"] > 0
 
 
 # -- every documented example runs -----------------------------------------------------------------

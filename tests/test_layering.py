@@ -49,6 +49,7 @@ LAYERS = [
         "compiling and measuring",
         [
             "hlo_roofline.targets",
+            "hlo_roofline.entries",
             "hlo_roofline.cache",
             "hlo_roofline.placement",
             "hlo_roofline.compile",

@@ -20,7 +20,7 @@ from types import ModuleType
 
 import click
 
-from hlo_roofline import api, chips, cost, measured, targets
+from hlo_roofline import api, chips, cost, entries, measured, targets
 from hlo_roofline._atomic import is_remote, unwritable
 from hlo_roofline.check import PERCENT_RANGES, RuleError, percent_error, read_toml
 from hlo_roofline.cli.render import modules_table, report_text, step_time
@@ -44,6 +44,21 @@ class InputError(click.ClickException):
 
 class EntryError(ValueError):
     """A ``file.py:NAME`` entry point that cannot be loaded or does not follow the convention."""
+
+
+def parsed_entry(entry: str) -> entries.EntryName:
+    """``entry`` read by :func:`hlo_roofline.entries.parse_entry`, its refusal an EntryError."""
+    try:
+        return entries.parse_entry(entry)
+    except ValueError as exc:
+        raise EntryError(str(exc)) from None
+
+
+def entry_file(entry: str) -> Path:
+    """The Python file that defines ``entry``'s NAME (a module's, once it is imported)."""
+    named = parsed_entry(entry)
+    module = None if named.is_file else sys.modules.get(named.where)
+    return Path(getattr(module, "__file__", None) or named.where)
 
 
 @contextlib.contextmanager
@@ -476,21 +491,28 @@ def _call(entry: str) -> tuple[Path, object]:
 
 
 def _factory(entry: str) -> tuple[Path, Callable]:
-    """The file and the function of no arguments that ``FILE.py:NAME`` names."""
+    """The file and the function of no arguments that ``FILE.py:NAME`` (or
+    ``package.module:NAME``, its module's file) names."""
     if Path(entry).is_dir():
         raise EntryError(
             f"{entry} is a directory: use `hlo-roofline hlo {entry}` for an --xla_dump_to "
-            "directory, or name a step as FILE.py:NAME"
+            f"directory, or name a step as {entries.FORMS}"
         )
-    file, sep, name = entry.rpartition(":")
-    if not sep or not file or not name.isidentifier():
-        raise EntryError(f"{entry!r} is not FILE.py:NAME (e.g. steps.py:matmul_step)")
-    path = Path(file)
-    if path.is_dir():
-        raise EntryError(f"{file} is a directory, not a Python file (FILE.py:NAME)")
-    if not path.is_file():
-        raise EntryError(f"no such file: {file}")
-    module = _import_file(path)
+    named = parsed_entry(entry)
+    file, name = named.where, named.name
+    if named.is_file:
+        path = Path(file)
+        if path.is_dir():
+            raise EntryError(f"{file} is a directory, not a Python file (FILE.py:NAME)")
+        if not path.is_file():
+            raise EntryError(f"no such file: {file}")
+        module = _import_file(path)
+    else:
+        try:
+            module = named.import_module()
+        except Exception as exc:  # its own ImportError, or what its top level raised
+            raise EntryError(f"cannot import {file}: {type(exc).__name__}: {one_line(exc)}") from None
+        path = Path(getattr(module, "__file__", None) or file)
     factory = getattr(module, name, None)
     if factory is None:
         public = [n for n in vars(module) if not n.startswith("_")]
@@ -515,7 +537,7 @@ def _require_no_arguments(entry: str, factory: Callable) -> None:
         if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     if needed:
-        name = entry.rpartition(":")[2]
+        name = parsed_entry(entry).name
         args = ", ".join(needed)
         raise EntryError(
             f"{entry} needs arguments ({args}): NAME must be a function of no arguments that "
@@ -613,7 +635,7 @@ def compile_entry(
 def _analyze_entry(
     entry, step, args, kwargs, chip, target, cost_model, steps, no_cache, user_packages
 ) -> Report:
-    packages = (*pyproject_user_packages(Path(entry.rpartition(":")[0]).parent), *user_packages)
+    packages = (*pyproject_user_packages(entry_file(entry).parent), *user_packages)
     try:
         if steps:
             if target is not None:
@@ -634,7 +656,7 @@ def _analyze_entry(
     except (targets.TargetError, targets.TargetUnavailableError, measured.TraceError) as exc:
         raise InputError(one_line(exc)) from None
     except Exception as exc:
-        path = Path(entry.rpartition(":")[0])
+        path = entry_file(entry)
         innermost = traceback.extract_tb(exc.__traceback__)[-1]
         if Path(innermost.filename).resolve().is_relative_to(PACKAGE_DIR):
             where = f"{Path(innermost.filename).name}:{innermost.lineno}"

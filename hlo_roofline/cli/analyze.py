@@ -22,6 +22,7 @@ from hlo_roofline.cli._common import (
     model_flops_option,
     no_cache_option,
     output_options,
+    parsed_entry,
     pyproject_user_packages,
     regex_callback,
     target_option,
@@ -78,8 +79,8 @@ def analyze(
 ):
     """Compile a JAX step and print its per-op roofline.
 
-    NAME is a function of no arguments in FILE.py that returns (step, args) or
-    (step, args, jit_kwargs); the step is compiled as
+    NAME is a function of no arguments in FILE.py (or in an importable module:
+    package.module:NAME) that returns (step, args) or (step, args, jit_kwargs); the step is compiled as
     hlo_roofline.analyze(step, *args, chip=..., target=..., jit_kwargs=jit_kwargs). Args may be
     jax.ShapeDtypeStruct: nothing is allocated or run. A step that needs a context (a mesh
     set with jax.set_mesh, Flax axis rules) is yielded from inside it:
@@ -98,7 +99,7 @@ def analyze(
     )
     if model_flops is not None:
         report = report.with_model_flops(model_flops)
-    name = entry.rpartition(":")[2]
+    name = parsed_entry(entry).name
     emit({name: report}, fmt, top, csv_path, json_path, logdir, run or name, plot_path, trace_path)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from hlo_roofline import explorer, targets
+from hlo_roofline import entries, explorer, targets
 from hlo_roofline._atomic import unwritable
 from hlo_roofline.cli._common import (
     CONTEXT,
@@ -291,15 +291,16 @@ def explore_command(
         click.echo(show_text(table, show_name))
         return
     if entry is None and maxtext_config is None:
-        raise InputError("give the step to explore, FILE.py:NAME (or package.module:NAME)")
+        raise InputError(f"give the step to explore, {entries.FORMS}")
     if target is None:
         raise InputError("--target is required to explore a step (e.g. --target v5p:4x4x4)")
     if entry is not None:
-        file, sep, function = entry.rpartition(":")
-        if not sep or not function.isidentifier():
-            raise InputError(f"{entry!r} is not FILE.py:NAME (or package.module:NAME)")
-        if file.endswith(".py") and not Path(file).is_file():
-            raise InputError(f"no such file: {file}")
+        try:
+            named = entries.parse_entry(entry)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        if named.is_file and not Path(named.where).is_file():
+            raise InputError(f"no such file: {named.where}")
     try:
         target = targets.parse_target(target)  # read once: explore() and its workers take it
     except targets.TargetError as exc:

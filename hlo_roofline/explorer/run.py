@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import pandas as pd
 
+from hlo_roofline.entries import parse_entry
 from hlo_roofline.explorer.book import book_constants
 from hlo_roofline.explorer.layouts import Constraints, candidates, is_number, per_knob, positive
 from hlo_roofline.explorer.ranking import rank
@@ -36,7 +37,7 @@ def default_name(make_step, target: str) -> str:
     """An exploration's directory name in a logdir: make_step's name and the target
     (``make_mlp_step@v5e-2x2``)."""
     if isinstance(make_step, str):
-        name = make_step.rpartition(":")[2]
+        name = parse_entry(make_step).name
     else:
         name = getattr(make_step, "__name__", "make_step")
     return re.sub(r"[^A-Za-z0-9_.@-]", "-", f"{name}@{target}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hlo_roofline.entries import parse_entry
 from hlo_roofline.explorer.layouts import did_you_mean, is_number
 from hlo_roofline.text import one_line
 
@@ -238,12 +239,10 @@ def make_step_reference(make_step) -> tuple:
     """How a worker finds ``make_step``: ("module", name, qualname), ("file", path, qualname) or
     ("pickle", bytes) for what neither reaches (closures, lambdas, ``__main__``)."""
     if isinstance(make_step, str):
-        where, sep, name = make_step.rpartition(":")
-        if not sep:
-            raise ValueError(f"{make_step!r} is not FILE.py:NAME or package.module:NAME")
-        if where.endswith(".py"):
-            return ("file", str(Path(where).resolve()), name)
-        return ("module", where, name)
+        named = parse_entry(make_step)
+        if named.is_file:
+            return ("file", str(Path(named.where).resolve()), named.name)
+        return ("module", named.where, named.name)
     if not inspect.isroutine(make_step) and not inspect.isclass(make_step):
         # a callable object of an importable class (explorer.maxtext.MaxTextStep, a partial of
         # a module's function) goes by plain pickle; one that names __main__ would not unpickle
