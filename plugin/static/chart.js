@@ -16,7 +16,8 @@
 // Two stacked canvases: the base (axes, roofs, points) is drawn when the report, the filters or
 // the size change; hover and selection only redraw the overlay, so a 20k-op report stays fast.
 
-import { BOUND_COLORS, el, fmtBytes, fmtPct, fmtSI, fmtTime } from "./util.js";
+import { constants } from "./state.js";
+import { el, fmtBytes, fmtPct, fmtSI, fmtTime } from "./util.js";
 
 const HEIGHT = 440;
 const TOP = 34; // captions above the plot
@@ -519,7 +520,7 @@ export class RooflineChart {
       const keys = [...groups.keys()].sort((a, b) => a.slice(-1) - b.slice(-1));
       for (const key of keys) {
         const [bound, on] = key.split("|");
-        const c = BOUND_COLORS[bound] || BOUND_COLORS.unknown;
+        const c = constants.boundColors[bound] || constants.boundColors.unknown;
         ctx.beginPath();
         for (const p of groups.get(key)) shape(ctx, p);
         ctx.fillStyle = c;

@@ -2,9 +2,9 @@
 // prints it.
 
 import { pill } from "./cells.js";
-import { actions, state, ui } from "./state.js";
+import { actions, constants, state, ui } from "./state.js";
 import { VirtualTable } from "./table.js";
-import { BOUNDS, el, fmtPct, fmtTime, getJSON, longest, route, setChildren } from "./util.js";
+import { el, fmtPct, fmtTime, getJSON, longest, route, setChildren } from "./util.js";
 
 export async function loadCompare() {
   if (!state.other) {
@@ -109,14 +109,14 @@ export function renderCompare() {
         label: `bound (${c.run})`,
         text: text("bound"),
         cls: (r) => pill(get(r, "bound")),
-        fit: BOUNDS,
+        fit: constants.bounds,
       },
       {
         key: "bound_other",
         label: `bound (${c.other})`,
         text: text("bound_other"),
         cls: (r) => pill(get(r, "bound_other")),
-        fit: BOUNDS,
+        fit: constants.bounds,
       },
       {
         key: "t_expected_s",

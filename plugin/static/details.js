@@ -1,15 +1,15 @@
 // The selected op's details: every number the server computed for it, its roof named, its call
 // stack with the user's line marked. No arithmetic on the model here.
 
-import { state, ui } from "./state.js";
-import { el, fmtBytes, fmtNum, fmtPct, fmtSI, fmtTime, ROOF_UNITS, setChildren } from "./util.js";
+import { constants, state, ui } from "./state.js";
+import { el, fmtBytes, fmtNum, fmtPct, fmtSI, fmtTime, setChildren } from "./util.js";
 
 /** The roof the op's predicted point lies on, in the server's numbers (verdict.classify's
  * roof columns): the unit and what it is, the compute roof, the memory roof. No arithmetic here. */
 export function roofText(g) {
   const unit = g("roof_unit");
   if (!unit) return "";
-  const parts = [`${unit}: ${ROOF_UNITS[unit] || unit}`];
+  const parts = [`${unit}: ${constants.roofUnits[unit] || unit}`];
   if (g("roof_flops_per_s") > 0) parts.push(`compute roof ${fmtSI(g("roof_flops_per_s"), "FLOP/s")}`);
   if (g("roof_bytes_per_s") > 0) parts.push(`memory roof ${fmtSI(g("roof_bytes_per_s"), "B/s")}`);
   return parts.join(" · ");

@@ -5,7 +5,8 @@
 // Every number is the document's; the face only maps them to pixels and formats them.
 
 import { pill } from "./cells.js";
-import { BOUND_COLORS, el, fmtBytes, fmtPct, fmtTime, getJSON, route, setChildren } from "./util.js";
+import { constants } from "./state.js";
+import { el, fmtBytes, fmtPct, fmtTime, getJSON, route, setChildren } from "./util.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const W = 640;
@@ -151,7 +152,7 @@ export class ExploreView {
       const cy = y(r.step_s);
       const point = svg("circle", {
         cx, cy, r: 6,
-        fill: BOUND_COLORS[r.bound] || BOUND_COLORS.none || "#888",
+        fill: constants.boundColors[r.bound] || constants.boundColors.none || "#888",
         class: `hr-explore-point${r.run ? " hr-link" : ""}`,
         "data-candidate": r.candidate,
         "data-bound": r.bound,

@@ -2,10 +2,10 @@
 // between groups, Enter or a click opens one; the opened group is a filter with a way back.
 
 import { pill, shortLine } from "./cells.js";
-import { actions, state, ui } from "./state.js";
+import { actions, constants, state, ui } from "./state.js";
 import { VirtualTable } from "./table.js";
 import { writeURL } from "./url.js";
-import { BOUNDS, el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, GROUPINGS, longest, route, setChildren } from "./util.js";
+import { el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, longest, route, setChildren } from "./util.js";
 
 export const UNATTRIBUTED = "(unattributed)"; // the group of ops without one (Report.rollup's name)
 
@@ -14,12 +14,12 @@ export function parseGroup(text) {
   if (!text) return null;
   const at = text.indexOf("=");
   const key = text.slice(0, at);
-  return at > 0 && GROUPINGS[key] ? { key, value: text.slice(at + 1) } : null;
+  return at > 0 && constants.groupings[key] ? { key, value: text.slice(at + 1) } : null;
 }
 
 /** Show the ops one row per group (Report.rollup on the server), or one row per op (""). */
 export function setGroupBy(by) {
-  state.groupBy = GROUPINGS[by] ? by : "";
+  state.groupBy = constants.groupings[by] ? by : "";
   ui.groupBy.value = state.groupBy;
   ui.table.root.hidden = Boolean(state.groupBy);
   ui.groupBox.hidden = !state.groupBy;
@@ -47,7 +47,7 @@ export async function loadGroups() {
     ui.groupTable.setColumns([]);
     ui.groupTable.setRows([]);
     ui.groupBox.dataset.state = "error";
-    ui.count.textContent = `cannot group by ${GROUPINGS[by]}: ${err.message}`;
+    ui.count.textContent = `cannot group by ${constants.groupings[by]}: ${err.message}`;
     return;
   }
   if (id !== state.requestId || by !== state.groupBy) return;
@@ -63,7 +63,7 @@ export async function loadGroups() {
   ui.groupTable.setColumns([
     {
       key: by,
-      label: GROUPINGS[by],
+      label: constants.groupings[by],
       width: "minmax(240px, 3fr)",
       text: by === "scope" ? key : (r) => shortLine(key(r)) || key(r),
       tip: key,
@@ -74,7 +74,7 @@ export async function loadGroups() {
       : [
           numeric("t_expected_s", "time", fmtTime),
           numeric("share", "share", fmtPct),
-          { key: "bound", label: "bound", text: (r) => get(r, "bound"), cls: (r) => pill(get(r, "bound")), fit: BOUNDS },
+          { key: "bound", label: "bound", text: (r) => get(r, "bound"), cls: (r) => pill(get(r, "bound")), fit: constants.bounds },
           numeric("mix_compute", "compute-bound", fmtPct),
           numeric("mix_memory", "memory-bound", fmtPct),
           ...(state.model.summary.comm_time_s > 0 && idx.mix_communication !== undefined
@@ -107,7 +107,7 @@ export function showGroupFilter() {
   if (!group) return;
   setChildren(
     ui.groupFilter,
-    `${GROUPINGS[group.key] || group.key}: `,
+    `${constants.groupings[group.key] || group.key}: `,
     el("strong", { text: group.key === "scope" ? group.value : shortLine(group.value) || group.value, title: group.value }),
     " ",
     el("button", {

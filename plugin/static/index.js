@@ -17,12 +17,12 @@ import { ExploreView } from "./explore.js";
 import { loadCompare } from "./compare.js";
 import { renderDetails } from "./details.js";
 import { parseGroup, setGroupBy, showGroupFilter, UNATTRIBUTED } from "./groups.js";
-import { actions, fitOf, Model, state, ui } from "./state.js";
+import { actions, constants, fitOf, loadConstants, Model, state, ui } from "./state.js";
 import { linkTrace, renderSummary } from "./summary.js";
 import { VirtualTable } from "./table.js";
 import { Timeline } from "./timeline.js";
 import { connectHost, hostWindow, readURL, watchHost, writeURL } from "./url.js";
-import { BOUNDS, el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, getJSONText, GROUPINGS, loadConstants, longest, option, ROOF_UNITS, route, setChildren } from "./util.js";
+import { el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, getJSONText, longest, option, route, setChildren } from "./util.js";
 
 const POLL_MS = 30_000; // runs re-listed this often when no TensorBoard host tells us to reload
 const SEARCH_WAIT_MS = 25; // typing pauses this long before the table is filtered (a 20k-op filter takes ~15 ms)
@@ -190,7 +190,7 @@ export function opColumns() {
       label: "bound",
       text: text("bound"),
       cls: (row) => pill(state.model.get(row, "bound")),
-      fit: BOUNDS,
+      fit: constants.bounds,
     },
     { key: "dtype", label: "dtype", text: text("dtype"), fit: m ? longest(m.distinct("dtype")) : [], drop: 3 },
     numeric("flops", "FLOPs", fmtSI),
@@ -200,7 +200,7 @@ export function opColumns() {
     numeric("t_expected_s", "time ≈", fmtTime),
     numeric("share", "share", fmtPct),
     ...(m && m.has("roof_unit")
-      ? [{ key: "roof_unit", label: "roof", text: text("roof_unit"), fit: longest(m.distinct("roof_unit")), tip: (row) => ROOF_UNITS[state.model.get(row, "roof_unit")] || "", drop: 2 }]
+      ? [{ key: "roof_unit", label: "roof", text: text("roof_unit"), fit: longest(m.distinct("roof_unit")), tip: (row) => constants.roofUnits[state.model.get(row, "roof_unit")] || "", drop: 2 }]
       : []),
     ...(m && m.has("t_exposed_s") && m.summary.exposed_comm_s > 0 ? [numeric("t_exposed_s", "exposed", fmtTime)] : []),
     ...(m && m.has("measured_s")
@@ -329,7 +329,7 @@ export async function init() {
   setChildren(
     ui.groupBy,
     option("", "op (no grouping)"),
-    ...Object.entries(GROUPINGS).map(([key, label]) => option(key, label)),
+    ...Object.entries(constants.groupings).map(([key, label]) => option(key, label)),
   );
   const hosted = connectHost(() => refresh());
   if (!hosted) setInterval(() => refresh(), POLL_MS);
@@ -363,7 +363,7 @@ async function show(wanted) {
     timedOnly: wanted.all !== "1",
     group: parseGroup(wanted.in),
   };
-  state.groupBy = GROUPINGS[wanted.by] ? wanted.by : "";
+  state.groupBy = constants.groupings[wanted.by] ? wanted.by : "";
   ui.search.value = state.filter.text;
   ui.timedOnly.checked = state.filter.timedOnly;
   state.pendingOp = wanted.op || null;
@@ -568,7 +568,7 @@ export function fillFilters() {
   setChildren(
     ui.boundFilter,
     option("", "all"),
-    ...BOUNDS.map((b) => option(b, b, b === state.filter.bound)),
+    ...constants.bounds.map((b) => option(b, b, b === state.filter.bound)),
   );
 }
 

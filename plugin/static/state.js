@@ -1,7 +1,7 @@
 // The tab's state: the report shown (Model), what is chosen (state) and the page's elements (ui).
 // Every other module reads and writes them here; no module keeps state of its own.
 
-import { longest } from "./util.js";
+import { getJSON, longest, route } from "./util.js";
 
 /** One report payload ({columns, data, summary, ...}) with column access by name. `base`: the
  * run's report as written, which a re-judged payload that names the columns it left out
@@ -142,6 +142,24 @@ function rowsOf(cols) {
   return rows;
 }
 
+// Constants the server owns (GET constants: the bounds and their palette, shared with the PNG/SVG
+// plot; the groupings; the memory-fit colours; what each roof unit means). Filled by
+// loadConstants() before anything is drawn.
+export const constants = { bounds: [], boundColors: {}, groupings: {}, fitColors: {}, roofUnits: {} };
+
+export async function loadConstants() {
+  const c = await getJSON(route("constants"));
+  constants.bounds = c.bounds;
+  constants.boundColors = c.bound_colors;
+  constants.groupings = c.groupings;
+  constants.fitColors = c.fit_colors;
+  constants.roofUnits = c.roof_units;
+  const root = document.documentElement.style;
+  for (const [bound, color] of Object.entries(constants.boundColors)) root.setProperty(`--hr-${bound}`, color);
+  for (const [fit, color] of Object.entries(constants.fitColors))
+    root.setProperty(`--hr-fit-${fit.replace(/[ _]/g, "-")}`, color);
+}
+
 export const state = {
   runs: [], // runs whose report loads
   errors: {}, // run -> why it cannot be shown
@@ -153,12 +171,13 @@ export const state = {
   reportText: "",
   selected: -1,
   filter: { bound: "", opcode: "", text: "", timedOnly: true, group: null }, // group: {key, value}
-  groupBy: "", // "" (one row per op) or a key of GROUPINGS
+  groupBy: "", // "" (one row per op) or a key of constants.groupings
   other: "",
   compare: null,
   compareWhich: "changed", // the compare view's rows: "changed" (as the CLI lists), "flipped" or "all"
   requestId: 0,
   pendingOp: null, // an op named by the URL, selected once its report is shown
+  hashKeys: "", // the tab's keys in the host's hash as url.js last read or wrote them
 };
 
 export const ui = {};

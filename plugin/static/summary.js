@@ -1,8 +1,8 @@
 // The summary header: step time range, MFU, the step as scheduled, time per bound, the per-op
 // floor's share, coverage, HBM per device, the measured step and its XProf link.
 
-import { state, ui } from "./state.js";
-import { BOUNDS, el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, route, setChildren } from "./util.js";
+import { constants, state, ui } from "./state.js";
+import { el, fmtBytes, fmtPct, fmtSI, fmtTime, getJSON, route, setChildren } from "./util.js";
 
 /** In a measured run, a link to the XProf session its trace was captured in. */
 export async function linkTrace(id) {
@@ -49,7 +49,7 @@ export function renderSummary() {
   const share = s.time_share || {};
   const bar = el("div", { className: "hr-sharebar", attrs: { "aria-label": "time per bound" } });
   const legend = el("div", { className: "hr-card-sub" });
-  for (const b of BOUNDS) {
+  for (const b of constants.bounds) {
     const f = share[b];
     if (!(f > 0)) continue;
     const seg = el("span", { className: `hr-bound-${b}`, title: `${b}: ${fmtPct(f)}` });

@@ -8,7 +8,8 @@
 // on the focused canvas + / - (or W / S) zoom, ← / → (or A / D) pan and 0 shows the whole step.
 // "Download trace" and "Open in Perfetto" take the server's Chrome trace (Report.to_trace).
 
-import { BOUND_COLORS, el, fmtTime, getJSON, route } from "./util.js";
+import { constants } from "./state.js";
+import { el, fmtTime, getJSON, route } from "./util.js";
 
 const LANE = 24; // px per lane
 const LABELS = 170; // lane titles on the left
@@ -309,7 +310,7 @@ export class Timeline {
       const x1 = Math.max(x0 + 1, X(r[at.end_s]));
       const y = lane * LANE + 3;
       const bound = m ? m.get(r[at.row], "bound") : "unknown";
-      ctx.fillStyle = BOUND_COLORS[lane === 0 ? bound : "communication"] || BOUND_COLORS.unknown;
+      ctx.fillStyle = constants.boundColors[lane === 0 ? bound : "communication"] || constants.boundColors.unknown;
       ctx.fillRect(x0, y, x1 - x0, LANE - 6);
       const bar = { row: r[at.row], lane: r[at.lane], x0, x1, y, h: LANE - 6, exposed: r[at.exposed_s] };
       if (r[at.exposed_s] > 0) {

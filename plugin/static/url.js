@@ -25,9 +25,9 @@ export function parseHash(hash) {
   return { tab, pairs };
 }
 
-// The tab's keys in the host's hash as this tab last read or wrote them: keys that differ from
-// these were written by someone else (a link opened, the back button), not to be overwritten.
-let known = "";
+// state.hashKeys: the tab's keys in the host's hash as this tab last read or wrote them; keys
+// that differ from these were written by someone else (a link opened, the back button), not to be
+// overwritten.
 
 /** The tab's own keys of a host hash, as one string that compares whatever their order. */
 function ownKeys(hash) {
@@ -46,7 +46,7 @@ export function readURL() {
     const prefix = `p.${PLUGIN}.`;
     for (const [k, v] of parseHash(host.location.hash).pairs)
       if (k.startsWith(prefix)) values[k.slice(prefix.length)] = v;
-    known = ownKeys(host.location.hash);
+    state.hashKeys = ownKeys(host.location.hash);
   }
   // Opened on its own (data/plugin_entry.html?name=hlo_roofline&run=...): its own query.
   const own = new URLSearchParams(window.location.search);
@@ -88,7 +88,7 @@ export function writeURLNow() {
     const theirs = ownKeys(host.location.hash);
     // Another view of this tab was put in the URL since this tab last wrote it (its hashchange
     // event may not have run yet): that view is shown next, its keys are not overwritten.
-    if (theirs && theirs !== known) return;
+    if (theirs && theirs !== state.hashKeys) return;
     const prefix = `p.${PLUGIN}.`;
     const kept = pairs.filter(([k]) => !k.startsWith(prefix));
     for (const k of URL_KEYS) if (values[k]) kept.push([prefix + k, values[k]]);
@@ -96,7 +96,7 @@ export function writeURLNow() {
     const url = new URL(host.location.href);
     url.hash = hash.join("&");
     if (url.href !== host.location.href) host.history.replaceState(host.history.state, "", url.href);
-    known = ownKeys(url.hash);
+    state.hashKeys = ownKeys(url.hash);
     return;
   }
   const query = new URLSearchParams(window.location.search);

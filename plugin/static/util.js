@@ -3,28 +3,6 @@
 // Every string that comes from a report (op names, metadata, source paths) reaches the page through
 // textContent or an attribute value set with setAttribute: never parsed as markup.
 
-// Constants the server owns (GET constants: the bounds and their palette, shared with the PNG/SVG
-// plot; the groupings; the memory-fit colours; what each roof unit means). Filled by
-// loadConstants() before anything is drawn; ES module bindings are live, so importers see them.
-export let BOUNDS = [];
-export let BOUND_COLORS = {};
-export let GROUPINGS = {};
-export let FIT_COLORS = {};
-export let ROOF_UNITS = {};
-
-export async function loadConstants() {
-  const c = await getJSON(route("constants"));
-  BOUNDS = c.bounds;
-  BOUND_COLORS = c.bound_colors;
-  GROUPINGS = c.groupings;
-  FIT_COLORS = c.fit_colors;
-  ROOF_UNITS = c.roof_units;
-  const root = document.documentElement.style;
-  for (const [bound, color] of Object.entries(BOUND_COLORS)) root.setProperty(`--hr-${bound}`, color);
-  for (const [fit, color] of Object.entries(FIT_COLORS))
-    root.setProperty(`--hr-fit-${fit.replace(/[ _]/g, "-")}`, color);
-}
-
 /**
  * Create an element. `props`: className, text (textContent), title, attrs {name: value},
  * dataset {key: value}, on {event: handler}. Children: nodes or strings (added as text nodes).
