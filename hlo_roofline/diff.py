@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from hlo_roofline import chips
+from hlo_roofline import chips, schema
 from hlo_roofline.report import Report
 
 IDENTITY = ("op_name", "source", "opcode", "shape")
@@ -151,7 +151,7 @@ def _held_at_floor(rows: pd.DataFrame, side: str) -> pd.Series:
         return rows[f"expected_by_{side}"] == "floor"
     if f"roof_unit_{side}" in rows:  # before the split the verdict named it (not a pipeline)
         return rows[f"roof_unit_{side}"] == "floor"
-    units = [f"t_{u}_s_{side}" for u in ("compute", "memory", "comm")]
+    units = [f"{time}_{side}" for time in schema.BOUND_TIMES.values()]
     if not all(u in rows for u in units):
         return pd.Series(False, index=rows.index)
     return rows[f"t_expected_s_{side}"] > rows[units].max(axis=1) * (1 + 1e-9)

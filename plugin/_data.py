@@ -33,6 +33,8 @@ from hlo_roofline.report import (
     lane_title,
 )
 from hlo_roofline_tensorboard._json import dumps
+from hlo_roofline_tensorboard._remote import gfile
+from hlo_roofline_tensorboard._remote import is_remote as remote
 
 __all__ = [
     "ReportError",
@@ -92,28 +94,18 @@ class Entry:
         return self.text if index == 1 else fields[index]
 
 
-def _remote(path: str) -> bool:
-    return "://" in path
-
-
-def _gfile():
-    from tensorboard.compat import tf
-
-    return tf.io.gfile
-
-
 def _join(directory: str, name: str) -> str:
-    return f"{directory}/{name}" if _remote(directory) else os.path.join(directory, name)
+    return f"{directory}/{name}" if remote(directory) else os.path.join(directory, name)
 
 
 def _stamp(path: str) -> tuple:
     """A file's identity: a rewrite (write_tensorboard replaces the file) is a new one. A remote
     file's is its length, all TensorBoard's gfile gives (FileNotFoundError where it is gone)."""
-    if _remote(path):
+    if remote(path):
         from tensorboard import errors as tb_errors
 
         try:
-            return (_gfile().stat(path).length,)
+            return (gfile().stat(path).length,)
         except (tb_errors.NotFoundError, OSError) as exc:
             raise FileNotFoundError(path) from exc
     st = os.stat(path)
@@ -123,13 +115,13 @@ def _stamp(path: str) -> tuple:
 def _size(path: str) -> int:
     """A file's length in bytes: local, or remote through TensorBoard's gfile."""
     stamp = _stamp(path)
-    return stamp[0] if _remote(path) else stamp[1]
+    return stamp[0] if remote(path) else stamp[1]
 
 
 def _text(path: str) -> str:
     """A file's text: local, or remote through TensorBoard's gfile."""
-    if _remote(path):
-        with _gfile().GFile(path, "r") as f:
+    if remote(path):
+        with gfile().GFile(path, "r") as f:
             return f.read()
     with open(path, encoding="utf-8") as f:
         return f.read()
@@ -141,7 +133,7 @@ def _read(path: str) -> Report:
     written before reports carried a checksum (a logdir from an older version) as it shows any
     other, its rows and summary held to each other all the same; ``check`` and ``diff`` refuse
     it without --trust-unsigned."""
-    if not _remote(path):
+    if not remote(path):
         return Report.read(path, trust_unsigned=True)
     try:
         text = _text(path)

@@ -26,6 +26,8 @@ from werkzeug import wrappers
 
 from hlo_roofline.logdir import EXPLORE_JSON, PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline_tensorboard._json import dumps
+from hlo_roofline_tensorboard._remote import gfile
+from hlo_roofline_tensorboard._remote import is_remote as remote
 
 logger = logging.getLogger(__name__)
 
@@ -58,18 +60,6 @@ def _json_response(request, value, code: int = 200):
 
 def _error(request, message: str, code: int):
     return _json_response(request, {"error": message}, code)
-
-
-def remote(path: str) -> bool:
-    """A logdir on another filesystem (``gs://``, ``s3://``, any fsspec URL): read through
-    TensorBoard's file API, ``tensorboard.compat.tf.io.gfile``."""
-    return "://" in path
-
-
-def gfile():
-    from tensorboard.compat import tf
-
-    return tf.io.gfile
 
 
 class RunIndex:

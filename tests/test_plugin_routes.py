@@ -112,8 +112,8 @@ def test_entry_point_resolves_to_the_loader():
 
 def test_plugin_module_imports_light():
     """TensorBoard imports the plugin at start-up: no pandas, numpy or JAX; of hlo_roofline only
-    the logdir layout and the JSON writer, both standard library only (its package loads names
-    lazily)."""
+    the logdir layout, the JSON writer and the writer's rule for what a URL is, all standard
+    library only (its package loads names lazily)."""
     code = (
         "import sys, hlo_roofline_tensorboard.plugin as p; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
@@ -121,7 +121,8 @@ def test_plugin_module_imports_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(
-        ["hlo_roofline", "hlo_roofline._jax_env", "hlo_roofline._json", "hlo_roofline.logdir"]
+        ["hlo_roofline", "hlo_roofline._atomic", "hlo_roofline._jax_env", "hlo_roofline._json",
+         "hlo_roofline.logdir"]
     )
 
 

@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 from hlo_roofline.cost.base import Cost, CostContext, callee, element_bytes
 from hlo_roofline.hlo import attrs
-from hlo_roofline.hlo.ir import Computation, Instruction, Shape
+from hlo_roofline.hlo.ir import INDEX_DTYPES, Computation, Instruction, Shape
 
 # Per (q, kv) pair: (matmuls contracting or producing head_dim D, those over Dv, exps). Forward:
 # q·kᵀ (D), p·v (Dv). dq: q·kᵀ, do·vᵀ (Dv), ds·k (D). dkv: q·kᵀ, do·vᵀ, pᵀ·do (Dv), dsᵀ·q (D).
@@ -52,7 +52,6 @@ from hlo_roofline.hlo.ir import Computation, Instruction, Shape
 _PHASES = {
     "fwd": (1, 1, 1), "dq": (2, 1, 1), "dkv": (2, 2, 1), "fused_bwd": (3, 2, 1), "bwd": (4, 3, 2),
 }  # fmt: skip
-_INTS = ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "pred")
 CUDNN_FMHA = "__cudnn$fmha"  # cuDNN fused attention: fmhaSoftmax[Dropout], ...Backward, ...F8
 _FULL_MASK = "mask not visible in the text: every (q, kv) pair counted (upper bound; causal ≈ ½)"
 
@@ -116,7 +115,7 @@ def recognise(instr: Instruction, target: str) -> Kernel | None:
 
 
 def _float_leaves(shape: Shape) -> list[Shape]:
-    return [leaf for leaf in shape.leaves() if leaf.dtype not in _INTS and leaf.dims]
+    return [leaf for leaf in shape.leaves() if leaf.dtype not in INDEX_DTYPES and leaf.dims]
 
 
 def _floats(instr: Instruction) -> list[Shape]:
@@ -124,7 +123,7 @@ def _floats(instr: Instruction) -> list[Shape]:
 
 
 def _ints(instr: Instruction) -> list[Shape]:
-    return [op.shape for op in instr.operands if op.shape.is_array and op.shape.dtype in _INTS]
+    return [op.shape for op in instr.operands if op.shape.is_array and op.shape.dtype in INDEX_DTYPES]
 
 
 def _head_dim_minor(instr: Instruction) -> bool:
@@ -302,7 +301,7 @@ def _visited_share(
         return _UNREAD
     before_q = []  # the scalar-prefetch operands: data_next, block_mask[, mask_next]
     for op in instr.operands:
-        if not op.shape.is_array or op.shape.dtype not in _INTS:
+        if not op.shape.is_array or op.shape.dtype not in INDEX_DTYPES:
             break
         before_q.append(op)
     masks = [op for op in before_q if len(op.shape.dims) == 3]
@@ -520,7 +519,7 @@ def _decode(kernel: Kernel, instr: Instruction, ctx: CostContext) -> Cost | None
 
 
 def _int_operands(instr: Instruction) -> list[Instruction]:
-    return [op for op in instr.operands if op.shape.is_array and op.shape.dtype in _INTS]
+    return [op for op in instr.operands if op.shape.is_array and op.shape.dtype in INDEX_DTYPES]
 
 
 def _constant_ints(value: Instruction) -> list[int] | None:

@@ -26,11 +26,11 @@ from hlo_roofline.hlo.ir import DTYPE_BYTES, Computation, Instruction, Module, S
 
 COST_MODELS = ("roofline", "xla")
 BASE_MODEL = "xla"  # XLA's HloCostAnalysis: the rules every other model starts from
+# Ops that name a value made elsewhere (an input, a constant) or view one (a tuple, its element, a
+# bitcast): no buffer of their own in the step, no op a fusion's reader lists.
+NAMING_OPS = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast"})
 # Ops that only name, view or order values: never "unpriced", left out of coverage.
-BOOKKEEPING = frozenset(
-    {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
-     "add-dependency", "domain"}
-)  # fmt: skip
+BOOKKEEPING = NAMING_OPS | {"after-all", "add-dependency", "domain"}
 # What a rule (or a count beside it) raises on text whose attributes do not fit its shapes: the op
 # becomes a flagged unknown row, never a crash.
 RULE_ERRORS = (

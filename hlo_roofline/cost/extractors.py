@@ -330,8 +330,7 @@ EXTRACTORS: tuple[Extractor, ...] = (
     Extractor("vector units", tpu.UNIT_COLUMNS, row=tpu.vector_units),
     Extractor(
         "intermediates",
-        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements",
-         "folded_product_elements", "relaid_elements"),
+        tpu.INTERMEDIATE_COLUMNS,
         row=tpu.intermediates,
         opcodes=frozenset({"fusion", "convolution", "copy"}),  # a body's, a conv's, a relayout's
     ),

@@ -29,9 +29,8 @@ import re
 
 from hlo_roofline.cost.attention_kernels import kernel_name
 from hlo_roofline.cost.base import Cost, CostContext
-from hlo_roofline.hlo.ir import Instruction, Shape
+from hlo_roofline.hlo.ir import INDEX_DTYPES, Instruction, Shape
 
-_INTS = ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "pred")
 # megablox's kernels, and XLA:TPU's lowering of ragged-dot (not its metadata kernel)
 _GROUPED = re.compile(r"t?gmm|ragged-dot-(?!metadata)[\w-]+")
 
@@ -58,7 +57,7 @@ def _floats(instr: Instruction) -> list[Shape]:
     return [
         op.shape
         for op in instr.operands
-        if op.shape.is_array and op.shape.dtype not in _INTS and op.shape.dims
+        if op.shape.is_array and op.shape.dtype not in INDEX_DTYPES and op.shape.dims
     ]
 
 

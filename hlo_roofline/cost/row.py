@@ -12,13 +12,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from hlo_roofline.cost import custom_call
-from hlo_roofline.cost.base import RULE_ERRORS, Cost, element_bytes
+from hlo_roofline.cost.base import NAMING_OPS, RULE_ERRORS, Cost, element_bytes
 from hlo_roofline.cost.collectives import MAY_HOLD_ONE, find_collective
 from hlo_roofline.cost.linalg import MATMUL_OPCODES, MatmulIO, matmul_geometry, matmul_io
 from hlo_roofline.hlo import attrs
 from hlo_roofline.hlo.ir import Instruction, Module, Shape
 
-_NOT_LISTED = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
 _MATMULS_SET = frozenset(MATMUL_OPCODES)
 _opcode = operator.attrgetter("opcode")
 
@@ -133,7 +132,7 @@ class Body:
         instructions = fusion.called[0].instructions
         # the listed opcodes, in order of first use (counted in C)
         counts = collections.Counter(map(_opcode, instructions))
-        for code in _NOT_LISTED.intersection(counts):
+        for code in NAMING_OPS.intersection(counts):
             counts.pop(code)  # (dict's, in C: Counter's own del is a Python method)
         matmul = collective = None
         has_geometry = "fusion" in counts or not _MATMULS_SET.isdisjoint(counts)

@@ -16,7 +16,7 @@ from hlo_roofline._frame import compact
 from hlo_roofline.cost.control_flow import loop_paths
 from hlo_roofline.cost.extractors import EXTRACTORS, GEOMETRY_COLUMNS, Chunk, attributes
 from hlo_roofline.cost.row import Build, Op, PricedOp
-from hlo_roofline.cost.tpu.extractors import TILING_COLUMNS, UNIT_COLUMNS
+from hlo_roofline.cost.tpu.extractors import INTERMEDIATE_COLUMNS, TILING_COLUMNS, UNIT_COLUMNS
 from hlo_roofline.hlo.ir import Module
 
 ROW_COLUMNS = schema.COST_COLUMNS  # the columns rows() builds, each by its name
@@ -46,11 +46,7 @@ RARE_DEFAULTS: dict[str, object] = {
     **dict.fromkeys(("group_size", *GEOMETRY_COLUMNS), 0),
     **dict.fromkeys(("mm_lhs_bytes", "mm_rhs_bytes", "mm_out_bytes", "vmem_bytes"), 0.0),
     **dict.fromkeys((*UNIT_COLUMNS, *TILING_COLUMNS, "tile_steps", "major_reduce_results"), 0.0),
-    **dict.fromkeys(
-        ("depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements",
-         "folded_product_elements", "relaid_elements"),
-        0.0,
-    ),
+    **dict.fromkeys(INTERMEDIATE_COLUMNS, 0.0),
     "xla_cycles": math.nan,
 }
 

@@ -25,6 +25,9 @@ DTYPE_BYTES: dict[str, float] = {
     "f6e3m2fn": 0.75,
 }  # fmt: skip
 NON_ARRAY_TYPES = frozenset({"token", "opaque"})
+# The types a kernel's indices, lengths, offsets and masks come in, not the data it computes on
+# (the sub-byte integers are packed weights).
+INDEX_DTYPES = frozenset({"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "pred"})
 
 
 @dataclass(frozen=True, slots=True)

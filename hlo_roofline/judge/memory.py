@@ -21,7 +21,7 @@ import re
 from typing import NamedTuple
 
 from hlo_roofline import schema
-from hlo_roofline.cost.base import array_bytes
+from hlo_roofline.cost.base import NAMING_OPS, array_bytes
 from hlo_roofline.hlo import Module
 
 __all__ = [
@@ -227,9 +227,6 @@ def _size(match: re.Match | None) -> float | None:
     return float(match["size"]) * _UNITS[match["unit"]] if match else None
 
 
-_NOT_BUFFERS = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
-
-
 def from_module(module: Module) -> dict:
     """What the HLO text alone says: entry parameters and outputs; temporaries are unknown, but
     the entry's largest intermediate results are listed (not all of them are live at once)."""
@@ -243,7 +240,7 @@ def from_module(module: Module) -> dict:
     # (heapq.nlargest is that order, without an index list of every instruction at the peak).
     sizes: dict[int, int] = {}
     candidates = [
-        i for i in entry.instructions if i.opcode not in _NOT_BUFFERS and i is not entry.root
+        i for i in entry.instructions if i.opcode not in NAMING_OPS and i is not entry.root
     ]
     weights = []
     for i in candidates:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from hlo_roofline import chips, schema, xplane
 from hlo_roofline.api import analyze_hlo
+from hlo_roofline.cost.control_flow import CONTAINERS
 from hlo_roofline.hlo import Module, attrs, parse
 from hlo_roofline.host import host_chip
 from hlo_roofline.judge.efficiency import add_efficiency, problem_count
@@ -49,7 +50,6 @@ __all__ = [
 ]
 
 MEASURED_COLUMNS = schema.names("measured", "float")  # the numbers the join adds
-CONTAINERS = frozenset({"while", "conditional", "call"})
 CONTAINER_NOTE = "control flow: measured self time only (its body ops have rows of their own)"
 
 

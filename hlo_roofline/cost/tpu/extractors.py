@@ -44,6 +44,11 @@ UNIT_COLUMNS = (
     "vector_elements", "lane_reduced_elements", "major_reduced_elements", "reduced_stream_words",
 )  # fmt: skip
 TILING_COLUMNS = ("tile_reread_bytes", "tile_k_steps", "epilogue_elements", "prologue_elements")
+# the intermediates a fusion's body, a convolution or a relayout makes on the vector unit
+INTERMEDIATE_COLUMNS = (
+    "depthwise_taps", "expanded_elements", "sublane_fold_results", "second_pass_elements",
+    "folded_product_elements", "relaid_elements",
+)  # fmt: skip
 _UNREAD = object()  # a memo's "not worked out yet" (None is a value)
 
 
