@@ -50,6 +50,7 @@ LAYERS = [
         [
             "hlo_roofline.targets",
             "hlo_roofline.entries",
+            "hlo_roofline.dumps",
             "hlo_roofline.cache",
             "hlo_roofline.placement",
             "hlo_roofline.compile",
