@@ -27,6 +27,7 @@ import pandas as pd
 
 from hlo_roofline import Report, chips, schema, targets  # targets before jax: see its docstring
 from hlo_roofline._atomic import unwritable
+from hlo_roofline.diff import flipped
 from hlo_roofline.examples import analyze_example, default_cache_dir
 from hlo_roofline.examples.gpt import CONFIG
 from hlo_roofline.hlo.attribution import pass_of, scope_of
@@ -88,20 +89,20 @@ def forward_matmuls(reports: dict[str, Report], labels: dict[str, str]) -> pd.Da
 
 
 def verdict_flips(reports: dict[str, Report], labels: dict[str, str]) -> list[str]:
-    """Sentences for the forward matmuls whose verdict differs between the chips, with the numbers."""
+    """Sentences for the forward matmuls whose verdict flips between the chips (``diff.flipped``:
+    as the diff counts a flip), with the numbers."""
     run_a, run_b = list(reports)[:2]
-    ops = {run: forward_matmul_ops(reports[run]) for run in (run_a, run_b)}
+    paired = forward_matmul_ops(reports[run_a]).add_suffix("_a").join(
+        forward_matmul_ops(reports[run_b]).add_suffix("_b"), how="inner"
+    )
     lines = []
-    for op_name in ops[run_a].index.intersection(ops[run_b].index):
-        x, y = ops[run_a].loc[op_name], ops[run_b].loc[op_name]
-        if x["bound"] != y["bound"]:
-            part = scope_of(op_name)
-            lines.append(
-                f"{part}: {x['bound']}-bound on {labels[run_a]} ({x['intensity']:.0f} FLOP/B vs "
-                f"ridge {x['critical_intensity']:.0f}, op {x['name']}), {y['bound']}-bound on "
-                f"{labels[run_b]} ({y['intensity']:.0f} vs {y['critical_intensity']:.0f}, op "
-                f"{y['name']})"
-            )
+    for op_name, op in paired[flipped(paired)].iterrows():
+        lines.append(
+            f"{scope_of(op_name)}: {op['bound_a']}-bound on {labels[run_a]} ({op['intensity_a']:.0f} "
+            f"FLOP/B vs ridge {op['critical_intensity_a']:.0f}, op {op['name_a']}), "
+            f"{op['bound_b']}-bound on {labels[run_b]} ({op['intensity_b']:.0f} vs "
+            f"{op['critical_intensity_b']:.0f}, op {op['name_b']})"
+        )
     return lines
 
 

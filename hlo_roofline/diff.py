@@ -157,6 +157,15 @@ def _held_at_floor(rows: pd.DataFrame, side: str) -> pd.Series:
     return rows[f"t_expected_s_{side}"] > rows[units].max(axis=1) * (1 + 1e-9)
 
 
+def flipped(rows: pd.DataFrame) -> pd.Series:
+    """Which rows of a pairing (each op's columns twice, suffixed ``_a`` and ``_b``) flipped bound:
+    the bound changed, and the op is not held at the per-op floor on both sides (no unit sets its
+    time there, so the unit its bound names decides nothing). The one test ``compare`` and the
+    demo's sentences share."""
+    floors = _held_at_floor(rows, "a") & _held_at_floor(rows, "b")
+    return rows["bound_a"].notna() & (rows["bound_a"] != rows["bound_b"]) & ~floors
+
+
 def compare(a: Report, b: Report) -> Diff:
     """Match the timed ops of ``a`` (before) and ``b`` (after); see the module docstring."""
     a, b, note = judged_alike(a, b)
@@ -198,10 +207,7 @@ def compare(a: Report, b: Report) -> Diff:
     rows["delta_s"] = t_b - t_a
     rows["change"] = "same"
     rows.loc[t_b != t_a, "change"] = "changed"
-    floors = _held_at_floor(rows, "a") & _held_at_floor(rows, "b")  # the bound sets no time
-    rows.loc[rows["bound_a"].notna() & (rows["bound_a"] != rows["bound_b"]) & ~floors, "change"] = (
-        "flipped"
-    )
+    rows.loc[flipped(rows), "change"] = "flipped"
     rows.loc[rows["name_b"].isna(), "change"] = "removed"
     rows.loc[rows["name_a"].isna(), "change"] = "added"
     columns = [
