@@ -662,7 +662,7 @@ def lane_title(lane: str, kind: str) -> str:
         return "compute stream"
     if lane == schedule.COPY_ENGINE:
         return "DMA (copies, prefetches)"
-    queue, _, group = lane.partition(":")
+    queue, group = schedule.lane_parts(lane)
     links = "ICI" if kind == "tpu" else "NVLink / network" if kind == "gpu" else "interconnect"
     if queue not in (schedule.COLLECTIVE_ENGINE, schedule.COPY_ENGINE):  # another core's queue
         return f"{queue} ({links} {group})" if group else queue

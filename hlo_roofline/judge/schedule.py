@@ -28,6 +28,17 @@ COLLECTIVE_ENGINE, COPY_ENGINE = "interconnect", "dma"
 STREAM = "compute"  # the lane of the rows the compute stream runs
 
 
+def shared_lane(queue: str, link: str) -> str:
+    """The lane of a queue's transfers over one group's links (``interconnect:0-3 of 8``)."""
+    return f"{queue}:{link}"
+
+
+def lane_parts(lane: str) -> tuple[str, str]:
+    """(queue, links' group) of a lane :func:`shared_lane` made; the group is "" for the others."""
+    queue, _, group = lane.partition(":")
+    return queue, group
+
+
 class Scheduled(NamedTuple):
     """The walk's result: the step, per row the time the stream waited for that row's transfer
     (for a synchronous collective: all of its time), and the least any order of the same ops
@@ -104,7 +115,7 @@ def walk(
         if not shared[i]:
             return core or COPY_ENGINE
         queue = core or COLLECTIVE_ENGINE
-        return queue if link_of is None else f"{queue}:{link_of[i]}"
+        return queue if link_of is None else shared_lane(queue, link_of[i])
 
     starting, waiting = is_start[events].tolist(), is_done[events].tolist()
     for k, i in enumerate(events.tolist()):
