@@ -62,11 +62,24 @@ def write_atomic(path: str | os.PathLike, text: str | bytes, mode: int | None = 
 
     ``mode``: permissions the file gets whatever the umask (``Report.write_tensorboard`` gives
     0644: a TensorBoard running as another user must read it); None: 0666 less the umask.
+
+    A symbolic link is written through (its file replaced, the link kept). What is no regular
+    file (``/dev/null``, ``/dev/stdout``, a FIFO a reader waits on) is written into as it is:
+    renamed over, a device would be replaced by a file (root may rename over ``/dev/null``).
     """
+    data = text.encode() if isinstance(text, str) else text
     if is_remote(path):
-        write_remote(str(path), text)
+        write_remote(str(path), data)
         return
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    with contextlib.suppress(OSError):
+        kind = os.stat(path).st_mode
+        if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # a directory: the rename refuses
+            with open(path, "wb") as f:
+                f.write(data)
+            return
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
     tmp, fd = _open_temporary(path)
@@ -74,7 +87,7 @@ def write_atomic(path: str | os.PathLike, text: str | bytes, mode: int | None = 
         if mode is not None:
             os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
-            f.write(text.encode() if isinstance(text, str) else text)
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -202,3 +202,32 @@ def test_a_report_without_its_hint_is_gated(tmp_path, report_json):
     path.write_text(json.dumps(data))
     code, output = _run("check", path, "--require", "compute", "--trust-unsigned")
     assert code == 1 and "require compute" in output, output
+
+
+def test_what_is_no_regular_file_is_written_into_never_replaced(tmp_path):
+    """An output that is a FIFO (or ``/dev/null``, ``/dev/stdout``) is written into as it is:
+    renamed over, it became a regular file (root may rename over ``/dev/null``, which a fault
+    campaign did: every later ``> /dev/null`` on the machine failed)."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()))
+    reader.start()
+    write_atomic(fifo, '{"a": 1}')
+    reader.join(timeout=30)
+    assert read == [b'{"a": 1}']
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.fifo"]  # no temporary left beside it
+
+
+def test_a_link_is_written_through_to_its_file(tmp_path):
+    (tmp_path / "reports").mkdir()
+    target = tmp_path / "reports" / "r.json"
+    target.write_text("old")
+    link = tmp_path / "r.json"
+    link.symlink_to(target)
+    write_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new" and link.read_text() == "new"
