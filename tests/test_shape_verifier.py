@@ -440,3 +440,219 @@ def test_xla_refuses_the_mutations_we_refuse_and_accepts_the_fixtures_we_accept(
     assert len(xla_fine) > len(fixtures) / 2
     for name in xla_fine:
         parse_module(small[name])  # ours accepts what XLA accepts
+
+
+# -- hand-written modules, one pair per rule: XLA refuses the first and accepts the second --------
+
+_ADD = """%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+"""
+_CMP = """%cmp (a: f32[], b: f32[]) -> pred[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %l = pred[] compare(%a, %b), direction=LT
+}
+"""
+
+
+def _while(cond_root: str) -> str:
+    """A loop's condition and body, the condition's root ``cond_root`` (``%lt = <shape> ...``)."""
+    return f"""%cond (c: (s32[], f32[4])) -> {cond_root.split()[2]} {{
+  %c = (s32[], f32[4]) parameter(0)
+  %i = s32[] get-tuple-element(%c), index=0
+  %n = s32[] constant(10)
+  ROOT {cond_root}
+}}
+%body (b: (s32[], f32[4])) -> (s32[], f32[4]) {{
+  ROOT %b = (s32[], f32[4]) parameter(0)
+}}
+"""
+
+
+def _module(lines: list[str], head: str = "") -> str:
+    """A module whose entry holds ``lines``, the last its root (the entry's first line is 5)."""
+    body = "\n".join(f"  {'ROOT ' if k == len(lines) - 1 else ''}{line}"
+                     for k, line in enumerate(lines))  # fmt: skip
+    return f"HloModule m\n\n{head}\nENTRY %main {{\n{body}\n}}\n"
+
+
+# (rule, the attribute or opcode the column points at, refused entry lines, accepted neighbour's)
+_RULE_CASES = [
+    ("tuple element shape", "tuple(",
+     ["%x = f32[4,8] parameter(0)", "%t = (f32[4,9]) tuple(%x)"],
+     ["%x = f32[4,8]{0,1} parameter(0)", "%k = token[] after-all()",
+      "%t = (f32[4,8]{1,0}, token[]) tuple(%x, %k)"], ""),
+    ("tuple element type", "tuple(",
+     ["%x = f32[4,8] parameter(0)", "%t = (s32[4,8]) tuple(%x)"],
+     ["%x = s32[4,8] parameter(0)", "%t = (s32[4,8]) tuple(%x)"], ""),
+    ("dynamic-slice index count", "dynamic-slice(",
+     ["%x = f32[8,8] parameter(0)", "%i = s32[] parameter(1)",
+      "%d = f32[2,8] dynamic-slice(%x, %i), dynamic_slice_sizes={2,8}"],
+     ["%x = f32[8,8] parameter(0)", "%i = s32[] parameter(1)",
+      "%d = f32[2,8] dynamic-slice(%x, %i, %i), dynamic_slice_sizes={2,8}"], ""),
+    ("dynamic-update-slice index count", "dynamic-update-slice(",
+     ["%x = f32[8,8] parameter(0)", "%u = f32[2,8] parameter(1)", "%i = s32[] constant(1)",
+      "%d = f32[8,8] dynamic-update-slice(%x, %u, %i)"],
+     ["%x = f32[8,8] parameter(0)", "%u = f32[2,8] parameter(1)", "%i = s32[] constant(1)",
+      "%d = f32[8,8] dynamic-update-slice(%x, %u, %i, %i)"], ""),
+    ("add element types", "add(",
+     ["%x = f32[8] parameter(0)", "%y = s32[8] parameter(1)", "%c = f32[8] add(%x, %y)"],
+     ["%x = s32[8]{0} parameter(0)", "%y = s32[8] parameter(1)", "%c = s32[8] add(%x, %y)"], ""),
+    ("compare element types", "compare(",
+     ["%x = f32[8] parameter(0)", "%y = s32[8] parameter(1)",
+      "%c = pred[8] compare(%x, %y), direction=LT"],
+     ["%x = f32[8]{0} parameter(0)", "%y = f32[8] parameter(1)",
+      "%c = pred[8] compare(%x, %y), direction=LT"], ""),
+    ("concatenate element types", "concatenate(",
+     ["%x = f32[8] parameter(0)", "%y = s32[8] parameter(1)",
+      "%c = f32[16] concatenate(%x, %y), dimensions={0}"],
+     ["%x = s32[8] parameter(0)", "%y = s32[8] parameter(1)",
+      "%c = s32[16] concatenate(%x, %y), dimensions={0}"], ""),
+    ("iota dimension", "iota_dimension=",
+     ["%x = f32[4,8] iota(), iota_dimension=2"], ["%x = f32[4,8] iota(), iota_dimension=1"], ""),
+    ("reverse dimension", "dimensions=",
+     ["%x = f32[4,8] parameter(0)", "%r = f32[4,8] reverse(%x), dimensions={2}"],
+     ["%x = f32[4,8] parameter(0)", "%r = f32[4,8] reverse(%x), dimensions={1,0}"], ""),
+    ("reverse result", "reverse(",
+     ["%x = f32[4,8] parameter(0)", "%r = f32[8,4] reverse(%x), dimensions={0}"],
+     ["%x = f32[4,8] parameter(0)", "%r = f32[4,8] reverse(%x), dimensions={}"], ""),
+    ("sort dimension", "dimensions=",
+     ["%x = f32[8] parameter(0)", "%s = f32[8] sort(%x), dimensions={1}, to_apply=%cmp"],
+     ["%x = f32[8] parameter(0)", "%s = f32[8] sort(%x), dimensions={0}, to_apply=%cmp"], _CMP),
+    ("sort result", "sort(",
+     ["%x = f32[8] parameter(0)", "%s = f32[9] sort(%x), dimensions={0}, to_apply=%cmp"],
+     ["%x = f32[8] parameter(0)", "%s = f32[8]{0} sort(%x), dimensions={0}, to_apply=%cmp"],
+     _CMP),
+    ("gather offset_dims order", "offset_dims=",
+     ["%x = f32[10,6,5] parameter(0)", "%i = s32[3,1] parameter(1)",
+      "%g = f32[3,6,5] gather(%x, %i), offset_dims={2,1}, collapsed_slice_dims={0}, "
+      "start_index_map={0}, index_vector_dim=1, slice_sizes={1,6,5}"],
+     ["%x = f32[10,6,5] parameter(0)", "%i = s32[3,1] parameter(1)",
+      "%g = f32[3,6,5] gather(%x, %i), offset_dims={1,2}, collapsed_slice_dims={0}, "
+      "start_index_map={0}, index_vector_dim=1, slice_sizes={1,6,5}"], ""),
+    ("gather batching sizes", "start_indices_batching_dims=",
+     ["%x = f32[4,10,6] parameter(0)", "%i = s32[5,3,1] parameter(1)",
+      "%g = f32[5,3,6] gather(%x, %i), offset_dims={2}, collapsed_slice_dims={1}, "
+      "start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, "
+      "index_vector_dim=2, slice_sizes={1,1,6}"],
+     ["%x = f32[4,10,6] parameter(0)", "%i = s32[3,4,1] parameter(1)",
+      "%g = f32[3,4,6] gather(%x, %i), offset_dims={2}, collapsed_slice_dims={1}, "
+      "start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={1}, "
+      "index_vector_dim=2, slice_sizes={1,1,6}"], ""),
+    ("scatter batching sizes", "scatter_indices_batching_dims=",
+     ["%x = f32[4,10,6] parameter(0)", "%i = s32[5,3,1] parameter(1)", "%u = f32[5,3,6] parameter(2)",
+      "%s = f32[4,10,6] scatter(%x, %i, %u), update_window_dims={2}, inserted_window_dims={1}, "
+      "input_batching_dims={0}, scatter_indices_batching_dims={0}, "
+      "scatter_dims_to_operand_dims={1}, index_vector_dim=2, to_apply=%add"],
+     ["%x = f32[4,10,6] parameter(0)", "%i = s32[4,3,1] parameter(1)", "%u = f32[4,3,6] parameter(2)",
+      "%s = f32[4,10,6] scatter(%x, %i, %u), update_window_dims={2}, inserted_window_dims={1}, "
+      "input_batching_dims={0}, scatter_indices_batching_dims={0}, "
+      "scatter_dims_to_operand_dims={1}, index_vector_dim=2, to_apply=%add"], _ADD),
+    ("scatter inserted_window_dims order", "inserted_window_dims=",
+     ["%x = f32[10,6,5] parameter(0)", "%i = s32[3,2] parameter(1)", "%u = f32[3,5] parameter(2)",
+      "%s = f32[10,6,5] scatter(%x, %i, %u), update_window_dims={1}, inserted_window_dims={1,0}, "
+      "scatter_dims_to_operand_dims={0,1}, index_vector_dim=1, to_apply=%add"],
+     ["%x = f32[10,6,5] parameter(0)", "%i = s32[3,2] parameter(1)", "%u = f32[3,5] parameter(2)",
+      "%s = f32[10,6,5] scatter(%x, %i, %u), update_window_dims={1}, inserted_window_dims={0,1}, "
+      "scatter_dims_to_operand_dims={0,1}, index_vector_dim=1, to_apply=%add"], _ADD),
+    ("convolution batch_group_count", "batch_group_count=",
+     ["%x = f32[4,8,8,3] parameter(0)", "%k = f32[3,3,3,3] parameter(1)",
+      "%c = f32[2,6,6,3] convolution(%x, %k), window={size=3x3}, dim_labels=b01f_01io->b01f, "
+      "batch_group_count=2"],
+     ["%x = f32[4,8,8,3] parameter(0)", "%k = f32[3,3,3,4] parameter(1)",
+      "%c = f32[2,6,6,4] convolution(%x, %k), window={size=3x3}, dim_labels=b01f_01io->b01f, "
+      "batch_group_count=2"], ""),
+    ("select scalar branch", "select(",
+     ["%p = pred[8] parameter(0)", "%x = f32[8] parameter(1)", "%y = f32[] parameter(2)",
+      "%c = f32[8] select(%p, %x, %y)"],
+     ["%p = pred[] parameter(0)", "%x = f32[8] parameter(1)", "%y = f32[8] parameter(2)",
+      "%c = f32[8] select(%p, %x, %y)"], ""),
+    ("clamp scalar operand", "clamp(",
+     ["%lo = f32[8] parameter(0)", "%x = f32[] parameter(1)", "%hi = f32[8] parameter(2)",
+      "%c = f32[8] clamp(%lo, %x, %hi)"],
+     ["%lo = f32[] parameter(0)", "%x = f32[8] parameter(1)", "%hi = f32[8] parameter(2)",
+      "%c = f32[8] clamp(%lo, %x, %hi)"], ""),
+    ("map operand shapes", "map(",
+     ["%x = f32[8] parameter(0)", "%y = f32[4] parameter(1)",
+      "%m = f32[8] map(%x, %y), dimensions={0}, to_apply=%add"],
+     ["%x = f32[8] parameter(0)", "%y = f32[8] parameter(1)",
+      "%m = f32[8] map(%x, %y), dimensions={0}, to_apply=%add"], _ADD),
+    ("all-reduce shape", "all-reduce(",
+     ["%x = f32[8] parameter(0)", "%a = f32[16] all-reduce(%x), replica_groups={}, to_apply=%add"],
+     ["%x = f32[8] parameter(0)", "%y = f32[4] parameter(1)",
+      "%a = (f32[8], f32[4]) all-reduce(%x, %y), replica_groups={}, to_apply=%add"], _ADD),
+    ("all-gather size", "dimensions=",
+     ["%x = f32[8,4] parameter(0)",
+      "%a = f32[13,4] all-gather(%x), replica_groups={{0,1}}, dimensions={0}"],
+     ["%x = f32[8,4] parameter(0)",
+      "%a = f32[16,4] all-gather(%x), replica_groups={{0,1}}, dimensions={0}"], ""),
+    ("all-gather dimension", "dimensions=",
+     ["%x = f32[8] parameter(0)",
+      "%a = f32[16] all-gather(%x), replica_groups={{0,1}}, dimensions={3}"],
+     ["%x = f32[8,4] parameter(0)",
+      "%a = f32[8,8] all-gather(%x), replica_groups={{0,1}}, dimensions={1}"], ""),
+    ("reduce-scatter shape", "dimensions=",
+     ["%x = f32[8,4] parameter(0)", "%a = f32[4,5] reduce-scatter(%x), replica_groups={{0,1}}, "
+      "dimensions={0}, to_apply=%add"],
+     ["%x = f32[8,4] parameter(0)", "%a = f32[4,4] reduce-scatter(%x), replica_groups={{0,1}}, "
+      "dimensions={0}, to_apply=%add"], _ADD),
+    ("all-to-all shape", "all-to-all(",
+     ["%x = f32[8] parameter(0)", "%y = f32[8] parameter(1)",
+      "%a = (f32[8], f32[9]) all-to-all(%x, %y), replica_groups={{0,1}}"],
+     ["%x = f32[8] parameter(0)", "%a = f32[8] all-to-all(%x), replica_groups={{0,1}}, "
+      "dimensions={0}"], ""),
+    ("collective-permute shape", "collective-permute(",
+     ["%x = f32[8] parameter(0)",
+      "%a = f32[9] collective-permute(%x), source_target_pairs={{0,1},{1,0}}"],
+     ["%x = f32[8] parameter(0)",
+      "%a = f32[8] collective-permute(%x), source_target_pairs={{0,1},{1,0}}"], ""),
+    ("while condition not pred[]", "condition=",
+     ["%x = (s32[], f32[4]) parameter(0)",
+      "%w = (s32[], f32[4]) while(%x), condition=%cond, body=%body"],
+     ["%x = (s32[], f32[4]) parameter(0)",
+      "%w = (s32[], f32[4]) while(%x), condition=%cond, body=%body"],
+     _while("%lt = s32[] add(%i, %n)")),
+]  # fmt: skip
+
+
+def _rule_texts(case) -> tuple[str, str]:
+    rule, _, refused, accepted, head = case
+    good_head = _while("%lt = pred[] compare(%i, %n), direction=LT") if "while" in rule else head
+    return _module(refused, head), _module(accepted, good_head)
+
+
+@pytest.mark.parametrize("case", _RULE_CASES, ids=[c[0] for c in _RULE_CASES])
+def test_each_rule_refuses_its_module_at_line_and_column_and_accepts_its_neighbour(case):
+    refused, accepted = _rule_texts(case)
+    with pytest.raises(HloParseError) as caught:
+        parse_module(refused)
+    lines = refused.split("\n")
+    number = max(k for k, line in enumerate(lines, 1) if line.startswith("  ROOT"))
+    assert caught.value.line == number, (case[0], caught.value.message)
+    assert caught.value.column == lines[number - 1].find(case[1]) + 1, caught.value.message
+    parse_module(accepted)
+
+
+def test_mixed_precision_and_bounded_shapes_are_not_refused():
+    """XLA's verifier allows mixed floating-point precision where a backend does (a TPU module
+    after its normalization passes), and a bounded dynamic dimension where its bound is asked
+    for: the rules compare those as XLA's mixed-precision verifier does."""
+    parse_module(_module(["%x = bf16[8] parameter(0)", "%y = f32[8] parameter(1)",
+                          "%c = f32[8] add(%x, %y)"]))  # fmt: skip
+    parse_module(_module(["%x = bf16[8] parameter(0)", "%y = f32[8] parameter(1)",
+                          "%c = f32[16] concatenate(%x, %y), dimensions={0}"]))  # fmt: skip
+    parse_module(_module(["%x = f32[<=4,8] parameter(0)", "%t = (f32[4,8]) tuple(%x)"]))
+    parse_module(_module(["%x = f32[8,8] parameter(0)", "%i = s32[2] parameter(1)",
+                          "%d = f32[2,8] dynamic-slice(%x, %i), dynamic_slice_sizes={2,8}"]))  # fmt: skip
+
+
+@SLOW  # XLA's parser and StableHLO's verifier in a child process
+def test_xla_refuses_each_rules_module_and_accepts_its_neighbour(tmp_path):
+    pairs = [_rule_texts(case) for case in _RULE_CASES]
+    verdicts = _xla_accepts([text for pair in pairs for text in pair], tmp_path)
+    names = [c[0] for c in _RULE_CASES]
+    assert not [n for n, ok in zip(names, verdicts[0::2], strict=True) if ok]
+    assert all(verdicts[1::2]), [n for n, ok in zip(names, verdicts[1::2], strict=True) if not ok]

@@ -8,6 +8,7 @@ points at the line of the instruction that breaks the rule.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from hlo_roofline.hlo.attrs import conv_dims, dot_dims, int_attr, ints, window
@@ -69,13 +70,16 @@ def check_caller(
 _PASSES_OPERANDS = frozenset({"fusion", "call", "while", "conditional"})
 
 
-def _compatible(a: Shape, b: Shape) -> bool:
-    """Same element type, dimensions and tuple structure; layouts may differ (XLA's Compatible)."""
+def _compatible(a: Shape, b: Shape, fp: bool = False) -> bool:
+    """Same element type, dimensions and tuple structure; layouts may differ (XLA's Compatible).
+    With ``fp``, floating-point types may differ too (its CompatibleIgnoringFpPrecision)."""
     if a is b:
         return True
-    if a.dtype != b.dtype or a.dims != b.dims or len(a.tuple_shapes) != len(b.tuple_shapes):
+    if a.dims != b.dims or len(a.tuple_shapes) != len(b.tuple_shapes):
         return False
-    return all(_compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes, strict=True))
+    if a.dtype != b.dtype and not (fp and _same_type(a.dtype, b.dtype)):
+        return False
+    return all(_compatible(x, y, fp) for x, y in zip(a.tuple_shapes, b.tuple_shapes, strict=True))
 
 
 def _check_call(
@@ -97,6 +101,11 @@ def _check_call(
             return  # body= and condition= naming one computation: nothing else to compare
         body, condition = instr.called
         plan = [(body, instr.operands, instr.shape), (condition, instr.operands, None)]
+        root = condition.root
+        if root is not None and (root.shape.dtype != "pred" or root.shape.dims):
+            line = SourceLine(number, line_text(text, number))
+            message = f"condition %{condition.name} returns {root.shape}, not pred[]"
+            raise line.error(message, max(line.text.find("condition="), 0))
         if not compatible(instr.shape, instr.operands[0].shape):
             _call_error(instr, number, text, "a while loop's result must have its operand's shape")
     elif opcode == "conditional":
@@ -189,7 +198,23 @@ ELEMENTWISE = frozenset({
     "shift-right-arithmetic", "shift-right-logical", "sign", "sin", "sqrt", "stochastic-convert",
     "subtract", "tan", "tanh", "xor", "select", "clamp",
 })  # fmt: skip
-_SCALAR_OPERANDS_OK = frozenset({"select", "clamp"})
+# The operands that may be scalars: select's predicate, clamp's bounds.
+_SCALAR_OPERANDS_OK = {"select": (0,), "clamp": (0, 2)}
+# Ops whose operands from the given one on have the result's element type (compare's two operands
+# have one type, its result is pred). Floating-point types may differ: XLA's verifier allows mixed
+# precision where a backend does (a TPU module adds bf16 to f32 after its normalization passes).
+_SAME_TYPE = {
+    **dict.fromkeys((
+        "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder", "and",
+        "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical", "atan2", "clamp",
+    ), 0),
+    "select": 1,
+}  # fmt: skip
+
+
+def _same_type(a: str, b: str) -> bool:
+    """One element type, or two floating-point ones (XLA's SameElementTypeIgnoringFpPrecision)."""
+    return a == b or ((a[0] == "f" or a == "bf16") and (b[0] == "f" or b == "bf16"))
 
 
 class _Refused(Exception):
@@ -209,8 +234,9 @@ def check_shapes(computations, text: str) -> None:
     """Every instruction whose shapes the cost model reads agrees with its operands, as XLA's shape
     inference has it: dot and convolution dimension numbers, elementwise operands, reduce
     dimensions, slice, pad and concatenate bounds, gather and scatter dimension numbers, tuple
-    indices, transposes, broadcasts, reshapes, dynamic slices and reduce windows. The first that
-    does not is an :class:`HloParseError` at its line and attribute."""
+    indices, transposes, broadcasts, reshapes, dynamic slices and reduce windows, tuples, iota,
+    reverse, sort, map and the collectives' result shapes, and element types where an op keeps
+    them. The first that does not is an :class:`HloParseError` at its line and attribute."""
     rules = _SHAPE_RULES
     # What a rule reads of an instruction is its opcode, its shape, its operands' shapes and its
     # attributes: an instruction equal to one that passed in all four passes too. Shapes are
@@ -338,6 +364,9 @@ def _convolution(instr: Instruction) -> None:
     if out[c.output_feature] != rhs[c.kernel_output_feature]:
         raise _Refused(f"its result has {out[c.output_feature]} features, its kernel "
                        f"{rhs[c.kernel_output_feature]}", "dim_labels")  # fmt: skip
+    if out[c.output_feature] % batch_groups:
+        raise _Refused(f"its result's {out[c.output_feature]} features are not a multiple of "
+                       f"batch_group_count={batch_groups}", "batch_group_count")  # fmt: skip
     if (
         lhs[c.input_batch] % batch_groups
         or out[c.output_batch] != lhs[c.input_batch] // batch_groups
@@ -375,16 +404,30 @@ def _elementwise(instr: Instruction) -> None:
     out = _array(instr, "result")
     if out is None:
         return
+    opcode = instr.opcode
     for k, operand in enumerate(instr.operands):
         shape = operand.shape
         if not shape.is_array or tuple(shape.dims) == tuple(out):
             continue
-        if instr.opcode in _SCALAR_OPERANDS_OK and not shape.dims:
+        if not shape.dims and k in _SCALAR_OPERANDS_OK.get(opcode, ()):
             continue
         raise _Refused(
             f"operand {k} (%{operand.name}) is [{_spelled(shape.dims)}], its result "
             f"[{_spelled(out)}]: an elementwise op's operands have its dimensions"
         )
+    first = _SAME_TYPE.get(opcode)
+    if first is not None:
+        _types_agree(instr.operands[first:], instr.shape.dtype, "its result")
+    elif opcode == "compare" and len(instr.operands) == 2:
+        a, b = instr.operands
+        _types_agree((b,), a.shape.dtype, f"operand 0 (%{a.name})")
+
+
+def _types_agree(operands, dtype: str, what: str) -> None:
+    for operand in operands:
+        have = operand.shape.dtype
+        if have != dtype and operand.shape.is_array and not _same_type(have, dtype):
+            raise _Refused(f"%{operand.name} is {have}, {what} {dtype}: their element types differ")
 
 
 def _reduce(instr: Instruction) -> None:
@@ -476,6 +519,7 @@ def _concatenate(instr: Instruction) -> None:
     want = list(shapes[0])
     want[axis] = sum(s[axis] for s in shapes)
     _result_is(instr, tuple(want), "dimensions")
+    _types_agree(instr.operands, instr.shape.dtype, "its result")
 
 
 def _gather(instr: Instruction) -> None:
@@ -489,6 +533,10 @@ def _gather(instr: Instruction) -> None:
     index_map = ints(instr, "start_index_map")
     sizes = ints(instr, "slice_sizes")
     vector_dim = int_attr(instr, "index_vector_dim", len(indices))
+    _ascending(offset, "offset_dims")
+    _ascending(collapsed, "collapsed_slice_dims")
+    _batching(operand, indices, batching, ints(instr, "start_indices_batching_dims"), vector_dim,
+              "operand_batching_dims", "start_indices_batching_dims")  # fmt: skip
     if len(sizes) != len(operand):
         raise _Refused(f"slice_sizes has {len(sizes)} sizes for a {len(operand)}-dimensional "
                        "operand", "slice_sizes")  # fmt: skip
@@ -518,6 +566,26 @@ def _gather(instr: Instruction) -> None:
     _result_is(instr, tuple(want), "offset_dims")
 
 
+def _ascending(dims: tuple[int, ...], key: str) -> None:
+    if any(a >= b for a, b in itertools.pairwise(dims)):
+        raise _Refused(f"{key}={{{_spelled(dims)}}} is not in ascending order", key)
+
+
+def _batching(operand, indices, batching, index_batching, vector_dim, key, index_key) -> None:
+    """A gather's or scatter's batching dimensions: one of its indices' (not the index vector's)
+    for each of its operand's, of the same size."""
+    if len(batching) != len(index_batching):
+        raise _Refused(f"{key} has {len(batching)} dimensions, {index_key} {len(index_batching)}",
+                       key)  # fmt: skip
+    _in_range(batching, len(operand), key, "its operand")
+    _in_range(index_batching, len(indices), index_key, "its indices")
+    for d, i in zip(batching, index_batching, strict=True):
+        if i == vector_dim or operand[d] != indices[i]:
+            what = "the index vector" if i == vector_dim else f"{indices[i]} indices"
+            raise _Refused(f"batching dimension {d} of its operand ({operand[d]}) is paired with "
+                           f"dimension {i} of its indices ({what})", index_key)  # fmt: skip
+
+
 def _index_vector(indices: tuple[int, ...], vector_dim: int) -> int:
     """How many indices each index vector of a gather or scatter holds (1 where
     ``index_vector_dim`` is one past the indices' dimensions: each index a scalar)."""
@@ -539,6 +607,10 @@ def _scatter(instr: Instruction) -> None:
     batching = ints(instr, "input_batching_dims")
     to_operand = ints(instr, "scatter_dims_to_operand_dims")
     vector_dim = int_attr(instr, "index_vector_dim", len(indices))
+    _ascending(window_dims, "update_window_dims")
+    _ascending(inserted, "inserted_window_dims")
+    _batching(operand, indices, batching, ints(instr, "scatter_indices_batching_dims"), vector_dim,
+              "input_batching_dims", "scatter_indices_batching_dims")  # fmt: skip
     _in_range(inserted + batching, len(operand), "inserted_window_dims", "its operand")
     _in_range(to_operand, len(operand), "scatter_dims_to_operand_dims", "its operand")
     vector = _index_vector(indices, vector_dim)
@@ -634,6 +706,7 @@ def _dynamic_slice(instr: Instruction) -> None:
     source = _operand_dims(instr, 0)
     if source is None:
         return
+    _index_count(instr, 1, len(source))
     sizes = ints(instr, "dynamic_slice_sizes")
     if len(sizes) != len(source):
         raise _Refused(f"dynamic_slice_sizes has {len(sizes)} sizes for a {len(source)}-"
@@ -649,10 +722,114 @@ def _dynamic_update_slice(instr: Instruction) -> None:
     source, update = _operand_dims(instr, 0), _operand_dims(instr, 1)
     if source is None or update is None:
         return
+    _index_count(instr, 2, len(source))
     if len(update) != len(source) or any(u > o for u, o in zip(update, source, strict=True)):
         raise _Refused(f"its update [{_spelled(update)}] does not fit its operand "
                        f"[{_spelled(source)}]")  # fmt: skip
     _result_is(instr, tuple(source))
+
+
+def _index_count(instr: Instruction, first: int, rank: int) -> None:
+    """A dynamic slice's start indices, from operand ``first`` on: one for each of the ``rank``
+    dimensions it slices, or one vector of them (the form XLA's parser still reads)."""
+    indices = instr.operands[first:]
+    if len(indices) == rank:
+        return
+    if len(indices) == 1 and indices[0].shape.dims == (rank,):
+        return
+    raise _Refused(f"{len(indices)} start indices for a {rank}-dimensional operand")
+
+
+def _iota(instr: Instruction) -> None:
+    out = _array(instr, "result")
+    if out is None:
+        return
+    d = int_attr(instr, "iota_dimension", 0)
+    if not 0 <= d < len(out):
+        raise _Refused(f"iota_dimension={d} is not a dimension of its {len(out)}-dimensional "
+                       "result", "iota_dimension")  # fmt: skip
+
+
+def _reverse(instr: Instruction) -> None:
+    source = _operand_dims(instr, 0)
+    if source is None:
+        return
+    _in_range(ints(instr, "dimensions"), len(source), "dimensions", "its operand")
+    _result_is(instr, tuple(source))
+
+
+def _sort(instr: Instruction) -> None:
+    first = _operand_dims(instr, 0)
+    if first is None:
+        return
+    _in_range(ints(instr, "dimensions"), len(first), "dimensions", "its operand")
+    results = instr.shape.tuple_shapes if instr.shape.is_tuple else (instr.shape,)
+    if len(results) != len(instr.operands):
+        raise _Refused(f"sort of {len(instr.operands)} operands gives {len(results)} results")
+    for operand, result in zip(instr.operands, results, strict=True):
+        for shape in (operand.shape, result):
+            if shape.is_array and shape.dims != first:
+                raise _Refused(f"{shape} is not [{_spelled(first)}]: a sort's operands and "
+                               "results have one shape")  # fmt: skip
+
+
+def _map(instr: Instruction) -> None:
+    out = _array(instr, "result")
+    if out is None:
+        return
+    for k, operand in enumerate(instr.operands):
+        if operand.shape.is_array and operand.shape.dims != out:
+            raise _Refused(f"operand {k} (%{operand.name}) is [{_spelled(operand.shape.dims)}], "
+                           f"its result [{_spelled(out)}]")  # fmt: skip
+
+
+def _tuple(instr: Instruction) -> None:
+    shape = instr.shape
+    if not shape.is_tuple:
+        return
+    elements, operands = shape.tuple_shapes, instr.operands
+    if len(elements) != len(operands):
+        raise _Refused(f"a tuple of {len(elements)} elements made of {len(operands)} operands")
+    for k, (element, operand) in enumerate(zip(elements, operands, strict=True)):
+        if element is not operand.shape and not _compatible(element, operand.shape, fp=True):
+            raise _Refused(f"element {k} is {element}, its operand %{operand.name} "
+                           f"{operand.shape}")  # fmt: skip
+
+
+def _leaf_pairs(instr: Instruction) -> list[tuple[Shape, Shape]]:
+    """A collective's operands and results, leaf by leaf (one result per operand)."""
+    sources = [leaf for o in instr.operands for leaf in o.shape.leaves()]
+    results = instr.shape.leaves()
+    if len(sources) != len(results):
+        raise _Refused(f"{instr.opcode} of {len(sources)} arrays gives {len(results)}")
+    return list(zip(sources, results, strict=True))
+
+
+def _same_shapes(instr: Instruction) -> None:
+    """all-reduce, all-to-all, collective-permute: each result has its operand's shape."""
+    if instr.opcode == "collective-permute" and len(instr.operands) != 1:
+        return  # in place: an output buffer and start indices as well
+    for source, result in _leaf_pairs(instr):
+        if source.dims != result.dims or not _same_type(source.dtype, result.dtype):
+            raise _Refused(f"its result {result} is not its operand's {source}")
+
+
+def _gathered(instr: Instruction) -> None:
+    """all-gather and reduce-scatter: each result has its operand's shape but in dimension
+    ``dimensions``, which the op multiplies (all-gather) or divides (reduce-scatter)."""
+    dims = ints(instr, "dimensions")
+    for source, result in _leaf_pairs(instr):
+        if len(dims) != 1 or not 0 <= dims[0] < len(source.dims):
+            raise _Refused(f"dimensions={{{_spelled(dims)}}} is not one dimension of {source}",
+                           "dimensions")  # fmt: skip
+        d = dims[0]
+        whole, part = (result, source) if instr.opcode == "all-gather" else (source, result)
+        others = len(result.dims) == len(source.dims) and all(
+            a == b for i, (a, b) in enumerate(zip(source.dims, result.dims, strict=True)) if i != d
+        )
+        if not others or (whole.dims[d] % part.dims[d] if part.dims[d] else whole.dims[d]):
+            raise _Refused(f"its result {result} does not come of its operand {source} over "
+                           f"dimension {d}", "dimensions")  # fmt: skip
 
 
 def _reduce_window(instr: Instruction) -> None:
@@ -688,5 +865,15 @@ _SHAPE_RULES = {
     "gather": _gather,
     "scatter": _scatter,
     "get-tuple-element": _get_tuple_element,
+    "iota": _iota,
+    "reverse": _reverse,
+    "sort": _sort,
+    "map": _map,
+    "tuple": _tuple,
+    "all-reduce": _same_shapes,
+    "all-to-all": _same_shapes,
+    "collective-permute": _same_shapes,
+    "all-gather": _gathered,
+    "reduce-scatter": _gathered,
     **dict.fromkeys(ELEMENTWISE, _elementwise),
 }
