@@ -20,7 +20,7 @@ import pandas as pd
 
 from hlo_roofline import chips, schema
 from hlo_roofline.cost.base import BOOKKEEPING
-from hlo_roofline.judge import verdict
+from hlo_roofline.judge import memory, verdict
 
 SIGNATURE_KEY = "sha256"
 _SIGNED = re.compile(r'\{"sha256": "([0-9a-f]{64})", ')
@@ -118,8 +118,67 @@ def contradictions(ops: pd.DataFrame, summary: dict) -> list[str]:
             want = ops[part].to_numpy(dtype=float) / whole if whole else np.zeros(len(ops))
             found += _rows_differ(ops, column, ops[column].to_numpy(dtype=float), want,
                                   f"{part} / summary {key}")  # fmt: skip
+    found += _never_run(ops)
     found += _bounds(ops)
     found += _schedule(ops, summary)
+    found += _memory_fit(summary)
+    return found
+
+
+# What a row that runs no time a step (``count`` 0: a branch or a loop body never entered) costs.
+_RUN_COSTS = ("flops", "transcendentals", "bytes_accessed", "comm_bytes", "t_bound_s", "t_expected_s")
+
+
+def _never_run(ops: pd.DataFrame) -> list[str]:
+    """A row run 0 times a step costs nothing: coverage leaves it out, so its cost would be an
+    unpriced op's hidden from the coverage gate."""
+    if "count" not in ops or ops.empty:
+        return []
+    never = ops["count"].to_numpy(dtype=float) == 0
+    for column in _RUN_COSTS:
+        if never.any() and column in ops:
+            costly = never & (ops[column].to_numpy(dtype=float) != 0)
+            if costly.any():
+                row = int(np.flatnonzero(costly)[0])
+                return [
+                    f"row {row} ({ops['name'].iloc[row]}): count = 0 but {column} = "
+                    f"{_shown(ops[column].iloc[row])}"
+                ]
+    return []
+
+
+def _chip(summary: dict) -> chips.Chip | None:
+    """The report's chip, with the numbers it was judged with; None where this process does not
+    know it (a chip registered or loaded in the process that wrote the report)."""
+    try:
+        return chips.get(summary.get("chip"), profile=summary.get("chip_profile") or "vendor")
+    except (chips.UnknownChipError, TypeError, ValueError, KeyError):
+        return None
+
+
+def _memory_fit(summary: dict) -> list[str]:
+    """The memory fit judged again from the summary's memory figures: the need, the share used
+    and the verdict (what ``--max-hbm`` reads), against the capacity of a device of the report's
+    chip (the one the fit states where this process does not know the chip)."""
+    fit, figures = summary.get("memory_fit"), summary.get("memory")
+    if not isinstance(fit, dict):
+        return []
+    chip = _chip(summary)
+    capacity = chip.per_device().hbm_capacity if chip is not None else fit.get("capacity_bytes")
+    want = memory.fit_of(figures if isinstance(figures, dict) else None, capacity)
+    if want is None:
+        return ["summary memory_fit is given but its memory figures judge to none"]
+    found = [
+        f"summary memory_fit.{key} = {_shown(fit[key])} but its memory figures give "
+        f"{_shown(want[key])}"
+        for key in ("need_bytes", "capacity_bytes", "used_fraction")
+        if _number(fit.get(key)) and not _close(fit[key], want[key])
+    ]
+    if memory.verdict_of(fit) != want["verdict"]:
+        found.append(
+            f"summary memory_fit.verdict = {fit.get('verdict')!r} but its memory figures give "
+            f"{want['verdict']!r}"
+        )
     return found
 
 
@@ -224,21 +283,31 @@ def _schedule(ops: pd.DataFrame, summary: dict) -> list[str]:
     if not keys or "t_expected_s" not in ops or "collective" not in ops:
         return []
     if not _number(summary.get("step_bound_s")):
-        return []  # written before the bound and the expectation were split: an older walk's step
-    try:
-        kind = chips.get(summary.get("chip")).kind
-    except (chips.UnknownChipError, TypeError, ValueError, KeyError):
-        return []  # a chip this machine does not know: its walk cannot be repeated
-    walked = verdict.walk_schedule(ops, kind, ops["t_expected_s"].to_numpy(dtype=float))
-    found = []
-    for key in keys:
-        field, floor = schema.SUMMARY_SCHEDULE[key]
-        value = float(getattr(walked, field))
-        if floor is not None and _number(summary.get(floor)):
-            value = max(value, float(summary[floor]))
-        if not _close(summary[key], value):
-            found.append(
-                f"summary {key} = {_shown(summary[key])} but the rows' schedule takes "
-                f"{_shown(value)}"
-            )
-    return found
+        if "t_bound_s" in ops:  # rows judged since the bound and the expectation were split
+            return ["its summary lacks step_bound_s, which its rows (t_bound_s) were written with"]
+        return []  # written before the split: an older walk's step, not walked again
+    chip = _chip(summary)
+    durations = ops["t_expected_s"].to_numpy(dtype=float)
+    first: list[str] | None = None
+    # a chip this process does not know (registered where the report was written: the host's
+    # measured one, a user's): the step must be the walk on the queues of some kind of chip
+    for kind in (chip.kind,) if chip is not None else _WALKED_KINDS:
+        walked = verdict.walk_schedule(ops, kind, durations)
+        found = []
+        for key in keys:
+            field, floor = schema.SUMMARY_SCHEDULE[key]
+            value = float(getattr(walked, field))
+            if floor is not None and _number(summary.get(floor)):
+                value = max(value, float(summary[floor]))
+            if not _close(summary[key], value):
+                found.append(
+                    f"summary {key} = {_shown(summary[key])} but the rows' schedule takes "
+                    f"{_shown(value)}"
+                )
+        if not found:
+            return []
+        first = first if first is not None else found
+    return first or []
+
+
+_WALKED_KINDS = ("tpu", "gpu", "host")  # time_model.for_kind: any kind but the first two: a host's

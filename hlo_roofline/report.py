@@ -859,8 +859,9 @@ def _finite(value) -> bool:
 
 
 def _holds(hint, value) -> bool:
-    """``value`` is of the type ``schema.Summary`` declares (one level deep: a container's items
-    are their readers'); a ``float`` may be null, a NaN as JSON writes it."""
+    """``value`` is of the type ``schema.Summary`` declares, a container's items too (a roof
+    that is no object would fail its reader, not the reader of reports); a ``float`` may be
+    null, a NaN as JSON writes it."""
     origin = typing.get_origin(hint)
     if origin is typing.Union or origin is types.UnionType:
         return any(_holds(h, value) for h in typing.get_args(hint))
@@ -874,13 +875,42 @@ def _holds(hint, value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if typing.is_typeddict(hint):
         return isinstance(value, dict)
+    if origin is dict and isinstance(value, dict):
+        keys, items = typing.get_args(hint) or (typing.Any, typing.Any)
+        return all(_holds(keys, k) and _holds(items, v) for k, v in value.items())
+    if origin is list and isinstance(value, list):
+        (item,) = typing.get_args(hint) or (typing.Any,)
+        return all(_holds(item, v) for v in value)
     return isinstance(value, origin or hint)
 
 
 _SUMMARY_TYPES = typing.get_type_hints(schema.Summary)
 
 
+# What every report's summary holds, and what a judged one's has held since reports carried a
+# version (the chip and its profile, the roofs a chart draws, the shares): a gate or a face reads
+# them. The keys added since come in groups (schema.SUMMARY_GROUPS): all of one, or none.
+_COST_KEYS = frozenset(schema.CostSummary.__required_keys__)
+_VERDICT_KEYS = frozenset(schema.VerdictSummary.__required_keys__).difference(
+    *schema.SUMMARY_GROUPS
+)
+
+
 def _validate_summary(summary: dict) -> None:
+    wanted = set(_COST_KEYS | (_VERDICT_KEYS if "chip" in summary else frozenset()))
+    for group in schema.SUMMARY_GROUPS:
+        if not summary.keys().isdisjoint(group):
+            wanted.update(group)
+    lacking = sorted(wanted - set(summary))
+    if lacking:
+        said = ", ".join(lacking[:4]) + (f" and {len(lacking) - 4} more" if len(lacking) > 4 else "")
+        raise ReportError(
+            f"its summary lacks {said} (written by hand or by an older version: analyze or "
+            "judge it again)"
+        )
+    profile = summary.get("chip_profile", chips.PROFILES[0])
+    if profile not in chips.PROFILES:
+        raise ReportError(f"summary chip_profile = {profile!r} is not one of {chips.PROFILES}")
     for key, value in summary.items():  # what judging it again reads among them: its topology,
         hint = _SUMMARY_TYPES.get(key)  # model_flops, memory figures, missing facts
         if hint is not None and not _holds(hint, value):
@@ -931,6 +961,16 @@ def _validate_memory(figures) -> None:
         raise ReportError(
             f"summary memory.need_bytes = {figures.get('need_bytes')!r} is not a number"
         )
+    largest = figures.get("largest", [])
+    fields = set(memory.Buffer._fields)
+    for buffer in largest if isinstance(largest, list) else [largest]:
+        if (
+            not isinstance(buffer, dict)
+            or not set(buffer) <= fields
+            or not {"name", "kind", "bytes"} <= set(buffer)
+            or not (_finite(buffer["bytes"]) and buffer["bytes"] >= 0)
+        ):
+            raise ReportError(f"summary memory.largest holds {buffer!r}, not a buffer")
     if not isinstance(figures.get("complete"), bool):
         raise ReportError(
             f"summary memory.complete = {figures.get('complete')!r} is not true or false"

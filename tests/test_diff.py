@@ -201,9 +201,12 @@ def test_an_unpriced_op_on_either_side_is_said(tmp_path):
     nan = run("--fail-on-regression", "nan")
     assert nan.exit_code == 2 and "max-regression must be a finite percent" in nan.output
     assert run("--fail-on-regression", "inf").exit_code == 2
-    # a coverage the report does not state fails the gate, it does not pass it
+    # a coverage the report does not state fails the gate, it does not pass it: read from a
+    # file, the report is refused (a summary lacks none of its keys); given as a Report, the
+    # comparison says so
     unstated = hr.analyze_hlo(step_hlo(64), chip="v5e")
     del unstated.summary["coverage"]
     unstated.to_json(b)
     gone = run("--min-coverage", "0")
-    assert gone.exit_code == 1 and "coverage unknown" in gone.output
+    assert gone.exit_code == 2 and "lacks coverage" in gone.output
+    assert compare(priced, unstated).coverage_b is None

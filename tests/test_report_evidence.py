@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hlo_roofline import analyze_hlo, cli, evidence, schema
+from hlo_roofline import analyze_hlo, cli, cost, evidence, schema
 from hlo_roofline.check import Rules, check
 from hlo_roofline.report import Report, ReportError, meta_path
 
@@ -29,7 +29,8 @@ SAMPLES = {
 
 
 def _fixture(name: str) -> Path:
-    return FIXTURES / f"{name}.hlo.txt"
+    plain = FIXTURES / f"{name}.hlo.txt"
+    return plain if plain.is_file() else FIXTURES / f"{name}.hlo.txt.gz"
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_emptied_rows_are_refused_or_fail_every_gate(reports, tmp_path):
         assert _check(tmp_path / "empty.json", *gate)[0] == 2
         assert _check(tmp_path / "empty.json", *gate, "--trust-unsigned")[0] == 2
     # a report written with no rows (its totals agree, its checksum holds): every gate fails
-    empty = Report(report.ops.iloc[:0], {"chip": report.chip})
+    empty = Report(report.ops.iloc[:0], cost.summarize([], "roofline")).classify(report.chip)
     (tmp_path / "consistent.json").write_text(empty.to_json())
     for gate in (["--max-memory-share", "1"], ["--require", "compute"], ["--min-coverage", "1"]):
         code, output = _check(tmp_path / "consistent.json", *gate)
@@ -176,3 +177,65 @@ def test_a_bound_its_times_contradict_is_refused(reports):
     shares = report.ops.copy()
     shares.loc[shares.index[row], "share"] = 0.99
     assert any("share" in f for f in evidence.contradictions(shares, report.summary))
+
+
+def _scaled_step(s: dict) -> None:
+    s["step_expected_s"] *= 10
+    s["exposed_comm_share"] = s["exposed_comm_s"] / s["step_expected_s"]
+
+
+def _unknown_chip_scaled_step(s: dict) -> None:
+    s["chip"] = "v5e-lab"  # a chip this process does not know: the walk on some kind's queues
+    _scaled_step(s)
+
+
+def _no_bound_scaled_step(s: dict) -> None:
+    for key in ("step_bound_s", "mfu_expected", "host_dispatch_s"):
+        s.pop(key)
+    _scaled_step(s)
+
+
+def _fit_edited(s: dict) -> None:
+    s["memory_fit"]["used_fraction"] = 0.01
+
+
+def _roofs_not_objects(s: dict) -> None:
+    s["roofs"] = dict.fromkeys(s["roofs"], 5)
+
+
+# Edits a gate would read past, each refused by the reader (a checksum only says the file is as
+# written; anyone can write one, so the summary is held to its rows and its own figures).
+SUMMARY_EDITS = {
+    "step x10, the chip unknown here": (_unknown_chip_scaled_step, "schedule takes"),
+    "step x10, its bound removed": (_no_bound_scaled_step, "lacks step_bound_s"),
+    "step_time_serial_s removed": (lambda s: s.pop("step_time_serial_s"), "lacks"),
+    "memory fit 1% used": (_fit_edited, "memory_fit.used_fraction"),
+    "roofs not objects": (_roofs_not_objects, "roofs"),
+    "chip_profile empty": (lambda s: s.update(chip_profile=""), "chip_profile"),
+    "a buffer that is a number": (lambda s: s["memory"].update(largest=[5]), "not a buffer"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(SUMMARY_EDITS))
+def test_a_summary_edited_past_its_evidence_is_refused(reports, edit):
+    change, said = SUMMARY_EDITS[edit]
+    report = reports["collectives/fsdp_v5e"]
+    assert report.summary["memory_fit"] is not None and report.summary["exposed_comm_s"] > 0
+    data = json.loads(report.to_json())
+    data.pop(evidence.SIGNATURE_KEY, None)
+    Report.from_dict(json.loads(json.dumps(data)))  # as written: read
+    change(data["summary"])
+    with pytest.raises(ReportError, match=said):
+        Report.from_dict(data)
+
+
+def test_a_row_run_no_time_costs_nothing(reports):
+    """count 0 leaves a row out of the coverage: with a cost of its own it would hide an unpriced
+    op from the coverage gate."""
+    data = json.loads(reports["scan10/h100"].to_json())
+    columns = data["columns"]
+    row = max(range(len(data["data"])), key=lambda i: data["data"][i][columns.index("flops")])
+    data["data"][row][columns.index("count")] = 0
+    data["data"][row][columns.index("unknown")] = True
+    with pytest.raises(ReportError, match="count = 0"):
+        Report.from_dict(data)

@@ -148,8 +148,11 @@ def test_every_advice_code_is_worded():
 def test_a_report_written_before_the_codes_is_read_and_rendered(tmp_path):
     report = hr.analyze_hlo(FIXTURES / "gpt_tiny" / "tpu_v5e.hlo.txt", chip="v5e")
     payload = report.to_dict()
+    fit = payload["summary"]["memory_fit"]
+    need = 2 * fit["capacity_bytes"]  # a step that does not fit, as an older version wrote it
+    payload["summary"]["memory"]["need_bytes"] = need
     payload["summary"]["memory_fit"] = {
-        **payload["summary"]["memory_fit"], "verdict": "does not fit",
+        **fit, "verdict": "does not fit", "need_bytes": need, "used_fraction": 2.0,
         "advice": ["donate the inputs the step returns updated"],
     }  # fmt: skip
     old = Report.from_dict(payload)

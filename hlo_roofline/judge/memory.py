@@ -298,9 +298,14 @@ def _returned(root) -> set[str]:
 def judge(memory: dict | None, chip) -> dict:
     """Summary entries for ``chip``: capacity per device, share used, verdict and remedies as
     codes (:data:`schema.FIT_VERDICTS`, :data:`schema.ADVICE_CODES`); :func:`describe` words them."""
-    capacity = chip.per_device().hbm_capacity if chip is not None else None
+    return {"memory_fit": fit_of(memory, chip.per_device().hbm_capacity if chip else None)}
+
+
+def fit_of(memory: dict | None, capacity: float | None) -> schema.MemoryFit | None:
+    """The need in ``memory`` against one device's ``capacity`` bytes (None without either): what
+    :func:`judge` says, and what a report read back is held to (``evidence``)."""
     if not memory or not capacity:
-        return {"memory_fit": None}
+        return None
     reserved = memory.get("reserved_bytes")  # the compiler's own share, where it said
     need = float(memory["need_bytes"]) + (reserved or 0.0)
     used = need / capacity
@@ -320,7 +325,7 @@ def judge(memory: dict | None, chip) -> dict:
         "used_fraction": used,
         "advice": _advice(memory, need, capacity, verdict),
     }
-    return {"memory_fit": fit}
+    return fit
 
 
 def verdict_of(fit: dict) -> str:
