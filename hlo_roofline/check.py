@@ -451,12 +451,15 @@ def _unjudgeable(report: Report) -> list[Violation]:
 
 def coverage_violations(report: Report, limit: float, side: str = "") -> list[Violation]:
     """``min-coverage``: the share of ops priced at least ``limit`` percent; a coverage the report
-    does not state (absent, NaN) is a violation, not a pass."""
+    does not state (absent, NaN) is a violation, not a pass, and so is a report with no rows (a
+    coverage of nothing proves nothing: as every gate of :func:`check` fails it)."""
+    op = f"({side})" if side else "(step)"
+    if report.ops.empty:
+        return [Violation("min-coverage", op, detail="the report has no rows: nothing is priced")]
     value = diff_coverage(report)
     coverage = math.nan if value is None else value * 100
     if coverage >= limit:
         return []
-    op = f"({side})" if side else "(step)"
     if math.isnan(coverage):
         return [Violation("min-coverage", op, detail="coverage unknown (the report does not say)")]
     unknown = report.summary.get("unknown_ops") or []

@@ -86,6 +86,11 @@ def test_emptied_rows_are_refused_or_fail_every_gate(reports, tmp_path):
         code, output = _check(tmp_path / "consistent.json", *gate)
         assert code == 1, output
         assert "no rows" in output
+    for pair in (("consistent.json", "r.json"), ("r.json", "consistent.json")):  # either side
+        compared = CliRunner().invoke(
+            cli.main, ["diff", *(str(tmp_path / p) for p in pair), "--min-coverage", "1"]
+        )
+        assert compared.exit_code == 1 and "no rows" in compared.output, compared.output
 
 
 def test_no_rows_fail_every_rule(reports):
