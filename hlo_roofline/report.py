@@ -771,9 +771,13 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
             _refuse_cells(ops, bad, column, "is not true or false")
             ops[column] = values.isin(_TRUE).astype(bool)
         else:
-            if column in schema.BY_NAME:  # a user's own column is theirs to fill
-                _refuse_cells(ops, _bools(values), column, "is not a number")
             numbers = pd.to_numeric(values, errors="coerce")
+            if column not in schema.BY_NAME:  # a user's own column is theirs to fill: numbers
+                if (numbers.isna() & values.notna()).any():  # where it holds them, else text
+                    ops[column] = values.astype(object).fillna("").astype(str)
+                    continue
+            else:
+                _refuse_cells(ops, _bools(values), column, "is not a number")
             _refuse_cells(ops, numbers.isna() & values.notna(), column, "is not a number")
             if column in schema.INT_COLUMNS:
                 _refuse_cells(ops, numbers.isna(), column, "is empty")

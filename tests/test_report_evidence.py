@@ -7,6 +7,7 @@ sidecar, a flipped digit: each is refused (exit 2) or fails the gate, never pass
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from pathlib import Path
@@ -243,4 +244,20 @@ def test_a_row_run_no_time_costs_nothing(reports):
     data["data"][row][columns.index("count")] = 0
     data["data"][row][columns.index("unknown")] = True
     with pytest.raises(ReportError, match="count = 0"):
+        Report.from_dict(data)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_a_users_own_text_column_is_read_back_as_written(reports, tmp_path, suffix):
+    """What the writer signs, the reader takes: a column of the user's own (a team's name beside
+    each op) is theirs; a number column of the schema still holds numbers."""
+    report = copy.deepcopy(reports["scan10/h100"])  # the module's reports stay as analyzed
+    report.ops["team"] = "infra"
+    path = tmp_path / f"u{suffix}"
+    report.to_json(path) if suffix == ".json" else report.to_csv(path)
+    back = Report.read(path)
+    assert list(back.ops["team"].unique()) == ["infra"]
+    data = json.loads(report.to_json())
+    data["data"][0][data["columns"].index("flops")] = "infra"
+    with pytest.raises(ReportError, match="flops = 'infra' is not a number"):
         Report.from_dict(data)
