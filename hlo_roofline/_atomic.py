@@ -136,6 +136,24 @@ def write_remote(url: str, data: str | bytes) -> None:
         raise RemoteUnavailableError(errno.EIO, f"cannot write it ({exc})", url) from None
 
 
+def read_remote(url: str) -> bytes:
+    """The object at ``url``, through the filesystem that writes it (:func:`remote_filesystem`):
+    ``FileNotFoundError`` where there is none, :class:`RemoteUnavailableError` where no
+    filesystem for its scheme is installed."""
+    fs = remote_filesystem(url)
+    try:
+        if hasattr(fs, "cat_file"):  # fsspec
+            return fs.cat_file(url)
+        if not fs.exists(url):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", url)
+        with fs.GFile(url, "rb") as f:
+            return f.read()
+    except OSError:
+        raise
+    except Exception as exc:
+        raise RemoteUnavailableError(errno.EIO, f"cannot read it ({exc})", url) from None
+
+
 def _open_temporary(path: Path) -> tuple[Path, int]:
     """A new temporary file beside ``path``, named with the writer's pid (see the module)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)

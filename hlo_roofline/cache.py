@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hlo_roofline import targets
-from hlo_roofline._atomic import is_temporary, remove_stale_temporaries, write_atomic
+from hlo_roofline._atomic import is_remote, is_temporary, remove_stale_temporaries, write_atomic
 
 __all__ = [
     "CACHE_ENV",
@@ -87,9 +87,30 @@ class CacheWarning(UserWarning):
 def default_dir() -> Path:
     """``$HLO_ROOFLINE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo_roofline/hlo`` (``~/.cache``)."""
     if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
+        return folder(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "hlo_roofline" / "hlo"
+
+
+class CacheFolderError(NotADirectoryError):
+    """The cache's folder named is no local folder (a URL, a file, a FIFO)."""
+
+
+def folder(directory: str | os.PathLike | None) -> Path:
+    """The cache's folder: ``directory`` (None: :func:`default_dir`). A URL, or a path that is
+    there and is no folder (a file, a FIFO, a device), is a ``NotADirectoryError``: the cache is a
+    local folder of entries and their lock files, never ``./gs:/...``: a
+    :class:`CacheFolderError`."""
+    if directory is None:
+        return default_dir()
+    if is_remote(directory):
+        raise CacheFolderError(
+            errno.ENOTDIR, "the compile cache is a local folder, not a URL", str(directory)
+        )
+    path = Path(directory).expanduser()
+    if path.exists() and not path.is_dir():
+        raise CacheFolderError(errno.ENOTDIR, "Not a directory", str(path))
+    return path
 
 
 class Program(NamedTuple):
@@ -122,7 +143,7 @@ def compile_program(
     """
     if cache is False or cache is None:
         return _compile(lowered)
-    directory = default_dir() if cache is True else Path(cache)
+    directory = folder(None if cache is True else cache)
     entry_key = key(lowered, target)
     path = directory / f"{entry_key}{HLO_SUFFIX}"
     written = False
@@ -440,7 +461,7 @@ def _entries(directory: Path) -> list[tuple[float, int, str]]:
 
 
 def usage(directory: str | os.PathLike | None = None) -> Usage:
-    directory = Path(directory) if directory is not None else default_dir()
+    directory = folder(directory)
     if not directory.is_dir():
         return Usage(directory, 0, 0, 0)
     entries = _entries(directory)
@@ -456,7 +477,7 @@ def usage(directory: str | os.PathLike | None = None) -> Usage:
 def prune(directory: str | os.PathLike | None, max_bytes: int, keep: str | None = None) -> int:
     """Drop the least recently used entries until the cache holds at most ``max_bytes``; entries
     another process holds the lock of are left alone. Returns the number of entries dropped."""
-    directory = Path(directory) if directory is not None else default_dir()
+    directory = folder(directory)
     if not directory.is_dir():
         return 0
     entries = _entries(directory)

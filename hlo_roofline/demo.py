@@ -237,7 +237,8 @@ def _share_formatters(table: pd.DataFrame) -> dict:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
               show_default=True, help="Output directory: CSV, JSON, charts, TensorBoard.")  # fmt: skip
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=default_cache_dir(), show_default=True, help="Optimized-HLO cache.")  # fmt: skip
+              default=None, show_default="the compile cache's folder",
+              help="Optimized-HLO cache.")  # fmt: skip
 @click.option("--no-cache", is_flag=True, help="Compile even if the optimized HLO is cached.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Ops listed per chip.")  # fmt: skip
@@ -250,7 +251,10 @@ def command(out: Path, cache_dir: Path | None, no_cache: bool, top: int) -> None
     Example:
       $ hlo-roofline demo --out out/demo
     """
-    cache = None if no_cache else cache_dir
+    try:
+        cache = None if no_cache else cache_dir or default_cache_dir()
+    except OSError as exc:  # $HLO_ROOFLINE_CACHE_DIR a URL: the cache is a local folder
+        raise click.UsageError(f"--cache: {exc.strerror}: {exc.filename}") from None
     raise SystemExit(run(out, cache, top))
 
 

@@ -7,6 +7,7 @@ report written by one is read identically by the others (``Report.read`` round-t
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import html
 import io
@@ -23,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_roofline import chips, evidence, schema
-from hlo_roofline._atomic import is_remote, join, write_atomic
+from hlo_roofline._atomic import is_remote, join, read_remote, write_atomic
 from hlo_roofline._frame import (
     as_text,
     compact,
@@ -33,7 +34,7 @@ from hlo_roofline._frame import (
 )
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
-from hlo_roofline.hlo.files import read_text
+from hlo_roofline.hlo.files import GZIP_MAGIC, read_text
 from hlo_roofline.judge import efficiency, memory, schedule, step, verdict
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
@@ -402,15 +403,27 @@ class Report:
         (written by hand, or before reports carried one), or whose bytes changed since, is a
         :class:`ReportError` unless ``trust_unsigned`` (its rows and summary are checked still).
         """
+        if is_remote(path):  # gs://, s3://, memory://: read where the tool writes them
+            text = _read_text(path)
+            is_csv = str(path).lower().endswith(".csv")
+            meta_text = _read_text(meta_path(path), "the summary of") if is_csv else None
+            return cls._from_file_text(path, text, meta_text, trust_unsigned)
         path = Path(path)
         if path.is_dir():
             path = path / "plugins" / PLUGIN_NAME / REPORT_JSON
         text = _read_text(path)
         meta_text = None
         if not text.startswith(CSV_MAGIC) and (
-            path.suffix.lower() == ".csv" or meta_path(path).is_file()
+            path.suffix.lower() == ".csv" or (meta_path(path).is_file() and _not_json(text))
         ):
             meta_text = _read_text(meta_path(path), what="the summary of")
+        return cls._from_file_text(path, text, meta_text, trust_unsigned)
+
+    @classmethod
+    def _from_file_text(
+        cls, path, text: str, meta_text: str | None, trust_unsigned: bool
+    ) -> Report:
+        """:meth:`from_text` of a file's text, its errors naming the file."""
         try:
             return cls.from_text(text, meta_text, trust_unsigned=trust_unsigned)
         except ReportError as exc:
@@ -718,10 +731,19 @@ def meta_path(csv_path: str | os.PathLike) -> Path:
     return path.with_name(stem + META_SUFFIX)
 
 
-def _read_text(path: Path, what: str = "") -> str:
-    """A report file's text; missing, unreadable or not UTF-8 is a :class:`ReportError`."""
+def _not_json(text: str) -> bool:
+    """A CSV's text, not a JSON report's (a stray ``.meta.json`` beside a JSON report is not its)."""
+    return not text.lstrip().startswith("{")
+
+
+def _read_text(path: str | Path, what: str = "") -> str:
+    """A report file's text (a URL's through its filesystem); missing, unreadable or not UTF-8 is
+    a :class:`ReportError`."""
     named = f"{what or 'report'} {path}"
     try:
+        if is_remote(path):
+            data = read_remote(str(path))
+            return (gzip.decompress(data) if data[:2] == GZIP_MAGIC else data).decode()
         return read_text(path)  # a FIFO or a device refused at once; gzip read through
     except FileNotFoundError:
         raise ReportMissingError(f"cannot read {named}: No such file or directory") from None

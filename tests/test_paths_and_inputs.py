@@ -111,6 +111,47 @@ def test_explore_outputs_are_checked_before_compiling(in_tmp, args, said):
     assert "compil" not in output.lower() or "cannot write" in output
 
 
+def test_reports_at_urls_are_read_there_by_every_command(in_tmp, report_json):
+    """check, diff and plot read a report where the tool writes one (a URL through its
+    filesystem), never from a local folder named ``memory:`` or ``s3:``; a chart goes there too."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file("memory://i40in/r.json", report_json.read_bytes())
+    decoy = in_tmp / "memory:" / "i40in"  # what a path that folded the URL would have read
+    decoy.mkdir(parents=True)
+    (decoy / "r.json").write_text("not a report")
+    assert _run("check", "memory://i40in/r.json", "--min-coverage", "1")[0] == 0
+    assert _run("diff", "memory://i40in/r.json", report_json)[0] == 0
+    code, output = _run("plot", "memory://i40in/r.json", "-o", "memory://i40in/r.png")
+    assert code == 0 and fs.cat("memory://i40in/r.png")[:4] == b"\x89PNG", output
+    code, output = _run("check", "memory://i40in/missing.json", "--min-coverage", "1")
+    assert code == 2 and "memory://i40in/missing.json" in output, output
+    if importlib.util.find_spec("s3fs") is None:
+        code, output = _run("check", "s3://bucket/r.json", "--baseline", "s3://b/x.json")
+        assert code == 2 and "s3fs" in output, output
+
+
+def test_the_compile_cache_is_a_local_folder(in_tmp, monkeypatch, fifo):
+    monkeypatch.setenv("HLO_ROOFLINE_CACHE_DIR", "gs://bucket/cache")
+    for args in (["cache", "show"], ["cache", "clear"], ["cache", "prune"]):
+        code, output = _run(*args)
+        assert code == 2 and "local folder, not a URL" in output, (args, output)
+    monkeypatch.delenv("HLO_ROOFLINE_CACHE_DIR")
+    for args in (["cache", "show", "--dir", fifo], ["cache", "clear", "--dir", "/dev/null"]):
+        code, output = _run(*args)
+        assert code == 2 and "Not a directory" in output, (args, output)
+    assert [p.name for p in in_tmp.iterdir()] == [fifo.name]  # no ./gs: folder
+
+
+def test_a_stray_summary_beside_a_json_report_is_not_its(tmp_path, report_json):
+    """``r.json.meta.json`` beside ``r.json`` (another tool's, or a CSV's named so) does not make
+    the JSON report be read as a CSV."""
+    path = tmp_path / "r.json"
+    path.write_bytes(report_json.read_bytes())
+    (tmp_path / "r.json.meta.json").write_text("{}")
+    assert Report.read(path).summary["flops"] == Report.read(report_json).summary["flops"]
+
+
 # -- inputs that are not regular files ------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from hlo_roofline.cli import diff as _diff
 from hlo_roofline.cli import explore as _explore
 from hlo_roofline.cli import plot as _plot
 from hlo_roofline.cli import trace as _trace
-from hlo_roofline.cli._common import CONTEXT, load_entry, opened_entry
+from hlo_roofline.cli._common import CONTEXT, load_entry, opened_entry, quiet_remote_logs
 from hlo_roofline.cli.render import cut_middle, ops_table, shorten_path, summary_text
 
 __all__ = [
@@ -51,6 +51,7 @@ def main() -> None:
       $ hlo-roofline check large.json --select dot_general --require compute
     """
     warnings.showwarning = _show_warning
+    quiet_remote_logs()
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

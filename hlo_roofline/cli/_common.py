@@ -20,7 +20,7 @@ from types import ModuleType
 
 import click
 
-from hlo_roofline import api, chips, cost, entries, measured, targets
+from hlo_roofline import api, cache, chips, cost, entries, measured, targets
 from hlo_roofline._atomic import is_remote, unwritable
 from hlo_roofline.check import PERCENT_RANGES, RuleError, percent_error, read_toml
 from hlo_roofline.cli.render import modules_table, report_text, step_time
@@ -103,6 +103,19 @@ def quiet_jax_cache_logs() -> None:
         logger.setLevel(logging.CRITICAL + 1)
         logger.propagate = False
         warnings.filterwarnings("ignore", module=re.escape(name) + "$")
+
+
+# The remote filesystems' own loggers: gcsfs logs each retry of an unreachable bucket with its
+# traceback; the CLI's message for the write or read that failed says what happened, once.
+REMOTE_NOISE_MODULES = ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore")
+
+
+def quiet_remote_logs() -> None:
+    """Keep the remote filesystems' log records (tracebacks of retries) off the CLI's stderr."""
+    for name in REMOTE_NOISE_MODULES:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.CRITICAL + 1)
+        logger.propagate = False
 
 
 USER_PACKAGES_KEY = "user-packages"
@@ -246,10 +259,11 @@ top_option = click.option(
 )
 
 
-class OutputPath(click.Path):
-    """Where a command writes: a local path (a ``Path``; a file where a folder is expected, or
-    the reverse, refused at once) or a URL (``gs://``, ``s3://``, ``memory://``: kept as text and
-    written there), refused at once where no filesystem for it is installed."""
+class PathOrUrl(click.Path):
+    """Where a command reads or writes: a local path (a ``Path``, checked as ``click.Path``
+    checks it: a file where a folder is expected, or the reverse, refused at once) or a URL
+    (``gs://``, ``s3://``, ``memory://``: kept as text and read or written there through its
+    filesystem), refused at once where no filesystem for it is installed."""
 
     def convert(self, value, param, ctx):
         if isinstance(value, str) and is_remote(value):
@@ -262,14 +276,14 @@ class OutputPath(click.Path):
 
 def output_options(fn: Callable) -> Callable:
     """--csv/--json/--logdir/--run/--plot: where `analyze` and `hlo` save what they computed."""
-    path = OutputPath(dir_okay=False, path_type=Path)
+    path = PathOrUrl(dir_okay=False, path_type=Path)
     for option in reversed(
         [
             click.option("--csv", "csv_path", type=path, help="Write the report as CSV."),
             click.option("--json", "json_path", type=path, help="Write the report as JSON."),
             click.option(
                 "--logdir",
-                type=OutputPath(file_okay=False, path_type=Path),
+                type=PathOrUrl(file_okay=False, path_type=Path),
                 help="Write the report for TensorBoard under LOGDIR/RUN.",
             ),
             click.option("--run", help="TensorBoard run name (with --logdir)."),
@@ -355,7 +369,7 @@ def emit(
 trace_out_option = click.option(
     "--trace-out",
     "trace_path",
-    type=OutputPath(dir_okay=False, path_type=Path),
+    type=PathOrUrl(dir_okay=False, path_type=Path),
     metavar="PATH",
     help="Also write the step as scheduled as Chrome trace-event JSON (open it in Perfetto or "
     "XProf's trace viewer); with several modules, the module name goes before the suffix.",
@@ -655,6 +669,8 @@ def _analyze_entry(
         raise
     except (targets.TargetError, targets.TargetUnavailableError, measured.TraceError) as exc:
         raise InputError(one_line(exc)) from None
+    except cache.CacheFolderError as exc:  # $HLO_ROOFLINE_CACHE_DIR a URL or a file
+        raise InputError(f"cache folder {exc.filename}: {exc.strerror}") from None
     except Exception as exc:
         path = entry_file(entry)
         innermost = traceback.extract_tb(exc.__traceback__)[-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import click
@@ -9,6 +10,12 @@ import click
 from hlo_roofline import cache
 from hlo_roofline._json import dumps
 from hlo_roofline.cli._common import CONTEXT, InputError, format_option
+
+
+def _named(directory: str | None) -> str:
+    """The cache folder an error names (the environment's, where it is not a folder)."""
+    return directory or os.environ.get(cache.CACHE_ENV) or str(cache.default_dir())
+
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
@@ -66,7 +73,11 @@ def cache_command(ctx):
 @format_option("text", "json")
 def show(directory, fmt):
     """Where the cache is, how many entries and bytes it holds."""
-    used = cache.usage(directory)
+    try:
+        used = cache.usage(directory)
+    except OSError as exc:
+        raise InputError(f"cannot read {_named(directory)}: "
+                         f"{exc.strerror or exc}") from None  # fmt: skip
     if fmt == "json":
         fields = {
             "directory": str(used.directory),
@@ -93,7 +104,7 @@ def prune_command(directory, max_size):
         dropped = cache.prune(directory, _bytes(max_size))
         used = cache.usage(directory)
     except OSError as exc:
-        raise InputError(f"cannot prune {directory or cache.default_dir()}: "
+        raise InputError(f"cannot prune {_named(directory)}: "
                          f"{exc.strerror or exc}") from None  # fmt: skip
     click.echo(f"dropped {dropped} entries; {used.entries} left, {_size(used.bytes)}")
 
@@ -107,7 +118,7 @@ def clear_command(directory):
         dropped = cache.clear(directory)
         used = cache.usage(directory)
     except OSError as exc:
-        raise InputError(f"cannot clear {directory or cache.default_dir()}: "
+        raise InputError(f"cannot clear {_named(directory)}: "
                          f"{exc.strerror or exc}") from None  # fmt: skip
     note = f"; {used.entries} in use left" if used.entries else ""
     click.echo(f"dropped {dropped} entries{note}")

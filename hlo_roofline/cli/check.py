@@ -27,6 +27,7 @@ from hlo_roofline.check import (
 from hlo_roofline.cli._common import (
     CONTEXT,
     InputError,
+    PathOrUrl,
     chip_option,
     compile_entry,
     cost_model_option,
@@ -58,7 +59,7 @@ _KIND_HELP = ", ".join(KINDS)
 @click.command(
     "check", context_settings=CONTEXT, short_help="CI gate: bounds, memory share, regression."
 )
-@click.argument("report_path", metavar="[REPORT]", required=False, type=click.Path(path_type=Path))
+@click.argument("report_path", metavar="[REPORT]", required=False, type=PathOrUrl(path_type=Path))
 @click.option("--from", "entry", metavar="FILE.py:NAME", help="Compile this step instead.")
 @chip_option
 @target_option
@@ -82,7 +83,7 @@ _KIND_HELP = ", ".join(KINDS)
 @percent_option("--min-coverage", "At least PCT% of the ops have a known cost.")
 @percent_option("--max-exposed-comm", "Communication not hidden behind compute is at most PCT% "
                 "of the scheduled step.")  # fmt: skip
-@click.option("--baseline", type=click.Path(path_type=Path), metavar="REPORT",
+@click.option("--baseline", type=PathOrUrl(path_type=Path), metavar="REPORT",
               help="Report to compare the predicted step time with.")  # fmt: skip
 @percent_option("--max-hbm", "The step needs at most PCT% of one device's HBM, over 100 allowed "
                 "(compile with --from to know its temporaries).")  # fmt: skip

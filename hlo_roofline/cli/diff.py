@@ -10,6 +10,7 @@ from hlo_roofline._json import dumps
 from hlo_roofline.check import Rules, check, coverage_violations, violation_table
 from hlo_roofline.cli._common import (
     CONTEXT,
+    PathOrUrl,
     chip_option,
     format_option,
     input_errors,
@@ -23,8 +24,8 @@ from hlo_roofline.diff import compare, judged_alike
 
 
 @click.command("diff", context_settings=CONTEXT, short_help="Compare two reports op by op.")
-@click.argument("a", type=click.Path(exists=True, path_type=Path), metavar="A")
-@click.argument("b", type=click.Path(exists=True, path_type=Path), metavar="B")
+@click.argument("a", type=PathOrUrl(exists=True, path_type=Path), metavar="A")
+@click.argument("b", type=PathOrUrl(exists=True, path_type=Path), metavar="B")
 @chip_option
 @percent_option("--fail-on-regression", "Exit 1 if B's predicted step is more than PCT% slower "
                 "than A's.", rule="max_regression")  # fmt: skip

@@ -19,7 +19,7 @@ from hlo_roofline._atomic import unwritable
 from hlo_roofline.cli._common import (
     CONTEXT,
     InputError,
-    OutputPath,
+    PathOrUrl,
     no_cache_option,
     one_line,
     output_errors,
@@ -242,11 +242,11 @@ def _looks_like_result(entry: str) -> bool:
 @click.option("--show", "show_name", metavar="CANDIDATE",
               help="Print this candidate's row with its traceback (ENTRY: a written result, "
                    "or after a run).")  # fmt: skip
-@click.option("--logdir", type=OutputPath(file_okay=False, path_type=Path),
+@click.option("--logdir", type=PathOrUrl(file_okay=False, path_type=Path),
               help="Write every report here.")  # fmt: skip
-@click.option("--csv", "csv_path", type=OutputPath(dir_okay=False, path_type=Path),
+@click.option("--csv", "csv_path", type=PathOrUrl(dir_okay=False, path_type=Path),
               help="Write the table as CSV.")  # fmt: skip
-@click.option("--json", "json_path", type=OutputPath(dir_okay=False, path_type=Path),
+@click.option("--json", "json_path", type=PathOrUrl(dir_okay=False, path_type=Path),
               help="... as JSON.")  # fmt: skip
 @no_cache_option
 def explore_command(

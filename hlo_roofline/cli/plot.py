@@ -8,6 +8,7 @@ import click
 
 from hlo_roofline.cli._common import (
     CONTEXT,
+    PathOrUrl,
     chip_option,
     image_callback,
     load_report,
@@ -18,8 +19,8 @@ from hlo_roofline.cli._common import (
 
 
 @click.command("plot", context_settings=CONTEXT, short_help="Draw a report's roofline chart.")
-@click.argument("report_path", metavar="REPORT", type=click.Path(exists=True, path_type=Path))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.argument("report_path", metavar="REPORT", type=PathOrUrl(exists=True, path_type=Path))
+@click.option("-o", "--output", required=True, type=PathOrUrl(dir_okay=False, path_type=Path),
               callback=image_callback, help="The chart: .png or .svg.")  # fmt: skip
 @chip_option
 @click.option("--title", help="Chart title (default: module and chip).")
