@@ -656,3 +656,24 @@ def test_xla_refuses_each_rules_module_and_accepts_its_neighbour(tmp_path):
     names = [c[0] for c in _RULE_CASES]
     assert not [n for n, ok in zip(names, verdicts[0::2], strict=True) if ok]
     assert all(verdicts[1::2]), [n for n, ok in zip(names, verdicts[1::2], strict=True) if not ok]
+
+
+SCALAR_SLICES = """HloModule m, is_scheduled=true, entry_computation_layout={(f32[])->f32[]}
+
+ENTRY %e (p: f32[]) -> f32[] {
+  %p = f32[] parameter(0)
+  %s = f32[] dynamic-slice(%p), dynamic_slice_sizes={}
+  ROOT %u = f32[] dynamic-update-slice(%p, %s)
+}
+"""
+
+
+def test_a_scalars_dynamic_slice_takes_no_index(tmp_path):
+    """A rank-0 operand's dynamic-slice and dynamic-update-slice take one start index per
+    dimension: none (the parser's operand counts refused them, XLA takes them)."""
+    assert _xla_accepts([SCALAR_SLICES], tmp_path) == [True]
+    assert list(analyze_hlo(SCALAR_SLICES).ops["opcode"]) == [
+        "parameter", "dynamic-slice", "dynamic-update-slice",
+    ]  # fmt: skip
+    with pytest.raises(HloParseError, match="1 start indices for a 0-dimensional operand"):
+        analyze_hlo(SCALAR_SLICES.replace("dynamic-slice(%p)", "dynamic-slice(%p, %p)"))

@@ -115,9 +115,9 @@ _ARITY: dict[str, tuple[int, int, int]] = {
     **dict.fromkeys(("reduce", "reduce-window"), (2, _ANY, 1)),  # inputs and their inits
     "scatter": (3, _ANY, 0),  # inputs, the indices, updates
     **dict.fromkeys(_AT_LEAST_ONE, (1, _ANY, -1)),
-    "dynamic-slice": (2, _ANY, -1),
+    "dynamic-slice": (1, _ANY, -1),  # a scalar's takes no index (the verifier counts them)
     "async-update": (1, _ANY, -1),  # TPU7x SparseCore offloads pass it operands of their own
-    "dynamic-update-slice": (3, _ANY, -1),
+    "dynamic-update-slice": (2, _ANY, -1),
     "conditional": (2, _ANY, -1),
 }
 _FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
