@@ -144,7 +144,7 @@ ENTRY e {
   upd = f32[4,16]{1,0} parameter(5)
   two = (f32[8,128,16]{2,1,0}, f32[8,128,16]{2,1,0}) fusion(cache, new, pos), kind=kLoop, calls=outer
   sc = f32[64,16]{1,0} fusion(table, idx, upd), kind=kCustom, calls=nest
-  ROOT r = (f32[8,128,16]{2,1,0}, f32[8,128,16]{2,1,0}, f32[64,16]{1,0}) tuple(two, sc)
+  ROOT r = ((f32[8,128,16]{2,1,0}, f32[8,128,16]{2,1,0}), f32[64,16]{1,0}) tuple(two, sc)
 }
 """
     )

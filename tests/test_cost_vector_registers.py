@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 from hlo_roofline import analyze_hlo
+from hlo_roofline.hlo import HloParseError
 
 ROWS, COLS = 1024, 14336
 
@@ -82,9 +83,10 @@ def test_a_reduction_folds_its_operand_in_whole_registers(tile, rows):
     assert elements == ROWS * COLS * max(8 / rows, 1)
 
 
-def test_a_sort_over_a_dimension_its_keys_lack_is_one_pass_not_a_traceback():
-    """Malformed text a fuzzer made (``dimensions={7}`` on rank-2 keys): priced as one pass over
-    its keys, the least a sort makes, instead of an IndexError out of analyze_hlo."""
+def test_a_sort_over_a_dimension_its_keys_lack_is_refused_on_its_line_not_a_traceback():
+    """Malformed text a fuzzer made (``dimensions={7}`` on rank-2 keys): once an IndexError out of
+    analyze_hlo, then priced as one pass over its keys; XLA refuses it, and so does the shape
+    verifier now, on its line."""
     text = """HloModule m
 
 cmp {
@@ -98,10 +100,9 @@ ENTRY e {
   ROOT s = f32[4,8] sort(p), dimensions={7}, to_apply=cmp
 }
 """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # not scheduled: flagged as unoptimized
-        ops = analyze_hlo(text, chip="v5e").model_frame().set_index("name")
-    assert ops.loc["s", "vector_elements"] >= 32
+    with pytest.raises(HloParseError, match="7 is not a dimension") as refused:
+        analyze_hlo(text, chip="v5e")
+    assert refused.value.line == 11
 
 
 def test_a_top_k_given_no_keys_passes_its_results_not_a_traceback():

@@ -215,6 +215,7 @@ def test_a_line_read_on_leaves_no_frame_of_the_parser_alive():
     the parser's frames, every attribute text it had checked among their locals, for as long as
     the analysis ran (a dump's module: 0.4x its text)."""
     was_enabled = gc.isenabled()
+    gc.collect()  # what earlier tests left (a refusal's traceback holds the parser's frames)
     gc.disable()
     try:
         module = parse_module(READ_ON)
