@@ -787,6 +787,11 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
             if isinstance(values.dtype, pd.StringDtype):  # already text (or missing): no copy
                 ops[column] = values.fillna("") if values.hasnans else values
             else:
+                if values.dtype == object and pd.api.types.infer_dtype(values) not in _TEXTUAL:
+                    # JSON's lists and objects are no text of a report's (looked for cell by cell
+                    # only in a column not all text)
+                    containers = values.map(lambda v: isinstance(v, list | dict)).to_numpy(bool)
+                    _refuse_cells(ops, containers, column, "is not text")
                 ops[column] = values.astype(object).fillna("").astype(str)
         elif column in schema.BOOL_COLUMNS:
             bad = ~values.isin([*_TRUE, *_FALSE])
@@ -808,6 +813,10 @@ def _restore_types(ops: pd.DataFrame) -> pd.DataFrame:
             else:
                 ops[column] = numbers.astype(float)
     return ops
+
+
+# What pandas' own type inference (in C) calls a column of text, with or without missing cells.
+_TEXTUAL = frozenset({"string", "empty"})
 
 
 def _bools(values: pd.Series) -> pd.Series:

@@ -261,3 +261,11 @@ def test_a_users_own_text_column_is_read_back_as_written(reports, tmp_path, suff
     data["data"][0][data["columns"].index("flops")] = "infra"
     with pytest.raises(ReportError, match="flops = 'infra' is not a number"):
         Report.from_dict(data)
+
+
+@pytest.mark.parametrize("cell", [["x"], {"a": 1}])
+def test_a_text_cell_that_is_a_list_or_an_object_is_refused(reports, cell):
+    data = json.loads(reports["scan10/h100"].to_json())
+    data["data"][0][data["columns"].index("opcode")] = cell
+    with pytest.raises(ReportError, match="opcode = .* is not text"):
+        Report.from_dict(data)
