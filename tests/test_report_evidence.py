@@ -267,5 +267,5 @@ def test_a_users_own_text_column_is_read_back_as_written(reports, tmp_path, suff
 def test_a_text_cell_that_is_a_list_or_an_object_is_refused(reports, cell):
     data = json.loads(reports["scan10/h100"].to_json())
     data["data"][0][data["columns"].index("opcode")] = cell
-    with pytest.raises(ReportError, match="opcode = .* is not text"):
+    with pytest.raises(ReportError, match=r"opcode = .* is not text"):
         Report.from_dict(data)
