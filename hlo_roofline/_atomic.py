@@ -74,12 +74,14 @@ def write_atomic(path: str | os.PathLike, text: str | bytes, mode: int | None = 
     path = Path(path)
     if path.is_symlink():
         path = Path(os.path.realpath(path))
-    with contextlib.suppress(OSError):
+    try:
         kind = os.stat(path).st_mode
-        if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # a directory: the rename refuses
-            with open(path, "wb") as f:
-                f.write(data)
-            return
+    except OSError:  # not there yet (or not to be looked at): the rename below says
+        kind = stat.S_IFREG
+    if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # a directory: the rename refuses
+        with open(path, "wb") as f:
+            f.write(data)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
     tmp, fd = _open_temporary(path)

@@ -272,3 +272,14 @@ def test_a_link_is_written_through_to_its_file(tmp_path):
     link.symlink_to(target)
     write_atomic(link, "new")
     assert link.is_symlink() and target.read_text() == "new" and link.read_text() == "new"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_device_that_refuses_the_write_says_so_and_stays_a_device():
+    """Writing into a device that fails (``/dev/full``: no space) is that error, never a fall
+    back to renaming a file over the device."""
+    import stat
+
+    with pytest.raises(OSError):
+        write_atomic("/dev/full", "{}")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
