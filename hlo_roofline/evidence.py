@@ -135,8 +135,10 @@ def _never_run(ops: pd.DataFrame) -> list[str]:
     if "count" not in ops or ops.empty:
         return []
     never = ops["count"].to_numpy(dtype=float) == 0
+    if not never.any():
+        return []
     for column in _RUN_COSTS:
-        if never.any() and column in ops:
+        if column in ops:
             costly = never & (ops[column].to_numpy(dtype=float) != 0)
             if costly.any():
                 row = int(np.flatnonzero(costly)[0])

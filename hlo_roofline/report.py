@@ -7,7 +7,6 @@ report written by one is read identically by the others (``Report.read`` round-t
 from __future__ import annotations
 
 import csv
-import gzip
 import hashlib
 import html
 import io
@@ -34,7 +33,7 @@ from hlo_roofline._frame import (
 )
 from hlo_roofline._json import json_safe
 from hlo_roofline.hlo.attribution import LIBRARIES, function_of, pass_of, scope_of, user_source_of
-from hlo_roofline.hlo.files import GZIP_MAGIC, read_text
+from hlo_roofline.hlo.files import read_text, unzipped
 from hlo_roofline.judge import efficiency, memory, schedule, step, verdict
 from hlo_roofline.logdir import PLUGIN_NAME, REPORT_CSV, REPORT_JSON
 from hlo_roofline.plot import roofline_chart
@@ -742,8 +741,7 @@ def _read_text(path: str | Path, what: str = "") -> str:
     named = f"{what or 'report'} {path}"
     try:
         if is_remote(path):
-            data = read_remote(str(path))
-            return (gzip.decompress(data) if data[:2] == GZIP_MAGIC else data).decode()
+            return unzipped(read_remote(str(path)), path).decode()
         return read_text(path)  # a FIFO or a device refused at once; gzip read through
     except FileNotFoundError:
         raise ReportMissingError(f"cannot read {named}: No such file or directory") from None

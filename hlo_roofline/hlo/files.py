@@ -51,7 +51,12 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     """A regular file's bytes, gunzipped where the file is gzip (by its first bytes): an
     ``OSError`` for anything else, a damaged gzip file included."""
     with open(regular_file(path), "rb") as f:
-        data = f.read()
+        return unzipped(f.read(), path)
+
+
+def unzipped(data: bytes, path: str | os.PathLike) -> bytes:
+    """``data`` gunzipped where it is gzip (by its first bytes); a damaged gzip an ``OSError``
+    naming ``path``."""
     if data[:2] != GZIP_MAGIC:
         return data
     try:

@@ -325,9 +325,7 @@ class Computation:
         self.instructions.append(instr)
         place = instr._place
         self.line_offsets.append(place >> 1)
-        if place > 256:
-            if place & 1:
-                return
+        if place > 256 and not place & 1:
             instr._place = None
 
     @property

@@ -773,16 +773,6 @@ def _sort(instr: Instruction) -> None:
                                "results have one shape")  # fmt: skip
 
 
-def _map(instr: Instruction) -> None:
-    out = _array(instr, "result")
-    if out is None:
-        return
-    for k, operand in enumerate(instr.operands):
-        if operand.shape.is_array and operand.shape.dims != out:
-            raise _Refused(f"operand {k} (%{operand.name}) is [{_spelled(operand.shape.dims)}], "
-                           f"its result [{_spelled(out)}]")  # fmt: skip
-
-
 def _tuple(instr: Instruction) -> None:
     shape = instr.shape
     if not shape.is_tuple:
@@ -868,7 +858,7 @@ _SHAPE_RULES = {
     "iota": _iota,
     "reverse": _reverse,
     "sort": _sort,
-    "map": _map,
+    "map": _elementwise,  # its operands have its dimensions, no scalar among them
     "tuple": _tuple,
     "all-reduce": _same_shapes,
     "all-to-all": _same_shapes,
