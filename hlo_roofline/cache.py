@@ -97,10 +97,9 @@ class CacheFolderError(NotADirectoryError):
 
 
 def folder(directory: str | os.PathLike | None) -> Path:
-    """The cache's folder: ``directory`` (None: :func:`default_dir`). A URL, or a path that is
-    there and is no folder (a file, a FIFO, a device), is a ``NotADirectoryError``: the cache is a
-    local folder of entries and their lock files, never ``./gs:/...``: a
-    :class:`CacheFolderError`."""
+    """The cache's folder: ``directory`` (None: :func:`default_dir`). The cache is a local folder
+    of entries and their lock files, never ``./gs:/...``: a URL, or a path that is there and is
+    no folder (a file, a FIFO, a device), is a :class:`CacheFolderError`."""
     if directory is None:
         return default_dir()
     if is_remote(directory):

@@ -526,7 +526,7 @@ def _factory(entry: str) -> tuple[Path, Callable]:
             module = named.import_module()
         except Exception as exc:  # its own ImportError, or what its top level raised
             raise EntryError(f"cannot import {file}: {type(exc).__name__}: {one_line(exc)}") from None
-        path = Path(getattr(module, "__file__", None) or file)
+        path = entry_file(entry)
     factory = getattr(module, name, None)
     if factory is None:
         public = [n for n in vars(module) if not n.startswith("_")]
